@@ -1,0 +1,22 @@
+"""autograd: the engine. `Value` is the scalar engine of lesson one; `Tensor` its n-d sibling.
+
+    from autograd import Tensor
+    x = Tensor([[1., 2.], [3., 4.]], requires_grad=True)
+    (x @ x.T).relu().sum().backward()
+    x.grad
+"""
+from .backend import manual_seed, get_rng_state, set_rng_state
+from .tensor import (Tensor, Function, ShapeError, no_grad, name_scope, is_grad_enabled,
+                     set_default_dtype, get_default_dtype)
+from .value import Value
+from .functional import (concat, stack, split, where, softmax, log_softmax, cross_entropy, embedding,
+                         layer_norm, dropout, scaled_dot_product_attention, zeros, ones, randn, arange)
+from .gradcheck import gradcheck, GradcheckError
+
+__all__ = [
+    "Tensor", "Value", "Function", "ShapeError", "no_grad", "name_scope", "is_grad_enabled",
+    "set_default_dtype", "get_default_dtype", "manual_seed", "get_rng_state", "set_rng_state",
+    "concat", "stack", "split", "where", "softmax", "log_softmax", "cross_entropy", "embedding",
+    "layer_norm", "dropout", "scaled_dot_product_attention", "zeros", "ones", "randn", "arange",
+    "gradcheck", "GradcheckError",
+]

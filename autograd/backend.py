@@ -1,0 +1,103 @@
+"""The array backends: NumPy for "cpu", CuPy for "cuda".
+
+Ops compute through the array module (`xp`) of their inputs' device; the few
+calls whose spelling differs between NumPy and CuPy (scatter-add, random
+numbers, copies to the host) live here and nowhere else. CuPy is imported only
+when a tensor first asks for "cuda".
+"""
+import numpy
+
+DEVICES = ("cpu", "cuda")
+_cupy = None
+_generators = {}
+_seed = None
+
+
+def _load_cupy():
+    global _cupy
+    if _cupy is None:
+        try:
+            import cupy
+            cupy.cuda.runtime.getDeviceCount()
+        except Exception as exc:  # ImportError, or CUDA without a usable GPU
+            raise RuntimeError(
+                "device 'cuda' needs CuPy and an NVIDIA GPU "
+                f"({type(exc).__name__}: {exc}); install it with "
+                "`pip install -e \".[gpu]\"` (CuPy for CUDA 12) on a machine with a GPU"
+            ) from None
+        _cupy = cupy
+    return _cupy
+
+
+def check_device(device):
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; use one of {DEVICES}")
+    return device
+
+
+def xp_for(device):
+    """The array module that computes on `device`."""
+    if device == "cpu":
+        return numpy
+    check_device(device)
+    return _load_cupy()
+
+
+def device_of(array):
+    """'cpu' for a NumPy array, 'cuda' for a CuPy one."""
+    if isinstance(array, numpy.ndarray):
+        return "cpu"
+    if _cupy is not None and isinstance(array, _cupy.ndarray):
+        return "cuda"
+    return None
+
+
+def to_device(array, device):
+    """Copy `array` to `device` (a no-op when it is already there)."""
+    if device_of(array) == device:
+        return array
+    if device == "cpu":
+        return _cupy.asnumpy(array)
+    return xp_for(device).asarray(array)
+
+
+def to_host(array):
+    """A NumPy array: the one place device data is copied back to the host."""
+    return array if isinstance(array, numpy.ndarray) else _cupy.asnumpy(array)
+
+
+def scatter_add(target, index, values):
+    """target[index] += values, adding repeated indices once per occurrence.
+
+    Plain `target[index] += values` would keep only the last of repeated rows,
+    the bug lesson 1 warns about: the embedding row of a token seen twice must
+    receive both gradients.
+    """
+    if isinstance(target, numpy.ndarray):
+        numpy.add.at(target, index, values)
+    else:
+        import cupyx
+        cupyx.scatter_add(target, index, values)
+
+
+def manual_seed(seed):
+    """Seed the random generators of every device (dropout, randn, init)."""
+    global _seed
+    _seed = seed
+    _generators.clear()
+
+
+def generator(device):
+    """The seeded random generator of `device` (NumPy's or CuPy's Generator API)."""
+    if device not in _generators:
+        _generators[device] = xp_for(device).random.default_rng(_seed)
+    return _generators[device]
+
+
+def get_rng_state():
+    """The CPU generator's state, a plain dict (checkpoints store it to resume exactly)."""
+    return generator("cpu").bit_generator.state
+
+
+def set_rng_state(state):
+    generator("cpu").bit_generator.state = state

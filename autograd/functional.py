@@ -1,0 +1,198 @@
+"""The top-level functions of `autograd`: checked entry points to the ops, and constructors.
+
+These validate what the user passed (shapes, dtypes, devices) and say how to
+fix it, then hand arrays to one op in ops.py, or compose a few (split,
+attention). The math and the VJPs live in ops.py.
+"""
+import math
+
+import numpy as np
+
+from . import backend, ops
+from .tensor import Tensor, ShapeError, _as_array, get_default_dtype
+
+
+def _tensor(x, like=None):
+    """`x` as a Tensor on the device of `like` (Python numbers take like's float dtype)."""
+    if isinstance(x, Tensor):
+        return x
+    return like._lift(x) if like is not None else Tensor(x)
+
+
+def _constant(x, device, op, kinds, what):
+    """A non-differentiable array input (targets, ids, masks) on `device`, of an allowed dtype kind."""
+    array, _ = _as_array(x, None, device)
+    if array.dtype.kind not in kinds:
+        raise TypeError(f"{op}: {what} must be {'integer' if 'i' in kinds else 'boolean'}, got {array.dtype}")
+    return array
+
+
+def _swap_last(x):
+    axes = list(range(x.ndim))
+    axes[-2], axes[-1] = axes[-1], axes[-2]
+    return x.transpose(*axes)
+
+
+# ---- joining and splitting ---------------------------------------------------------
+
+
+def concat(tensors, axis=0):
+    """Join tensors along an existing axis (numpy.concatenate)."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("concat: needs at least one tensor")
+    ref = next((t for t in tensors if isinstance(t, Tensor)), None)
+    return ops.Concat.apply(*[_tensor(t, ref) for t in tensors], axis=axis)
+
+
+def stack(tensors, axis=0):
+    """Join same-shaped tensors along a new axis (numpy.stack)."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("stack: needs at least one tensor")
+    ref = next((t for t in tensors if isinstance(t, Tensor)), None)
+    return ops.Stack.apply(*[_tensor(t, ref) for t in tensors], axis=axis)
+
+
+def split(x, indices_or_sections, axis=0):
+    """numpy.split: an int is the number of equal pieces, a list the indices to cut at."""
+    length = x.shape[axis]
+    if isinstance(indices_or_sections, int):
+        pieces = indices_or_sections
+        if pieces <= 0 or length % pieces:
+            raise ShapeError(
+                f"split: axis {axis} of shape {x.shape} has length {length}, which does not divide into "
+                f"{pieces} equal pieces; pass the indices to cut at instead")
+        bounds = [i * length // pieces for i in range(pieces + 1)]
+    else:
+        bounds = [0, *indices_or_sections, length]
+    index = [slice(None)] * x.ndim
+    out = []
+    for start, stop in zip(bounds, bounds[1:]):
+        index[axis] = slice(start, stop)
+        out.append(x[tuple(index)])
+    return out
+
+
+def where(cond, a, b):
+    """a where cond is True, else b (broadcast together)."""
+    ref = next((t for t in (a, b, cond) if isinstance(t, Tensor)), None)
+    a, b = _tensor(a, ref), _tensor(b, ref)
+    cond = _constant(cond, a.device, "where", "b", "cond")
+    return ops.Where.apply(a, b, cond=cond)
+
+
+# ---- the transformer's fused ops -----------------------------------------------------
+
+
+def softmax(x, axis=-1, mask=None):
+    """softmax along `axis`; `mask` (boolean, broadcastable, True = visible) gives hidden positions 0."""
+    if mask is not None:
+        mask = _constant(mask, x.device, "softmax", "b", "mask (True = visible)")
+        try:
+            np.broadcast_shapes(mask.shape, x.shape)
+        except ValueError:
+            raise ShapeError(f"softmax: mask of shape {mask.shape} does not broadcast to scores of shape {x.shape}") from None
+    return ops.Softmax.apply(x, axis=axis, mask=mask)
+
+
+def log_softmax(x, axis=-1):
+    return ops.LogSoftmax.apply(x, axis=axis)
+
+
+def cross_entropy(logits, targets, ignore_index=None, reduction="mean"):
+    """Mean (or summed, or per-row) −log p[target], classes on the last axis of `logits`."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    targets = _constant(targets, logits.device, "cross_entropy", "iu", "targets (class ids)")
+    if targets.shape != logits.shape[:-1]:
+        raise ShapeError(
+            f"cross_entropy: targets have shape {targets.shape} but logits {logits.shape} need targets of "
+            f"shape {logits.shape[:-1]} (one class id per row; classes on the last axis)")
+    return ops.CrossEntropy.apply(logits, targets=targets, ignore_index=ignore_index, reduction=reduction)
+
+
+def embedding(weight, ids):
+    """Rows of `weight` (V, C) picked by integer `ids` of any shape: shape (*ids.shape, C)."""
+    ids = _constant(ids, weight.device, "embedding", "iu", "ids (token ids)")
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= weight.shape[0]):
+        raise IndexError(f"embedding: ids must lie in [0, {weight.shape[0]}) (the table's rows); "
+                         f"got values from {int(ids.min())} to {int(ids.max())}")
+    return ops.Embedding.apply(weight, ids=ids)
+
+
+def layer_norm(x, weight, bias=None, eps=1e-5):
+    """Normalise the last axis to zero mean and unit variance, then scale by `weight` and shift by `bias`."""
+    features = x.shape[-1]
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and p.shape != (features,):
+            raise ShapeError(f"layer_norm: {name} has shape {p.shape} but the input's last axis has "
+                             f"{features} features; it must be ({features},)")
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+    return ops.LayerNorm.apply(*inputs, eps=eps)
+
+
+def dropout(x, p, training=True):
+    """Zero each element with probability p and scale the rest by 1/(1−p); identity when not training."""
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout: p must be a probability in [0, 1], got {p}")
+    if not training or p == 0:
+        return x
+    return ops.Dropout.apply(x, p=p)
+
+
+def scaled_dot_product_attention(q, k, v, causal=True, dropout_p=0.0):
+    """softmax(q kᵀ / √D, causal mask) v on (B, H, T, D) tensors.
+
+    With fewer queries than keys (generation with a KV cache), query i is the
+    (Tk − Tq + i)-th position, so it sees the keys up to and including it.
+    """
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ShapeError(f"scaled_dot_product_attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit; "
+                         "expected (B, H, Tq, D), (B, H, Tk, D), (B, H, Tk, Dv)")
+    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ _swap_last(k)  # (B, H, Tq, Tk)
+    mask = None
+    if causal:
+        xp = backend.xp_for(q.device)
+        tq, tk = q.shape[-2], k.shape[-2]
+        mask = xp.arange(tk)[None, :] <= xp.arange(tq)[:, None] + (tk - tq)  # (Tq, Tk)
+    weights = ops.Softmax.apply(scores, axis=-1, mask=mask)
+    if dropout_p:
+        weights = dropout(weights, dropout_p)
+    return weights @ v  # (B, H, Tq, Dv)
+
+
+# ---- constructors ---------------------------------------------------------------------
+
+
+def _shape(shape):
+    return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+
+
+def _float_dtype(dtype):
+    return np.dtype(dtype) if dtype is not None else get_default_dtype()
+
+
+def zeros(*shape, dtype=None, device="cpu", requires_grad=False):
+    data = backend.xp_for(device).zeros(_shape(shape), dtype=_float_dtype(dtype))
+    return Tensor(data, requires_grad=requires_grad)
+
+
+def ones(*shape, dtype=None, device="cpu", requires_grad=False):
+    data = backend.xp_for(device).ones(_shape(shape), dtype=_float_dtype(dtype))
+    return Tensor(data, requires_grad=requires_grad)
+
+
+def randn(*shape, dtype=None, device="cpu", requires_grad=False):
+    """Standard normal samples from the device's seeded generator (`autograd.manual_seed`)."""
+    data = backend.generator(device).standard_normal(_shape(shape), dtype=_float_dtype(dtype))
+    return Tensor(data, requires_grad=requires_grad)
+
+
+def arange(start, stop=None, step=1, dtype=None, device="cpu"):
+    """numpy.arange: integers from integer arguments, the default float dtype otherwise."""
+    if stop is None:
+        start, stop = 0, start
+    if dtype is None and any(isinstance(a, float) for a in (start, stop, step)):
+        dtype = get_default_dtype()
+    return Tensor(backend.xp_for(device).arange(start, stop, step, dtype=dtype))

@@ -1,0 +1,594 @@
+"""Every differentiable op: its forward and its local derivative, side by side.
+
+Each op is a `Function`. Its docstring gives the local Jacobian in math and
+how it is applied as a vector-Jacobian product: `g` is the gradient of the
+loss with respect to the op's output, and `backward` returns the gradients
+with respect to its inputs. No Jacobian matrix is ever built. Gradients may be
+returned in the broadcast shape: the engine sums them back (tensor.py).
+`rule` is the short form that `viz` writes on the graph.
+"""
+import math
+
+from . import backend
+from .tensor import Function, ShapeError
+
+# ---- elementwise arithmetic --------------------------------------------------
+
+
+class Add(Function):
+    """z = x + y.   ∂z/∂x = ∂z/∂y = I, so dx = g and dy = g."""
+
+    rule = "dx = g, dy = g"
+
+    def forward(self, x, y):
+        return x + y
+
+    def backward(self, g):
+        return g, g
+
+
+class Sub(Function):
+    """z = x − y.   ∂z/∂x = I, ∂z/∂y = −I, so dx = g and dy = −g."""
+
+    rule = "dx = g, dy = −g"
+
+    def forward(self, x, y):
+        return x - y
+
+    def backward(self, g):
+        return g, (-g if self.needs_grad[1] else None)
+
+
+class Neg(Function):
+    """z = −x.   ∂z/∂x = −I, so dx = −g."""
+
+    rule = "dx = −g"
+
+    def forward(self, x):
+        return -x
+
+    def backward(self, g):
+        return -g
+
+
+class Mul(Function):
+    """z = x ⊙ y.   ∂z/∂x = diag(y), ∂z/∂y = diag(x), so dx = g ⊙ y and dy = g ⊙ x."""
+
+    rule = "dx = g·y, dy = g·x"
+
+    def forward(self, x, y):
+        self.save(x, y)
+        return x * y
+
+    def backward(self, g):
+        x, y = self.saved
+        return (g * y if self.needs_grad[0] else None,
+                g * x if self.needs_grad[1] else None)
+
+
+class Div(Function):
+    """z = x / y.   ∂z/∂x = diag(1/y), ∂z/∂y = diag(−x/y²), so dx = g / y and dy = −g ⊙ z / y."""
+
+    rule = "dx = g/y, dy = −g·z/y"
+
+    def forward(self, x, y):
+        z = x / y
+        self.save(y, z)
+        return z
+
+    def backward(self, g):
+        y, z = self.saved
+        dx = g / y
+        return (dx if self.needs_grad[0] else None,
+                -dx * z if self.needs_grad[1] else None)
+
+
+class Pow(Function):
+    """z = x ** y.   ∂z/∂x = diag(y x^(y−1)), ∂z/∂y = diag(z ln x)."""
+
+    rule = "dx = g·y·x^(y−1), dy = g·z·ln x"
+
+    def forward(self, x, y):
+        z = x ** y
+        self.save(x, y, z)
+        return z
+
+    def backward(self, g):
+        x, y, z = self.saved
+        return (g * y * x ** (y - 1) if self.needs_grad[0] else None,
+                g * z * self.xp.log(x) if self.needs_grad[1] else None)
+
+
+class MatMul(Function):
+    """Z = A @ B (NumPy's matmul: 1-D operands, stacked and broadcast batches).
+
+    For one matrix pair, ∂L/∂A = G Bᵀ and ∂L/∂B = Aᵀ G. A 1-D operand is a
+    row (A) or a column (B) whose added axis is dropped again from its gradient.
+    """
+
+    rule = "dA = G Bᵀ, dB = Aᵀ G"
+
+    def forward(self, a, b):
+        if a.ndim == 0 or b.ndim == 0:
+            raise ShapeError(f"matmul: operands must have at least 1 dimension, got {a.shape} and {b.shape}; use * for scalars")
+        inner_b = b.shape[0] if b.ndim == 1 else b.shape[-2]
+        if a.shape[-1] != inner_b:
+            raise ShapeError(
+                f"matmul: cannot multiply {a.shape} by {b.shape}: the inner dimensions "
+                f"{a.shape[-1]} and {inner_b} differ; transpose an operand or check the layer's in/out sizes")
+        self.save(a, b)
+        return a @ b
+
+    def backward(self, g):
+        a, b = self.saved
+        a2 = a[None, :] if a.ndim == 1 else a
+        b2 = b[:, None] if b.ndim == 1 else b
+        if a.ndim == 1:
+            g = g[..., None, :]
+        if b.ndim == 1:
+            g = g[..., None]
+        da = db = None
+        if self.needs_grad[0]:
+            da = g @ b2.swapaxes(-1, -2)
+            if a.ndim == 1:
+                da = da[..., 0, :]
+        if self.needs_grad[1]:
+            if b2.ndim == 2 and a2.ndim > 2:
+                # One GEMM over every row of the batch instead of a stack of products summed afterwards.
+                db = a2.reshape(-1, a2.shape[-1]).T @ g.reshape(-1, g.shape[-1])
+            else:
+                db = a2.swapaxes(-1, -2) @ g
+            if b.ndim == 1:
+                db = db[..., 0]
+        return da, db
+
+
+# ---- elementwise functions ---------------------------------------------------
+
+
+class Exp(Function):
+    """z = eˣ.   ∂z/∂x = diag(z), so dx = g ⊙ z."""
+
+    rule = "dx = g·z"
+
+    def forward(self, x):
+        z = self.xp.exp(x)
+        self.save(z)
+        return z
+
+    def backward(self, g):
+        return g * self.saved[0]
+
+
+class Log(Function):
+    """z = ln x.   ∂z/∂x = diag(1/x), so dx = g / x."""
+
+    rule = "dx = g/x"
+
+    def forward(self, x):
+        self.save(x)
+        return self.xp.log(x)
+
+    def backward(self, g):
+        return g / self.saved[0]
+
+
+class Sqrt(Function):
+    """z = √x.   ∂z/∂x = diag(1/(2z)), so dx = g / (2z)."""
+
+    rule = "dx = g/(2z)"
+
+    def forward(self, x):
+        z = self.xp.sqrt(x)
+        self.save(z)
+        return z
+
+    def backward(self, g):
+        return g / (2 * self.saved[0])
+
+
+class Tanh(Function):
+    """z = tanh x.   ∂z/∂x = diag(1 − z²), so dx = g ⊙ (1 − z²)."""
+
+    rule = "dx = g·(1 − z²)"
+
+    def forward(self, x):
+        z = self.xp.tanh(x)
+        self.save(z)
+        return z
+
+    def backward(self, g):
+        z = self.saved[0]
+        return g * (1 - z * z)
+
+
+class Sigmoid(Function):
+    """z = 1 / (1 + e⁻ˣ).   ∂z/∂x = diag(z (1 − z)), so dx = g ⊙ z ⊙ (1 − z)."""
+
+    rule = "dx = g·z·(1 − z)"
+
+    def forward(self, x):
+        # tanh form: never overflows, unlike exp(−x) for very negative x
+        z = 0.5 * (self.xp.tanh(0.5 * x) + 1)
+        self.save(z)
+        return z
+
+    def backward(self, g):
+        z = self.saved[0]
+        return g * z * (1 - z)
+
+
+class ReLU(Function):
+    """z = max(x, 0).   ∂z/∂x = diag(1[x > 0]), so dx = g where x > 0, else 0."""
+
+    rule = "dx = g·1[x > 0]"
+
+    def forward(self, x):
+        z = self.xp.maximum(x, 0)
+        self.save(z)
+        return z
+
+    def backward(self, g):
+        return self.xp.where(self.saved[0] > 0, g, 0)
+
+
+class GELU(Function):
+    """GPT-2's GELU, the tanh approximation: z = ½ x (1 + tanh u), u = √(2/π) (x + 0.044715 x³).
+
+    ∂z/∂x = ½ (1 + tanh u) + ½ x (1 − tanh² u) √(2/π) (1 + 3·0.044715 x²), applied elementwise.
+    """
+
+    rule = "dx = g·[½(1+t) + ½x(1−t²)·u′]"
+    C = math.sqrt(2 / math.pi)
+    A = 0.044715
+
+    def forward(self, x):
+        t = self.xp.tanh(self.C * (x + self.A * x * x * x))
+        self.save(x, t)
+        return 0.5 * x * (1 + t)
+
+    def backward(self, g):
+        x, t = self.saved
+        du = self.C * (1 + 3 * self.A * x * x)
+        return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du)
+
+
+# ---- reductions --------------------------------------------------------------
+
+
+def _reduced_axes(ndim, axis):
+    """The axes a reduction over `axis` (None, an int or a tuple) combines, as non-negative ints."""
+    if axis is None:
+        return tuple(range(ndim))
+    return tuple(sorted({a % ndim for a in ((axis,) if isinstance(axis, int) else axis)}))
+
+
+def _kept_shape(shape, axis):
+    """The shape a reduction over `axis` has with keepdims=True."""
+    axes = _reduced_axes(len(shape), axis)
+    return tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+
+class Sum(Function):
+    """z = Σ x over `axis`.   ∂z/∂x is all ones, so dx = g copied along the summed axes."""
+
+    rule = "dx = broadcast(g)"
+
+    def forward(self, x, axis=None, keepdims=False):
+        self.in_shape, self.kept = x.shape, _kept_shape(x.shape, axis)
+        return x.sum(axis=axis, keepdims=keepdims)
+
+    def backward(self, g):
+        return self.xp.broadcast_to(g.reshape(self.kept), self.in_shape)
+
+
+class Max(Function):
+    """z = max x over `axis`.   ∂z/∂x picks the arg-max; tied maxima share the gradient equally."""
+
+    rule = "dx = g·1[x = max]/#ties"
+
+    def forward(self, x, axis=None, keepdims=False):
+        if x.size == 0:
+            raise ShapeError(f"max: cannot reduce an empty tensor of shape {x.shape}")
+        m = x.max(axis=axis, keepdims=True)
+        winners = (x == m)
+        self.save(winners, winners.sum(axis=axis, keepdims=True))
+        self.kept = m.shape
+        return m if keepdims else m.squeeze(axis=_reduced_axes(x.ndim, axis))
+
+    def backward(self, g):
+        winners, ties = self.saved
+        return winners * (g.reshape(self.kept) / ties)
+
+
+# ---- shape ops -----------------------------------------------------------------
+
+
+class Reshape(Function):
+    """z = x viewed with another shape.   The Jacobian is a permutation-free identity: dx = g reshaped back."""
+
+    rule = "dx = reshape(g)"
+
+    def forward(self, x, shape):
+        self.in_shape = x.shape
+        return x.reshape(shape)
+
+    def backward(self, g):
+        return g.reshape(self.in_shape)
+
+
+class Transpose(Function):
+    """z = x with axes permuted.   dx = g with the inverse permutation."""
+
+    rule = "dx = gᵀ"
+
+    def forward(self, x, axes=None):
+        self.axes = tuple(range(x.ndim))[::-1] if axes is None else axes
+        return x.transpose(self.axes)
+
+    def backward(self, g):
+        inverse = [0] * len(self.axes)
+        for i, a in enumerate(self.axes):
+            inverse[a % len(self.axes)] = i
+        return g.transpose(inverse)
+
+
+class GetItem(Function):
+    """z = x[key].   dx is zero except at the picked positions, which receive g.
+
+    With integer arrays a position can be picked twice, so the VJP is a
+    scatter-*add* (each pick contributes), not an assignment.
+    """
+
+    rule = "dx = scatter-add(g)"
+
+    def forward(self, x, key, advanced):
+        self.key, self.advanced, self.in_shape = key, advanced, x.shape
+        return x[key]
+
+    def backward(self, g):
+        dx = self.xp.zeros(self.in_shape, dtype=g.dtype)
+        if self.advanced:
+            backend.scatter_add(dx, self.key, g)
+        else:
+            dx[self.key] = g
+        return dx
+
+
+class Concat(Function):
+    """z = [x₁, x₂, …] joined along `axis`.   Each dxᵢ is its own slice of g."""
+
+    rule = "dxᵢ = slice of g"
+
+    def forward(self, *xs, axis=0):
+        self.axis = axis
+        self.offsets = [0]
+        for x in xs[:-1]:
+            self.offsets.append(self.offsets[-1] + x.shape[axis])
+        return self.xp.concatenate(xs, axis=axis)
+
+    def backward(self, g):
+        return tuple(self.xp.split(g, self.offsets[1:], axis=self.axis))
+
+
+class Stack(Function):
+    """z = [x₁, x₂, …] stacked along a new `axis`.   Each dxᵢ is g indexed at i on that axis."""
+
+    rule = "dxᵢ = g[i]"
+
+    def forward(self, *xs, axis=0):
+        self.axis = axis
+        return self.xp.stack(xs, axis=axis)
+
+    def backward(self, g):
+        return tuple(self.xp.moveaxis(g, self.axis, 0))
+
+
+class Where(Function):
+    """z = a where cond else b.   da = g where cond (else 0), db = g where not cond."""
+
+    rule = "da = g·cond, db = g·¬cond"
+
+    def forward(self, a, b, cond):
+        self.cond = cond
+        return self.xp.where(cond, a, b)
+
+    def backward(self, g):
+        xp = self.xp
+        return (xp.where(self.cond, g, 0) if self.needs_grad[0] else None,
+                xp.where(self.cond, 0, g) if self.needs_grad[1] else None)
+
+
+class Cast(Function):
+    """z = x converted to another float dtype.   dx = g (the engine casts it back to x's dtype)."""
+
+    rule = "dx = g"
+
+    def forward(self, x, dtype):
+        return x.astype(dtype)
+
+    def backward(self, g):
+        return g
+
+
+class ToDevice(Function):
+    """z = x copied to another device.   dx = g copied back."""
+
+    rule = "dx = g (copied back)"
+
+    def forward(self, x, device):
+        self.source = backend.device_of(x)
+        return backend.to_device(x, device)
+
+    def backward(self, g):
+        return backend.to_device(g, self.source)
+
+
+# ---- the fused ops of a transformer --------------------------------------------
+
+
+def _softmax(xp, x, axis, mask=None):
+    """exp(x − max) / Σ exp(x − max); masked entries (mask False) get exactly 0, an all-masked row all 0."""
+    if mask is not None:
+        x = xp.where(mask, x, -xp.inf)
+    m = x.max(axis=axis, keepdims=True)
+    if mask is not None:
+        m[~xp.isfinite(m)] = 0  # an all-masked row: exp(−inf − 0) = 0 instead of a NaN
+    e = xp.exp(x - m)
+    s = e.sum(axis=axis, keepdims=True)
+    if mask is not None:
+        s[s == 0] = 1
+    e /= s
+    return e
+
+
+class Softmax(Function):
+    """p = softmax(z) along `axis`, optionally masked (mask True = visible, masked p = 0).
+
+    ∂p/∂z = diag(p) − p pᵀ, so dz = p ⊙ (g − Σ g ⊙ p).
+    """
+
+    rule = "diag(p) − ppᵀ: dz = p·(g − Σg·p)"
+
+    def forward(self, x, axis=-1, mask=None):
+        p = _softmax(self.xp, x, axis, mask)
+        self.save(p)
+        self.axis = axis
+        return p
+
+    def backward(self, g):
+        p = self.saved[0]
+        return p * (g - (g * p).sum(axis=self.axis, keepdims=True))
+
+
+class LogSoftmax(Function):
+    """y = z − log Σ exp z along `axis`.   ∂y/∂z = I − 1 pᵀ, so dz = g − p Σ g."""
+
+    rule = "dz = g − p·Σg"
+
+    def forward(self, x, axis=-1):
+        m = x.max(axis=axis, keepdims=True)
+        shifted = x - m
+        y = shifted - self.xp.log(self.xp.exp(shifted).sum(axis=axis, keepdims=True))
+        self.save(y)
+        self.axis = axis
+        return y
+
+    def backward(self, g):
+        p = self.xp.exp(self.saved[0])
+        return g - p * g.sum(axis=self.axis, keepdims=True)
+
+
+class CrossEntropy(Function):
+    """L = −log softmax(z)[y] per row, fused with its softmax, over the last axis.
+
+    ∂L/∂z = p − onehot(y): the softmax Jacobian and the log's 1/p cancel. With
+    reduction="mean" it is divided by the number of rows whose target is not
+    `ignore_index`; ignored rows get no gradient.
+    """
+
+    rule = "dz = p − y"
+
+    def forward(self, logits, targets, ignore_index=None, reduction="mean"):
+        xp = self.xp
+        vocab = logits.shape[-1]
+        z = logits.reshape(-1, vocab)
+        t = targets.reshape(-1)
+        valid = None if ignore_index is None else t != ignore_index
+        if valid is not None:
+            t = xp.where(valid, t, 0)
+        if t.size and (int(t.min()) < 0 or int(t.max()) >= vocab):
+            raise IndexError(f"cross_entropy: targets must lie in [0, {vocab}) (the number of classes); "
+                             f"got values from {int(t.min())} to {int(t.max())}")
+        m = z.max(axis=1, keepdims=True)
+        p = xp.exp(z - m)
+        s = p.sum(axis=1, keepdims=True)
+        p /= s
+        rows = xp.arange(len(t))
+        nll = (xp.log(s[:, 0]) + m[:, 0]) - z[rows, t]
+        if valid is not None:
+            nll *= valid
+        count = len(t) if valid is None else max(int(valid.sum()), 1)
+        self.save(p, t, valid)
+        self.count, self.reduction, self.shape = count, reduction, logits.shape
+        if reduction == "none":
+            return nll.reshape(targets.shape)
+        total = nll.sum()
+        return total / count if reduction == "mean" else total
+
+    def backward(self, g):
+        p, t, valid = self.saved
+        if self.reduction == "none":
+            scale = g.reshape(-1, 1)
+        else:
+            scale = g / self.count if self.reduction == "mean" else g
+        dz = p * scale
+        rows = self.xp.arange(len(t))
+        dz[rows, t] -= scale[:, 0] if self.reduction == "none" else scale
+        if valid is not None:
+            dz *= valid[:, None]
+        return dz.reshape(self.shape)
+
+
+class Embedding(Function):
+    """z = W[ids]: row lookup.   dW = Σ over occurrences of each id of its g row (a scatter-add).
+
+    `dW[ids] += g` would be wrong: for a token seen twice it keeps only one of
+    the two gradients. The lesson's np.add.at point.
+    """
+
+    rule = "dW = scatter-add rows"
+
+    def forward(self, weight, ids):
+        self.ids, self.weight_shape = ids, weight.shape
+        return weight[ids]
+
+    def backward(self, g):
+        dw = self.xp.zeros(self.weight_shape, dtype=g.dtype)
+        backend.scatter_add(dw, self.ids.reshape(-1), g.reshape(-1, self.weight_shape[-1]))
+        return dw
+
+
+class LayerNorm(Function):
+    """y = x̂ ⊙ γ + β with x̂ = (x − μ) / √(σ² + ε) over the last axis.
+
+    With ĝ = g ⊙ γ, the closed-form VJP is
+    dx = (ĝ − mean(ĝ) − x̂ ⊙ mean(ĝ ⊙ x̂)) / √(σ² + ε),  dγ = Σ g ⊙ x̂,  dβ = Σ g.
+    """
+
+    rule = "dx = (ĝ − mean ĝ − x̂·mean(ĝx̂))/σ"
+
+    def forward(self, x, weight, bias=None, eps=1e-5):
+        xp = self.xp
+        xhat = x - x.mean(axis=-1, keepdims=True)
+        rstd = 1 / xp.sqrt((xhat * xhat).mean(axis=-1, keepdims=True) + eps)
+        xhat *= rstd
+        self.save(xhat, rstd, weight)
+        y = xhat * weight
+        if bias is not None:
+            y += bias
+        return y
+
+    def backward(self, g):
+        xhat, rstd, weight = self.saved
+        ghat = g * weight
+        dx = ghat - ghat.mean(axis=-1, keepdims=True) - xhat * (ghat * xhat).mean(axis=-1, keepdims=True)
+        dx *= rstd
+        dweight = g * xhat if self.needs_grad[1] else None
+        return (dx, dweight, g) if len(self.needs_grad) == 3 else (dx, dweight)
+
+
+class Dropout(Function):
+    """Inverted dropout: z = x ⊙ m, m = 1[u ≥ p] / (1 − p).   dx = g ⊙ m (the same mask)."""
+
+    rule = "dx = g·mask/(1−p)"
+
+    def forward(self, x, p):
+        keep = backend.generator(backend.device_of(x)).random(x.shape, dtype=x.dtype) >= p
+        mask = keep.astype(x.dtype)
+        mask *= 1 / (1 - p) if p < 1 else 0
+        self.save(mask)
+        return x * mask
+
+    def backward(self, g):
+        return g * self.saved[0]

@@ -1,0 +1,442 @@
+"""Tensor: an n-d array that remembers how it was computed, and `backward()`.
+
+Tensor is `Value`'s bigger sibling. `.data` and `.grad` are arrays instead of
+floats; every op is a `Function` that keeps its forward and its local
+derivative side by side (as a vector-Jacobian product, never a Jacobian
+matrix); and `backward()` is, as in micrograd, a topological sort and a loop:
+each op receives the gradient of its output and *accumulates* into its
+inputs'. What the engine does once, so that no op has to:
+
+- sums a gradient back over broadcast axes to its input's shape, and checks
+  it fits, naming the op that broke it;
+- keeps a leaf's `.grad` as its own buffer and adds into it across calls;
+- frees what each op saved for backward as soon as it has run.
+"""
+import contextlib
+import numpy as np
+
+from . import backend
+
+_default_dtype = np.dtype(np.float32)
+_grad_enabled = True
+_scopes = []  # dotted names of the modules whose forward is running, innermost last
+
+FLOAT_KINDS = "f"
+DATA_KINDS = "fiub"  # floats, integers (token ids), booleans (masks)
+
+
+class ShapeError(ValueError):
+    """Shapes that do not fit an op; the message names the op, the shapes and the fix."""
+
+
+def set_default_dtype(dtype):
+    """The float dtype of tensors made from Python numbers and lists (float32 to start with)."""
+    global _default_dtype
+    dtype = np.dtype(dtype)
+    if dtype.kind != "f":
+        raise TypeError(f"set_default_dtype: {dtype} is not a floating dtype; use float32 or float64")
+    _default_dtype = dtype
+
+
+def get_default_dtype():
+    return _default_dtype
+
+
+def is_grad_enabled():
+    return _grad_enabled
+
+
+class no_grad(contextlib.ContextDecorator):
+    """Record nothing: inside it ops make plain leaf tensors and save nothing for backward."""
+
+    def __enter__(self):
+        global _grad_enabled
+        self._previous, _grad_enabled = _grad_enabled, False
+
+    def __exit__(self, *exc):
+        global _grad_enabled
+        _grad_enabled = self._previous
+
+
+@contextlib.contextmanager
+def name_scope(name):
+    """Tag every op recorded inside with `name` (nn.Module passes its dotted path, e.g. 'h.0.attn')."""
+    _scopes.append(name)
+    try:
+        yield
+    finally:
+        _scopes.pop()
+
+
+class Function:
+    """One op: `forward` on arrays, `backward` maps the output's gradient to the inputs' (the VJP).
+
+    A subclass states its local Jacobian in its docstring and in `rule`, the
+    one-line label `viz` draws. `forward` keeps what backward needs with
+    `self.save(...)`; non-array settings are plain attributes. `backward`
+    returns one gradient per input (None where `self.needs_grad` says none is
+    wanted), in the broadcast shape if it likes: the engine sums it back.
+    """
+
+    rule = ""
+
+    def save(self, *arrays):
+        self.saved = arrays
+
+    @classmethod
+    def apply(cls, *inputs, **params):
+        device = inputs[0].device
+        for t in inputs:
+            if t.device != device:
+                raise RuntimeError(
+                    f"{cls.__name__}: inputs are on different devices "
+                    f"({', '.join(i.device for i in inputs)}); move them with .to({device!r}) first")
+        ctx = cls()
+        ctx.xp = backend.xp_for(device)
+        ctx.needs_grad = tuple(t._requires_grad for t in inputs) if _grad_enabled else (False,) * len(inputs)
+        try:
+            out = ctx.forward(*[t.data for t in inputs], **params)
+        except ShapeError:
+            raise
+        except ValueError as exc:
+            shapes = ", ".join(str(t.shape) for t in inputs)
+            raise ShapeError(f"{cls.__name__}: {exc} (input shapes {shapes})") from None
+        out_device = backend.device_of(out)
+        if out_device is None:  # NumPy's full reductions return scalars, not 0-d arrays
+            out, out_device = ctx.xp.asarray(out), device
+        requires_grad = any(ctx.needs_grad) and out.dtype.kind in FLOAT_KINDS
+        if requires_grad:
+            ctx.parents = inputs
+            ctx.scope = _scopes[-1] if _scopes else ""
+        return Tensor._make(out, out_device, requires_grad, ctx if requires_grad else None)
+
+    def forward(self, *arrays, **params):
+        raise NotImplementedError
+
+    def backward(self, grad):
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"<{type(self).__name__}: {self.rule}>"
+
+
+def _as_array(data, dtype, device):
+    """Convert user data to a backend array: floats keep their dtype, Python floats take the default."""
+    if isinstance(data, Tensor):
+        data = data.data
+    source = backend.device_of(data)
+    if source is None:
+        python_data = not isinstance(data, np.generic)
+        data = np.asarray(data)
+        if dtype is None and python_data and data.dtype.kind == "f":
+            dtype = _default_dtype
+        source = "cpu"
+    if dtype is not None:
+        dtype = np.dtype(dtype)
+    kind = (dtype or data.dtype).kind
+    if kind not in DATA_KINDS:
+        raise TypeError(
+            f"Tensor: unsupported dtype {dtype or data.dtype}; use a float (float32, float64), "
+            "an integer (token ids) or bool (masks)")
+    device = backend.check_device(device or source)
+    data = backend.to_device(data, device)
+    if dtype is not None and data.dtype != dtype:
+        data = data.astype(dtype)
+    return data, device
+
+
+class Tensor:
+    """An n-d array on a device, with the gradient machinery of `Value`."""
+
+    __slots__ = ("data", "grad", "_requires_grad", "device", "_ctx", "_retains_grad", "name", "__weakref__")
+    __array_ufunc__ = None  # `ndarray * tensor` must come to Tensor.__rmul__, not loop over elements
+
+    def __init__(self, data, requires_grad=False, dtype=None, device=None):
+        self.data, self.device = _as_array(data, dtype, device)
+        self.grad = None
+        self._ctx = None
+        self._retains_grad = False
+        self.name = None
+        self._requires_grad = False
+        self.requires_grad = requires_grad
+
+    @classmethod
+    def _make(cls, data, device, requires_grad, ctx):
+        """Wrap an op's output array (no conversion, no checks: the hot path)."""
+        t = cls.__new__(cls)
+        t.data, t.device, t._requires_grad, t._ctx = data, device, requires_grad, ctx
+        t.grad, t._retains_grad, t.name = None, False, None
+        return t
+
+    # ---- attributes -------------------------------------------------------
+    @property
+    def requires_grad(self):
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag):
+        if flag and self.data.dtype.kind not in FLOAT_KINDS:
+            raise TypeError(
+                f"only floating-point tensors can require grad, this one is {self.data.dtype}; "
+                "make it with float data or call .astype('float32') first")
+        if not flag and self._ctx is not None:
+            raise RuntimeError("requires_grad: cannot switch off a non-leaf tensor; use .detach()")
+        self._requires_grad = bool(flag)
+
+    shape = property(lambda self: self.data.shape)
+    ndim = property(lambda self: self.data.ndim)
+    dtype = property(lambda self: self.data.dtype)
+    size = property(lambda self: self.data.size)
+    is_leaf = property(lambda self: self._ctx is None)
+    T = property(lambda self: self.transpose())
+
+    def __len__(self):
+        return len(self.data)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self):
+        op = f", op={type(self._ctx).__name__}" if self._ctx is not None else ""
+        grad = ", requires_grad=True" if self.requires_grad else ""
+        device = f", device='{self.device}'" if self.device != "cpu" else ""
+        body = np.array2string(backend.to_host(self.data), separator=", ", prefix="Tensor(")
+        return f"Tensor({body}, dtype={self.dtype}{device}{grad}{op})"
+
+    # ---- leaving the graph ------------------------------------------------
+    def numpy(self):
+        return backend.to_host(self.data)
+
+    def item(self):
+        return self.data.item()
+
+    def tolist(self):
+        return self.data.tolist()
+
+    def detach(self):
+        return Tensor._make(self.data, self.device, False, None)
+
+    def to(self, device):
+        if device == self.device:
+            return self
+        backend.check_device(device)
+        backend.xp_for(device)
+        if not self.requires_grad or not _grad_enabled:
+            return Tensor._make(backend.to_device(self.data, device), device, False, None)
+        return _ops.ToDevice.apply(self, device=device)
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def astype(self, dtype):
+        dtype = np.dtype(dtype)
+        if dtype == self.dtype:
+            return self
+        if dtype.kind not in DATA_KINDS:
+            raise TypeError(f"astype: unsupported dtype {dtype}")
+        return _ops.Cast.apply(self, dtype=dtype)
+
+    def retain_grad(self):
+        """Keep `.grad` on this non-leaf tensor after backward (leaves always keep theirs)."""
+        if not self.requires_grad:
+            raise RuntimeError("retain_grad: this tensor does not require grad")
+        self._retains_grad = True
+        return self
+
+    # ---- backward ---------------------------------------------------------
+    def backward(self, grad=None, retain_graph=False):
+        """Fill `.grad` of every leaf this tensor was computed from with d(self)/d(leaf).
+
+        Visits tensors in reverse topological order, so each op runs once, after
+        all the ops that used its output have added their share of its gradient.
+        """
+        if not self.requires_grad:
+            raise RuntimeError(
+                "backward: this tensor does not require grad: none of its inputs had "
+                "requires_grad=True, or it was computed under no_grad()")
+        xp = backend.xp_for(self.device)
+        if grad is None:
+            if self.data.size != 1:
+                raise RuntimeError(
+                    f"backward: a gradient can be implied only for a scalar, this tensor has shape "
+                    f"{self.shape}; reduce it first (e.g. .sum()) or pass grad= of that shape")
+            grad = xp.ones_like(self.data)
+        else:
+            grad, _ = _as_array(grad, self.dtype, self.device)
+            if grad.shape != self.shape:
+                raise ShapeError(f"backward: grad has shape {grad.shape} but the tensor has shape {self.shape}")
+        grads = {id(self): grad}
+        for t in _topological_order(self):
+            g = grads.pop(id(t), None)
+            ctx = t._ctx
+            if g is None:
+                continue
+            if ctx is None or t._retains_grad:
+                _accumulate(t, g)
+                if ctx is None:
+                    continue
+            if ctx.parents is None:
+                raise RuntimeError(
+                    f"backward: the graph through {type(ctx).__name__} was freed by an earlier backward(); "
+                    "call the first backward(retain_graph=True) to go through it twice")
+            input_grads = ctx.backward(g)
+            if not isinstance(input_grads, tuple):
+                input_grads = (input_grads,)
+            for parent, pg in zip(ctx.parents, input_grads):
+                if pg is None or not parent._requires_grad:
+                    continue
+                if pg.shape != parent.data.shape:
+                    pg = _unbroadcast(pg, parent.data.shape, ctx)
+                if pg.dtype != parent.data.dtype:
+                    pg = pg.astype(parent.data.dtype)
+                previous = grads.get(id(parent))
+                grads[id(parent)] = pg if previous is None else previous + pg
+            if not retain_graph:
+                ctx.parents = ctx.saved = None
+
+    # ---- operators --------------------------------------------------------
+    def _lift(self, other):
+        """A constant operand as a Tensor; Python numbers take this tensor's float dtype."""
+        if isinstance(other, Tensor):
+            return other
+        if isinstance(other, (int, float)) and self.data.dtype.kind in FLOAT_KINDS:
+            return Tensor._make(backend.xp_for(self.device).asarray(other, dtype=self.data.dtype),
+                                self.device, False, None)
+        return Tensor(other, device=self.device)
+
+    def __add__(self, other): return _ops.Add.apply(self, self._lift(other))
+    def __radd__(self, other): return _ops.Add.apply(self._lift(other), self)
+    def __sub__(self, other): return _ops.Sub.apply(self, self._lift(other))
+    def __rsub__(self, other): return _ops.Sub.apply(self._lift(other), self)
+    def __mul__(self, other): return _ops.Mul.apply(self, self._lift(other))
+    def __rmul__(self, other): return _ops.Mul.apply(self._lift(other), self)
+    def __truediv__(self, other): return _ops.Div.apply(self, self._lift(other))
+    def __rtruediv__(self, other): return _ops.Div.apply(self._lift(other), self)
+    def __pow__(self, other): return _ops.Pow.apply(self, self._lift(other))
+    def __rpow__(self, other): return _ops.Pow.apply(self._lift(other), self)
+    def __matmul__(self, other): return _ops.MatMul.apply(self, self._lift(other))
+    def __rmatmul__(self, other): return _ops.MatMul.apply(self._lift(other), self)
+    def __neg__(self): return _ops.Neg.apply(self)
+
+    def _compare(self, other, op):
+        other = other.data if isinstance(other, Tensor) else other
+        return Tensor._make(op(self.data, other), self.device, False, None)
+
+    def __lt__(self, other): return self._compare(other, lambda a, b: a < b)
+    def __le__(self, other): return self._compare(other, lambda a, b: a <= b)
+    def __gt__(self, other): return self._compare(other, lambda a, b: a > b)
+    def __ge__(self, other): return self._compare(other, lambda a, b: a >= b)
+    def __eq__(self, other): return self._compare(other, lambda a, b: a == b)
+    def __ne__(self, other): return self._compare(other, lambda a, b: a != b)
+    __hash__ = object.__hash__
+
+    # ---- methods ----------------------------------------------------------
+    def sum(self, axis=None, keepdims=False):
+        return _ops.Sum.apply(self, axis=axis, keepdims=keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        return self.sum(axis, keepdims) * (1.0 / _count(self.shape, axis))
+
+    def var(self, axis=None, keepdims=False, ddof=0):
+        centred = self - self.mean(axis, keepdims=True)
+        return (centred * centred).sum(axis, keepdims) * (1.0 / (_count(self.shape, axis) - ddof))
+
+    def max(self, axis=None, keepdims=False):
+        return _ops.Max.apply(self, axis=axis, keepdims=keepdims)
+
+    def exp(self): return _ops.Exp.apply(self)
+    def log(self): return _ops.Log.apply(self)
+    def sqrt(self): return _ops.Sqrt.apply(self)
+    def tanh(self): return _ops.Tanh.apply(self)
+    def sigmoid(self): return _ops.Sigmoid.apply(self)
+    def relu(self): return _ops.ReLU.apply(self)
+    def gelu(self): return _ops.GELU.apply(self)
+
+    def softmax(self, axis=-1):
+        return _ops.Softmax.apply(self, axis=axis)
+
+    def log_softmax(self, axis=-1):
+        return _ops.LogSoftmax.apply(self, axis=axis)
+
+    def reshape(self, *shape):
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        return _ops.Reshape.apply(self, shape=tuple(shape))
+
+    def transpose(self, *axes):
+        axes = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
+        return _ops.Transpose.apply(self, axes=tuple(axes) if axes else None)
+
+    def __getitem__(self, key):
+        key, advanced = _index_key(key, self.device)
+        return _ops.GetItem.apply(self, key=key, advanced=advanced)
+
+
+def _topological_order(root):
+    """Tensors that need a gradient, reachable from `root`, each before the tensors it was computed from.
+
+    Iterative depth-first search, so a 20,000-op chain needs no recursion.
+    """
+    order, visited = [], set()
+    stack = [(root, False)]
+    while stack:
+        t, inputs_done = stack.pop()
+        if inputs_done:
+            order.append(t)
+            continue
+        if id(t) in visited:
+            continue
+        visited.add(id(t))
+        stack.append((t, True))
+        if t._ctx is not None and t._ctx.parents is not None:
+            stack.extend((p, False) for p in t._ctx.parents if p._requires_grad and id(p) not in visited)
+    order.reverse()
+    return order
+
+
+def _accumulate(t, g):
+    """Add into `t.grad`; the first gradient is copied, since `g` may be a view shared with other tensors."""
+    if t.grad is None:
+        t.grad = g.astype(t.data.dtype, copy=True)
+    else:
+        t.grad += g
+
+
+def _unbroadcast(grad, shape, ctx):
+    """Broadcasting's adjoint: sum `grad` over the axes that broadcasting added or stretched."""
+    extra = grad.ndim - len(shape)
+    if extra < 0 or any(n != 1 and n != m for n, m in zip(shape, grad.shape[extra:])):
+        raise ShapeError(
+            f"{type(ctx).__name__}.backward returned a gradient of shape {grad.shape} "
+            f"for an input of shape {shape}: the op's VJP is wrong")
+    axes = tuple(range(extra)) + tuple(
+        extra + i for i, n in enumerate(shape) if n == 1 and grad.shape[extra + i] != 1)
+    return grad.sum(axis=axes, keepdims=True).reshape(shape)
+
+
+def _count(shape, axis):
+    """How many elements a reduction over `axis` combines."""
+    if axis is None:
+        return int(np.prod(shape))
+    axes = (axis,) if isinstance(axis, int) else axis
+    return int(np.prod([shape[a] for a in axes]))
+
+
+def _index_key(key, device):
+    """Indexing keys as backend arrays; reports whether any is an integer array (advanced indexing)."""
+    parts = key if isinstance(key, tuple) else (key,)
+    out, advanced = [], False
+    for part in parts:
+        if isinstance(part, (Tensor, list, np.ndarray)) or backend.device_of(part) is not None:
+            part, _ = _as_array(part, None, device)
+            if part.dtype.kind == "b":
+                out.extend(part.nonzero())
+                advanced = True
+                continue
+            if part.dtype.kind not in "iu":
+                raise IndexError(f"getitem: index arrays must be integer or bool, got {part.dtype}")
+            advanced = True
+        out.append(part)
+    return tuple(out), advanced
+
+
+from . import ops as _ops  # noqa: E402  (ops subclass Function, defined above)
