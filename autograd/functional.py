@@ -90,9 +90,11 @@ def softmax(x, axis=-1, mask=None):
     if mask is not None:
         mask = _constant(mask, x.device, "softmax", "b", "mask (True = visible)")
         try:
-            np.broadcast_shapes(mask.shape, x.shape)
+            fits = np.broadcast_shapes(mask.shape, x.shape) == x.shape  # the mask may not enlarge x
         except ValueError:
-            raise ShapeError(f"softmax: mask of shape {mask.shape} does not broadcast to scores of shape {x.shape}") from None
+            fits = False
+        if not fits:
+            raise ShapeError(f"softmax: mask of shape {mask.shape} does not broadcast to scores of shape {x.shape}")
     return ops.Softmax.apply(x, axis=axis, mask=mask)
 
 

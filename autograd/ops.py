@@ -123,10 +123,11 @@ class MatMul(Function):
         a, b = self.saved
         a2 = a[None, :] if a.ndim == 1 else a
         b2 = b[:, None] if b.ndim == 1 else b
-        if a.ndim == 1:
-            g = g[..., None, :]
+        # b's axis first: for 1-D @ 1-D, g is 0-d and gains the column axis, then the row axis
         if b.ndim == 1:
             g = g[..., None]
+        if a.ndim == 1:
+            g = g[..., None, :]
         da = db = None
         if self.needs_grad[0]:
             da = g @ b2.swapaxes(-1, -2)

@@ -49,13 +49,17 @@ def is_grad_enabled():
 class no_grad(contextlib.ContextDecorator):
     """Record nothing: inside it ops make plain leaf tensors and save nothing for backward."""
 
+    def __init__(self):
+        self._previous = []  # a stack: one `@no_grad()` instance is re-entered by recursive calls
+
     def __enter__(self):
         global _grad_enabled
-        self._previous, _grad_enabled = _grad_enabled, False
+        self._previous.append(_grad_enabled)
+        _grad_enabled = False
 
     def __exit__(self, *exc):
         global _grad_enabled
-        _grad_enabled = self._previous
+        _grad_enabled = self._previous.pop()
 
 
 @contextlib.contextmanager
@@ -266,7 +270,9 @@ class Tensor:
             if grad.shape != self.shape:
                 raise ShapeError(f"backward: grad has shape {grad.shape} but the tensor has shape {self.shape}")
         grads = {id(self): grad}
-        for t in _topological_order(self):
+        order = _topological_order(self)
+        for i in range(len(order)):
+            t, order[i] = order[i], None  # hold no reference: a used activation can be freed during backward
             g = grads.pop(id(t), None)
             ctx = t._ctx
             if g is None:
@@ -396,7 +402,8 @@ def _topological_order(root):
 def _accumulate(t, g):
     """Add into `t.grad`; the first gradient is copied, since `g` may be a view shared with other tensors."""
     if t.grad is None:
-        t.grad = g.astype(t.data.dtype, copy=True)
+        # xp.array, not g.astype: a NumPy op on 0-d arrays returns a scalar, and .grad must be an array
+        t.grad = backend.xp_for(t.device).array(g, dtype=t.data.dtype, copy=True)
     else:
         t.grad += g
 

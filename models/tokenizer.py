@@ -59,7 +59,7 @@ class Tokenizer(Protocol):
     def to_dict(self) -> dict: ...
 
 
-def tokenizer_from_dict(description: Mapping) -> CharTokenizer | ByteBPETokenizer | GPT2Tokenizer:
+def tokenizer_from_dict(description: Mapping) -> Tokenizer:
     """Rebuild the tokenizer that ``to_dict()`` described (e.g. from a checkpoint)."""
     kinds = {cls.kind: cls for cls in (CharTokenizer, ByteBPETokenizer, GPT2Tokenizer)}
     kind = description.get("kind") if isinstance(description, Mapping) else None

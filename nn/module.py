@@ -122,10 +122,12 @@ class Module:
         if problems:
             raise KeyError(f"load_state_dict into {type(self).__name__}: " + ", ".join(problems)
                            + "; check the model's config matches the checkpoint's (or pass strict=False)")
-        for name, param in own.items():
-            if name in state_dict:
-                value = Tensor(state_dict[name], dtype=param.dtype, device=param.device)
-                param.data = value.data.copy()  # the model must not share memory with the dict it loaded
+        # Convert every array before assigning any, so a value that cannot be converted changes nothing;
+        # copied, because the model must not share memory with the dict it loaded.
+        arrays = {name: Tensor(state_dict[name], dtype=param.dtype, device=param.device).data.copy()
+                  for name, param in own.items() if name in state_dict}
+        for name, array in arrays.items():
+            own[name].data = array
         return self
 
     # ---- modes and devices -------------------------------------------------------------

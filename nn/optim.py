@@ -10,6 +10,16 @@ import math
 from autograd import backend
 
 
+# Buffers are updated in place, so a saved state and the live one must never share an array;
+# counters (AdamW's step) are plain ints and pass through.
+def _host_copy(value):
+    return backend.to_host(value).copy() if backend.device_of(value) else value
+
+
+def _device_copy(value, device):
+    return backend.xp_for(device).array(value) if backend.device_of(value) else value
+
+
 class Optimizer:
     def __init__(self, params, defaults):
         params = list(params)
@@ -49,7 +59,7 @@ class Optimizer:
         return {
             "steps": self.steps,
             "param_groups": [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups],
-            "state": {i: {k: backend.to_host(v) for k, v in self.state[id(p)].items()}
+            "state": {i: {k: _host_copy(v) for k, v in self.state[id(p)].items()}
                       for i, p in enumerate(params) if id(p) in self.state},
         }
 
@@ -61,7 +71,7 @@ class Optimizer:
         for group, saved in zip(self.param_groups, state_dict["param_groups"]):
             group.update(saved)
         self.steps = state_dict["steps"]
-        self.state = {id(params[int(i)]): {k: backend.to_device(v, params[int(i)].device) for k, v in s.items()}
+        self.state = {id(params[int(i)]): {k: _device_copy(v, params[int(i)].device) for k, v in s.items()}
                       for i, s in state_dict["state"].items()}
 
 

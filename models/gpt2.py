@@ -1,0 +1,659 @@
+"""GPT-2 on this project's autograd engine: the model, its sampler, its checkpoints.
+
+What this file promises:
+
+* ``GPTConfig`` and ``GPT``: OpenAI's GPT-2 (pre-LN transformer blocks, fused
+  Q/K/V projection, tanh GELU, LM head tied to the token embedding), with every
+  parameter named as in GPT-2's checkpoints (``transformer.h.0.attn.c_attn.weight``)
+  and stored as they store it, weights (in, out), so checkpoints load by name.
+* ``model(idx, targets=None) -> (logits, loss)``: logits (B, T, vocab_size) for
+  every position; the mean cross-entropy when targets are given (targets equal
+  to -1 are ignored), else None.
+* ``model.generate(...)``: greedy, temperature, top-k and top-p (nucleus)
+  sampling, with a key/value cache, seeded by ``autograd.manual_seed``; cached
+  and uncached decoding give the same tokens, also past ``block_size``.
+* ``GPT.from_pretrained(folder)`` / ``model.save_pretrained(folder)``: the
+  Hugging Face folder format (``config.json`` + ``model.safetensors``), which
+  ``transformers.GPT2LMHeadModel`` reads and writes. Saving is atomic.
+* ``parameter_shapes(config)``: every parameter's shape from the config alone;
+  ``python -m models.gpt2 --params`` prints where GPT-2 small's 124,439,808 are.
+* ``demo_loss()``: a tiny GPT's deterministic loss, for ``viz``.
+
+Read top to bottom: config, attention, MLP, block, model, generation,
+checkpoints, parameter count, demo. Shapes use B batch, T time, C = n_embd,
+nh heads of hs = C / nh features each, V = vocab_size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+import autograd as ag
+import nn
+from autograd import Tensor, backend
+
+
+@dataclass
+class GPTConfig:
+    """GPT-2's hyper-parameters; the defaults are GPT-2 small (124M)."""
+
+    vocab_size: int = 50257  # 50,000 BPE merges + 256 bytes + <|endoftext|>
+    block_size: int = 1024  # the longest context, the rows of the position table
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0  # on embeddings, attention weights and both residual branches
+    bias: bool = True  # biases in the Linears and LayerNorms, as GPT-2 has them
+    layer_norm_epsilon: float = 1e-5
+
+    def __post_init__(self):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"GPTConfig: {name} must be a positive integer, got {value!r}")
+        if self.n_embd % self.n_head:
+            raise ValueError(
+                f"GPTConfig: n_embd={self.n_embd} is not divisible by n_head={self.n_head}; every head "
+                f"gets n_embd // n_head features, so choose n_embd a multiple of n_head")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"GPTConfig: dropout must be in [0, 1), got {self.dropout}")
+
+
+# ---- the layers ----------------------------------------------------------------------------
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head self-attention where each position sees itself and the positions before it."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.n_head = config.n_head
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)  # x → [q | k | v]
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.attn_dropout = config.dropout  # a probability: sdpa drops attention weights itself
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x, cache=None):
+        B, T, C = x.shape
+        nh, hs = self.n_head, C // self.n_head
+        q, k, v = ag.split(self.c_attn(x), 3, axis=2)  # 3 × (B, T, C)
+        q = q.reshape(B, T, nh, hs).transpose(0, 2, 1, 3)  # (B, nh, T, hs)
+        k = k.reshape(B, T, nh, hs).transpose(0, 2, 1, 3)  # (B, nh, T, hs)
+        v = v.reshape(B, T, nh, hs).transpose(0, 2, 1, 3)  # (B, nh, T, hs)
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, nh, T_seen + T, hs): every position so far
+        # With fewer queries than keys, sdpa lines the queries up with the *last* keys.
+        y = ag.scaled_dot_product_attention(q, k, v, causal=True,
+                                            dropout_p=self.attn_dropout if self.training else 0.0)  # (B, nh, T, hs)
+        y = y.transpose(0, 2, 1, 3).reshape(B, T, C)  # (B, T, C): the heads side by side again
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward: C → 4C, GELU (tanh approximation), 4C → C."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        h = self.c_fc(x).gelu()  # (B, T, 4C)
+        return self.dropout(self.c_proj(h))  # (B, T, C)
+
+
+class Block(nn.Module):
+    """Pre-LN: each branch reads a normalised copy and adds into the untouched residual stream."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x, cache=None):
+        x = x + self.attn(self.ln_1(x), cache=cache)
+        return x + self.mlp(self.ln_2(x))
+
+
+class Transformer(nn.Module):
+    """Token + position embeddings, the blocks, the final LayerNorm: ids (B, T) → features (B, T, C)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd)
+        self.drop = nn.Dropout(config.dropout)
+        self.h = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
+
+    def forward(self, idx, kv_cache=None):
+        T = idx.shape[1]
+        start = kv_cache.length if kv_cache is not None else 0  # the first new token's position
+        pos = backend.xp_for(self.wpe.weight.device).arange(start, start + T)  # (T,)
+        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C) + (T, C) → (B, T, C)
+        for i, block in enumerate(self.h):
+            x = block(x, cache=kv_cache.layers[i] if kv_cache is not None else None)
+        return self.ln_f(x)  # (B, T, C)
+
+
+# ---- the key/value cache ---------------------------------------------------------------------
+
+
+class LayerCache:
+    """One layer's keys and values so far, in preallocated (B, nh, block_size, hs) buffers.
+
+    Plain arrays, outside the autograd graph: generation runs under no_grad, and
+    writing in place avoids a concatenation (a full copy) per new token.
+    """
+
+    def __init__(self, shape, dtype, device):
+        xp = backend.xp_for(device)
+        self.keys = xp.zeros(shape, dtype=dtype)
+        self.values = xp.zeros(shape, dtype=dtype)
+        self.length = 0
+
+    def append(self, k, v):
+        """Store the new (B, nh, T, hs) keys and values; return all of them so far."""
+        end = self.length + k.shape[2]
+        if end > self.keys.shape[2]:
+            raise ValueError(f"KV cache: {end} positions do not fit a cache of block_size {self.keys.shape[2]}; "
+                             "start again from the last block_size tokens")
+        self.keys[:, :, self.length:end] = k.data
+        self.values[:, :, self.length:end] = v.data
+        self.length = end
+        return Tensor(self.keys[:, :, :end]), Tensor(self.values[:, :, :end])
+
+
+class KVCache:
+    """A LayerCache per block; `length` positions (0 … length−1) are cached."""
+
+    def __init__(self, config, batch_size, dtype, device):
+        shape = (batch_size, config.n_head, config.block_size, config.n_embd // config.n_head)
+        self.layers = [LayerCache(shape, dtype, device) for _ in range(config.n_layer)]
+
+    @property
+    def length(self):
+        return self.layers[0].length
+
+    def reset(self):
+        for layer in self.layers:
+            layer.length = 0
+
+
+# ---- the model --------------------------------------------------------------------------------
+
+
+class GPT(nn.Module):
+    """GPT-2: `Transformer` features, then logits = features @ wteᵀ (the LM head is the embedding)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.transformer = Transformer(config)
+        self._init_weights()
+
+    def _init_weights(self):
+        """GPT-2's initialisation, drawn from autograd's seeded generator (`autograd.manual_seed`).
+
+        Weights and embeddings ~ N(0, 0.02²), biases 0, LayerNorm scales 1. The
+        residual projections (`c_proj`) get std 0.02/√(2·n_layer): each block
+        adds two branches into the residual stream, and this keeps its variance
+        from growing with depth.
+        """
+        resid_std = 0.02 / math.sqrt(2 * self.config.n_layer)
+        for name, p in self.named_parameters():
+            if name.endswith(".bias"):
+                p.data[...] = 0
+            elif ".ln_" in name:
+                p.data[...] = 1
+            else:
+                std = resid_std if name.endswith("c_proj.weight") else 0.02
+                p.data = (ag.randn(*p.shape, dtype=p.dtype) * std).data
+
+    def forward(self, idx, targets=None, kv_cache=None, last_only=False):
+        """logits (B, T, V) for ids `idx` (B, T); loss = mean cross-entropy against `targets` (−1 = ignore).
+
+        With a `kv_cache` (inference only), `idx` continues the cached positions.
+        `last_only` computes the last position's logits alone, (B, 1, V): all
+        that generation needs, and the LM head is the largest matmul.
+        """
+        idx = self._check_ids(idx, kv_cache)
+        x = self.transformer(idx, kv_cache)  # (B, T, C)
+        if last_only:
+            x = x[:, -1:, :]  # (B, 1, C)
+        logits = self._lm_head(x)  # (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = ag.cross_entropy(logits, targets, ignore_index=-1)
+        return logits, loss
+
+    def _lm_head(self, x):
+        """Scores against every token embedding: x @ wteᵀ, one GEMM over all B·T rows."""
+        with ag.name_scope("lm_head"):
+            B, T, C = x.shape
+            wte = self.transformer.wte.weight
+            return (x.reshape(B * T, C) @ wte.T).reshape(B, T, wte.shape[0])  # (B·T, C) @ (C, V) → (B, T, V)
+
+    def _check_ids(self, idx, kv_cache=None):
+        data = idx.data if isinstance(idx, Tensor) else idx if backend.device_of(idx) else np.asarray(idx)
+        if data.dtype.kind not in "iu":
+            raise TypeError(f"GPT: idx must hold integer token ids, got dtype {data.dtype}; "
+                            "pass ints (e.g. np.int64), not floats")
+        if data.ndim != 2:
+            raise ValueError(f"GPT: idx must have shape (B, T), got {data.shape}; "
+                             "add a batch axis for one sequence (idx[None])")
+        seen = kv_cache.length if kv_cache is not None else 0
+        if data.shape[1] == 0 or seen + data.shape[1] > self.config.block_size:
+            raise ValueError(
+                f"GPT: cannot run a sequence of {data.shape[1]} tokens"
+                + (f" after {seen} cached ones" if seen else "")
+                + f"; the model's block_size is {self.config.block_size}: crop to the last "
+                  f"{self.config.block_size} tokens (generate does this)")
+        if kv_cache is not None and ag.is_grad_enabled():
+            raise RuntimeError("GPT: the KV cache is for inference (it is outside the graph); "
+                               "run under autograd.no_grad()")
+        return data
+
+    def optimizer_groups(self, weight_decay):
+        """AdamW groups as nanoGPT makes them: decay the 2-D weights (matmuls, embeddings), not biases or LayerNorms."""
+        params = self.parameters()
+        return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+                {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+
+    # ---- generation ---------------------------------------------------------------------------
+
+    @ag.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None, use_cache=True):
+        """Extend each row of `idx` by `max_new_tokens` tokens; returns prompt + new tokens like `idx`.
+
+        `idx` is (B, T) or (T,) token ids as a list, ndarray or Tensor; the result
+        has the same type. temperature=0 or top_k=1 is greedy decoding. Random
+        draws come from autograd's CPU generator, so `autograd.manual_seed` makes
+        sampling reproducible. With `use_cache`, the prompt is run once (prefill)
+        and then one token per step, reusing every layer's keys and values. Past
+        block_size the window slides, every position shifts, and the cache is
+        rebuilt from the cropped window, which keeps the result identical to
+        `use_cache=False`.
+        """
+        _check_sampling(max_new_tokens, temperature, top_k, top_p)
+        ids, give_back = _as_batch(idx)
+        B, T = ids.shape
+        self._check_ids(ids[:, -self.config.block_size:])
+        out = np.empty((B, T + max_new_tokens), dtype=np.int64)
+        out[:, :T] = ids
+        wte = self.transformer.wte.weight
+        cache = KVCache(self.config, B, wte.dtype, wte.device) if use_cache else None
+        cache_start = 0  # the token whose keys sit at cache position 0
+        was_training = self.training
+        self.eval()
+        try:
+            for n in range(T, T + max_new_tokens):
+                start = max(0, n - self.config.block_size)  # the window the model sees: out[:, start:n]
+                if cache is None:
+                    window = out[:, start:n]
+                elif start == cache_start and cache.length == n - 1 - start:
+                    window = out[:, n - 1:n]  # only the newest token; the cache holds the rest
+                else:  # first step, or the window slid: every position changed, so prefill again
+                    cache.reset()
+                    cache_start, window = start, out[:, start:n]
+                logits, _ = self(window, kv_cache=cache, last_only=True)  # (B, 1, V)
+                out[:, n] = sample(backend.to_host(logits.data[:, -1]), temperature, top_k, top_p)
+        finally:
+            self.train(was_training)
+        return give_back(out)
+
+    # ---- checkpoints ----------------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, directory, dropout=0.0):
+        """Load a Hugging Face GPT-2 folder: `config.json` and `model.safetensors`.
+
+        Reads both the layout `transformers` writes (keys `transformer.h.0…`,
+        perhaps a tied `lm_head.weight`) and the original hub layout (keys `h.0…`
+        with `attn.bias` / `attn.masked_bias` mask buffers, which are ignored).
+        """
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise FileNotFoundError(f"GPT.from_pretrained: no folder {directory}; give the folder that holds "
+                                    "config.json and model.safetensors (e.g. `huggingface-cli download gpt2`)")
+        config_file = directory / "config.json"
+        if not config_file.is_file():
+            raise FileNotFoundError(f"GPT.from_pretrained: {config_file} is missing; a Hugging Face GPT-2 folder "
+                                    "has config.json next to model.safetensors")
+        config = config_from_hf(json.loads(config_file.read_text()), dropout=dropout)
+        tensors = _read_safetensors(directory)
+        state = _state_from_checkpoint(tensors, config, directory)
+        model = cls(config)
+        model.load_state_dict(state)
+        return model
+
+    def save_pretrained(self, directory):
+        """Write `config.json` and `model.safetensors` as `transformers` does, atomically.
+
+        Both files are written completely into a temporary sibling folder first,
+        then moved into place with os.replace (a rename, atomic on one file
+        system): an interrupted save leaves the previous files, never half a file.
+        Other files in `directory` (a tokenizer, say) are left alone.
+        """
+        if not self.config.bias:
+            raise ValueError("save_pretrained: transformers' GPT-2 always has biases; this model has bias=False")
+        from safetensors.numpy import save_file
+
+        directory = Path(directory)
+        if directory.exists() and not directory.is_dir():
+            raise NotADirectoryError(f"save_pretrained: {directory} exists and is not a folder")
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".partial", dir=directory.parent))
+        try:
+            tensors = {name: np.ascontiguousarray(backend.to_host(p.data))  # names are transformer.…
+                       for name, p in self.named_parameters()}
+            save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
+            dtype = str(self.transformer.wte.weight.dtype)
+            (staging / "config.json").write_text(json.dumps(config_to_hf(self.config, dtype), indent=2) + "\n")
+            for name in ("model.safetensors", "config.json"):
+                _fsync(staging / name)
+            if not directory.exists():
+                os.replace(staging, directory)  # a new folder appears whole, or not at all
+                return
+            for name in ("model.safetensors", "config.json"):  # each file is swapped whole
+                os.replace(staging / name, directory / name)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+# ---- sampling ----------------------------------------------------------------------------------
+
+
+def sample(logits, temperature=1.0, top_k=None, top_p=None):
+    """One token id per row of `logits` (B, V): greedy, or drawn from the filtered softmax.
+
+    Order as in transformers: divide by the temperature, keep the top_k highest
+    logits, then keep the smallest set of most likely tokens whose probability
+    reaches top_p (the most likely token always stays). Draws one uniform
+    number per row from autograd's CPU generator.
+    """
+    logits = np.asarray(logits, dtype=np.float64)
+    if temperature == 0 or top_k == 1:
+        return logits.argmax(axis=-1)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = np.partition(logits, -top_k, axis=-1)[:, -top_k, None]  # (B, 1): the k-th largest
+        logits = np.where(logits < kth, -np.inf, logits)
+    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)  # (B, V)
+    if top_p is not None and top_p < 1:
+        order = np.argsort(-probs, axis=-1, kind="stable")  # most likely first; ties by id, as argmax
+        sorted_probs = np.take_along_axis(probs, order, axis=-1)
+        mass_before = np.cumsum(sorted_probs, axis=-1) - sorted_probs
+        drop = np.empty_like(probs, dtype=bool)
+        np.put_along_axis(drop, order, mass_before >= top_p, axis=-1)  # back to vocabulary order
+        probs = np.where(drop, 0.0, probs)
+    cdf = np.cumsum(probs, axis=-1)  # (B, V)
+    u = backend.generator("cpu").random(len(cdf)) * cdf[:, -1]  # (B,): uniform in [0, total mass)
+    picks = [np.searchsorted(row, x, side="right") for row, x in zip(cdf, u)]
+    return np.minimum(picks, cdf.shape[-1] - 1)
+
+
+def _check_sampling(max_new_tokens, temperature, top_k, top_p):
+    if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
+        raise ValueError(f"generate: max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
+    if temperature < 0:
+        raise ValueError(f"generate: temperature must be >= 0 (0 is greedy), got {temperature}")
+    if top_k is not None and (not isinstance(top_k, (int, np.integer)) or top_k < 1):
+        raise ValueError(f"generate: top_k must be a positive integer or None, got {top_k!r}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"generate: top_p must be in (0, 1] or None, got {top_p}")
+
+
+def _as_batch(idx):
+    """`idx` as a (B, T) int64 host array, and a function that turns the output back into idx's kind."""
+    if isinstance(idx, Tensor):
+        device = idx.device
+        ids = backend.to_host(idx.data)
+        back = lambda out: Tensor((out if ids.ndim == 2 else out[0]).astype(ids.dtype), device=device)  # noqa: E731
+    elif isinstance(idx, np.ndarray):
+        ids = idx
+        back = lambda out: (out if ids.ndim == 2 else out[0]).astype(ids.dtype)  # noqa: E731
+    else:
+        ids = np.asarray(idx)
+        back = lambda out: (out if ids.ndim == 2 else out[0]).tolist()  # noqa: E731
+    if ids.dtype.kind not in "iu" or ids.ndim not in (1, 2) or ids.shape[-1] == 0:
+        raise ValueError(f"generate: idx must be non-empty integer token ids of shape (B, T) or (T,), "
+                         f"got dtype {ids.dtype} and shape {ids.shape}")
+    return (ids if ids.ndim == 2 else ids[None]).astype(np.int64), back
+
+
+# ---- checkpoints: Hugging Face's format ---------------------------------------------------------
+
+_MASK_BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")  # the original layout's causal-mask buffers
+_TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # names transformers gives the tanh GELU
+
+
+def config_from_hf(hf, dropout=0.0):
+    """A GPTConfig from a transformers GPT-2 `config.json` dict; refuses what this model cannot compute."""
+    if hf.get("model_type", "gpt2") != "gpt2":
+        raise ValueError(f"from_pretrained: config.json describes a {hf['model_type']!r} model, not 'gpt2'")
+    n_embd = hf.get("n_embd", 768)
+    unsupported = []
+    if hf.get("activation_function", "gelu_new") not in _TANH_GELUS:
+        unsupported.append(f"activation_function={hf['activation_function']!r} (this model uses GPT-2's tanh GELU)")
+    if hf.get("n_inner") not in (None, 4 * n_embd):
+        unsupported.append(f"n_inner={hf['n_inner']} (the MLP here is 4 × n_embd = {4 * n_embd})")
+    if not hf.get("scale_attn_weights", True):
+        unsupported.append("scale_attn_weights=false (attention here scales by 1/√head_size)")
+    if hf.get("scale_attn_by_inverse_layer_idx", False):
+        unsupported.append("scale_attn_by_inverse_layer_idx=true")
+    if hf.get("add_cross_attention", False):
+        unsupported.append("add_cross_attention=true")
+    if not hf.get("tie_word_embeddings", True):
+        unsupported.append("tie_word_embeddings=false (the LM head here is the token embedding)")
+    if unsupported:
+        raise ValueError("from_pretrained: config.json asks for what this GPT-2 does not implement: "
+                         + "; ".join(unsupported))
+    return GPTConfig(vocab_size=hf.get("vocab_size", 50257),
+                     block_size=hf.get("n_positions", hf.get("n_ctx", 1024)),
+                     n_layer=hf.get("n_layer", 12), n_head=hf.get("n_head", 12), n_embd=n_embd,
+                     dropout=dropout, bias=True, layer_norm_epsilon=hf.get("layer_norm_epsilon", 1e-5))
+
+
+def config_to_hf(config, dtype="float32"):
+    """The `config.json` dict transformers' GPT2LMHeadModel needs to rebuild `config`."""
+    eos = 50256 if config.vocab_size > 50256 else None  # GPT-2's <|endoftext|>, only if the vocabulary has it
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": config.vocab_size,
+        "n_positions": config.block_size,
+        "n_embd": config.n_embd,
+        "n_layer": config.n_layer,
+        "n_head": config.n_head,
+        "n_inner": None,
+        "activation_function": "gelu_new",
+        "resid_pdrop": config.dropout,
+        "embd_pdrop": config.dropout,
+        "attn_pdrop": config.dropout,
+        "layer_norm_epsilon": config.layer_norm_epsilon,
+        "initializer_range": 0.02,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False,
+        "use_cache": True,
+        "bos_token_id": eos,
+        "eos_token_id": eos,
+        "tie_word_embeddings": True,
+        "dtype": dtype,
+    }
+
+
+def _read_safetensors(directory):
+    """Every tensor of `model.safetensors` (or of the shards its index names) as NumPy arrays."""
+    from safetensors.numpy import load_file
+
+    single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
+    if single.is_file():
+        return load_file(str(single))
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return {k: v for shard in shards for k, v in load_file(str(directory / shard)).items()}
+    others = sorted(p.name for p in directory.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".h5", ".msgpack"))
+    hint = (f" (found {', '.join(others)}: convert them with transformers, "
+            "`GPT2LMHeadModel.from_pretrained(folder).save_pretrained(folder)`)") if others else ""
+    raise FileNotFoundError(f"GPT.from_pretrained: {single} is missing; only safetensors weights are read{hint}")
+
+
+def _state_from_checkpoint(tensors, config, directory):
+    """Checkpoint tensors renamed to this model's parameter names, checked against `config`'s shapes."""
+    state, head = {}, None
+    for key, array in tensors.items():
+        name = key.removeprefix("transformer.")
+        if key == "lm_head.weight":
+            head = array
+        elif not _MASK_BUFFER.match(name):
+            state[f"transformer.{name}"] = array
+    expected = parameter_shapes(config)
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    wrong = [f"{k}: checkpoint {tuple(state[k].shape)}, config {expected[k]}"
+             for k in expected if k in state and tuple(state[k].shape) != expected[k]]
+    if missing or unexpected or wrong:
+        problems = [f"{label} {items}" for label, items in
+                    (("missing", missing), ("unexpected", unexpected), ("mis-shaped", wrong)) if items]
+        raise ValueError(f"GPT.from_pretrained: the weights in {directory} do not fit its config.json "
+                         f"({config}): " + "; ".join(problems))
+    if head is not None and not np.array_equal(head, state["transformer.wte.weight"]):
+        raise ValueError("GPT.from_pretrained: lm_head.weight differs from transformer.wte.weight; "
+                         "this model ties its LM head to the token embedding, as GPT-2 does")
+    return state
+
+
+def _fsync(path):
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+# ---- the parameter count -------------------------------------------------------------------------
+
+BLOCK_PARAMETERS = ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+                    "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+                    "mlp.c_proj.weight", "mlp.c_proj.bias")
+
+
+def parameter_shapes(config):
+    """Name → shape of every parameter of GPT(config), in named_parameters() order, without building it."""
+    C, V = config.n_embd, config.vocab_size
+    block = {"ln_1.weight": (C,), "ln_1.bias": (C,),
+             "attn.c_attn.weight": (C, 3 * C), "attn.c_attn.bias": (3 * C,),
+             "attn.c_proj.weight": (C, C), "attn.c_proj.bias": (C,),
+             "ln_2.weight": (C,), "ln_2.bias": (C,),
+             "mlp.c_fc.weight": (C, 4 * C), "mlp.c_fc.bias": (4 * C,),
+             "mlp.c_proj.weight": (4 * C, C), "mlp.c_proj.bias": (C,)}
+    shapes = {"transformer.wte.weight": (V, C), "transformer.wpe.weight": (config.block_size, C)}
+    for i in range(config.n_layer):
+        shapes.update({f"transformer.h.{i}.{name}": shape for name, shape in block.items()})
+    shapes.update({"transformer.ln_f.weight": (C,), "transformer.ln_f.bias": (C,)})
+    if not config.bias:
+        shapes = {k: s for k, s in shapes.items() if not k.endswith(".bias")}
+    return shapes
+
+
+def count_parameters(config):
+    """The number of parameters of GPT(config) (the tied LM head counted once, inside wte)."""
+    return sum(math.prod(s) for s in parameter_shapes(config).values())
+
+
+def parameter_table(config):
+    """The breakdown `python -m models.gpt2 --params` prints, as text."""
+    shapes = parameter_shapes(config)
+    L, C = config.n_layer, config.n_embd
+
+    def line(label, shape_text, count, indent="  "):
+        return f"{indent}{label:<{30 - len(indent)}}{shape_text:<26}{count:>14,}"
+
+    def row(label, names, indent="  "):
+        label = label if config.bias else label.replace(" + bias", "")
+        found = [shapes[n] for n in names if n in shapes]
+        count = sum(math.prod(s) for s in found)
+        return line(label, " + ".join(str(s) for s in found), count, indent), count
+
+    lines = [f"GPT-2 parameters: n_layer={L}, n_head={config.n_head}, n_embd={C}, "
+             f"vocab_size={config.vocab_size}, block_size={config.block_size}, bias={config.bias}", "",
+             f"  {'parameter':<28}{'shape':<26}{'count':>14}"]
+    text, wte = row("wte (token embedding)", ["transformer.wte.weight"])
+    lines.append(text + "   (also the LM head: tied)")
+    text, wpe = row("wpe (position embedding)", ["transformer.wpe.weight"])
+    lines += [text, f"  per block (transformer.h.0 … h.{L - 1}):"]
+    block_rows = [("ln_1 weight + bias", ["ln_1.weight", "ln_1.bias"]),
+                  ("attn.c_attn weight", ["attn.c_attn.weight"]), ("attn.c_attn bias", ["attn.c_attn.bias"]),
+                  ("attn.c_proj weight + bias", ["attn.c_proj.weight", "attn.c_proj.bias"]),
+                  ("ln_2 weight + bias", ["ln_2.weight", "ln_2.bias"]),
+                  ("mlp.c_fc weight", ["mlp.c_fc.weight"]), ("mlp.c_fc bias", ["mlp.c_fc.bias"]),
+                  ("mlp.c_proj weight + bias", ["mlp.c_proj.weight", "mlp.c_proj.bias"])]
+    block = 0
+    for label, names in block_rows:
+        text, count = row(label, [f"transformer.h.0.{n}" for n in names], indent="    ")
+        if count:
+            lines.append(text)
+        block += count
+    lines += [line("one block", "", block, indent="    "), line(f"{L} blocks", "", L * block)]
+    text, ln_f = row("ln_f weight + bias", ["transformer.ln_f.weight", "transformer.ln_f.bias"])
+    lines.append(text)
+    total = count_parameters(config)
+    assert total == wte + wpe + L * block + ln_f
+    lines.append(line("total", "", total))
+    if config.bias:
+        fc_bias_gap, ln_f_gap = L * 3 * C, 2 * C
+        lines += ["", f"Note: the illustrated article's table totals {total - fc_bias_gap - ln_f_gap:,} for this "
+                      f"architecture. It counts mlp.c_fc's bias as {C:,} (n_embd)",
+                  f"instead of {4 * C:,} (4·n_embd), {L} × {3 * C:,} = {fc_bias_gap:,} too few, and leaves out "
+                  f"the final LayerNorm ln_f ({ln_f_gap:,}):",
+                  f"{total:,} − {fc_bias_gap:,} − {ln_f_gap:,} = {total - fc_bias_gap - ln_f_gap:,}. "
+                  "The count above is that of the actual parameter tensors."]
+    return "\n".join(lines)
+
+
+# ---- the demo -----------------------------------------------------------------------------------
+
+
+def demo_loss():
+    """A tiny GPT's loss on a fixed batch: deterministic, small enough to draw (`python -m viz.graph models.gpt2`)."""
+    state = ag.get_rng_state()
+    ag.manual_seed(0)
+    try:
+        model = GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=8))
+    finally:
+        ag.set_rng_state(state)  # leave the caller's random stream where it was
+    tokens = np.array([[3, 1, 4, 1, 5, 9, 2, 6, 5],
+                       [2, 7, 1, 8, 2, 8, 1, 8, 2]])
+    logits, loss = model(tokens[:, :-1], targets=tokens[:, 1:])  # predict each next token
+    logits.name, loss.name = "logits", "loss"
+    return loss
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m models.gpt2",
+                                     description="GPT-2's parameter breakdown (GPT-2 small unless told otherwise).")
+    parser.add_argument("--params", action="store_true", help="print the parameter table (the default action)")
+    defaults = GPTConfig()
+    for field in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size"):
+        parser.add_argument(f"--{field.replace('_', '-')}", type=int, default=getattr(defaults, field))
+    parser.add_argument("--no-bias", action="store_true", help="Linears and LayerNorms without biases")
+    args = parser.parse_args(argv)
+    config = GPTConfig(**{k: v for k, v in vars(args).items() if k in asdict(defaults)}, bias=not args.no_bias)
+    print(parameter_table(config))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,312 @@
+"""What backward() promises: topological order without recursion, accumulation, leaf/non-leaf grads,
+freeing the graph, retain_graph, requires_grad propagation, no_grad, and grads that never alias."""
+import numpy as np
+import pytest
+
+import autograd as ag
+from autograd import Tensor
+
+from ._helpers import leaf
+
+
+def test_readme_example():
+    x = Tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    loss = (x @ x.T).relu().sum()
+    loss.backward()
+    # L = Σᵢⱼ (x xᵀ)ᵢⱼ (all entries positive) = Σᵢⱼ Σₖ xᵢₖ xⱼₖ;  ∂L/∂xₐₖ = 2 Σⱼ xⱼₖ (column sums, doubled)
+    assert loss.item() == pytest.approx(5 + 11 + 11 + 25)
+    np.testing.assert_array_equal(x.grad, [[8.0, 12.0], [8.0, 12.0]])
+    assert x.grad.dtype == np.float32 and x.grad.shape == x.shape
+    assert isinstance(x.grad, np.ndarray)
+
+
+def test_chain_of_20000_tensor_ops():
+    x = leaf([1.0, 2.0])
+    y = x
+    for _ in range(20_000):
+        y = y + 1.0
+    y.sum().backward()
+    np.testing.assert_array_equal(y.data, [20_001.0, 20_002.0])
+    np.testing.assert_array_equal(x.grad, [1.0, 1.0])
+
+
+def test_chain_of_20000_mixed_ops():
+    # y = x · 1 · 1 … and an exp/log pair every step: still the identity
+    x = leaf([0.5])
+    y = x
+    for _ in range(10_000):
+        y = (y * 1.0).exp().log()
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad, [1.0], rtol=1e-9)
+
+
+def test_tensor_used_twice_accumulates():
+    a = leaf([1.0, 2.0])
+    b = a + a
+    c = b + b
+    c.sum().backward()
+    np.testing.assert_array_equal(a.grad, [4.0, 4.0])
+
+
+def test_self_multiplication():
+    a = leaf([3.0, -1.0])
+    (a * a).sum().backward()  # d(a²)/da = 2a
+    np.testing.assert_array_equal(a.grad, [6.0, -2.0])
+
+
+def test_diamond_graph():
+    # x → (u = 2x, v = x²) → w = u·v = 2x³;  dw/dx = 6x²
+    x = leaf([1.0, 2.0, -3.0])
+    u = x * 2.0
+    v = x * x
+    w = u * v
+    w.sum().backward()
+    np.testing.assert_allclose(x.grad, 6 * x.data ** 2)
+
+
+def test_shared_intermediate_reached_by_paths_of_different_lengths():
+    # h = x + 1;  out = h + h·h·h  → dout/dh = 1 + 3h², dh/dx = 1
+    x = leaf([1.0, 0.5])
+    h = x + 1.0
+    long = h * h * h
+    out = (h + long).sum()
+    out.backward()
+    np.testing.assert_allclose(x.grad, 1 + 3 * (x.data + 1) ** 2)
+
+
+def test_leaf_grads_accumulate_across_backward_calls_until_cleared():
+    x = leaf([1.0, 2.0])
+    (x * 3.0).sum().backward()
+    np.testing.assert_array_equal(x.grad, [3.0, 3.0])
+    (x * 3.0).sum().backward()
+    np.testing.assert_array_equal(x.grad, [6.0, 6.0])
+    x.grad = None
+    (x * 5.0).sum().backward()
+    np.testing.assert_array_equal(x.grad, [5.0, 5.0])
+
+
+def test_non_leaf_grad_is_none_unless_retained():
+    x = leaf([1.0, 2.0])
+    h = x * 2.0
+    r = x * 3.0
+    assert r.retain_grad() is r
+    out = (h * h + r * r).sum()
+    out.backward()
+    assert h.grad is None
+    np.testing.assert_array_equal(r.grad, 2 * r.data)  # d(r²)/dr = 2r
+    assert h.is_leaf is False and r.is_leaf is False and x.is_leaf is True
+    np.testing.assert_array_equal(x.grad, 2 * h.data * 2 + 2 * r.data * 3)
+
+
+def test_retain_grad_on_a_tensor_that_does_not_require_grad_fails():
+    with pytest.raises(RuntimeError, match="retain_grad"):
+        Tensor([1.0]).retain_grad()
+
+
+def test_saved_arrays_are_freed_after_backward():
+    x = leaf([1.0, 2.0])
+    y = x * x
+    z = y.exp()
+    assert y._ctx.saved is not None and z._ctx.saved is not None
+    z.sum().backward()
+    assert y._ctx.saved is None and y._ctx.parents is None
+    assert z._ctx.saved is None
+
+
+def test_second_backward_through_a_freed_graph_raises():
+    x = leaf([1.0, 2.0])
+    loss = (x * x).sum()
+    loss.backward()
+    with pytest.raises(RuntimeError, match="freed") as info:
+        loss.backward()
+    assert "retain_graph=True" in str(info.value)
+    np.testing.assert_array_equal(x.grad, [2.0, 4.0])  # the failed call changed nothing
+
+
+def test_backward_into_a_freed_subgraph_raises():
+    x = leaf([1.0, 2.0])
+    h = x * x
+    h.sum().backward()
+    with pytest.raises(RuntimeError, match="freed"):
+        (h * 2.0).sum().backward()
+
+
+def test_retain_graph_allows_a_second_backward():
+    x = leaf([1.0, 2.0])
+    loss = (x * x).sum()
+    loss.backward(retain_graph=True)
+    np.testing.assert_array_equal(x.grad, [2.0, 4.0])
+    loss.backward()
+    np.testing.assert_array_equal(x.grad, [4.0, 8.0])
+    with pytest.raises(RuntimeError, match="freed"):
+        loss.backward()
+
+
+def test_requires_grad_propagation():
+    a = leaf([1.0], requires_grad=True)
+    b = leaf([2.0], requires_grad=False)
+    assert (a + b).requires_grad and (b * a).requires_grad
+    assert not (b + b).requires_grad
+    assert (b + b).is_leaf
+    assert not (a > b).requires_grad  # comparisons record nothing
+    assert not Tensor([1.0]).requires_grad
+    c = b * 2.0
+    c.requires_grad = True  # a leaf can start requiring grad
+    (c * a).sum().backward()
+    np.testing.assert_array_equal(c.grad, [1.0])
+    assert b.grad is None
+
+
+def test_requires_grad_cannot_be_switched_off_on_a_non_leaf():
+    y = leaf([1.0]) * 2.0
+    with pytest.raises(RuntimeError, match="detach"):
+        y.requires_grad = False
+    assert y.requires_grad
+    x = leaf([1.0])
+    x.requires_grad = False  # a leaf may stop
+    assert not x.requires_grad
+
+
+def test_gradients_only_reach_inputs_that_require_grad():
+    a = leaf([1.0, 2.0])
+    b = leaf([3.0, 4.0], requires_grad=False)
+    (a * b).sum().backward()
+    np.testing.assert_array_equal(a.grad, [3.0, 4.0])
+    assert b.grad is None
+
+
+def test_backward_with_explicit_grad_for_non_scalar():
+    x = leaf([[1.0, 2.0], [3.0, 4.0]])
+    y = x * x
+    y.backward(np.array([[1.0, 0.0], [0.5, 2.0]]))
+    np.testing.assert_array_equal(x.grad, [[2.0, 0.0], [3.0, 16.0]])
+    x.grad = None
+    (x * 3.0).backward(Tensor(np.ones((2, 2))))
+    np.testing.assert_array_equal(x.grad, np.full((2, 2), 3.0))
+
+
+def test_backward_on_a_leaf():
+    x = leaf([2.0, 3.0])
+    x.backward(np.array([1.0, -1.0]))
+    np.testing.assert_array_equal(x.grad, [1.0, -1.0])
+
+
+def test_grads_of_two_leaves_do_not_alias():
+    a = leaf([1.0, 2.0])
+    b = leaf([3.0, 4.0])
+    (a + b).sum().backward()  # Add hands the same upstream array to both inputs
+    assert not np.shares_memory(a.grad, b.grad)
+    a.grad += 100
+    np.testing.assert_array_equal(b.grad, [1.0, 1.0])
+    c, d = leaf([1.0]), leaf([1.0])
+    out = c * 1.0 + d * 1.0
+    out.backward(np.array([5.0]))
+    c.grad[0] = -1
+    assert d.grad[0] == 5.0
+
+
+def test_grad_does_not_alias_the_upstream_grad_passed_in():
+    x = leaf([1.0, 2.0])
+    upstream = np.array([1.0, 1.0])
+    (x + 0.0).backward(upstream)
+    x.grad += 1
+    np.testing.assert_array_equal(upstream, [1.0, 1.0])
+
+
+def test_grads_match_data_shape_and_dtype():
+    for dtype in (np.float32, np.float64):
+        x = Tensor(np.ones((2, 3), dtype=dtype), requires_grad=True)
+        s = Tensor(np.ones((), dtype=dtype), requires_grad=True)
+        (x * s).sum().backward()
+        assert x.grad.shape == (2, 3) and x.grad.dtype == dtype
+        assert s.grad.shape == () and s.grad.dtype == dtype and isinstance(s.grad, np.ndarray)
+        assert s.grad == 6.0
+
+
+def test_zero_dim_tensor_grads_are_arrays():
+    s = leaf(2.0)
+    (1.0 - s * 3.0).backward()
+    assert isinstance(s.grad, np.ndarray) and s.grad.shape == () and s.grad == -3.0
+
+
+def test_mixed_dtype_grad_is_cast_back_to_each_input():
+    a = Tensor(np.ones(3, dtype=np.float32), requires_grad=True)
+    b = Tensor(np.full(3, 2.0), requires_grad=True)  # float64
+    out = a * b
+    assert out.dtype == np.float64
+    out.sum().backward()
+    assert a.grad.dtype == np.float32 and b.grad.dtype == np.float64
+    np.testing.assert_array_equal(a.grad, [2.0, 2.0, 2.0])
+
+
+# ---- no_grad and detach -----------------------------------------------------------
+
+def test_no_grad_records_nothing():
+    x = leaf([1.0, 2.0])
+    with ag.no_grad():
+        assert not ag.is_grad_enabled()
+        y = (x * 2.0).exp()
+    assert ag.is_grad_enabled()
+    assert y.is_leaf and not y.requires_grad and y._ctx is None
+    np.testing.assert_allclose(y.data, np.exp([2.0, 4.0]))
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        y.sum().backward()
+
+
+def test_no_grad_as_a_decorator():
+    x = leaf([1.0])
+
+    @ag.no_grad()
+    def double(t):
+        return t * 2.0
+
+    y = double(x)
+    assert ag.is_grad_enabled()
+    assert y.is_leaf and not y.requires_grad
+    assert (x * 2.0).requires_grad
+
+
+def test_no_grad_decorator_survives_recursion_and_nesting():
+    @ag.no_grad()
+    def depth(n):
+        assert not ag.is_grad_enabled()
+        return depth(n - 1) if n else 0
+
+    depth(3)
+    assert ag.is_grad_enabled()
+    with ag.no_grad():
+        with ag.no_grad():
+            pass
+        assert not ag.is_grad_enabled()
+    assert ag.is_grad_enabled()
+
+
+def test_no_grad_restores_state_after_an_exception():
+    with pytest.raises(ZeroDivisionError):
+        with ag.no_grad():
+            1 / 0
+    assert ag.is_grad_enabled()
+
+
+def test_detach_cuts_the_graph():
+    x = leaf([1.0, 2.0])
+    h = x * 3.0
+    d = h.detach()
+    assert d.is_leaf and not d.requires_grad
+    np.testing.assert_array_equal(d.data, h.data)
+    (h * d).sum().backward()  # d is a constant: d(h·d)/dx = 3·d
+    np.testing.assert_array_equal(x.grad, 3.0 * d.data)
+
+
+def test_astype_gradient_flows_back_in_the_original_dtype():
+    x = Tensor([1.0, 2.0], requires_grad=True)  # float32
+    y = x.astype(np.float64)
+    assert y.dtype == np.float64 and y.requires_grad
+    (y * y).sum().backward()
+    assert x.grad.dtype == np.float32
+    np.testing.assert_array_equal(x.grad, [2.0, 4.0])
+    z = leaf([1.5, 2.5]).astype("float32")
+    assert z.dtype == np.float32
+    to_int = leaf([1.7, -2.2]).astype(np.int64)
+    assert to_int.dtype == np.int64 and not to_int.requires_grad
+    np.testing.assert_array_equal(to_int.data, [1, -2])

@@ -1,0 +1,294 @@
+"""Bad input gets a clear error that names the op and the shapes or dtypes involved."""
+import re
+
+import numpy as np
+import pytest
+
+import autograd as ag
+from autograd import ShapeError, Tensor
+
+
+def _cuda_available():
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+needs_no_gpu = pytest.mark.skipif(_cuda_available(), reason="CuPy and a GPU are present: 'cuda' works here")
+
+
+def _message(excinfo):
+    return str(excinfo.value)
+
+
+def _has_shape(message, shape):
+    """The shape appears in the message, in Python's (2, 3) or NumPy's (2,3) spelling."""
+    return str(shape) in message or str(shape).replace(" ", "") in message
+
+
+@pytest.mark.parametrize("op, name", [
+    (lambda a, b: a + b, "add"), (lambda a, b: a - b, "sub"),
+    (lambda a, b: a * b, "mul"), (lambda a, b: a / b, "div"),
+])
+def test_elementwise_shape_mismatch_names_op_and_shapes(op, name):
+    a, b = Tensor(np.ones((2, 3))), Tensor(np.ones((4,)))
+    with pytest.raises(ShapeError) as info:
+        op(a, b)
+    message = _message(info)
+    assert name in message.lower()
+    assert _has_shape(message, (2, 3)) and _has_shape(message, (4,))
+
+
+def test_shape_error_is_a_value_error():
+    with pytest.raises(ValueError):
+        Tensor(np.ones((2, 3))) * Tensor(np.ones((3, 2)))
+
+
+def test_matmul_inner_dimension_mismatch():
+    with pytest.raises(ShapeError) as info:
+        Tensor(np.ones((2, 3))) @ Tensor(np.ones((2, 3)))
+    message = _message(info)
+    assert "matmul" in message.lower()
+    assert _has_shape(message, (2, 3))
+    assert message.count("(2, 3)") == 2  # both operands named
+
+
+def test_matmul_batch_mismatch():
+    with pytest.raises(ShapeError) as info:
+        Tensor(np.ones((2, 2, 3))) @ Tensor(np.ones((3, 3, 2)))
+    message = _message(info)
+    assert "matmul" in message.lower()
+    assert _has_shape(message, (2, 2, 3)) and _has_shape(message, (3, 3, 2))
+
+
+def test_matmul_of_scalars_is_refused():
+    with pytest.raises(ShapeError, match="matmul"):
+        Tensor(2.0) @ Tensor([1.0, 2.0])
+
+
+def test_integer_tensor_cannot_require_grad():
+    with pytest.raises(TypeError) as info:
+        Tensor([1, 2, 3], requires_grad=True)
+    assert "int64" in _message(info) and "float" in _message(info)
+    t = Tensor([1, 2])
+    with pytest.raises(TypeError, match="int64"):
+        t.requires_grad = True
+    assert not t.requires_grad
+    with pytest.raises(TypeError, match="bool"):
+        Tensor([True, False], requires_grad=True)
+
+
+def test_backward_on_non_scalar_needs_grad():
+    y = Tensor(np.ones((2, 3)), requires_grad=True) * 2.0
+    with pytest.raises(RuntimeError) as info:
+        y.backward()
+    message = _message(info)
+    assert "backward" in message and "scalar" in message and _has_shape(message, (2, 3))
+
+
+def test_backward_grad_of_wrong_shape():
+    y = Tensor(np.ones(3), requires_grad=True) * 2.0
+    with pytest.raises(ShapeError) as info:
+        y.backward(np.ones(2))
+    assert "backward" in _message(info) and _has_shape(_message(info), (2,)) and _has_shape(_message(info), (3,))
+
+
+def test_backward_on_tensor_without_grad():
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        Tensor([1.0, 2.0]).sum().backward()
+
+
+def test_backward_through_freed_graph():
+    x = Tensor([1.0], requires_grad=True)
+    y = (x * x).sum()
+    y.backward()
+    with pytest.raises(RuntimeError) as info:
+        y.backward()
+    message = _message(info)
+    assert "freed" in message and "retain_graph=True" in message
+    assert re.search(r"Sum|Mul", message)  # names the op whose saved arrays are gone
+
+
+@needs_no_gpu
+def test_cuda_without_cupy_at_construction():
+    with pytest.raises(RuntimeError, match="CuPy"):
+        Tensor([1.0, 2.0], device="cuda")
+
+
+@needs_no_gpu
+def test_cuda_without_cupy_at_to():
+    t = Tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="CuPy"):
+        t.to("cuda")
+    with pytest.raises(RuntimeError, match="CuPy"):
+        ag.zeros(2, device="cuda")
+    assert t.device == "cpu"  # nothing changed
+
+
+@pytest.mark.parametrize("make", [
+    lambda: Tensor([1.0], device="tpu"),
+    lambda: Tensor([1.0]).to("tpu"),
+    lambda: ag.zeros(2, device="gpu"),
+    lambda: ag.randn(2, device="cuda:9x"),
+], ids=["Tensor", "to", "zeros", "randn"])
+def test_unknown_device(make):
+    with pytest.raises(ValueError, match="unknown device") as info:
+        make()
+    assert "cpu" in _message(info) and "cuda" in _message(info)
+
+
+@pytest.mark.parametrize("data, dtype_name", [
+    (np.array([1 + 2j]), "complex128"),
+    ([1j, 2j], "complex"),
+    (["a", "b"], "<U1"),
+    (np.array(["text"]), "<U4"),
+    ([None], "object"),
+])
+def test_unsupported_dtype(data, dtype_name):
+    with pytest.raises(TypeError) as info:
+        Tensor(data)
+    assert "Tensor" in _message(info) and dtype_name in _message(info)
+
+
+def test_unsupported_dtype_requested():
+    with pytest.raises(TypeError, match="complex64"):
+        Tensor([1.0], dtype=np.complex64)
+    with pytest.raises(TypeError, match="astype.*complex64"):
+        Tensor([1.0]).astype(np.complex64)
+    with pytest.raises(TypeError, match="int32"):
+        ag.set_default_dtype(np.int32)
+
+
+def test_cross_entropy_wrong_targets_shape():
+    logits = Tensor(np.zeros((2, 3)), requires_grad=True)
+    with pytest.raises(ShapeError) as info:
+        ag.cross_entropy(logits, [0, 1, 2])
+    message = _message(info)
+    assert "cross_entropy" in message and _has_shape(message, (3,)) and _has_shape(message, (2, 3))
+    assert _has_shape(message, (2,))
+
+
+def test_cross_entropy_target_out_of_range():
+    logits = Tensor(np.zeros((2, 3)))
+    with pytest.raises(IndexError) as info:
+        ag.cross_entropy(logits, [0, 3])
+    assert "cross_entropy" in _message(info) and "3" in _message(info)
+    with pytest.raises(IndexError, match="cross_entropy"):
+        ag.cross_entropy(logits, [-1, 0])
+
+
+def test_cross_entropy_float_targets_and_bad_reduction():
+    logits = Tensor(np.zeros((2, 3)))
+    with pytest.raises(TypeError, match="cross_entropy.*float64"):
+        ag.cross_entropy(logits, np.array([0.0, 1.0]))
+    with pytest.raises(ValueError, match="cross_entropy.*reduction"):
+        ag.cross_entropy(logits, [0, 1], reduction="avg")
+
+
+def test_embedding_with_float_ids():
+    with pytest.raises(TypeError) as info:
+        ag.embedding(Tensor(np.ones((4, 3))), np.array([0.0, 1.0]))
+    assert "embedding" in _message(info) and "float64" in _message(info)
+
+
+def test_embedding_id_out_of_range():
+    with pytest.raises(IndexError, match="embedding"):
+        ag.embedding(Tensor(np.ones((4, 3))), [0, 4])
+
+
+def test_layer_norm_weight_and_bias_of_wrong_shape():
+    x = Tensor(np.ones((2, 3)))
+    with pytest.raises(ShapeError) as info:
+        ag.layer_norm(x, Tensor(np.ones(4)), Tensor(np.zeros(3)))
+    message = _message(info)
+    assert "layer_norm" in message and "weight" in message
+    assert _has_shape(message, (4,)) and _has_shape(message, (3,))
+    with pytest.raises(ShapeError, match="layer_norm: bias"):
+        ag.layer_norm(x, Tensor(np.ones(3)), Tensor(np.zeros((1, 3))))
+
+
+def test_softmax_mask_not_boolean():
+    with pytest.raises(TypeError) as info:
+        ag.softmax(Tensor(np.ones((2, 3))), mask=np.ones((2, 3)))
+    assert "softmax" in _message(info) and "float64" in _message(info) and "boolean" in _message(info)
+    with pytest.raises(TypeError, match="softmax"):
+        ag.softmax(Tensor(np.ones((2, 3))), mask=np.ones((2, 3), dtype=np.int64))
+
+
+@pytest.mark.parametrize("mask_shape", [(4,), (3, 3), (2, 2, 3)], ids=str)
+def test_softmax_mask_must_broadcast_to_the_scores(mask_shape):
+    with pytest.raises(ShapeError) as info:
+        ag.softmax(Tensor(np.ones((2, 3))), mask=np.ones(mask_shape, dtype=bool))
+    assert "softmax" in _message(info) and _has_shape(_message(info), mask_shape)
+
+
+def test_split_into_unequal_pieces():
+    with pytest.raises(ShapeError) as info:
+        ag.split(Tensor(np.ones(5)), 2)
+    assert "split" in _message(info) and "5" in _message(info)
+
+
+def test_where_condition_must_be_boolean():
+    with pytest.raises(TypeError, match="where"):
+        ag.where(np.array([1, 0]), Tensor([1.0, 2.0]), 0.0)
+
+
+def test_attention_shape_mismatch():
+    q = Tensor(np.ones((1, 1, 2, 3)))
+    with pytest.raises(ShapeError, match="scaled_dot_product_attention"):
+        ag.scaled_dot_product_attention(q, Tensor(np.ones((1, 1, 2, 4))), Tensor(np.ones((1, 1, 2, 3))))
+
+
+def test_dropout_probability_out_of_range():
+    with pytest.raises(ValueError, match="dropout.*1.5"):
+        ag.dropout(Tensor([1.0]), 1.5)
+
+
+def test_index_with_float_array():
+    with pytest.raises(IndexError, match="float64"):
+        Tensor(np.ones((2, 3)))[np.array([0.5])]
+
+
+@pytest.mark.parametrize("make, name", [
+    (lambda t: t.reshape(4, 2), "Reshape"),
+    (lambda t: t.sum(axis=2), "Sum"),
+    (lambda t: ag.concat([t, Tensor(np.ones((2, 2)))], axis=0), "Concat"),
+    (lambda t: ag.stack([t, Tensor(np.ones((2, 2)))]), "Stack"),
+])
+def test_other_shape_errors_name_the_op(make, name):
+    with pytest.raises(ShapeError) as info:
+        make(Tensor(np.ones((2, 3))))
+    assert name in _message(info) and _has_shape(_message(info), (2, 3))
+
+
+def test_gradcheck_refuses_float32_and_inputs_without_grad():
+    with pytest.raises(TypeError, match="float64"):
+        ag.gradcheck(lambda t: t * 2, [Tensor([1.0], requires_grad=True)])
+    with pytest.raises(ValueError, match="requires grad"):
+        ag.gradcheck(lambda t: t * 2, [Tensor(np.array([1.0]))])
+
+
+def test_gradcheck_catches_a_wrong_gradient():
+    class WrongSquare(ag.Function):
+        def forward(self, x):
+            self.save(x)
+            return x * x
+
+        def backward(self, g):
+            return g * 3 * self.saved[0]  # should be 2x
+
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    with pytest.raises(ag.GradcheckError, match="input 0"):
+        ag.gradcheck(lambda t: WrongSquare.apply(t), [x])
+
+
+def test_failed_op_leaves_state_untouched():
+    a = Tensor(np.ones((2, 3)), requires_grad=True)
+    (a * 2.0).sum().backward()
+    before = a.grad.copy()
+    with pytest.raises(ShapeError):
+        a + Tensor(np.ones(4))
+    np.testing.assert_array_equal(a.grad, before)
+    np.testing.assert_array_equal(a.data, np.ones((2, 3)))

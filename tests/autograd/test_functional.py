@@ -1,0 +1,627 @@
+"""The top-level functions (softmax with a mask, cross_entropy, embedding, layer_norm, dropout, attention,
+split/concat/stack/where, constructors) and the Tensor conventions: dtypes, devices, leaving the graph."""
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import autograd as ag
+from autograd import Tensor
+
+from ._helpers import check, leaf, rand
+
+
+def _softmax_ref(a, axis=-1):
+    e = np.exp(a - a.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _log_softmax_ref(a):
+    m = a.max(axis=-1, keepdims=True)
+    return a - m - np.log(np.exp(a - m).sum(axis=-1, keepdims=True))
+
+
+# ---- the public surface DESIGN.md names ---------------------------------------------
+
+TOP_LEVEL = ["Tensor", "Value", "concat", "stack", "split", "where", "softmax", "log_softmax", "cross_entropy",
+             "embedding", "layer_norm", "dropout", "scaled_dot_product_attention", "no_grad", "gradcheck",
+             "zeros", "ones", "randn", "arange", "set_default_dtype", "get_default_dtype", "manual_seed"]
+TENSOR_METHODS = ["backward", "numpy", "item", "tolist", "detach", "to", "cpu", "astype", "retain_grad",
+                  "sum", "mean", "max", "var", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "gelu",
+                  "reshape", "transpose", "softmax", "log_softmax",
+                  "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+                  "__rtruediv__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__", "__neg__", "__getitem__",
+                  "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__"]
+TENSOR_ATTRIBUTES = ["data", "grad", "shape", "ndim", "dtype", "device", "requires_grad", "is_leaf", "T"]
+
+
+def test_public_api_exists():
+    missing = [name for name in TOP_LEVEL if not callable(getattr(ag, name, None))]
+    assert not missing
+    assert not [m for m in TENSOR_METHODS if not callable(getattr(Tensor, m, None))]
+    t = Tensor([[1.0]], requires_grad=True)
+    assert not [a for a in TENSOR_ATTRIBUTES if not hasattr(t, a)]
+
+
+def test_rmatmul_with_a_numpy_matrix():
+    x = leaf([[1.0, 2.0], [3.0, 4.0]])
+    m = np.array([[0.0, 1.0], [1.0, 0.0]])
+    out = m @ x  # ndarray @ Tensor comes to Tensor.__rmatmul__
+    assert isinstance(out, Tensor)
+    np.testing.assert_array_equal(out.data, [[3.0, 4.0], [1.0, 2.0]])
+    out.sum().backward()
+    np.testing.assert_array_equal(x.grad, np.ones((2, 2)))  # mᵀ 1: each column of m sums to 1
+
+
+def test_ndarray_on_the_left_of_every_operator():
+    x = leaf([1.0, 2.0])
+    c = np.array([4.0, 8.0])
+    for result, expected in ((c + x, [5.0, 10.0]), (c - x, [3.0, 6.0]), (c * x, [4.0, 16.0]),
+                             (c / x, [4.0, 4.0]), (c ** x, [4.0, 64.0])):
+        assert isinstance(result, Tensor) and result.requires_grad
+        np.testing.assert_array_equal(result.data, expected)
+
+
+# ---- softmax ------------------------------------------------------------------------
+
+def test_softmax_rows_sum_to_one_and_ignore_a_shift():
+    x = leaf([[1.0, 2.0, 3.0], [1001.0, 1002.0, 1003.0]])
+    p = ag.softmax(x)
+    np.testing.assert_allclose(p.data.sum(axis=-1), [1.0, 1.0])
+    np.testing.assert_allclose(p.data[0], p.data[1], rtol=1e-12)
+    # softmax(1, 2, 3) = (1, e, e²) / (1 + e + e²)
+    np.testing.assert_allclose(p.data[0], np.array([1, math.e, math.e ** 2]) / (1 + math.e + math.e ** 2))
+
+
+def test_softmax_mask_true_means_visible():
+    x = leaf([[0.5, 1.0, 2.0, -1.0],
+              [3.0, 1.0, 0.0, 4.0],
+              [1.0, 1.0, 1.0, 1.0]])
+    mask = np.array([[True, False, True, False],
+                     [False, False, False, False],  # nothing visible
+                     [True, True, True, True]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with np.errstate(all="raise"):
+            p = ag.softmax(x, mask=mask)
+            upstream = np.array([[1.0, 2.0, 3.0, 4.0]] * 3)
+            p.backward(upstream)
+    assert p.data[0, 1] == 0.0 and p.data[0, 3] == 0.0  # exactly 0
+    np.testing.assert_allclose(p.data[0, [0, 2]], _softmax_ref(np.array([0.5, 2.0])))
+    np.testing.assert_array_equal(p.data[1], np.zeros(4))  # a fully masked row: zeros, not NaN
+    np.testing.assert_allclose(p.data[2], np.full(4, 0.25))
+    assert np.all(np.isfinite(p.data)) and np.all(np.isfinite(x.grad))
+    assert x.grad[0, 1] == 0.0 and x.grad[0, 3] == 0.0
+    np.testing.assert_array_equal(x.grad[1], np.zeros(4))
+    # visible part: dz = p ⊙ (g − Σ g⊙p) over the visible entries only
+    pv = p.data[0, [0, 2]]
+    gv = upstream[0, [0, 2]]
+    np.testing.assert_allclose(x.grad[0, [0, 2]], pv * (gv - (gv * pv).sum()))
+
+
+def test_softmax_mask_broadcasts_over_batch_and_heads():
+    rng = np.random.default_rng(3)
+    scores = rng.normal(size=(2, 3, 4, 4))
+    causal = np.tril(np.ones((4, 4), dtype=bool))
+    with np.errstate(all="raise"):
+        p = ag.softmax(leaf(scores), mask=causal)
+    masked = np.where(causal, scores, -np.inf)
+    np.testing.assert_allclose(p.data, _softmax_ref(masked), rtol=1e-12)
+    assert np.all(p.data[..., ~causal] == 0.0)
+
+
+def test_softmax_mask_as_a_boolean_tensor_and_float32():
+    x = Tensor([[1.0, 2.0, 3.0]])  # float32
+    p = ag.softmax(x, mask=Tensor([[False, True, True]]))
+    assert p.dtype == np.float32
+    np.testing.assert_allclose(p.data, [[0.0, 1 / (1 + math.e), math.e / (1 + math.e)]], rtol=1e-6)
+
+
+def test_softmax_without_mask_equals_method():
+    x = leaf(np.random.default_rng(0).normal(size=(3, 5)))
+    np.testing.assert_array_equal(ag.softmax(x).data, x.softmax().data)
+    np.testing.assert_array_equal(ag.softmax(x, axis=0).data, x.softmax(axis=0).data)
+    np.testing.assert_array_equal(ag.log_softmax(x).data, x.log_softmax().data)
+
+
+# ---- cross_entropy ------------------------------------------------------------------
+
+def test_cross_entropy_of_uniform_logits_is_log_v():
+    logits = leaf(np.zeros((4, 5)))
+    loss = ag.cross_entropy(logits, [0, 1, 2, 3])
+    assert loss.item() == pytest.approx(math.log(5))
+    loss.backward()
+    # p − y over 4 rows: 1/5 everywhere, minus 1 at each target, all divided by 4
+    expected = np.full((4, 5), 0.2)
+    expected[np.arange(4), [0, 1, 2, 3]] -= 1
+    np.testing.assert_allclose(logits.grad, expected / 4)
+
+
+def _ce_reference(z, t, ignore=None):
+    """Per-row −log softmax[target] and its p − y gradient, float64, rows flattened."""
+    z2 = z.reshape(-1, z.shape[-1])
+    t2 = t.reshape(-1)
+    valid = np.ones(len(t2), bool) if ignore is None else t2 != ignore
+    safe = np.where(valid, t2, 0)
+    nll = -_log_softmax_ref(z2)[np.arange(len(t2)), safe] * valid
+    grad = _softmax_ref(z2)
+    grad[np.arange(len(t2)), safe] -= 1
+    grad *= valid[:, None]
+    return nll, grad, valid
+
+
+@pytest.mark.parametrize("shape", [(6,), (3, 6), (2, 3, 6)], ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_against_reference_any_leading_shape(shape, reduction):
+    rng = np.random.default_rng(5)
+    z = rng.normal(size=shape) * 3
+    t = rng.integers(0, shape[-1], size=shape[:-1])
+    logits = leaf(z)
+    loss = ag.cross_entropy(logits, t, reduction=reduction)
+    nll, grad, _ = _ce_reference(z, t)
+    if reduction == "none":
+        assert loss.shape == shape[:-1]
+        np.testing.assert_allclose(loss.data, nll.reshape(shape[:-1]), rtol=1e-12)
+        upstream = rng.normal(size=shape[:-1])
+        loss.backward(upstream)
+        np.testing.assert_allclose(logits.grad, (grad * upstream.reshape(-1, 1)).reshape(shape), rtol=1e-12)
+    else:
+        assert loss.shape == ()
+        count = nll.size if reduction == "mean" else 1
+        assert loss.item() == pytest.approx(nll.sum() / count, rel=1e-12)
+        loss.backward()
+        np.testing.assert_allclose(logits.grad, (grad / count).reshape(shape), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("targets", [
+    [[1, 2], [0, 3]],
+    np.array([[1, 2], [0, 3]], dtype=np.int32),
+    Tensor([[1, 2], [0, 3]]),
+], ids=["list", "int32 array", "Tensor"])
+def test_cross_entropy_target_types(targets):
+    z = np.arange(16.0).reshape(2, 2, 4) / 5
+    loss = ag.cross_entropy(leaf(z), targets)
+    nll, _, _ = _ce_reference(z, np.array([[1, 2], [0, 3]]))
+    assert loss.item() == pytest.approx(nll.mean(), rel=1e-12)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_ignore_index_divides_by_the_counted_targets(reduction):
+    rng = np.random.default_rng(9)
+    z = rng.normal(size=(2, 4, 5))
+    t = np.array([[1, -100, 4, 0], [-100, -100, 2, 3]])
+    logits = leaf(z)
+    loss = ag.cross_entropy(logits, t, ignore_index=-100, reduction=reduction)
+    nll, grad, valid = _ce_reference(z, t, ignore=-100)
+    assert valid.sum() == 5
+    if reduction == "none":
+        np.testing.assert_allclose(loss.data, nll.reshape(2, 4), rtol=1e-12)
+        assert loss.data[0, 1] == 0.0 and loss.data[1, 0] == 0.0
+        loss.backward(np.ones((2, 4)))
+        np.testing.assert_allclose(logits.grad, grad.reshape(z.shape), rtol=1e-12, atol=1e-15)
+    else:
+        count = 5 if reduction == "mean" else 1
+        assert loss.item() == pytest.approx(nll.sum() / count, rel=1e-12)
+        loss.backward()
+        np.testing.assert_allclose(logits.grad, grad.reshape(z.shape) / count, rtol=1e-12, atol=1e-15)
+    np.testing.assert_array_equal(logits.grad[0, 1], np.zeros(5))  # ignored rows get no gradient
+    np.testing.assert_array_equal(logits.grad[1, 0], np.zeros(5))
+
+
+def test_cross_entropy_ignore_index_can_be_a_valid_class_id():
+    z = np.array([[2.0, 0.0, 1.0], [0.0, 1.0, 3.0]])
+    loss = ag.cross_entropy(leaf(z), [0, 2], ignore_index=0)
+    assert loss.item() == pytest.approx(-_log_softmax_ref(z)[1, 2], rel=1e-12)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_cross_entropy_all_ignored_is_zero_with_zero_grad(reduction):
+    logits = leaf(np.random.default_rng(0).normal(size=(3, 4)))
+    with np.errstate(all="raise"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loss = ag.cross_entropy(logits, [-1, -1, -1], ignore_index=-1, reduction=reduction)
+        loss.backward()
+    assert loss.item() == 0.0
+    np.testing.assert_array_equal(logits.grad, np.zeros((3, 4)))
+
+
+def test_cross_entropy_is_stable_for_huge_logits_float64():
+    z = np.array([[1e4, -1e4, 0.0, 5.0],
+                  [-1e4, 1e4, 1e4, -1e4],
+                  [-1e4, -1e4, -1e4, -1e4]])
+    t = np.array([1, 2, 0])
+    logits = leaf(z)
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        loss = ag.cross_entropy(logits, t)
+        loss.backward()
+    nll, grad, _ = _ce_reference(z, t)
+    # row 0: target −1e4 against the max 1e4 costs 2e4; row 1: two tied maxima cost ln 2; row 2: uniform, ln 4
+    np.testing.assert_allclose(nll, [2e4, math.log(2), math.log(4)], rtol=1e-12)
+    assert np.isfinite(loss.item()) and np.all(np.isfinite(logits.grad))
+    assert loss.item() == pytest.approx(nll.mean(), rel=1e-12)
+    np.testing.assert_allclose(logits.grad, grad / 3, rtol=1e-12, atol=1e-15)
+
+
+def test_cross_entropy_is_stable_for_huge_logits_float32():
+    z = np.array([[1e4, -1e4, 0.0], [-1e4, 1e4, 3.0]])
+    t = np.array([1, 1])
+    logits = Tensor(z.astype(np.float32), requires_grad=True)
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        loss = ag.cross_entropy(logits, t)
+        loss.backward()
+    nll, grad, _ = _ce_reference(z, t)
+    assert loss.dtype == np.float32 and logits.grad.dtype == np.float32
+    assert np.isfinite(loss.item()) and np.all(np.isfinite(logits.grad))
+    assert loss.item() == pytest.approx(nll.mean(), rel=1e-6)
+    np.testing.assert_allclose(logits.grad, grad / 2, rtol=1e-6, atol=1e-7)
+
+
+# ---- embedding ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("ids", [
+    [[0, 2, 0], [3, 0, 2]],
+    np.array([[0, 2, 0], [3, 0, 2]]),
+    Tensor([[0, 2, 0], [3, 0, 2]]),
+], ids=["list", "array", "Tensor"])
+def test_embedding_looks_up_rows_and_scatter_adds(ids):
+    table = np.arange(12.0).reshape(4, 3)
+    weight = leaf(table)
+    out = ag.embedding(weight, ids)
+    ids_np = np.array([[0, 2, 0], [3, 0, 2]])
+    assert out.shape == (2, 3, 3)
+    np.testing.assert_array_equal(out.data, table[ids_np])
+    upstream = np.arange(18.0).reshape(2, 3, 3)
+    out.backward(upstream)
+    expected = np.zeros((4, 3))
+    for (i, j), row in np.ndenumerate(ids_np):  # an explicit loop: every occurrence adds its gradient
+        expected[row] += upstream[i, j]
+    np.testing.assert_array_equal(weight.grad, expected)
+    np.testing.assert_array_equal(weight.grad[1], np.zeros(3))  # never looked up
+    np.testing.assert_array_equal(weight.grad[0], upstream[0, 0] + upstream[0, 2] + upstream[1, 1])
+
+
+def test_embedding_scalar_and_1d_ids():
+    weight = leaf(np.arange(6.0).reshape(3, 2))
+    np.testing.assert_array_equal(ag.embedding(weight, 2).data, [4.0, 5.0])
+    out = ag.embedding(weight, [1, 1, 1])
+    out.sum().backward()
+    np.testing.assert_array_equal(weight.grad, [[0, 0], [3, 3], [0, 0]])
+
+
+# ---- layer_norm ---------------------------------------------------------------------
+
+def _layer_norm_ref(x, w, b, eps=1e-5):
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+    y = (x - mu) / np.sqrt(var + eps) * w
+    return y if b is None else y + b
+
+
+@pytest.mark.parametrize("eps", [1e-5, 1e-2])
+def test_layer_norm_forward_against_reference(eps):
+    rng = np.random.default_rng(2)
+    x, w, b = rng.normal(size=(2, 3, 6)) * 4 + 1, rng.normal(size=6), rng.normal(size=6)
+    out = ag.layer_norm(leaf(x), leaf(w), leaf(b), eps=eps)
+    np.testing.assert_allclose(out.data, _layer_norm_ref(x, w, b, eps), rtol=1e-12, atol=1e-12)
+    no_bias = ag.layer_norm(leaf(x), leaf(w), None, eps=eps)
+    np.testing.assert_allclose(no_bias.data, _layer_norm_ref(x, w, None, eps), rtol=1e-12, atol=1e-12)
+
+
+def test_layer_norm_with_unit_weight_normalises():
+    x = leaf(np.array([[1.0, 2.0, 3.0, 4.0]]))
+    y = ag.layer_norm(x, leaf(np.ones(4)), leaf(np.zeros(4)), eps=0.0)
+    # mean 2.5, variance 1.25: (x − 2.5)/√1.25
+    np.testing.assert_allclose(y.data, [(np.array([1.0, 2.0, 3.0, 4.0]) - 2.5) / math.sqrt(1.25)])
+    assert abs(y.data.mean()) < 1e-12 and y.data.var() == pytest.approx(1.0)
+
+
+def test_layer_norm_gradients_weight_and_bias_by_reference():
+    rng = np.random.default_rng(4)
+    x, w, b = rand(rng, 3, 5), rand(rng, 5), rand(rng, 5)
+    g = rng.normal(size=(3, 5))
+    ag.layer_norm(x, w, b).backward(g)
+    xhat = _layer_norm_ref(x.data, np.ones(5), None)
+    np.testing.assert_allclose(w.grad, (g * xhat).sum(axis=0), rtol=1e-10)  # dγ = Σ g ⊙ x̂
+    np.testing.assert_allclose(b.grad, g.sum(axis=0), rtol=1e-12)          # dβ = Σ g
+    check(lambda x_, w_, b_: ag.layer_norm(x_, w_, b_, eps=1e-3), x, w, b)
+
+
+def test_layer_norm_float32_with_float32_params():
+    x = Tensor(np.random.default_rng(0).normal(size=(2, 4)).astype(np.float32), requires_grad=True)
+    w, b = ag.ones(4, requires_grad=True), ag.zeros(4, requires_grad=True)
+    y = ag.layer_norm(x, w, b)
+    assert y.dtype == np.float32
+    (y * y).sum().backward()
+    assert x.grad.dtype == w.grad.dtype == b.grad.dtype == np.float32
+
+
+# ---- dropout ------------------------------------------------------------------------
+
+def test_dropout_identity_when_not_training_or_p_zero():
+    x = leaf(np.arange(1.0, 7.0))
+    for y in (ag.dropout(x, 0.5, training=False), ag.dropout(x, 0.0, training=True), ag.dropout(x, 0.0)):
+        np.testing.assert_array_equal(y.data, x.data)
+    y = ag.dropout(x, 0.9, training=False)
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad, np.ones(6))
+
+
+def test_dropout_inverted_scaling_and_gradient():
+    ag.manual_seed(0)
+    x = leaf(np.full(1000, 2.0))
+    y = ag.dropout(x, 0.25)
+    kept = y.data != 0
+    assert 0 < kept.sum() < 1000
+    np.testing.assert_allclose(y.data[kept], 2.0 / 0.75)  # kept values scaled by 1/(1 − p)
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad[kept], 1 / 0.75)
+    np.testing.assert_array_equal(x.grad[~kept], 0.0)
+
+
+def test_dropout_statistics():
+    ag.manual_seed(1)
+    n, p = 200_000, 0.3
+    y = ag.dropout(Tensor(np.ones(n, dtype=np.float32)), p)
+    assert y.dtype == np.float32
+    dropped = np.mean(y.data == 0)
+    assert abs(dropped - p) < 0.01  # std of the fraction ≈ 0.001
+    assert abs(y.data.mean() - 1.0) < 0.01  # inverted dropout keeps the expectation
+
+
+def test_dropout_p_one_drops_everything():
+    y = ag.dropout(leaf(np.ones(10)), 1.0)
+    np.testing.assert_array_equal(y.data, np.zeros(10))
+
+
+def test_dropout_is_reproducible_with_manual_seed():
+    x = Tensor(np.ones((50, 40)))
+    ag.manual_seed(123)
+    a = ag.dropout(x, 0.5).data
+    b = ag.dropout(x, 0.5).data
+    ag.manual_seed(123)
+    c = ag.dropout(x, 0.5).data
+    np.testing.assert_array_equal(a, c)
+    assert not np.array_equal(a, b)
+
+
+# ---- attention ----------------------------------------------------------------------
+
+def _attention_ref(q, k, v, causal):
+    d = q.shape[-1]
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(d)
+    if causal:
+        tq, tk = scores.shape[-2:]
+        visible = np.arange(tk)[None, :] <= np.arange(tq)[:, None] + (tk - tq)
+        scores = np.where(visible, scores, -np.inf)
+    return _softmax_ref(scores) @ v
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_against_reference(causal):
+    rng = np.random.default_rng(11)
+    q, k, v = (rng.normal(size=(2, 3, 5, 4)) for _ in range(3))
+    out = ag.scaled_dot_product_attention(leaf(q), leaf(k), leaf(v), causal=causal)
+    assert out.shape == (2, 3, 5, 4)
+    np.testing.assert_allclose(out.data, _attention_ref(q, k, v, causal), rtol=1e-12, atol=1e-14)
+    if causal:  # the first position sees only itself
+        np.testing.assert_allclose(out.data[:, :, 0], v[:, :, 0], rtol=1e-12)
+
+
+def test_attention_default_is_causal_and_scaled_by_sqrt_d():
+    rng = np.random.default_rng(12)
+    q, k, v = (rng.normal(size=(1, 2, 4, 9)) for _ in range(3))
+    out = ag.scaled_dot_product_attention(leaf(q), leaf(k), leaf(v))
+    np.testing.assert_allclose(out.data, _attention_ref(q, k, v, True), rtol=1e-12)
+    unscaled = _softmax_ref(np.where(np.tril(np.ones((4, 4), bool)), q @ np.swapaxes(k, -1, -2), -np.inf)) @ v
+    assert not np.allclose(out.data, unscaled)  # 1/√D matters: D = 9 divides by 3
+
+
+def test_attention_with_fewer_queries_than_keys():
+    # a KV cache: the Tq queries are the last Tq positions of the Tk keys
+    rng = np.random.default_rng(13)
+    q, k, v = (rng.normal(size=(1, 2, 6, 3)) for _ in range(3))
+    full = ag.scaled_dot_product_attention(leaf(q), leaf(k), leaf(v), causal=True)
+    tail = ag.scaled_dot_product_attention(leaf(q[:, :, -2:]), leaf(k), leaf(v), causal=True)
+    assert tail.shape == (1, 2, 2, 3)
+    np.testing.assert_allclose(tail.data, full.data[:, :, -2:], rtol=1e-12)
+    np.testing.assert_allclose(tail.data, _attention_ref(q[:, :, -2:], k, v, True), rtol=1e-12)
+    last = ag.scaled_dot_product_attention(leaf(q[:, :, -1:]), leaf(k), leaf(v), causal=True)
+    np.testing.assert_allclose(last.data, _attention_ref(q[:, :, -1:], k, v, False), rtol=1e-12)
+
+
+# ---- concat, stack, split, where ----------------------------------------------------
+
+def test_concat_stack_split_round_trip_and_gradients():
+    a = leaf(np.arange(6.0).reshape(2, 3))
+    b = leaf(np.arange(6.0, 12.0).reshape(2, 3))
+    c = ag.concat([a, b], axis=1)
+    assert c.shape == (2, 6)
+    left, right = ag.split(c, 2, axis=1)
+    np.testing.assert_array_equal(left.data, a.data)
+    np.testing.assert_array_equal(right.data, b.data)
+    s = ag.stack([a, b])
+    assert s.shape == (2, 2, 3)
+    (left * 2.0 + right * 3.0 + s[1] * 10.0).sum().backward()
+    np.testing.assert_array_equal(a.grad, np.full((2, 3), 2.0))
+    np.testing.assert_array_equal(b.grad, np.full((2, 3), 13.0))
+
+
+def test_split_follows_numpy():
+    x = Tensor(np.arange(12.0).reshape(3, 4))
+    assert [p.shape for p in ag.split(x, 4, axis=1)] == [(3, 1)] * 4
+    assert [p.shape for p in ag.split(x, [1, 3], axis=1)] == [(3, 1), (3, 2), (3, 1)]
+    assert [p.shape for p in ag.split(x, 3)] == [(1, 4)] * 3
+    assert [p.shape for p in ag.split(x, [2], axis=-1)] == [(3, 2), (3, 2)]
+    for got, want in zip(ag.split(x, [1, 3], axis=1), np.split(x.data, [1, 3], axis=1)):
+        np.testing.assert_array_equal(got.data, want)
+
+
+def test_concat_and_stack_accept_constants():
+    a = leaf([1.0, 2.0])
+    c = ag.concat([a, np.array([3.0])])
+    np.testing.assert_array_equal(c.data, [1.0, 2.0, 3.0])
+    s = ag.stack([a, [5.0, 6.0]], axis=1)
+    np.testing.assert_array_equal(s.data, [[1.0, 5.0], [2.0, 6.0]])
+    (c.sum() + s.sum()).backward()
+    np.testing.assert_array_equal(a.grad, [2.0, 2.0])
+
+
+def test_where_hand_gradients_and_constants():
+    a = leaf([1.0, 2.0, 3.0])
+    b = leaf([10.0, 20.0, 30.0])
+    cond = Tensor([True, False, True])
+    out = ag.where(cond, a, b)
+    np.testing.assert_array_equal(out.data, [1.0, 20.0, 3.0])
+    out.backward(np.array([1.0, 2.0, 3.0]))
+    np.testing.assert_array_equal(a.grad, [1.0, 0.0, 3.0])
+    np.testing.assert_array_equal(b.grad, [0.0, 2.0, 0.0])
+    clipped = ag.where(a > 1.5, a, 0.0)
+    np.testing.assert_array_equal(clipped.data, [0.0, 2.0, 3.0])
+    assert clipped.dtype == np.float64
+
+
+# ---- constructors -------------------------------------------------------------------
+
+@pytest.mark.parametrize("make, value", [(ag.zeros, 0.0), (ag.ones, 1.0)], ids=["zeros", "ones"])
+def test_zeros_and_ones(make, value):
+    for t in (make(2, 3), make((2, 3)), make(2, 3, device="cpu")):
+        assert t.shape == (2, 3) and t.dtype == np.float32 and t.device == "cpu"
+        np.testing.assert_array_equal(t.data, np.full((2, 3), value))
+        assert not t.requires_grad
+    t = make(4, dtype=np.float64, requires_grad=True)
+    assert t.dtype == np.float64 and t.requires_grad and t.is_leaf
+
+
+def test_randn_seeded_and_distributed():
+    ag.manual_seed(42)
+    a = ag.randn(3, 4)
+    b = ag.randn(3, 4)
+    ag.manual_seed(42)
+    c = ag.randn((3, 4), device="cpu")
+    assert a.shape == (3, 4) and a.dtype == np.float32 and a.device == "cpu"
+    np.testing.assert_array_equal(a.data, c.data)
+    assert not np.array_equal(a.data, b.data)
+    big = ag.randn(100_000, dtype=np.float64)
+    assert big.dtype == np.float64
+    assert abs(big.data.mean()) < 0.02 and abs(big.data.std() - 1) < 0.02
+
+
+def test_arange():
+    t = ag.arange(5)
+    assert t.dtype == np.int64 and t.tolist() == [0, 1, 2, 3, 4]
+    assert ag.arange(2, 8, 3).tolist() == [2, 5]
+    f = ag.arange(0.0, 1.0, 0.25)
+    assert f.dtype == np.float32 and f.tolist() == [0.0, 0.25, 0.5, 0.75]
+    d = ag.arange(3, dtype=np.float64, device="cpu")
+    assert d.dtype == np.float64 and d.device == "cpu" and d.tolist() == [0.0, 1.0, 2.0]
+
+
+def test_constructors_follow_the_default_dtype(float64_default):
+    assert ag.zeros(2).dtype == np.float64
+    assert ag.ones(2).dtype == np.float64
+    assert ag.randn(2).dtype == np.float64
+    assert ag.arange(0.0, 2.0).dtype == np.float64
+
+
+# ---- dtype conventions --------------------------------------------------------------
+
+def test_dtype_conventions():
+    assert Tensor([1, 2, 3]).dtype == np.int64
+    assert Tensor([1.0, 2.0]).dtype == np.float32
+    assert Tensor(2.5).dtype == np.float32
+    assert Tensor([[1, 2.5]]).dtype == np.float32
+    assert Tensor(np.array([1.0, 2.0])).dtype == np.float64  # a float64 ndarray keeps float64
+    assert Tensor(np.array([1.0], dtype=np.float32)).dtype == np.float32
+    assert Tensor(np.array([1, 2], dtype=np.int32)).dtype == np.int32
+    assert Tensor([True, False]).dtype == np.bool_
+    assert Tensor([1.0], dtype=np.float64).dtype == np.float64
+    assert Tensor([1, 2], dtype="float32").dtype == np.float32
+    assert ag.get_default_dtype() == np.float32
+
+
+def test_set_default_dtype_changes_python_numbers(float64_default):
+    assert ag.get_default_dtype() == np.float64
+    assert Tensor([1.0, 2.0]).dtype == np.float64
+    assert Tensor([1, 2]).dtype == np.int64  # integers stay integers
+    assert Tensor(np.array([1.0], dtype=np.float32)).dtype == np.float32  # arrays keep theirs
+
+
+def test_default_dtype_is_restored_by_the_fixture():
+    assert ag.get_default_dtype() == np.float32
+
+
+def test_python_numbers_take_the_tensors_dtype():
+    x = Tensor(np.ones(2, dtype=np.float32))
+    for y in (x * 2.0, 2.0 * x, x + 1, x / 3.0, x ** 2, 1.0 - x):
+        assert y.dtype == np.float32
+    x64 = leaf([1.0])
+    assert (x64 * 2.0).dtype == np.float64
+
+
+def test_tensor_from_tensor_copies_nothing_into_the_graph():
+    a = leaf([1.0, 2.0])
+    b = Tensor(a)
+    assert not b.requires_grad and b.dtype == np.float64
+    np.testing.assert_array_equal(b.data, a.data)
+
+
+# ---- comparisons --------------------------------------------------------------------
+
+def test_comparisons_give_boolean_tensors_without_grad():
+    a = leaf([1.0, 2.0, 3.0])
+    b = leaf([3.0, 2.0, 1.0])
+    cases = {
+        "<": (a < b, [True, False, False]), "<=": (a <= b, [True, True, False]),
+        ">": (a > b, [False, False, True]), ">=": (a >= b, [False, True, True]),
+        "==": (a == b, [False, True, False]), "!=": (a != b, [True, False, True]),
+        "> number": (a > 1.5, [False, True, True]), "== array": (a == np.array([1.0, 0, 3]), [True, False, True]),
+    }
+    for name, (result, expected) in cases.items():
+        assert isinstance(result, Tensor), name
+        assert result.dtype == np.bool_ and not result.requires_grad and result.is_leaf, name
+        assert result.tolist() == expected, name
+
+
+# ---- attributes, devices, leaving the graph -----------------------------------------
+
+def test_attributes():
+    t = Tensor(np.zeros((2, 3, 4)), requires_grad=True)
+    assert t.shape == (2, 3, 4) and t.ndim == 3 and t.dtype == np.float64
+    assert t.device == "cpu" and t.requires_grad and t.is_leaf and t.grad is None
+    assert len(t) == 2
+    assert [row.shape for row in t] == [(3, 4), (3, 4)]
+
+
+def test_to_cpu_and_cpu():
+    x = leaf([1.0, 2.0])
+    assert x.to("cpu").device == "cpu"
+    np.testing.assert_array_equal(x.to("cpu").data, x.data)
+    y = x.cpu()
+    assert y.device == "cpu"
+    (y * 3.0).sum().backward()
+    np.testing.assert_array_equal(x.grad, [3.0, 3.0])
+    z = Tensor([1.0], device="cpu")
+    assert z.device == "cpu" and isinstance(z.data, np.ndarray)
+
+
+def test_numpy_item_tolist():
+    x = Tensor([[1.5, 2.5]])
+    arr = x.numpy()
+    assert isinstance(arr, np.ndarray) and arr.dtype == np.float32
+    np.testing.assert_array_equal(arr, [[1.5, 2.5]])
+    s = x.sum().item()
+    assert isinstance(s, float) and s == 4.0
+    assert Tensor([7]).sum().item() == 7 and isinstance(Tensor([7]).sum().item(), int)
+    assert x.tolist() == [[1.5, 2.5]]
+    assert Tensor([1, 2]).tolist() == [1, 2]
+
+
+def test_item_on_a_non_scalar_fails():
+    with pytest.raises(ValueError):
+        Tensor([1.0, 2.0]).item()
+
+
+def test_repr_names_dtype_and_grad():
+    r = repr(leaf([1.0]) * 2.0)
+    assert "float64" in r and "requires_grad=True" in r and "Mul" in r

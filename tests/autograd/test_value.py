@@ -1,0 +1,169 @@
+"""Value, the scalar engine: every op's result and derivative checked against numbers derived by hand."""
+import math
+
+import pytest
+
+from autograd import Value
+
+
+def approx(x):
+    return pytest.approx(x, rel=1e-12, abs=1e-12)
+
+
+def test_value_holds_data_and_zero_grad():
+    v = Value(3)
+    assert v.data == 3.0 and isinstance(v.data, float)
+    assert v.grad == 0.0
+
+
+def test_hand_derived_rational_expression():
+    # x = 2, y = 3
+    # u = x·y = 6;  v = u + x² = 10;  w = v / y = 10/3;  f = ln w + relu(y) = ln(10/3) + 3
+    # ∂f/∂w = 1/w = 3/10;  ∂w/∂v = 1/y = 1/3;  ∂w/∂y = −v/y² = −10/9
+    # ∂f/∂v = 3/10 · 1/3 = 1/10
+    # ∂f/∂x = ∂f/∂v · (∂u/∂x + ∂(x²)/∂x) = 1/10 · (y + 2x) = 1/10 · 7 = 0.7
+    # ∂f/∂y = ∂f/∂v · ∂u/∂y + ∂f/∂w · ∂w/∂y + relu'(y) = 1/10·2 − 3/10·10/9 + 1 = 13/15
+    x, y = Value(2.0), Value(3.0)
+    u = x * y
+    v = u + x ** 2
+    w = v / y
+    f = w.log() + y.relu()
+    f.backward()
+    assert f.data == approx(math.log(10 / 3) + 3)
+    assert x.grad == approx(0.7)
+    assert y.grad == approx(13 / 15)
+    # intermediate gradients are kept too
+    assert w.grad == approx(0.3)
+    assert v.grad == approx(0.1)
+    assert u.grad == approx(0.1)
+
+
+def test_hand_derived_transcendental_expression():
+    # g = σ(x)·tanh(x) + eˣ at x = 0: σ(0) = ½, tanh 0 = 0, e⁰ = 1, so g = 1
+    # g' = σ'(0)·tanh 0 + σ(0)·tanh'(0) + e⁰ = ¼·0 + ½·1 + 1 = 1.5
+    x = Value(0.0)
+    g = x.sigmoid() * x.tanh() + x.exp()
+    g.backward()
+    assert g.data == approx(1.0)
+    assert x.grad == approx(1.5)
+
+
+def test_hand_derived_neuron():
+    # n = w₁x₁ + w₂x₂ + b with x = (1, −2), w = (0.5, 0.25), b = 1  →  n = 0.5 − 0.5 + 1 = 1
+    # o = tanh n = tanh 1;  do/dn = 1 − tanh²1
+    # do/dw₁ = x₁·(1 − tanh²1), do/dw₂ = x₂·(1 − tanh²1), do/dx₁ = w₁·(1 − tanh²1), do/db = 1 − tanh²1
+    x1, x2, w1, w2, b = Value(1.0), Value(-2.0), Value(0.5), Value(0.25), Value(1.0)
+    o = (w1 * x1 + w2 * x2 + b).tanh()
+    o.backward()
+    d = 1 - math.tanh(1.0) ** 2
+    assert o.data == approx(math.tanh(1.0))
+    assert w1.grad == approx(1.0 * d)
+    assert w2.grad == approx(-2.0 * d)
+    assert x1.grad == approx(0.5 * d)
+    assert x2.grad == approx(0.25 * d)
+    assert b.grad == approx(d)
+
+
+# (op, x, expected value, expected d/dx), each derived by hand
+UNARY_CASES = [
+    ("exp", lambda v: v.exp(), 1.0, math.e, math.e),                      # (eˣ)' = eˣ
+    ("log", lambda v: v.log(), 2.0, math.log(2.0), 0.5),                  # (ln x)' = 1/x
+    ("tanh", lambda v: v.tanh(), 0.5, math.tanh(0.5), 1 - math.tanh(0.5) ** 2),
+    ("sigmoid", lambda v: v.sigmoid(), 0.0, 0.5, 0.25),                   # σ' = σ(1 − σ) = ¼
+    ("sigmoid2", lambda v: v.sigmoid(), 2.0, 1 / (1 + math.exp(-2)),
+     math.exp(-2) / (1 + math.exp(-2)) ** 2),
+    ("relu+", lambda v: v.relu(), 2.0, 2.0, 1.0),
+    ("relu-", lambda v: v.relu(), -1.0, 0.0, 0.0),
+    ("square", lambda v: v ** 2, -3.0, 9.0, -6.0),                        # 2x
+    ("cube", lambda v: v ** 3, 2.0, 8.0, 12.0),                           # 3x²
+    ("inverse", lambda v: v ** -1, 4.0, 0.25, -1 / 16),                   # −1/x²
+    ("sqrt", lambda v: v ** 0.5, 4.0, 2.0, 0.25),                         # 1/(2√x)
+    ("neg", lambda v: -v, 3.0, -3.0, -1.0),
+    ("radd", lambda v: 2 + v, 4.0, 6.0, 1.0),
+    ("rsub", lambda v: 2 - v, 4.0, -2.0, -1.0),
+    ("rmul", lambda v: 2 * v, 4.0, 8.0, 2.0),
+    ("rdiv", lambda v: 2 / v, 4.0, 0.5, -2 / 16),                         # −2/x²
+    ("add_const", lambda v: v + 2, 4.0, 6.0, 1.0),
+    ("sub_const", lambda v: v - 2, 4.0, 2.0, 1.0),
+    ("mul_const", lambda v: v * 2, 4.0, 8.0, 2.0),
+    ("div_const", lambda v: v / 2, 4.0, 2.0, 0.5),
+]
+
+
+@pytest.mark.parametrize("name, fn, x, value, derivative", UNARY_CASES, ids=[c[0] for c in UNARY_CASES])
+def test_unary_ops_and_reversed_operators(name, fn, x, value, derivative):
+    v = Value(x)
+    out = fn(v)
+    out.backward()
+    assert out.data == approx(value)
+    assert v.grad == approx(derivative)
+
+
+@pytest.mark.parametrize("op, value, dx, dy", [
+    (lambda a, b: a + b, 3.0 + -2.0, 1.0, 1.0),
+    (lambda a, b: a - b, 3.0 - -2.0, 1.0, -1.0),
+    (lambda a, b: a * b, 3.0 * -2.0, -2.0, 3.0),        # d(xy) = y dx + x dy
+    (lambda a, b: a / b, 3.0 / -2.0, -0.5, -3.0 / 4),   # d(x/y) = dx/y − x dy/y²
+], ids=["add", "sub", "mul", "div"])
+def test_binary_ops(op, value, dx, dy):
+    a, b = Value(3.0), Value(-2.0)
+    out = op(a, b)
+    out.backward()
+    assert out.data == approx(value)
+    assert a.grad == approx(dx)
+    assert b.grad == approx(dy)
+
+
+def test_sigmoid_does_not_overflow():
+    low, high = Value(-1000.0).sigmoid(), Value(1000.0).sigmoid()
+    assert low.data == 0.0 and high.data == 1.0
+
+
+def test_node_used_twice_accumulates():
+    # b = a·a → db/da = 2a = 6;  c = a + a → dc/da = 2
+    a = Value(3.0)
+    b = a * a
+    b.backward()
+    assert b.data == 9.0 and a.grad == 6.0
+    a2 = Value(3.0)
+    c = a2 + a2
+    c.backward()
+    assert c.data == 6.0 and a2.grad == 2.0
+
+
+def test_reused_intermediate_node():
+    # x = 2; y = x + 1 = 3 used twice: z = y·y + y = 12;  dz/dy = 2y + 1 = 7;  dz/dx = 7
+    x = Value(2.0)
+    y = x + 1
+    z = y * y + y
+    z.backward()
+    assert z.data == 12.0
+    assert y.grad == 7.0
+    assert x.grad == 7.0
+
+
+def test_pow_rejects_value_exponent():
+    with pytest.raises(TypeError):
+        Value(2.0) ** Value(3.0)
+
+
+def test_chain_of_20000_ops():
+    # f = x + 1 + 1 + … (20,000 times): value x + 20000, derivative 1; no recursion limit
+    x = Value(1.0)
+    y = x
+    for _ in range(20_000):
+        y = y + 1
+    y.backward()
+    assert y.data == 20_001.0
+    assert x.grad == 1.0
+
+
+def test_long_multiplicative_chain():
+    # f = x·k^n, so df/dx = k^n, with n = 20,000 and k close to 1
+    k, n = 1.00005, 20_000
+    x = Value(1.0)
+    y = x
+    for _ in range(n):
+        y = y * k
+    y.backward()
+    assert x.grad == pytest.approx(k ** n, rel=1e-9)

@@ -1,0 +1,164 @@
+"""models.bigram against lesson 1's printed numbers: the set-up, the loss trajectory, the bound, the CLI."""
+import math
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import autograd as ag
+import nn
+from models import bigram
+
+ROOT = Path(__file__).resolve().parents[2]
+LESSON_LOSSES = {0: 2.7319984903342007, 100: 0.6807755505264127, 500: 0.6556566358890348}
+LOWER_BOUND = 0.653024490038894
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "models.bigram", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_lesson_set_up():
+    chars, ids = bigram.vocabulary(bigram.CORPUS)
+    assert "".join(chars) == "我吃苹果。你米饭喝水他很甜香爱"
+    assert len(chars) == 15
+    cur, nxt = bigram.pairs(ids)
+    assert len(cur) == len(nxt) == 36
+    assert (chars[cur[0]], chars[nxt[0]]) == ("我", "吃")
+
+
+def test_initial_weights_are_the_lessons_draws():
+    model, chars, _, _ = bigram.lesson_setup()
+    rng = np.random.default_rng(0)
+    np.testing.assert_array_equal(model.E.numpy(), rng.normal(0, 1, (15, 8)))
+    np.testing.assert_array_equal(model.W_U.numpy(), rng.normal(0, 0.1, (8, 15)))
+    assert model.E.dtype == model.W_U.dtype == np.float64
+    assert isinstance(model, nn.Module)
+    assert [name for name, _ in model.named_parameters()] == ["E", "W_U"]
+
+
+def test_trajectory_through_nn_and_sgd_matches_the_lesson():
+    model, _, cur, nxt = bigram.lesson_setup()
+    optimizer = nn.optim.SGD(model.parameters(), lr=1.0)
+    seen = {}
+    for step in range(501):
+        loss = ag.cross_entropy(model(cur), nxt)
+        seen[step] = loss.item()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    for step, expected in LESSON_LOSSES.items():
+        assert seen[step] == pytest.approx(expected, abs=1e-6), step
+
+
+def test_train_reports_the_lessons_losses():
+    model, _, cur, nxt = bigram.lesson_setup()
+    logged = []
+    losses = bigram.train(model, cur, nxt, lr=1.0, steps=500, on_log=lambda s, v: logged.append(s))
+    assert list(losses) == logged == [0, 100, 200, 300, 400, 500]
+    for step, expected in LESSON_LOSSES.items():
+        assert losses[step] == pytest.approx(expected, abs=1e-6)
+
+
+def test_train_logs_the_last_step_even_off_the_grid():
+    model, _, cur, nxt = bigram.lesson_setup()
+    assert list(bigram.train(model, cur, nxt, lr=1.0, steps=150)) == [0, 100, 150]
+
+
+def test_counting_lower_bound_is_the_conditional_entropy():
+    chars, ids = bigram.vocabulary(bigram.CORPUS)
+    cur, nxt = bigram.pairs(ids)
+    bound = bigram.counting_lower_bound(cur, nxt, len(chars))
+    assert bound == pytest.approx(LOWER_BOUND, abs=1e-6)
+    # Independently: −(1/B) Σ over pairs of log(count(a, b) / count(a)).
+    pair_counts, first_counts = Counter(zip(cur, nxt)), Counter(cur)
+    by_hand = -sum(n * math.log(n / first_counts[a]) for (a, _), n in pair_counts.items()) / len(cur)
+    assert bound == pytest.approx(by_hand, abs=1e-12)
+    assert bound < LESSON_LOSSES[500] < math.log(15)
+
+
+def test_learned_distribution_after_chi():
+    model, chars, cur, nxt = bigram.lesson_setup()
+    bigram.train(model, cur, nxt, lr=1.0, steps=500)
+    p = bigram.next_distribution(model, chars.index("吃"))
+    assert p.sum() == pytest.approx(1.0)
+    assert p[chars.index("苹")] == pytest.approx(2 / 3, abs=0.01)
+    assert p[chars.index("米")] == pytest.approx(1 / 3, abs=0.01)
+
+
+def test_rank_one_model_stays_well_above_the_bound():
+    model, chars, cur, nxt = bigram.lesson_setup(dim=1)
+    losses = bigram.train(model, cur, nxt, lr=1.0, steps=500)
+    assert losses[500] > LOWER_BOUND + 0.1
+
+
+def test_a_diverging_learning_rate_raises_diverged():
+    model, _, cur, nxt = bigram.lesson_setup()
+    with pytest.raises(bigram.Diverged, match="learning rate 100") as info:
+        bigram.train(model, cur, nxt, lr=100.0, steps=500)
+    assert info.value.lr == 100.0 and info.value.step < 500
+
+
+def test_demo_loss_is_the_step_zero_loss_and_deterministic():
+    first, second = bigram.demo_loss(), bigram.demo_loss()
+    assert first.item() == pytest.approx(LESSON_LOSSES[0], abs=1e-12)
+    assert first.item() == second.item()
+    assert first.name == "loss"
+
+
+def test_demo_loss_graph_has_named_tensors():
+    loss = bigram.demo_loss()
+    names, stack, seen = set(), [loss], set()
+    while stack:
+        t = stack.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        names.add(t.name)
+        if t._ctx is not None:
+            stack.extend(t._ctx.parents)
+    assert {"loss", "logits", "E", "W_U"} <= names
+    loss.backward()  # the graph is a real one: gradients reach both parameters
+
+
+def test_cli_prints_the_lessons_numbers():
+    result = run_cli("--steps", "100")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for text in ("step    0  loss 2.7320", "step  100  loss 0.6808", "0.6530", "2.70805", "吃", "苹", "米"):
+        assert text in out, text
+    assert "step  200" not in out
+
+
+def test_cli_default_run_ends_at_the_lessons_last_loss():
+    result = run_cli()
+    assert result.returncode == 0, result.stderr
+    assert "step  500  loss 0.6557" in result.stdout
+    assert "rank" not in result.stdout  # d = 8 gets close to the bound
+
+
+def test_cli_with_dim_one_says_the_loss_ends_far_above_the_bound():
+    result = run_cli("--dim", "1")
+    assert result.returncode == 0, result.stderr
+    assert "above the bound" in result.stdout and "rank at most 1" in result.stdout
+
+
+@pytest.mark.parametrize("lr", ["100", "1e6"])
+def test_cli_diverging_learning_rate_is_one_clear_line(lr):
+    result = run_cli("--lr", lr)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "diverged" in lines[0] and f"learning rate {float(lr):g}" in lines[0] and "smaller" in lines[0]
+
+
+@pytest.mark.parametrize("args", [["--dim", "0"], ["--lr", "abc"], ["--lr", "-1"], ["--steps", "-5"], ["--bogus"]])
+def test_cli_argument_errors_come_from_argparse(args):
+    result = run_cli(*args)
+    assert result.returncode == 2
+    assert "usage:" in result.stderr and "Traceback" not in result.stderr

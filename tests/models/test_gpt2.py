@@ -1,0 +1,428 @@
+"""Tests for models.gpt2 on tiny configs: names and shapes as GPT-2's, initialisation,
+forward and loss, gradients against finite differences, the KV cache and sampling,
+checkpoints (round trip, both Hugging Face layouts, atomic saves), the parameter count."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import autograd as ag
+import nn
+from autograd import Tensor
+from models import gpt2
+from models.gpt2 import GPT, GPTConfig, count_parameters, parameter_shapes, sample
+
+TINY = dict(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=8)
+
+
+@pytest.fixture(autouse=True)
+def _restore_engine_globals():
+    dtype = ag.get_default_dtype()
+    yield
+    ag.set_default_dtype(dtype)
+    assert ag.is_grad_enabled(), "a test left gradient recording switched off"
+
+
+def tiny(seed=0, **overrides):
+    ag.manual_seed(seed)
+    return GPT(GPTConfig(**{**TINY, **overrides}))
+
+
+def batch(config, B=2, T=None, seed=0):
+    T = T or config.block_size
+    tokens = np.random.default_rng(seed).integers(0, config.vocab_size, size=(B, T + 1))
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+# ---- config, names, initialisation ---------------------------------------------------------------
+
+
+def test_config_defaults_are_gpt2_small():
+    c = GPTConfig()
+    assert (c.vocab_size, c.block_size, c.n_layer, c.n_head, c.n_embd, c.dropout, c.bias) == \
+        (50257, 1024, 12, 12, 768, 0.0, True)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(n_embd=10, n_head=4), "not divisible by n_head"),
+    (dict(n_layer=0), "n_layer must be a positive integer"),
+    (dict(dropout=1.0), "dropout"),
+])
+def test_config_rejects_bad_values(bad, message):
+    with pytest.raises(ValueError, match=message):
+        GPTConfig(**{**TINY, **bad})
+
+
+def test_parameter_names_are_gpt2s():
+    model = tiny()
+    names = [n for n, _ in model.named_parameters()]
+    block = ["ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+             "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+             "mlp.c_proj.weight", "mlp.c_proj.bias"]
+    assert names == (["transformer.wte.weight", "transformer.wpe.weight"]
+                     + [f"transformer.h.{i}.{n}" for i in range(2) for n in block]
+                     + ["transformer.ln_f.weight", "transformer.ln_f.bias"])
+    assert not any("lm_head" in n for n in names)  # tied: the head is wte itself
+    shapes = dict((n, p.shape) for n, p in model.named_parameters())
+    assert shapes["transformer.h.0.attn.c_attn.weight"] == (8, 24)  # (C, 3C): Conv1D's (in, out)
+    assert shapes["transformer.h.1.mlp.c_fc.weight"] == (8, 32)
+    assert shapes["transformer.h.1.mlp.c_proj.weight"] == (32, 8)
+
+
+@pytest.mark.parametrize("overrides", [{}, dict(bias=False), dict(n_layer=3, n_head=4, n_embd=16, vocab_size=37)])
+def test_parameter_count_formula_matches_a_built_model(overrides):
+    model = tiny(**overrides)
+    assert {n: p.shape for n, p in model.named_parameters()} == parameter_shapes(model.config)
+    assert model.num_parameters() == count_parameters(model.config)
+
+
+def test_gpt2_small_has_124_439_808_parameters():
+    assert count_parameters(GPTConfig()) == 124_439_808
+    assert count_parameters(GPTConfig(n_layer=24, n_head=16, n_embd=1024)) == 354_823_168  # GPT-2 medium
+
+
+def test_params_cli_prints_the_table_and_the_note(capsys):
+    gpt2.main(["--params"])
+    out = capsys.readouterr().out
+    assert "124,439,808" in out and "124,410,624" in out
+    assert "7,087,872" in out and "3,072" in out  # one block; c_fc's real bias
+    gpt2.main(["--n-layer", "2", "--n-embd", "64", "--n-head", "4"])
+    assert f"{count_parameters(GPTConfig(n_layer=2, n_embd=64, n_head=4)):,}" in capsys.readouterr().out
+
+
+def test_initialisation_is_gpt2s_and_seeded():
+    model = tiny(n_layer=4, n_embd=64, n_head=4, vocab_size=256, block_size=64)
+    params = dict(model.named_parameters())
+    resid_std = 0.02 / math.sqrt(2 * 4)
+    for name, p in params.items():
+        if name.endswith(".bias"):
+            assert not p.data.any(), name
+        elif ".ln_" in name:
+            assert (p.data == 1).all(), name
+        else:
+            expected = resid_std if name.endswith("c_proj.weight") else 0.02
+            assert abs(p.data.std() / expected - 1) < 0.08, (name, p.data.std(), expected)
+            assert abs(p.data.mean()) < 0.1 * expected, name
+    again = tiny(n_layer=4, n_embd=64, n_head=4, vocab_size=256, block_size=64)
+    for (name, p), q in zip(model.named_parameters(), again.parameters()):
+        np.testing.assert_array_equal(p.data, q.data, err_msg=name)
+    other = tiny(seed=1, n_layer=4, n_embd=64, n_head=4, vocab_size=256, block_size=64)
+    assert not np.array_equal(model.transformer.wte.weight.data, other.transformer.wte.weight.data)
+
+
+def test_optimizer_groups_decay_only_matrices():
+    model = tiny()
+    decay, no_decay = model.optimizer_groups(0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.ndim == 2 for p in decay["params"]) and all(p.ndim == 1 for p in no_decay["params"])
+    assert len(decay["params"]) + len(no_decay["params"]) == len(model.parameters())
+    nn.optim.AdamW(model.optimizer_groups(0.1), lr=1e-3)  # accepted as they are
+
+
+# ---- forward and loss ----------------------------------------------------------------------------
+
+
+def test_forward_shapes_and_initial_loss():
+    model = tiny()
+    x, y = batch(model.config, B=3, T=5)
+    logits, loss = model(x)
+    assert logits.shape == (3, 5, 16) and loss is None
+    logits, loss = model(Tensor(x), targets=Tensor(y))
+    assert loss.shape == () and abs(loss.item() - math.log(16)) < 0.1  # small init: near-uniform predictions
+
+
+def test_lm_head_is_tied_to_the_token_embedding():
+    model = tiny()
+    x, _ = batch(model.config, B=1, T=4)
+    logits, _ = model(x)
+    features = model.transformer(x)
+    np.testing.assert_allclose(logits.data, features.data @ model.transformer.wte.weight.data.T, rtol=1e-5, atol=1e-6)
+
+
+def test_ignore_index_minus_one_leaves_those_targets_out():
+    model = tiny()
+    x, y = batch(model.config, B=2, T=6)
+    ignored = y.copy()
+    ignored[0, :3] = -1
+    logits, loss = model(x, ignored)
+    keep = ignored != -1
+    expected = ag.cross_entropy(Tensor(logits.data[keep]), y[keep])
+    np.testing.assert_allclose(loss.item(), expected.item(), rtol=1e-6)
+
+
+def test_attention_is_causal():
+    model = tiny()
+    x, _ = batch(model.config, B=1, T=8)
+    changed = x.copy()
+    changed[0, 5] = (changed[0, 5] + 1) % 16
+    a, _ = model(x)
+    b, _ = model(changed)
+    np.testing.assert_array_equal(a.data[:, :5], b.data[:, :5])
+    assert not np.allclose(a.data[:, 5:], b.data[:, 5:])
+
+
+@pytest.mark.parametrize("idx, error, message", [
+    (np.zeros((1, 9), dtype=np.int64), ValueError, "block_size is 8"),
+    (np.zeros((1, 3), dtype=np.float32), TypeError, "integer token ids"),
+    (np.zeros(3, dtype=np.int64), ValueError, r"shape \(B, T\)"),
+    (np.full((1, 3), 16), IndexError, "ids must lie in"),
+])
+def test_bad_ids_are_clear_errors(idx, error, message):
+    with pytest.raises(error, match=message):
+        tiny()(idx)
+
+
+def test_gradients_match_finite_differences():
+    ag.set_default_dtype(np.float64)
+    model = tiny(vocab_size=8, block_size=4, n_layer=1, n_head=2, n_embd=4)
+    x, y = batch(model.config, B=2, T=4)
+    ag.gradcheck(lambda *params: model(x, y)[1], model.parameters(), atol=1e-7, rtol=1e-5)
+
+
+def test_dropout_only_while_training():
+    model = tiny(dropout=0.3)
+    x, y = batch(model.config)
+    a, b = model(x, y)[1].item(), model(x, y)[1].item()
+    assert a != b  # fresh masks every call
+    model.eval()
+    plain = tiny(dropout=0.0)
+    np.testing.assert_allclose(model(x, y)[1].item(), plain(x, y)[1].item(), rtol=1e-6)
+    with ag.no_grad():
+        logits, _ = model(x)  # eval: deterministic
+    np.testing.assert_array_equal(logits.data, model(x)[0].data)
+
+
+def test_adamw_overfits_one_batch():
+    model = tiny()
+    x, y = batch(model.config, B=2)
+    optimizer = nn.optim.AdamW(model.optimizer_groups(0.01), lr=1e-2)
+    losses = []
+    for _ in range(30):
+        _, loss = model(x, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_demo_loss_is_deterministic_named_and_scoped():
+    state = ag.get_rng_state()
+    first, second = gpt2.demo_loss(), gpt2.demo_loss()
+    assert ag.get_rng_state() == state  # the caller's random stream is untouched
+    assert first.item() == second.item() and first.name == "loss"
+    scopes, names, stack, seen = set(), set(), [first], set()
+    while stack:
+        t = stack.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        names.add(t.name)
+        if t._ctx is not None:
+            scopes.add(t._ctx.scope)
+            stack.extend(t._ctx.parents)
+    assert {"logits", "loss", "transformer.wte.weight", "transformer.h.1.mlp.c_fc.weight"} <= names
+    assert {"transformer.h.0.attn", "transformer.h.1.mlp.c_fc", "transformer.ln_f", "lm_head"} <= scopes
+
+
+# ---- the KV cache and generation -------------------------------------------------------------------
+
+
+def test_cached_forward_equals_the_full_forward():
+    model = tiny()
+    x, _ = batch(model.config, B=2, T=8)
+    full, _ = model(x)
+    cache = gpt2.KVCache(model.config, 2, np.float32, "cpu")
+    with ag.no_grad():
+        prefill, _ = model(x[:, :3], kv_cache=cache)
+        steps = [model(x[:, t:t + 1], kv_cache=cache)[0] for t in range(3, 8)]
+    incremental = np.concatenate([prefill.data] + [s.data for s in steps], axis=1)
+    np.testing.assert_allclose(incremental, full.data, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="after 8 cached"), ag.no_grad():
+        model(x[:, :1], kv_cache=cache)
+    with pytest.raises(RuntimeError, match="no_grad"):
+        model(x[:, :1], kv_cache=gpt2.KVCache(model.config, 2, np.float32, "cpu"))
+
+
+@pytest.mark.parametrize("prompt_len, new", [(3, 4), (3, 20), (8, 5)])  # inside, past and from block_size
+def test_greedy_with_and_without_cache_agree(prompt_len, new):
+    model = tiny()
+    prompt = batch(model.config, B=2, T=prompt_len, seed=1)[0]
+    cached = model.generate(prompt, new, temperature=0)
+    uncached = model.generate(prompt, new, temperature=0, use_cache=False)
+    assert cached.shape == (2, prompt_len + new)
+    np.testing.assert_array_equal(cached[:, :prompt_len], prompt)
+    np.testing.assert_array_equal(cached, uncached)
+
+
+def test_greedy_picks_the_argmax_of_the_full_forward():
+    model = tiny()
+    out = model.generate([[1, 2, 3]], 12, temperature=0)[0]
+    for n in range(3, len(out)):
+        window = np.array([out[max(0, n - 8):n]])
+        assert out[n] == model(window)[0].data[0, -1].argmax()
+
+
+def test_sampling_is_reproducible_under_manual_seed():
+    model = tiny()
+    runs = []
+    for seed, use_cache in [(5, True), (5, True), (5, False), (6, True)]:
+        ag.manual_seed(seed)
+        runs.append(model.generate([[1, 2]], 16, temperature=1.5, use_cache=use_cache))
+    assert runs[0] == runs[1] == runs[2]
+    assert runs[0] != runs[3]
+
+
+@pytest.mark.parametrize("options", [dict(top_k=1), dict(top_p=1e-6), dict(temperature=0, top_k=5)])
+def test_top_k_one_and_tiny_top_p_are_greedy(options):
+    model = tiny()
+    greedy = model.generate([[4, 4, 2]], 10, temperature=0)
+    ag.manual_seed(0)
+    assert model.generate([[4, 4, 2]], 10, **{"temperature": 2.0, **options}) == greedy
+
+
+def test_generate_keeps_the_input_kind_and_mode():
+    model = tiny()
+    model.train()
+    as_list = model.generate([1, 2, 3], 2, temperature=0)
+    assert isinstance(as_list, list) and len(as_list) == 5 and as_list[:3] == [1, 2, 3]
+    as_array = model.generate(np.array([[1, 2, 3]], dtype=np.int32), 2, temperature=0)
+    assert isinstance(as_array, np.ndarray) and as_array.dtype == np.int32 and as_array.shape == (1, 5)
+    as_tensor = model.generate(Tensor([[1, 2, 3]]), 2, temperature=0)
+    assert isinstance(as_tensor, Tensor) and as_tensor.shape == (1, 5) and not as_tensor.requires_grad
+    assert as_tensor.tolist()[0] == as_list == as_array[0].tolist()
+    assert model.generate([[1, 2, 3]], 0) == [[1, 2, 3]]
+    assert model.training and ag.is_grad_enabled()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(temperature=-1), "temperature"), (dict(top_k=0), "top_k"), (dict(top_p=0), "top_p"),
+    (dict(top_p=1.5), "top_p"), (dict(max_new_tokens=-1), "max_new_tokens"),
+])
+def test_generate_rejects_bad_options(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        tiny().generate([[1]], **{"max_new_tokens": 2, **kwargs})
+
+
+def test_sample_filters_top_k_and_top_p():
+    logits = np.log(np.array([[0.05, 0.4, 0.3, 0.15, 0.1]] * 400))
+    ag.manual_seed(0)
+    assert set(sample(logits, top_k=2)) == {1, 2}
+    assert set(sample(logits, top_p=0.65)) == {1, 2}  # 0.4 + 0.3 reaches 0.65; 0.4 alone does not
+    assert set(sample(logits, top_p=0.7)) == {1, 2}  # mass before token 3 is 0.7: it stays out
+    assert set(sample(logits, top_p=0.71)) == {1, 2, 3}
+    counts = np.bincount(sample(logits), minlength=5) / 400
+    np.testing.assert_allclose(counts, [0.05, 0.4, 0.3, 0.15, 0.1], atol=0.07)
+    np.testing.assert_array_equal(sample(logits[:2], temperature=0), [1, 1])
+    cold = sample(logits, temperature=0.05)  # temperature → 0 approaches greedy
+    assert (cold == 1).mean() > 0.95
+
+
+# ---- checkpoints -------------------------------------------------------------------------------
+
+
+def _files(directory):
+    return {p.name: p.read_bytes() for p in directory.iterdir()}
+
+
+def test_save_and_load_round_trip(tmp_path):
+    model = tiny(vocab_size=20, block_size=6, n_layer=2, n_head=2, n_embd=8, layer_norm_epsilon=1e-6)
+    model.save_pretrained(tmp_path / "ckpt")
+    config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    assert config["model_type"] == "gpt2" and config["architectures"] == ["GPT2LMHeadModel"]
+    assert config["tie_word_embeddings"] is True and config["activation_function"] == "gelu_new"
+    assert (config["n_positions"], config["n_embd"], config["layer_norm_epsilon"]) == (6, 8, 1e-6)
+    from safetensors import safe_open
+    with safe_open(str(tmp_path / "ckpt" / "model.safetensors"), "np") as f:
+        assert f.metadata() == {"format": "pt"}
+        assert set(f.keys()) == set(parameter_shapes(model.config))
+    loaded = GPT.from_pretrained(tmp_path / "ckpt")
+    assert loaded.config == model.config
+    for (name, p), q in zip(model.named_parameters(), loaded.parameters()):
+        np.testing.assert_array_equal(p.data, q.data, err_msg=name)
+    x, _ = batch(model.config, T=6)
+    np.testing.assert_array_equal(model(x)[0].data, loaded(x)[0].data)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no staging folder left behind
+
+
+def test_original_hub_layout_loads(tmp_path):
+    from safetensors.numpy import save_file
+    model = tiny()
+    n = model.config.block_size
+    tensors = {name.removeprefix("transformer."): p.data for name, p in model.named_parameters()}
+    for i in range(model.config.n_layer):
+        tensors[f"h.{i}.attn.bias"] = np.tril(np.ones((n, n), dtype=np.float32))[None, None]
+        tensors[f"h.{i}.attn.masked_bias"] = np.array(-1e4, dtype=np.float32)
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(gpt2.config_to_hf(model.config)))
+    loaded = GPT.from_pretrained(tmp_path)
+    x, _ = batch(model.config)
+    np.testing.assert_array_equal(model(x)[0].data, loaded(x)[0].data)
+
+
+def test_tied_lm_head_is_accepted_only_when_equal(tmp_path):
+    from safetensors.numpy import save_file
+    model = tiny()
+    tensors = {name: p.data for name, p in model.named_parameters()}
+    (tmp_path / "config.json").write_text(json.dumps(gpt2.config_to_hf(model.config)))
+    save_file({**tensors, "lm_head.weight": tensors["transformer.wte.weight"].copy()}, str(tmp_path / "model.safetensors"))
+    GPT.from_pretrained(tmp_path)
+    save_file({**tensors, "lm_head.weight": tensors["transformer.wte.weight"] + 1}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError, match="lm_head.weight differs"):
+        GPT.from_pretrained(tmp_path)
+
+
+def test_checkpoint_errors_are_clear(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no folder"):
+        GPT.from_pretrained(tmp_path / "absent")
+    with pytest.raises(FileNotFoundError, match="config.json is missing"):
+        GPT.from_pretrained(tmp_path)
+    model = tiny()
+    (tmp_path / "config.json").write_text(json.dumps(gpt2.config_to_hf(model.config)))
+    with pytest.raises(FileNotFoundError, match="model.safetensors is missing"):
+        GPT.from_pretrained(tmp_path)
+    model.save_pretrained(tmp_path)
+    wider = gpt2.config_to_hf(GPTConfig(**{**TINY, "n_embd": 16}))
+    (tmp_path / "config.json").write_text(json.dumps(wider))
+    with pytest.raises(ValueError, match=r"mis-shaped .*transformer.wte.weight: checkpoint \(16, 8\), config \(16, 16\)"):
+        GPT.from_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**wider, "activation_function": "relu"}))
+    with pytest.raises(ValueError, match="activation_function='relu'"):
+        GPT.from_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="bias"):
+        tiny(bias=False).save_pretrained(tmp_path / "nobias")
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _failing_save_file(tensors, filename, metadata=None):
+    """Writes half a file, then fails: a full disk, or a kill in the middle of the write."""
+    with open(filename, "wb") as f:
+        f.write(b"\x00" * 100)
+    raise _Interrupted
+
+
+def test_an_interrupted_save_keeps_the_old_checkpoint(tmp_path, monkeypatch):
+    import safetensors.numpy
+    target = tmp_path / "ckpt"
+    tiny(seed=0).save_pretrained(target)
+    (target / "tokenizer.json").write_text("{}")  # other files in the folder are left alone
+    before = _files(target)
+    monkeypatch.setattr(safetensors.numpy, "save_file", _failing_save_file)
+    with pytest.raises(_Interrupted):
+        tiny(seed=1).save_pretrained(target)
+    assert _files(target) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    with pytest.raises(_Interrupted):
+        tiny(seed=1).save_pretrained(tmp_path / "fresh")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no half-made folder either
+    monkeypatch.undo()
+    tiny(seed=1).save_pretrained(target)  # a save that completes replaces both files
+    after = _files(target)
+    assert after["tokenizer.json"] == b"{}" and after["model.safetensors"] != before["model.safetensors"]
+    np.testing.assert_array_equal(GPT.from_pretrained(target).transformer.wte.weight.data,
+                                  tiny(seed=1).transformer.wte.weight.data)

@@ -1,0 +1,316 @@
+"""nn.Module: parameters and sub-modules registered by attribute, dotted names, state dicts, modes, devices."""
+import numpy as np
+import pytest
+
+import autograd as ag
+import nn
+from nn import Module, Parameter
+
+
+class Block(Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.Linear(3, 3)
+        self.ln = nn.LayerNorm(3)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.ln(x + self.attn(x)))
+
+
+class TinyLM(Module):
+    """Embedding, two blocks in a ModuleList, and a head tied to the embedding (as GPT-2 has)."""
+
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(5, 3)
+        self.h = nn.ModuleList([Block(), Block()])
+        self.scale = Parameter(np.ones(3))
+        self.head = nn.Linear(3, 5, bias=False)
+        self.head.weight = self.wte.weight  # tied: one Parameter, two places
+
+    def forward(self, ids):
+        x = self.wte(ids)
+        for block in self.h:
+            x = block(x)
+        return (x * self.scale) @ self.head.weight.T
+
+
+def snapshot(module):
+    return {name: p.numpy().copy() for name, p in module.named_parameters()}
+
+
+def assert_unchanged(module, before):
+    after = snapshot(module)
+    assert after.keys() == before.keys()
+    for name in before:
+        np.testing.assert_array_equal(after[name], before[name], err_msg=name)
+
+
+# ---- registration and names ------------------------------------------------------------
+
+
+def test_parameters_and_submodules_are_registered_by_attribute():
+    m = Block()
+    assert [name for name, _ in m.named_parameters()] == ["attn.weight", "attn.bias", "ln.weight", "ln.bias"]
+    assert m.children() == [m.attn, m.ln, m.drop]
+    assert all(isinstance(p, Parameter) and p.requires_grad for p in m.parameters())
+
+
+def test_a_plain_tensor_or_number_is_not_a_parameter():
+    m = Module()
+    m.constant = ag.Tensor(np.ones(2))
+    m.size = 3
+    assert m.parameters() == []
+
+
+def test_reassigning_or_deleting_an_attribute_unregisters_it():
+    m = Block()
+    m.attn = None
+    assert "attn.weight" not in dict(m.named_parameters())
+    del m.ln
+    assert [name for name, _ in m.named_parameters()] == []
+    assert m.children() == [m.drop]
+
+
+def test_assigning_before_super_init_is_a_clear_error():
+    class Forgetful(Module):
+        def __init__(self):
+            self.w = Parameter(np.ones(2))
+
+    with pytest.raises(AttributeError, match="super"):
+        Forgetful()
+
+
+def test_named_parameters_gives_dotted_names_in_registration_order():
+    names = [name for name, _ in TinyLM().named_parameters()]
+    assert names == [
+        "scale", "wte.weight",
+        "h.0.attn.weight", "h.0.attn.bias", "h.0.ln.weight", "h.0.ln.bias",
+        "h.1.attn.weight", "h.1.attn.bias", "h.1.ln.weight", "h.1.ln.bias",
+    ]
+
+
+def test_a_tied_parameter_is_listed_once_under_its_first_name():
+    m = TinyLM()
+    params = m.parameters()
+    assert sum(p is m.wte.weight for p in params) == 1
+    assert "head.weight" not in m.state_dict()
+    assert len(params) == len({id(p) for p in params})
+    assert m.num_parameters() == sum(p.size for p in params)
+
+
+def test_a_shared_submodule_is_visited_once():
+    shared = nn.Linear(2, 2)
+    seq = nn.Sequential(shared, nn.ReLU(), shared)
+    assert [name for name, _ in seq.named_modules()] == ["", "0", "1"]
+    assert len(seq.parameters()) == 2
+
+
+# ---- state_dict ---------------------------------------------------------------------
+
+
+def test_state_dict_round_trip_copies_every_array():
+    source, target = TinyLM(), TinyLM()
+    state = source.state_dict()
+    assert list(state) == [name for name, _ in source.named_parameters()]
+    target.load_state_dict(state)
+    for name, p in target.named_parameters():
+        np.testing.assert_array_equal(p.numpy(), state[name])
+    source.wte.weight.data += 1  # the loaded model must not share memory with the dict
+    assert not np.array_equal(target.wte.weight.numpy(), source.wte.weight.numpy())
+    assert target.head.weight is target.wte.weight  # still tied after loading
+
+
+def test_load_state_dict_names_missing_keys_and_changes_nothing():
+    model = TinyLM()
+    before = snapshot(model)
+    state = {k: v + 1 for k, v in TinyLM().state_dict().items() if k != "h.1.ln.bias"}
+    with pytest.raises(KeyError, match=r"missing keys \['h.1.ln.bias'\]"):
+        model.load_state_dict(state)
+    assert_unchanged(model, before)
+
+
+def test_load_state_dict_names_unexpected_keys_and_changes_nothing():
+    model = TinyLM()
+    before = snapshot(model)
+    state = {k: v + 1 for k, v in TinyLM().state_dict().items()}
+    state["h.2.attn.weight"] = np.zeros((3, 3))
+    with pytest.raises(KeyError, match=r"unexpected keys \['h.2.attn.weight'\]"):
+        model.load_state_dict(state)
+    assert_unchanged(model, before)
+
+
+def test_load_state_dict_names_mis_shaped_keys_and_changes_nothing():
+    model = TinyLM()
+    before = snapshot(model)
+    state = {k: v + 1 for k, v in TinyLM().state_dict().items()}
+    state["h.0.attn.weight"] = np.zeros((3, 4))
+    with pytest.raises(KeyError, match=r"h\.0\.attn\.weight: checkpoint \(3, 4\) vs model \(3, 3\)"):
+        model.load_state_dict(state)
+    assert_unchanged(model, before)
+
+
+def test_a_value_that_cannot_be_converted_changes_nothing():
+    model = TinyLM()
+    before = snapshot(model)
+    state = {k: v + 1 for k, v in TinyLM().state_dict().items()}
+    state["h.1.ln.bias"] = np.array(["a", "b", "c"])  # the last key, right shape, not numbers
+    with pytest.raises(ValueError, match="could not convert"):
+        model.load_state_dict(state)
+    assert_unchanged(model, before)
+
+
+def test_non_strict_load_skips_missing_and_unexpected_keys_but_not_shapes():
+    model = TinyLM()
+    source = TinyLM()
+    model.load_state_dict({"scale": source.scale.numpy() * 2, "extra": np.zeros(1)}, strict=False)
+    np.testing.assert_array_equal(model.scale.numpy(), source.scale.numpy() * 2)
+    with pytest.raises(KeyError, match="mis-shaped"):
+        model.load_state_dict({"scale": np.zeros(4)}, strict=False)
+
+
+def test_load_state_dict_casts_to_the_parameter_dtype():
+    model = nn.Linear(2, 2)
+    model.load_state_dict({"weight": np.eye(2), "bias": np.zeros(2)})  # float64 into float32
+    assert model.weight.dtype == np.float32
+    np.testing.assert_array_equal(model.weight.numpy(), np.eye(2))
+
+
+# ---- modes, devices, gradients --------------------------------------------------------
+
+
+def test_train_and_eval_reach_every_submodule():
+    m = TinyLM()
+    assert all(sub.training for sub in m.modules())
+    assert m.eval() is m
+    assert not any(sub.training for sub in m.modules())
+    m.train()
+    assert all(sub.training for sub in m.modules())
+    m.h[1].eval()
+    assert m.training and m.h[0].drop.training and not m.h[1].drop.training
+
+
+def test_dropout_drops_and_rescales_in_training_and_is_the_identity_in_eval():
+    ag.manual_seed(0)
+    drop = nn.Dropout(0.25)
+    x = ag.Tensor(np.ones((200, 50)))
+    y = drop(x).numpy()
+    assert set(np.unique(y)) == {0.0, 1 / 0.75}
+    assert abs((y == 0).mean() - 0.25) < 0.02
+    drop.eval()
+    assert drop(x) is x
+
+
+def test_dropout_follows_the_mode_of_the_model_that_holds_it():
+    ag.manual_seed(0)
+    block = Block()
+    x = ag.Tensor(np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32))
+    trained = block(x).numpy()
+    assert (trained == 0).any()
+    block.eval()
+    evaluated = block(x).numpy()
+    np.testing.assert_array_equal(evaluated, block(x).numpy())  # deterministic in eval
+    assert not (evaluated == 0).all(axis=1).any()
+
+
+def test_to_cpu_keeps_parameters_data_and_gradients():
+    m = TinyLM()
+    params = m.parameters()
+    before = snapshot(m)
+    m(np.array([[0, 1, 2]])).sum().backward()
+    grads = {id(p): p.grad.copy() for p in params}
+    assert m.to("cpu") is m
+    assert m.parameters() == params and all(p.device == "cpu" for p in params)
+    assert_unchanged(m, before)
+    for p in params:
+        np.testing.assert_array_equal(p.grad, grads[id(p)])
+
+
+def test_to_cuda_without_cupy_is_a_clear_error_that_changes_nothing():
+    try:
+        import cupy  # noqa: F401
+        cupy.cuda.runtime.getDeviceCount()
+        pytest.skip("CuPy and a GPU are available here")
+    except Exception:
+        pass
+    m = nn.Linear(2, 2)
+    before = snapshot(m)
+    with pytest.raises(RuntimeError, match="CuPy"):
+        m.to("cuda")
+    assert m.weight.device == "cpu"
+    assert_unchanged(m, before)
+
+
+def test_zero_grad_clears_every_gradient():
+    m = TinyLM()
+    m(np.array([[0, 1, 2]])).sum().backward()
+    assert all(p.grad is not None for p in m.parameters())
+    m.zero_grad()
+    assert all(p.grad is None for p in m.parameters())
+
+
+def test_a_tied_parameter_collects_both_gradients():
+    m = TinyLM().eval()  # no dropout: both models must compute the same thing
+    m(np.array([[0, 1, 2]])).sum().backward()
+    lookup_only = TinyLM().eval()
+    lookup_only.load_state_dict(m.state_dict())
+    lookup_only.head.weight = Parameter(m.wte.weight.numpy().copy())  # untie: same numbers, two parameters
+    lookup_only(np.array([[0, 1, 2]])).sum().backward()
+    np.testing.assert_allclose(m.wte.weight.grad, lookup_only.wte.weight.grad + lookup_only.head.weight.grad,
+                               rtol=1e-5, atol=1e-6)
+
+
+# ---- name scopes --------------------------------------------------------------------
+
+
+def test_ops_recorded_in_a_submodule_carry_its_dotted_name():
+    seq = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
+    x = ag.Tensor(np.ones((1, 2), dtype=np.float32))
+    hidden = seq[0](x)
+    assert hidden._ctx.scope == ""  # called on its own, the Linear is the root
+    out = seq(x)
+    assert out._ctx.scope == "1"
+    assert out._ctx.parents[0]._ctx.scope == "0"
+
+
+def test_nested_scopes_name_the_full_path():
+    model = TinyLM()
+    seen = {}
+    original = Block.forward
+
+    def spy(self, x):
+        out = original(self, x)
+        seen[id(self)] = out
+        return out
+
+    Block.forward = spy
+    try:
+        model(np.array([[0, 1]]))
+    finally:
+        Block.forward = original
+    attn_out = seen[id(model.h[0])]._ctx.parents[0]._ctx.parents[0]  # drop ← ln ← (x + attn)
+    add = attn_out._ctx
+    assert add.scope == "h.0"
+    linear_out = add.parents[1]
+    assert linear_out._ctx.scope == "h.0.attn"
+    assert seen[id(model.h[1])]._ctx.scope == "h.1.drop"
+
+
+def test_parameters_are_named_after_their_dotted_path_when_the_model_runs():
+    model = TinyLM()
+    model(np.array([[0]]))
+    assert model.h[1].attn.weight.name == "h.1.attn.weight"
+    assert model.head.weight.name == "wte.weight"
+
+
+def test_an_error_in_forward_leaves_no_scope_behind():
+    class Broken(Module):
+        def forward(self, x):
+            raise ValueError("boom")
+
+    outer = nn.Sequential(nn.Linear(2, 2), Broken())
+    with pytest.raises(ValueError, match="boom"):
+        outer(ag.Tensor(np.ones((1, 2), dtype=np.float32)))
+    out = ag.Tensor(np.ones(2, dtype=np.float32), requires_grad=True) * 2
+    assert out._ctx.scope == ""

@@ -1,0 +1,307 @@
+"""viz.graph: the picture of the backward graph, and its command line.
+
+Rendering tests need Graphviz's `dot` and skip without it; everything that
+checks the graph's content reads the DOT source, which needs only the Python
+package `graphviz`.
+"""
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+graphviz = pytest.importorskip("graphviz", reason='the Python package graphviz is not installed: pip install -e ".[viz]"')
+
+import autograd as ag  # noqa: E402
+from autograd import Tensor  # noqa: E402
+from tests.viz import demo_module  # noqa: E402
+from viz import graph as vg  # noqa: E402
+from viz._walk import GraphWalk, module_name  # noqa: E402
+
+MODULE = "tests.viz.demo_module"
+REPO = Path(__file__).resolve().parents[2]
+needs_dot = pytest.mark.skipif(shutil.which("dot") is None,
+                               reason="Graphviz's `dot` is not installed (apt-get install graphviz)")
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def nodes(graph):
+    """Node name -> its attribute text, read from the DOT source (the legend excluded)."""
+    found = {}
+    for line in graph.body:
+        m = re.match(r"\s*(\w+) \[label=(.*)\]\s*$", line, re.S)
+        if m and m.group(1) != "legend":
+            found[m.group(1)] = m.group(2)
+    return found
+
+
+def edges(graph):
+    return [tuple(m.groups()) for line in graph.body if (m := re.match(r"\s*(\w+) -> (\w+)", line))]
+
+
+def by_prefix(graph, prefix):
+    return {k: v for k, v in nodes(graph).items() if re.fullmatch(prefix + r"\d+", k)}
+
+
+def svg_text(path):
+    root = ET.parse(path).getroot()  # raises if the SVG is not well-formed XML
+    assert root.tag == SVG + "svg"
+    return root, "\n".join(t for el in root.iter(SVG + "text") for t in el.itertext())
+
+
+# ---- draw() -------------------------------------------------------------------------------------
+
+
+def test_draw_returns_a_digraph_with_rules_names_shapes_and_legend():
+    loss = demo_module.demo_loss()
+    g = vg.draw(loss)
+    assert isinstance(g, graphviz.Digraph)
+    src = g.source
+    for text in ("dz = p − y", "dW = scatter-add rows", "dA = G Bᵀ, dB = Aᵀ G", "diag(p) − ppᵀ",
+                 "wte.weight", "block.attn.weight", "logits", "(6, 4)", "(2, 3, 6)",
+                 "How to read this graph", "constant · no gradient"):
+        assert text in src, text
+    ops = by_prefix(g, "op")
+    walk = GraphWalk(loss)
+    assert len(ops) == len(walk.ops) == 10
+    assert len(by_prefix(g, "t")) == len(walk.tensors)
+
+
+def test_before_backward_nodes_say_so_instead_of_showing_zeros():
+    src = vg.draw(demo_module.demo_loss()).source
+    assert "no grad yet — backward not run" in src
+    assert "‖g‖ =" not in src
+
+
+def test_after_backward_shows_gradient_norms():
+    _, loss = vg.build_demo(MODULE)
+    src = vg.draw(loss).source
+    assert "no grad yet" not in src
+    w = next(t for t in GraphWalk(loss).tensors if t.name == "wte.weight")
+    assert f"‖g‖ = {np.linalg.norm(w.grad.astype(np.float64)):.4g}" in src
+    assert "‖g‖ = 1<" in src  # the loss: ∂L/∂L = 1
+
+
+def test_edges_point_the_way_gradients_flow():
+    loss = demo_module.demo_loss()
+    g = vg.draw(loss)
+    walk = GraphWalk(loss)
+    key = {id(t): f"t{i}" for i, t in enumerate(walk.tensors, 1)}
+    found = set(edges(g))
+    ce = f"op{walk.ops.index(loss._ctx) + 1}"
+    logits = next(t for t in walk.tensors if t.name == "logits")
+    assert (key[id(loss)], ce) in found       # loss -> CrossEntropy
+    assert (ce, key[id(logits)]) in found     # CrossEntropy -> logits
+    assert (ce, key[id(loss)]) not in found
+    leaves = {key[id(t)] for t in walk.tensors if t.is_leaf}
+    assert not any(a in leaves for a, _ in found)  # nothing flows out of a leaf
+
+
+def test_saved_arrays_are_marked():
+    loss = demo_module.demo_loss()
+    g = vg.draw(loss)
+    walk = GraphWalk(loss)
+    key = {t.name: f"t{i}" for i, t in enumerate(walk.tensors, 1) if t.name}
+    drawn = nodes(g)
+    assert vg.SAVED in drawn[key["block.attn.weight"]]     # MatMul keeps its operands
+    assert vg.SAVED not in drawn[key["block.ln.bias"]]     # LayerNorm does not keep the bias
+    ce = drawn[f"op{walk.ops.index(loss._ctx) + 1}"]
+    assert "saves 2 arrays" in ce
+
+
+def test_draw_after_a_plain_backward_says_the_graph_was_freed():
+    loss = demo_module.demo_loss()
+    loss.backward()
+    src = vg.draw(loss).source
+    assert "retain_graph=True" in src and "CrossEntropy" in src
+    assert "no grad yet" not in src
+
+
+def test_draw_without_the_python_package_names_the_fix(monkeypatch):
+    monkeypatch.setitem(sys.modules, "graphviz", None)
+    with pytest.raises(ImportError, match=re.escape('pip install -e ".[viz]"')):
+        vg.draw(demo_module.demo_loss())
+
+
+def test_draw_rejects_bad_arguments():
+    loss = demo_module.demo_loss()
+    with pytest.raises(ValueError, match="depth"):
+        vg.draw(loss, depth=-1)
+    with pytest.raises(ValueError, match="collapse"):
+        vg.draw(loss, collapse=0)
+    with pytest.raises(TypeError, match="Tensor"):
+        vg.draw(np.zeros(3))
+
+
+# ---- collapse ------------------------------------------------------------------------------------
+
+
+def test_collapse_gives_one_box_per_module_and_fewer_nodes():
+    loss = demo_module.demo_loss()
+    full, folded = vg.draw(loss), vg.draw(loss, collapse=True)
+    assert len(nodes(folded)) < len(nodes(full))
+    boxes = by_prefix(folded, "module")
+    names = sorted(re.search(r"<B>([^<]+)</B>", label).group(1) for label in boxes.values())
+    assert names == ["block", "lm_head", "wte"]  # block.attn and block.ln fold into block
+    ops = by_prefix(folded, "op")
+    assert len(ops) == 1 and "CrossEntropy" in next(iter(ops.values()))  # the one op outside any module
+    assert "a module folded into one box" in folded.source
+    block = next(label for label in boxes.values() if "<B>block</B>" in label)
+    assert "attn.weight (4, 4)" in block and "6 ops" in block
+    # every edge joins drawn nodes, and no module points at itself
+    drawn = set(nodes(folded))
+    assert all(a in drawn and b in drawn and a != b for a, b in edges(folded))
+
+
+def gpt_like_loss(n_blocks=2):
+    """Scopes shaped like GPT-2's: transformer.h.<i>.{attn,mlp} inside a block that adds the residuals."""
+    rng = np.random.default_rng(1)
+    x = Tensor(rng.standard_normal((2, 3)).astype(np.float32), requires_grad=True)
+    x.name = "x"
+    with ag.name_scope("transformer"):  # the model's own forward records an op too
+        x = x + 0.0
+    for i in range(n_blocks):
+        block = f"transformer.h.{i}"
+        w1 = Tensor(rng.standard_normal((3, 3)).astype(np.float32), requires_grad=True)
+        w2 = Tensor(rng.standard_normal((3, 3)).astype(np.float32), requires_grad=True)
+        w1.name, w2.name = f"{block}.attn.c_attn.weight", f"{block}.mlp.c_fc.weight"
+        with ag.name_scope(block):
+            with ag.name_scope(f"{block}.attn"):
+                a = (x @ w1).tanh()
+            x = x + a
+            with ag.name_scope(f"{block}.mlp"):
+                m = (x @ w2).relu()
+            x = x + m
+    with ag.name_scope("transformer.ln_f"):
+        x = x * 2.0
+    return x.sum()
+
+
+def test_collapse_folds_transformer_blocks_and_takes_a_depth():
+    loss = gpt_like_loss()
+    boxes = lambda g: sorted(re.search(r"<B>([^<]+)</B>", v).group(1) for v in by_prefix(g, "module").values())
+    assert boxes(vg.draw(loss, collapse=True)) == [
+        "transformer", "transformer.h.0", "transformer.h.1", "transformer.ln_f"]
+    assert boxes(vg.draw(loss, collapse=3)) == [
+        "transformer", "transformer.h.0", "transformer.h.1", "transformer.ln_f"]
+    assert boxes(vg.draw(loss, collapse=4)) == [
+        "transformer", "transformer.h.0", "transformer.h.0.attn", "transformer.h.0.mlp",
+        "transformer.h.1", "transformer.h.1.attn", "transformer.h.1.mlp", "transformer.ln_f"]
+    assert boxes(vg.draw(loss, collapse=1)) == ["transformer"]
+
+
+def test_module_of():
+    scopes = {"transformer", "transformer.h.0.attn.c_attn", "transformer.wte", "lm_head"}
+    assert vg._module_of("transformer.h.0.attn.c_attn", True, scopes) == "transformer.h.0"
+    assert vg._module_of("transformer.wte", True, scopes) == "transformer.wte"  # not into "transformer"
+    assert vg._module_of("transformer", True, scopes) == "transformer"
+    assert vg._module_of("block.ln", True, {"block", "block.ln", "wte"}) == "block"
+    assert vg._module_of("", True, scopes) is None
+    assert vg._module_of("transformer.h.0.attn", 2, scopes) == "transformer.h"
+    # a scope that encloses every other is not a useful box
+    assert vg._module_of("model.attn", True, {"model", "model.attn", "model.mlp"}) == "model.attn"
+
+
+# ---- depth ---------------------------------------------------------------------------------------
+
+
+def test_depth_limits_the_ops_drawn():
+    loss = demo_module.demo_loss()
+    counts = [len(by_prefix(vg.draw(loss, depth=d), "op")) for d in range(8)]
+    assert counts[0] == 0 and counts[1] == 1 and counts[2] == 2
+    assert counts == sorted(counts) and counts[3] < 10
+    assert len(by_prefix(vg.draw(loss, depth=100), "op")) == 10
+    shallow = vg.draw(loss, depth=1)
+    assert "<B>CrossEntropy</B>" in shallow.source and "<B>MatMul</B>" not in shallow.source
+    assert "⋯ earlier ops" in shallow.source
+    assert "⋯ earlier ops" not in vg.draw(loss, depth=100).source
+    assert len(by_prefix(vg.draw(loss, collapse=True, depth=2), "module")) == 1  # lm_head
+
+
+# ---- the command line ------------------------------------------------------------------------------
+
+
+def test_module_names_as_users_write_them():
+    assert module_name("model.bigram") == "models.bigram"
+    assert module_name("models.bigram") == "models.bigram"
+    assert module_name("models/bigram.py") == "models.bigram"
+    assert module_name("model/tiny.py") == "models.tiny"
+    assert module_name(MODULE) == MODULE
+
+
+@needs_dot
+def test_cli_writes_an_svg_with_rules_names_shapes_and_legend(tmp_path, capsys):
+    out = tmp_path / "g.svg"
+    assert vg.main([MODULE, "--out", str(out)]) == 0
+    assert str(out) in capsys.readouterr().out
+    root, text = svg_text(out)
+    for label in ("p − y", "scatter-add", "wte.weight", "logits", "(6, 4)", "How to read this graph",
+                  "‖g‖ =", "demo_loss()"):
+        assert label in text, label
+    assert "no grad yet" not in text
+    titles = {el.text for el in root.iter(SVG + "title")}
+    assert "legend" in titles
+
+
+@needs_dot
+def test_cli_collapse_renders_fewer_nodes(tmp_path):
+    full, folded = tmp_path / "full.svg", tmp_path / "folded.svg"
+    assert vg.main([MODULE, "--out", str(full)]) == 0
+    assert vg.main([MODULE, "--out", str(folded), "--collapse"]) == 0
+    count = lambda p: sum(1 for g in ET.parse(p).getroot().iter(SVG + "g") if g.get("class") == "node")
+    assert count(folded) < count(full)
+    assert "block" in svg_text(folded)[1]
+
+
+@needs_dot
+def test_cli_png_and_default_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert vg.main([MODULE, "--format", "png", "--depth", "3"]) == 0
+    assert (tmp_path / "graph_demo_module.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_dot_format_needs_no_graphviz_program(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(vg.shutil, "which", lambda name: None)
+    monkeypatch.chdir(tmp_path)
+    assert vg.main([MODULE, "--format", "dot", "--no-backward", "--collapse-depth", "1"]) == 0
+    source = (tmp_path / "graph_demo_module.dot").read_text(encoding="utf-8")
+    assert source.startswith("digraph") and "no grad yet — backward not run" in source
+    assert "graph_demo_module.dot" in capsys.readouterr().out
+
+
+def test_cli_without_dot_writes_the_source_and_says_how_to_install(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(vg.shutil, "which", lambda name: None)
+    out = tmp_path / "g.svg"
+    assert vg.main([MODULE, "--out", str(out)]) == vg.NO_DOT_EXIT
+    assert not out.exists()
+    assert (tmp_path / "g.dot").read_text(encoding="utf-8").startswith("digraph")
+    printed = capsys.readouterr()
+    assert "g.dot" in printed.out
+    assert "apt-get install graphviz" in printed.err and "dot -Tsvg" in printed.err
+
+
+def test_cli_when_dot_vanishes_from_path(tmp_path, monkeypatch, capsys):
+    """`which` said yes but running `dot` fails (PATH changed): the same fallback."""
+    monkeypatch.setattr(vg.shutil, "which", lambda name: "/usr/bin/dot")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    out = tmp_path / "g.pdf"
+    assert vg.main([MODULE, "--format", "pdf", "--out", str(out)]) == vg.NO_DOT_EXIT
+    assert (tmp_path / "g.dot").exists() and not out.exists()
+    assert "install Graphviz" in capsys.readouterr().err
+
+
+def test_cli_unknown_module_is_a_clear_error():
+    with pytest.raises(SystemExit, match="cannot import 'no_such_module_for_viz'"):
+        vg.main(["no_such_module_for_viz", "--format", "dot"])
+
+
+def test_python_dash_m_entry_point(tmp_path):
+    out = tmp_path / "g.dot"
+    run = subprocess.run([sys.executable, "-m", "viz.graph", MODULE, "--format", "dot", "--out", str(out)],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert out.read_text(encoding="utf-8").startswith("digraph")

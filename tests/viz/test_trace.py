@@ -1,0 +1,193 @@
+"""viz.trace: the backward pass step by step must be exactly what Tensor.backward does."""
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import autograd as ag
+from autograd import Tensor
+from autograd.tensor import _topological_order
+from tests.viz import demo_module
+from viz import trace as vt
+
+MODULE = "tests.viz.demo_module"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def all_ops(root):
+    """Every op reachable from root, found independently of the engine's ordering."""
+    found, stack, seen = [], [root], set()
+    while stack:
+        t = stack.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        if t._ctx is not None:
+            found.append(t._ctx)
+            stack.extend(p for p in t._ctx.parents if p.requires_grad)
+    return found
+
+
+def leaves_of(root):
+    seen, stack, leaves = set(), [root], []
+    while stack:
+        t = stack.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        if t._ctx is None:
+            if t.requires_grad:
+                leaves.append(t)
+        else:
+            stack.extend(t._ctx.parents)
+    return leaves
+
+
+def test_every_op_once_in_the_engines_backward_order():
+    loss = demo_module.demo_loss()
+    steps = vt.trace(loss)
+    ctxs = [s.ctx for s in steps]
+    assert len({id(c) for c in ctxs}) == len(ctxs)  # each op once
+    assert {id(c) for c in ctxs} == {id(c) for c in all_ops(loss)}  # and all of them
+    assert ctxs == [t._ctx for t in _topological_order(loss) if t._ctx is not None]
+    assert [s.number for s in steps] == list(range(1, len(steps) + 1))
+    assert steps[0].op == "CrossEntropy" and steps[0].rule == "dz = p − y"
+    assert all(s.rule == s.ctx.rule and s.op == type(s.ctx).__name__ for s in steps)
+    assert {s.op for s in steps} >= {"Embedding", "MatMul", "LayerNorm", "Softmax", "CrossEntropy"}
+    assert next(s for s in steps if s.op == "Softmax").scope == "block.attn"
+
+
+def test_values_are_the_engines_bit_for_bit():
+    loss = demo_module.demo_loss()
+    steps = vt.trace(loss)
+    for t in _topological_order(loss):
+        if not t.is_leaf:
+            t.retain_grad()
+    loss.backward(retain_graph=True)
+    for s in steps:  # what each op received is what the engine handed it
+        np.testing.assert_array_equal(s.grad, s.output.grad)
+        for inp in s.inputs:
+            if inp.grad is not None:
+                assert inp.grad.shape == inp.tensor.shape and inp.grad.dtype == inp.tensor.dtype
+    leaves = leaves_of(loss)
+    assert {id(leaf.tensor) for leaf in steps.leaves} == {id(t) for t in leaves}
+    for leaf in steps.leaves:
+        np.testing.assert_array_equal(leaf.grad, leaf.tensor.grad)
+    wte = next(leaf for leaf in steps.leaves if leaf.label == "wte.weight")
+    assert wte.contributions == 2  # the embedding and the tied LM head
+
+
+def test_trace_writes_nothing_and_frees_nothing():
+    loss = demo_module.demo_loss()
+    leaves, ops = leaves_of(loss), all_ops(loss)
+    vt.trace(loss)
+    vt.trace(loss)
+    assert all(t.grad is None for t in leaves)
+    assert all(ctx.parents is not None for ctx in ops)
+    loss.backward()  # the real backward still works after two traces
+    assert all(t.grad is not None for t in leaves)
+
+
+def test_a_freed_graph_is_a_clear_error():
+    loss = demo_module.demo_loss()
+    loss.backward()
+    with pytest.raises(RuntimeError, match=r"retain_graph=True"):
+        vt.trace(loss)
+
+
+def test_hand_checkable_example_and_its_text():
+    x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+    x.name = "x"
+    b = Tensor([[0.5], [-1.0]], requires_grad=True)  # broadcast against x: (2, 1) + (3,) -> (2, 3)
+    b.name = "b"
+    y = ((x * x) + b).sum()
+    y.name = "y"
+    steps = vt.trace(y)
+    assert [s.op for s in steps] == ["Sum", "Add", "Mul"]
+    add = steps[1]
+    assert [i.label for i in add.inputs][1] == "b"
+    assert add.inputs[1].returned_shape == (2, 3) and add.inputs[1].grad.tolist() == [[3.0], [3.0]]
+    assert add.inputs[0].returned_shape == (2, 3) and add.inputs[0].grad.tolist() == [2.0, 2.0, 2.0]
+    mul = steps[2]
+    assert [i.grad.tolist() for i in mul.inputs] == [[2.0, 4.0, 6.0], [2.0, 4.0, 6.0]]
+    assert {leaf.label: leaf.grad.tolist() for leaf in steps.leaves} == {"x": [4.0, 8.0, 12.0], "b": [[3.0], [3.0]]}
+    assert next(leaf for leaf in steps.leaves if leaf.label == "x").contributions == 2
+    text = vt.format_trace(steps)
+    assert text.startswith("Backward pass of L = y = 26.5,")
+    assert text.count("\nstep ") == 3
+    assert "step 1/3  Sum" in text and "rule  dx = broadcast(g)" in text
+    assert "∂L/∂b  (2, 1)" in text and "(summed from (2, 3) over broadcast axes)" in text
+    assert "x.grad  (3,)  [ 4.000000,  8.000000, 12.000000]   (sum of 2 contributions)" in text
+
+
+def test_format_shows_small_values_and_summarises_large_ones():
+    steps = vt.trace(demo_module.demo_loss())
+    text = vt.format_trace(steps)
+    assert text.count("\nstep ") == len(steps)
+    for s in steps:
+        assert f"  rule  {s.rule}" in text
+    assert "p − y" in text and "scatter-add" in text
+    assert "(24 values, not shown)" in text  # (6, 4) is over the 16-value limit
+    assert "[[" in text  # block.attn.weight's (4, 4) values are printed
+    wide = vt.format_trace(steps, max_values=1000)
+    assert "not shown" not in wide
+    assert "constant: needs no gradient" in text
+
+
+def test_zero_dimensional_leaves():
+    x = Tensor(3.0, requires_grad=True)
+    x.name = "x"
+    y = (x * x).exp() * 0.0 + x * 2.0
+    steps = vt.trace(y)
+    (leaf,) = steps.leaves
+    y.backward()
+    assert leaf.grad.shape == () and leaf.grad.dtype == x.dtype
+    np.testing.assert_array_equal(leaf.grad, x.grad)
+    assert "x.grad  scalar  2.0" in vt.format_trace(steps)
+
+
+def test_non_scalar_roots_need_a_grad():
+    x = Tensor([[1.0, -2.0]], requires_grad=True)
+    y = x.relu()
+    with pytest.raises(RuntimeError, match="grad="):
+        vt.trace(y)
+    steps = vt.trace(y, grad=[[5.0, 5.0]])
+    assert steps.leaves[0].grad.tolist() == [[5.0, 0.0]]
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        vt.trace(Tensor([1.0]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(1, 4), cols=st.integers(1, 4), seed=st.integers(0, 2**16), dtype=st.sampled_from(["float32", "float64"]))
+def test_matches_the_engine_on_random_graphs(rows, cols, seed, dtype):
+    rng = np.random.default_rng(seed)
+    w = Tensor(rng.standard_normal((cols, cols)).astype(dtype), requires_grad=True)
+    b = Tensor(rng.standard_normal(cols).astype(dtype), requires_grad=True)
+    x = Tensor(rng.standard_normal((rows, cols)).astype(dtype), requires_grad=True)
+    h = ag.softmax(x @ w + b) * x          # broadcast bias, x used twice
+    loss = ag.layer_norm(h, b, None).tanh().mean() + (w * w).sum()
+    steps = vt.trace(loss)
+    assert [s.ctx for s in steps] == [t._ctx for t in _topological_order(loss) if t._ctx is not None]
+    loss.backward()
+    for leaf in steps.leaves:
+        np.testing.assert_array_equal(leaf.grad, leaf.tensor.grad)
+
+
+def test_cli(capsys):
+    assert vt.main([MODULE, "--decimals", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Backward pass of L = loss = 2.351,")
+    assert "CrossEntropy" in out and "dW = scatter-add rows" in out and "Leaves:" in out
+    assert "block.ln.bias.grad  (4,)  [0.015, 0.025, 0.092, 0.076]" in out
+    assert vt.main([MODULE, "--max-values", "3"]) == 0
+    assert "block.ln.bias.grad  (4,)  ‖·‖ = " in capsys.readouterr().out
+
+
+def test_python_dash_m_entry_point():
+    run = subprocess.run([sys.executable, "-m", "viz.trace", MODULE], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "step  1/10  CrossEntropy" in run.stdout

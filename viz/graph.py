@@ -1,0 +1,515 @@
+"""Draw the backward graph: which ops `loss.backward()` runs, the rule each applies, what it saved.
+
+    from viz.graph import draw
+    draw(loss)                            # a graphviz.Digraph; Jupyter shows it inline
+    draw(loss, collapse=True, depth=3)    # one box per module, only the 3 ops nearest the loss
+
+    python -m viz.graph models.bigram                 # writes graph_bigram.svg
+    python -m viz.graph model.tiny --format png --out tiny.png
+    python -m viz.graph models.gpt2 --collapse        # a box per transformer block
+
+Tensors are boxes (name, shape, and ‖g‖, the norm of the gradient backward
+left there); ops are rounded boxes with the op's name and, smaller, its local
+rule: how it turns the gradient of its output into gradients of its inputs.
+Arrows point the way gradients flow, from the loss down to the parameters.
+A legend on the picture explains the colours.
+
+The command runs the module's `demo_loss()`, asks every intermediate tensor
+to keep its gradient (`retain_grad()`), runs `backward(retain_graph=True)` so
+the norms can be shown (`--no-backward` draws the graph before it), and
+renders with Graphviz's `dot`. Without `dot` on PATH it writes the `.dot`
+source instead, prints how to install Graphviz, and exits with status 3.
+"""
+import argparse
+import html
+import inspect
+import shutil
+import sys
+from collections import Counter, deque
+from pathlib import Path
+
+from ._walk import GraphWalk, demo_loss_of, host, norm, number, shape_text
+
+INSTALL_PYTHON = 'pip install -e ".[viz]"  (or: pip install graphviz)'
+INSTALL_DOT = ("install Graphviz, which provides `dot`: sudo apt-get install graphviz (Debian/Ubuntu), "
+               "brew install graphviz (macOS), conda install graphviz, or see https://graphviz.org/download/")
+NO_DOT_EXIT = 3  # the .dot source was written, but not the picture asked for
+
+# One colour per kind of node; the legend on every picture spells them out.
+LOSS = ("#f9c6c4", "#b03a2e")          # fill, border
+PARAMETER = ("#cdebc5", "#2e7d32")
+INTERMEDIATE = ("#ffffff", "#5f6b73")
+CONSTANT = ("#eeeeee", "#9e9e9e")
+OP = ("#d9e5fb", "#3b5b92")
+MODULE = ("#e8ddf5", "#6a4c93")
+SAVED = "#ef8a00"                      # the thick border of a tensor whose data an op keeps
+MUTED = "#5a5a5a"
+FONT = "Helvetica,Arial,sans-serif"
+
+
+def _graphviz():
+    try:
+        import graphviz
+    except ImportError:
+        raise ImportError(f"viz.graph needs the Python package `graphviz`: {INSTALL_PYTHON}; "
+                          f"rendering pictures also needs the Graphviz program: {INSTALL_DOT}") from None
+    return graphviz
+
+
+def _small(text, size=9, color=MUTED):
+    return f'<FONT POINT-SIZE="{size}" COLOR="{color}">{html.escape(text, quote=False)}</FONT>'
+
+
+def _bytes(n):
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+class _Node:
+    def __init__(self, kind, label, attrs, cluster=""):
+        self.kind, self.label, self.attrs, self.cluster = kind, label, attrs, cluster
+
+
+class _Picture:
+    """The graph to draw, before Graphviz: nodes by key, and edges in the direction gradients flow."""
+
+    def __init__(self):
+        self.nodes = {}
+        self.edges = {}  # (from, to) -> edge attributes, in insertion order
+
+    def edge(self, a, b, attrs):
+        """Add a → b once; when folding merges a no-gradient edge with a gradient one, the gradient wins."""
+        if a != b and ((a, b) not in self.edges or not attrs and self.edges[(a, b)] is _NO_GRAD_EDGE):
+            self.edges[(a, b)] = attrs
+
+
+# ---- labels ------------------------------------------------------------------------------------
+
+
+def _grad_line(t, walk):
+    if not t.requires_grad:
+        return _small("constant · no gradient")
+    if t.grad is not None:
+        return _small(f"‖g‖ = {number(norm(t.grad))}", color="#1f1f1f")
+    if not walk.backward_ran():
+        return _small("no grad yet — backward not run", color="#a23b2a")
+    if not t.is_leaf:
+        return _small("grad not kept (retain_grad())")
+    return _small("no grad reached it")
+
+
+def _tensor_node(t, walk, cluster):
+    name = walk.label(t)
+    lines = [f"<B>{html.escape(name, quote=False)}</B>" if t.name else f"<I>{html.escape(name, quote=False)}</I>"]
+    if t.data.size == 1 and t.data.ndim <= 1:
+        value = float(host(t.data).ravel()[0])
+        lines.append(_small(f"{'scalar' if t.ndim == 0 else shape_text(t.shape)} = {number(value, 5)}", 10, "#1f1f1f"))
+    else:
+        dtype = "" if t.dtype.kind == "f" and t.dtype.itemsize == 4 else f" {t.dtype}"
+        lines.append(_small(f"{shape_text(t.shape)}{dtype}", 10, "#1f1f1f"))
+    lines.append(_grad_line(t, walk))
+    if t is walk.root:
+        fill, border = LOSS
+    elif not t.requires_grad:
+        fill, border = CONSTANT
+    elif t.is_leaf:
+        fill, border = PARAMETER
+    else:
+        fill, border = INTERMEDIATE
+    attrs = {"shape": "box", "style": "filled", "fillcolor": fill, "color": border, "penwidth": "1.2"}
+    if not t.requires_grad:
+        attrs["style"] = "filled,dashed"
+    if walk.is_saved(t):
+        attrs.update(color=SAVED, penwidth="3")
+    attrs["tooltip"] = _tooltip(_tensor_tooltip(t, walk, name))
+    kind = "constant" if not t.requires_grad else "tensor"
+    return _Node(kind, "<" + "<BR/>".join(lines) + ">", attrs, cluster)
+
+
+def _tooltip(text):
+    """Hover text for SVG viewers, in DOT's escape syntax (a backslash is literal, \\n a new line)."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _tensor_tooltip(t, walk, name):
+    """What an SVG viewer shows on hover: the tensor's role in words."""
+    if t is walk.root:
+        role = "the loss: backward starts here with ∂L/∂L = 1"
+    elif not t.requires_grad:
+        role = "a constant: no gradient flows into it"
+    elif t.is_leaf:
+        role = "a leaf (parameter): backward adds ∂L/∂" + name + " into its .grad"
+    else:
+        role = f"made by {type(t._ctx).__name__}; ∂L/∂{name} flows on into that op's inputs"
+    lines = [f"{name}: {shape_text(t.shape)} {t.dtype}", role]
+    keepers = walk.saved_by(t)
+    if keepers:
+        lines.append("kept for backward by " + ", ".join(type(c).__name__ for c in keepers))
+    return "\n".join(lines)
+
+
+def _saved_line(arrays):
+    if not arrays:
+        return None
+    nbytes = sum(int(a.nbytes) for a in arrays)
+    return _small(f"saves {len(arrays)} array{'s' if len(arrays) > 1 else ''} · {_bytes(nbytes)}", 8, SAVED)
+
+
+def _op_node(ctx, walk):
+    lines = [f"<B>{type(ctx).__name__}</B>"]
+    if ctx.rule:
+        lines.append(_small(ctx.rule, 9, "#1f3c6e"))
+    saved = _saved_line(walk.saved(ctx))
+    if saved:
+        lines.append(saved)
+    doc = inspect.cleandoc(type(ctx).__doc__ or type(ctx).__name__)
+    scope = getattr(ctx, "scope", "") or ""
+    tooltip = (f"recorded in {scope}\n\n" if scope else "") + doc
+    attrs = {"shape": "box", "style": "rounded,filled", "fillcolor": OP[0], "color": OP[1],
+             "tooltip": _tooltip(tooltip)}
+    return _Node("op", "<" + "<BR/>".join(lines) + ">", attrs, getattr(ctx, "scope", "") or "")
+
+
+# ---- the full graph ----------------------------------------------------------------------------
+
+
+def _expanded(walk):
+    """Every tensor and op, each op in the (nested) cluster of the module that recorded it."""
+    pic = _Picture()
+    tkey = {id(t): f"t{i}" for i, t in enumerate(walk.tensors, 1)}  # t7 is the tensor labelled t7 if unnamed
+    okey = {id(ctx): f"op{i}" for i, ctx in enumerate(walk.ops, 1)}
+    for t in walk.tensors:
+        if t._ctx is not None:
+            cluster = getattr(t._ctx, "scope", "") or ""
+        else:  # a leaf sits with the module that uses it, when only one does
+            scopes = {getattr(c, "scope", "") or "" for c in walk.consumers.get(id(t), ())}
+            cluster = scopes.pop() if len(scopes) == 1 else ""
+        pic.nodes[tkey[id(t)]] = _tensor_node(t, walk, cluster)
+    for ctx in walk.ops:
+        out = walk.output_of[id(ctx)]
+        pic.nodes[okey[id(ctx)]] = _op_node(ctx, walk)
+        pic.edge(tkey[id(out)], okey[id(ctx)], {})
+        for p in walk.inputs(ctx):
+            pic.edge(okey[id(ctx)], tkey[id(p)], {} if p.requires_grad else _NO_GRAD_EDGE)
+    for i, ctx in enumerate(walk.freed):
+        note = f"freed{i}"
+        text = "<BR/>".join(_small(line, 9, "#a23b2a") for line in (
+            "inputs freed by backward():", "call backward(retain_graph=True)", "to keep the graph"))
+        pic.nodes[note] = _Node("note", f"<{text}>", {"shape": "note", "color": "#a23b2a"},
+                                pic.nodes[okey[id(ctx)]].cluster)
+        pic.edge(okey[id(ctx)], note, {"style": "dotted"})
+    return pic, tkey, okey
+
+
+_NO_GRAD_EDGE = {"style": "dashed", "color": CONSTANT[1], "arrowhead": "none"}
+
+
+# ---- collapsing modules ------------------------------------------------------------------------
+
+
+def _module_of(scope, collapse, all_scopes):
+    """The module box an op of `scope` folds into, or None to keep the op as it is.
+
+    collapse=N keeps the first N dotted parts ("transformer.h.0.attn", 3 -> "transformer.h.0").
+    collapse=True folds a numbered module's insides into it ("transformer.h.0.attn.c_attn" ->
+    "transformer.h.0", one box per transformer block); any other scope folds into its outermost
+    enclosing scope that records ops of its own ("block.attn" -> "block"), unless that one holds
+    numbered blocks or everything: one box for the whole model shows nothing.
+    """
+    if not scope:
+        return None
+    parts = scope.split(".")
+    if collapse is not True:
+        return ".".join(parts[:collapse])
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[:i + 1])
+    for i in range(1, len(parts)):
+        prefix = ".".join(parts[:i])
+        if prefix in all_scopes and not _too_wide(prefix, all_scopes):
+            return prefix
+    return scope
+
+
+def _too_wide(prefix, all_scopes):
+    inside = [s for s in all_scopes if s.startswith(prefix + ".")]
+    holds_blocks = any(part.isdigit() for s in inside for part in s.split("."))
+    return holds_blocks or len(inside) == len(all_scopes) - 1
+
+
+def _collapsed(walk, pic, tkey, okey, collapse):
+    """Fold the ops of each module, the tensors that never leave it, and its own parameters into one box."""
+    all_scopes = {getattr(ctx, "scope", "") or "" for ctx in walk.ops} - {""}
+    by_scope = {s: _module_of(s, collapse, all_scopes) for s in all_scopes | {""}}
+    module = {id(ctx): by_scope[getattr(ctx, "scope", "") or ""] for ctx in walk.ops}
+
+    def tensor_home(t):
+        if t is walk.root:
+            return None
+        users = {module[id(c)] for c in walk.consumers.get(id(t), ())}
+        if t._ctx is not None:
+            users.add(module[id(t._ctx)])
+        return users.pop() if len(users) == 1 else None
+
+    keys = {m: f"module{i}" for i, m in enumerate(dict.fromkeys(m for m in module.values() if m), 1)}
+    rep, contents = {}, {}
+    for ctx in walk.ops:
+        m = module[id(ctx)]
+        rep[okey[id(ctx)]] = keys[m] if m else okey[id(ctx)]
+        if m:
+            contents.setdefault(m, {"ops": [], "params": []})["ops"].append(ctx)
+    for t in walk.tensors:
+        m = tensor_home(t)
+        rep[tkey[id(t)]] = keys[m] if m else tkey[id(t)]
+        if m and t.is_leaf and t.requires_grad:
+            contents[m]["params"].append(t)
+
+    folded = _Picture()
+    for key, node in pic.nodes.items():
+        if rep.get(key, key) == key:
+            node.cluster = ""
+            folded.nodes[key] = node
+    for m, c in contents.items():
+        folded.nodes[keys[m]] = _module_node(m, c, walk)
+    for (a, b), attrs in pic.edges.items():
+        folded.edge(rep.get(a, a), rep.get(b, b), attrs)
+    return folded
+
+
+def _wrap(text, width=52):
+    """Break a comma-separated list into lines of about `width` characters."""
+    lines = [""]
+    for item in text.split(", "):
+        if lines[-1] and len(lines[-1]) + len(item) + 2 > width:
+            lines[-1] += ","
+            lines.append(item)
+        else:
+            lines[-1] = f"{lines[-1]}, {item}" if lines[-1] else item
+    return lines
+
+
+def _module_node(name, contents, walk):
+    counts = Counter(type(ctx).__name__ for ctx in reversed(contents["ops"]))  # forward order
+    ops = ", ".join(op if n == 1 else f"{op} ×{n}" for op, n in counts.items())
+    n_ops = len(contents["ops"])
+    lines = [f"<B>{html.escape(name, quote=False)}</B>"]
+    lines += [_small(line, 9, "#1f1f1f") for line in _wrap(f"{n_ops} op{'s' if n_ops > 1 else ''}: {ops}")]
+    params = sorted(contents["params"], key=walk.label)
+    for t in params[:6]:
+        label = walk.label(t)
+        label = label[len(name) + 1:] if label.startswith(name + ".") else label
+        grad = f"  ‖g‖ = {number(norm(t.grad))}" if t.grad is not None else ""
+        lines.append(_small(f"{label} {shape_text(t.shape)}{grad}", 9, PARAMETER[1]))
+    if len(params) > 6:
+        lines.append(_small(f"… and {len(params) - 6} more parameters", 9, PARAMETER[1]))
+    saved = _saved_line([a for ctx in contents["ops"] for a in walk.saved(ctx)])
+    if saved:
+        lines.append(saved)
+    attrs = {"shape": "box3d", "style": "filled", "fillcolor": MODULE[0], "color": MODULE[1]}
+    return _Node("module", "<" + "<BR/>".join(lines) + ">", attrs)
+
+
+# ---- how far from the loss -----------------------------------------------------------------------
+
+
+def _limit_depth(pic, root_key, depth):
+    """Keep what lies within `depth` op hops of the loss; mark where the graph goes on."""
+    hops = {root_key: 0}
+    queue = deque([root_key])
+    out = {}
+    for a, b in pic.edges:
+        out.setdefault(a, []).append(b)
+    while queue:  # 0-1 breadth-first search: entering an op (or module) costs one hop
+        a = queue.popleft()
+        for b in out.get(a, ()):
+            cost = 1 if pic.nodes[b].kind in ("op", "module") else 0
+            if b not in hops or hops[a] + cost < hops[b]:
+                hops[b] = hops[a] + cost
+                (queue.appendleft if cost == 0 else queue.append)(b)
+    keep = {k for k, h in hops.items() if h <= depth}
+    kept = _Picture()
+    for key in pic.nodes:
+        if key in keep:
+            kept.nodes[key] = pic.nodes[key]
+    for (a, b), attrs in pic.edges.items():
+        if a in keep and b in keep:
+            kept.edge(a, b, attrs)
+    for a in list(kept.nodes):
+        cut = [b for b in out.get(a, ()) if b not in keep]
+        if cut:
+            more = f"more_{a}"
+            kept.nodes[more] = _Node("more", "⋯ earlier ops", {
+                "shape": "plaintext", "fontcolor": MUTED, "fontsize": "9"}, kept.nodes[a].cluster)
+            kept.edge(a, more, {"style": "dotted", "color": MUTED})
+    return kept
+
+
+# ---- Graphviz ----------------------------------------------------------------------------------------
+
+
+def _legend(collapsed):
+    def row(swatch, text, cell):
+        return (f'<TR><TD {cell} WIDTH="78">{swatch}</TD>'
+                f'<TD ALIGN="LEFT" BORDER="0">{_small(text, 9, "#1f1f1f")}</TD></TR>')
+
+    rows = [
+        '<TR><TD COLSPAN="2" BORDER="0"><B>How to read this graph</B></TD></TR>',
+        row("loss", "where backward starts: ∂L/∂L = 1", f'BGCOLOR="{LOSS[0]}" COLOR="{LOSS[1]}"'),
+        row("parameter", "leaf: backward leaves its gradient in .grad",
+            f'BGCOLOR="{PARAMETER[0]}" COLOR="{PARAMETER[1]}"'),
+        row("tensor", "intermediate result of an op", f'BGCOLOR="{INTERMEDIATE[0]}" COLOR="{INTERMEDIATE[1]}"'),
+        row("constant", "input that needs no gradient", f'BGCOLOR="{CONSTANT[0]}" COLOR="{CONSTANT[1]}"'),
+        row("Op<BR/>" + _small("rule", 8), "op + its local rule: grad of output → grads of inputs",
+            f'BGCOLOR="{OP[0]}" COLOR="{OP[1]}"'),
+        row("saved", "orange border: data an op keeps for backward", f'BORDER="3" COLOR="{SAVED}"'),
+    ]
+    if collapsed:
+        rows.append(row("module", "a module folded into one box", f'BGCOLOR="{MODULE[0]}" COLOR="{MODULE[1]}"'))
+    rows += [
+        row("→", "gradients flow along the arrows, loss → leaves", 'BORDER="0"'),
+        row("‖g‖", "size (L2 norm) of the tensor's gradient", 'BORDER="0"'),
+    ]
+    return ('<<TABLE BORDER="1" COLOR="#bbbbbb" CELLBORDER="1" CELLSPACING="3" CELLPADDING="3">'
+            + "".join(rows) + "</TABLE>>")
+
+
+def _emit(pic, graph):
+    """Nodes into nested clusters by scope ("block" holds "block.attn"), then the edges."""
+    scopes = sorted({n.cluster for n in pic.nodes.values() if n.cluster})
+    parent = {s: max((o for o in scopes if s.startswith(o + ".")), key=len, default="") for s in scopes}
+    children = {}
+    for s in scopes:
+        children.setdefault(parent[s], []).append(s)
+    members = {}
+    for key, node in pic.nodes.items():
+        members.setdefault(node.cluster, []).append(key)
+    counter = iter(range(len(scopes)))
+
+    def fill(g, scope):
+        for key in members.get(scope, ()):
+            node = pic.nodes[key]
+            g.node(key, label=node.label, **node.attrs)
+        for child in children.get(scope, ()):
+            with g.subgraph(name=f"cluster_{next(counter)}") as sub:
+                sub.attr(label=child, style="rounded,dashed", color="#9aa5b1", fontcolor=MUTED,
+                         fontsize="10", labeljust="l")
+                fill(sub, child)
+
+    fill(graph, "")
+    for (a, b), attrs in pic.edges.items():
+        graph.edge(a, b, **attrs)
+
+
+def draw(tensor, collapse=False, depth=None, title=None):
+    """The backward graph of `tensor` as a `graphviz.Digraph` (render it, or show it in Jupyter).
+
+    collapse: False draws every op; True folds each module (the ops' `scope`) into one box,
+        one per transformer block (see _module_of); an int N folds by the first N parts of
+        the dotted scope ("transformer.h.0" is 3).
+    depth: draw only the ops at most `depth` op hops from `tensor` (None: all).
+    title: a caption above the picture.
+    Reads the graph only. Call it before backward(), or after backward(retain_graph=True):
+    a plain backward() frees the graph, and only its last op can then be drawn.
+    """
+    graphviz = _graphviz()
+    if collapse is not True and collapse is not False and (not isinstance(collapse, int) or collapse < 1):
+        raise ValueError(f"draw: collapse must be True, False or a scope depth ≥ 1, got {collapse!r}")
+    if depth is not None and depth < 0:
+        raise ValueError(f"draw: depth must be ≥ 0 (op hops from the loss), got {depth}")
+    walk = GraphWalk(tensor)
+    pic, tkey, okey = _expanded(walk)
+    if collapse:
+        pic = _collapsed(walk, pic, tkey, okey, collapse)
+    if depth is not None:
+        pic = _limit_depth(pic, tkey[id(tensor)], depth)
+    graph = graphviz.Digraph("backward", graph_attr={
+        "rankdir": "TB", "nodesep": "0.3", "ranksep": "0.35", "fontname": FONT, "fontsize": "12",
+        "labelloc": "t", "labeljust": "l", "newrank": "true"},
+        node_attr={"fontname": FONT, "fontsize": "11", "margin": "0.12,0.06"},
+        edge_attr={"color": "#4a4a4a", "arrowsize": "0.7", "fontname": FONT})
+    if title:
+        graph.attr(label=title)
+    graph.node("legend", label=_legend(bool(collapse)), shape="plaintext", margin="0")
+    _emit(pic, graph)
+    return graph
+
+
+# ---- the command line --------------------------------------------------------------------------------
+
+
+def build_demo(module, backward=True):
+    """Run `module`'s demo_loss(), keep every gradient, and backward once (graph kept): (name, loss)."""
+    name, loss = demo_loss_of(module)
+    if backward:
+        for t in GraphWalk(loss).order:
+            if not t.is_leaf:
+                t.retain_grad()
+        loss.backward(retain_graph=True)
+    return name, loss
+
+
+def _parser():
+    p = argparse.ArgumentParser(
+        prog="python -m viz.graph",
+        description="Draw the backward graph of a model module's demo_loss() with Graphviz.",
+        epilog=f"Needs the Python package graphviz ({INSTALL_PYTHON}) and Graphviz's `dot` program "
+               f"to render; without `dot` the .dot source is written and the exit status is {NO_DOT_EXIT}.")
+    p.add_argument("module", help="a module defining demo_loss(), e.g. models.bigram (model.bigram works too)")
+    p.add_argument("--format", choices=("svg", "png", "pdf", "dot"), default="svg", help="output format (svg)")
+    p.add_argument("--out", help="output file (default: graph_<module>.<format> in the current directory)")
+    p.add_argument("--collapse", action="store_true", help="fold each module into one box")
+    p.add_argument("--collapse-depth", type=int, metavar="N",
+                   help="fold modules by the first N parts of their dotted name (implies --collapse)")
+    p.add_argument("--depth", type=int, metavar="N", help="draw only the ops within N hops of the loss")
+    p.add_argument("--no-backward", action="store_true",
+                   help="draw the graph before backward has run (no gradient norms)")
+    return p
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    if args.collapse_depth is not None and args.collapse_depth < 1:
+        _parser().error("--collapse-depth must be at least 1")
+    if args.depth is not None and args.depth < 0:
+        _parser().error("--depth must be at least 0")
+    try:
+        _graphviz()
+    except ImportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    name, loss = build_demo(args.module, backward=not args.no_backward)
+    collapse = args.collapse_depth if args.collapse_depth is not None else args.collapse
+    when = "before backward" if args.no_backward else "after backward"
+    title = f"{name}.demo_loss() = {number(loss.item(), 6)} · backward graph, {when}"
+    graph = draw(loss, collapse=collapse, depth=args.depth, title=title)
+    out = Path(args.out) if args.out else Path(f"graph_{name.rsplit('.', 1)[-1]}.{args.format}")
+    if out.parent != Path(""):
+        out.parent.mkdir(parents=True, exist_ok=True)
+    if args.format == "dot":
+        out.write_text(graph.source, encoding="utf-8")
+        print(f"wrote {out}")
+        return 0
+    if shutil.which("dot") is None:
+        return _write_source_instead(graph, out)
+    try:
+        out.write_bytes(graph.pipe(format=args.format))
+    except _graphviz().ExecutableNotFound:
+        return _write_source_instead(graph, out)
+    print(f"wrote {out}")
+    return 0
+
+
+def _write_source_instead(graph, out):
+    source = out.with_suffix(".dot")
+    source.write_text(graph.source, encoding="utf-8")
+    print(f"wrote {source} (the Graphviz source; no {out.suffix[1:]} was made)")
+    print(f"Graphviz's `dot` program is not on PATH, so the picture could not be rendered. To get it, "
+          f"{INSTALL_DOT}; then rerun this command, or run: dot -T{out.suffix[1:]} {source} -o {out}",
+          file=sys.stderr)
+    return NO_DOT_EXIT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""Print `loss.backward()` step by step: each op in the order the engine runs it, its rule, its gradients.
+
+    python -m viz.trace models.tiny             # the hand-calculable transformer's backward pass
+    python -m viz.trace model.bigram --max-values 64
+
+    from viz.trace import trace, format_trace
+    steps = trace(loss)          # a list of Step; steps.leaves holds what backward leaves in .grad
+    print(format_trace(steps))
+
+`trace` runs the engine's own backward loop (`Tensor.backward`) with the
+engine's own parts: the same visiting order (`_topological_order`), each op's
+own `backward`, the same reduction over broadcast axes (`_unbroadcast`), and
+gradients added in the same order, so its numbers are the engine's to the
+last bit. Unlike `Tensor.backward` it writes nothing: no `.grad` is touched
+and no saved array is freed, so it can run before or alongside the real
+backward. The graph must still be there: trace before `backward()`, or after
+`backward(retain_graph=True)`.
+"""
+import argparse
+import os
+import sys
+from dataclasses import dataclass, field
+
+from autograd import backend
+from autograd.tensor import Tensor, _as_array, _topological_order, _unbroadcast
+
+from ._walk import GraphWalk, demo_loss_of, host, norm, number, shape_text, values_text
+
+
+@dataclass
+class InputGrad:
+    """What one step hands to one input: the gradient the engine adds into that input's total."""
+    tensor: Tensor
+    label: str
+    grad: object = None            # reduced to the input's shape and dtype; None when no gradient flows
+    returned_shape: tuple = None   # the shape the op returned, when the engine had to sum it back
+    reason: str = ""               # why no gradient flows (a constant input)
+
+
+@dataclass
+class Step:
+    """One op node, as backward runs it."""
+    number: int                    # 1 is the op that made the loss
+    op: str                        # the Function's class name: MatMul, Softmax, …
+    scope: str                     # the module that recorded it ("" if none)
+    rule: str                      # the local rule the op applies (its `rule` label)
+    ctx: object                    # the Function itself
+    output: Tensor
+    output_label: str
+    grad: object                   # g: the gradient of the loss with respect to the output
+    contributions: int             # how many ops added into g (a tensor used twice gets two)
+    inputs: list = field(default_factory=list)  # one InputGrad per input, in the op's input order
+
+
+@dataclass
+class LeafGrad:
+    """A leaf's gradient from this backward: what the engine adds into its `.grad`."""
+    tensor: Tensor
+    label: str
+    grad: object
+    contributions: int
+
+
+class Trace(list):
+    """The steps of a backward pass, in order; `.leaves` lists the leaves' gradients as they are reached."""
+
+    def __init__(self, steps, root, root_label, leaves):
+        super().__init__(steps)
+        self.root, self.root_label, self.leaves = root, root_label, leaves
+
+
+def trace(tensor, grad=None):
+    """The backward pass from `tensor`, step by step, without writing any `.grad` (see the module's docstring)."""
+    if not isinstance(tensor, Tensor):
+        raise TypeError(f"trace: expected an autograd Tensor, got {type(tensor).__name__}")
+    if not tensor.requires_grad:
+        raise RuntimeError("trace: this tensor does not require grad, so backward has nothing to do")
+    xp = backend.xp_for(tensor.device)
+    if grad is None:
+        if tensor.data.size != 1:
+            raise RuntimeError(f"trace: a gradient can be implied only for a scalar, this tensor has shape "
+                               f"{tensor.shape}; pass grad= of that shape")
+        grad = xp.ones_like(tensor.data)
+    else:
+        grad, _ = _as_array(grad, tensor.dtype, tensor.device)
+        if grad.shape != tensor.shape:
+            raise ValueError(f"trace: grad has shape {grad.shape} but the tensor has shape {tensor.shape}")
+    walk = GraphWalk(tensor)
+    if walk.freed:
+        raise RuntimeError(
+            f"trace: the graph through {type(walk.freed[0]).__name__} was freed by an earlier backward(); "
+            "trace before calling backward(), or call backward(retain_graph=True)")
+
+    # The loop of Tensor.backward, step for step, recording instead of writing .grad.
+    grads, arrivals = {id(tensor): grad}, {id(tensor): 1}
+    steps, leaves = [], []
+    for t in _topological_order(tensor):
+        g = grads.pop(id(t), None)
+        ctx = t._ctx
+        if g is None:
+            continue
+        if ctx is None:
+            # as Tensor.backward's _accumulate stores it: an array of the leaf's dtype (NumPy ops on 0-d
+            # arrays may hand back a scalar)
+            leaf_grad = backend.xp_for(t.device).asarray(g, dtype=t.data.dtype)
+            leaves.append(LeafGrad(t, walk.label(t), leaf_grad, arrivals[id(t)]))
+            continue
+        input_grads = ctx.backward(g)
+        if not isinstance(input_grads, tuple):
+            input_grads = (input_grads,)
+        step = Step(len(steps) + 1, type(ctx).__name__, getattr(ctx, "scope", "") or "", ctx.rule, ctx,
+                    t, walk.label(t), g, arrivals[id(t)])
+        for i, parent in enumerate(ctx.parents):
+            pg = input_grads[i] if i < len(input_grads) else None
+            if pg is None or not parent._requires_grad:
+                reason = "constant: needs no gradient" if not parent._requires_grad else "the op returned none"
+                step.inputs.append(InputGrad(parent, walk.label(parent), reason=reason))
+                continue
+            returned = pg.shape
+            if pg.shape != parent.data.shape:
+                pg = _unbroadcast(pg, parent.data.shape, ctx)
+            if pg.dtype != parent.data.dtype:
+                pg = pg.astype(parent.data.dtype)
+            previous = grads.get(id(parent))
+            grads[id(parent)] = pg if previous is None else previous + pg
+            arrivals[id(parent)] = arrivals.get(id(parent), 0) + 1
+            step.inputs.append(InputGrad(parent, walk.label(parent), pg,
+                                         returned if returned != parent.data.shape else None))
+        steps.append(step)
+    return Trace(steps, tensor, walk.label(tensor), leaves)
+
+
+# ---- printing ------------------------------------------------------------------------------
+
+
+def _array_lines(array, indent, max_values, decimals):
+    """`shape: values` for a small array, `shape: ‖·‖ = …` for a large one."""
+    shape = "scalar" if array.ndim == 0 else shape_text(array.shape)
+    if array.size > max_values:
+        a = host(array)
+        return [f"{shape}  ‖·‖ = {number(norm(a), 6)}, max |·| = {number(float(abs(a).max()), 6)}"
+                f"  ({array.size} values, not shown)"]
+    text = values_text(array, decimals)
+    if "\n" not in text and len(text) <= 80:
+        return [f"{shape}  {text}"]
+    return [shape] + [" " * indent + line for line in text.splitlines()]
+
+
+def format_trace(steps, max_values=16, decimals=6):
+    """The trace as text, one block per step; arrays with more than `max_values` values show as shape and norm."""
+    loss = steps.root_label
+    lines = []
+    value = f" = {values_text(steps.root.data, decimals)}" if steps.root.data.size == 1 else ""
+    lines.append(f"Backward pass of L = {loss}{value}, step by step as Tensor.backward runs it.")
+    lines.append("Each step is one op. g = ∂L/∂(the op's output); the op's rule turns g into ∂L/∂(each input),")
+    lines.append("summed back over broadcast axes. A tensor used by several ops adds up their contributions.")
+    width = len(str(len(steps)))
+    for s in steps:
+        lines.append("")
+        where = f"   [{s.scope}]" if s.scope else ""
+        lines.append(f"step {s.number:>{width}}/{len(steps)}  {s.op}{where}")
+        lines.append(f"  rule  {s.rule}")
+        summed = f"   (sum of {s.contributions} contributions)" if s.contributions > 1 else ""
+        head = f"  g     ∂L/∂{s.output_label}  "
+        body = _array_lines(s.grad, len(head), max_values, decimals)
+        lines.append(head + body[0] + summed)
+        lines.extend(body[1:])
+        for n, inp in enumerate(s.inputs):
+            prefix = "  out   " if n == 0 else "        "
+            if inp.grad is None:
+                lines.append(f"{prefix}{inp.label}: {inp.reason}")
+                continue
+            head = f"{prefix}∂L/∂{inp.label}  "
+            body = _array_lines(inp.grad, len(head), max_values, decimals)
+            note = (f"   (summed from {shape_text(inp.returned_shape)} over broadcast axes)"
+                    if inp.returned_shape is not None else "")
+            lines.append(head + body[0] + note)
+            lines.extend(body[1:])
+    lines.append("")
+    lines.append("Leaves: the gradients backward adds into .grad")
+    for leaf in steps.leaves:
+        summed = f"   (sum of {leaf.contributions} contributions)" if leaf.contributions > 1 else ""
+        head = f"  {leaf.label}.grad  "
+        body = _array_lines(leaf.grad, len(head), max_values, decimals)
+        lines.append(head + body[0] + summed)
+        lines.extend(body[1:])
+    return "\n".join(lines)
+
+
+def print_trace(tensor, max_values=16, decimals=6, file=None):
+    """Trace the backward pass from `tensor` and print it."""
+    print(format_trace(trace(tensor), max_values, decimals), file=file or sys.stdout)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python -m viz.trace",
+        description="Print the backward pass of a model module's demo_loss(), one op at a time, "
+                    "in the order the engine runs it.")
+    p.add_argument("module", help="a module defining demo_loss(), e.g. models.tiny (model.tiny works too)")
+    p.add_argument("--max-values", type=int, default=16, metavar="N",
+                   help="print the values of arrays with at most N elements, shape and norm otherwise (16)")
+    p.add_argument("--decimals", type=int, default=6, metavar="D", help="round values to D decimals (6)")
+    args = p.parse_args(argv)
+    _, loss = demo_loss_of(args.module)
+    try:
+        print_trace(loss, args.max_values, args.decimals)
+    except BrokenPipeError:  # `| head` closed the pipe: stop quietly, without a traceback at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
