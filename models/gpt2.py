@@ -19,9 +19,11 @@ What this file promises:
   ``python -m models.gpt2 --params`` prints where GPT-2 small's 124,439,808 are.
 * ``demo_loss()``: a tiny GPT's deterministic loss, for ``viz``.
 
-Read top to bottom: config, attention, MLP, block, model, generation,
-checkpoints, parameter count, demo. Shapes use B batch, T time, C = n_embd,
-nh heads of hs = C / nh features each, V = vocab_size.
+Read top to bottom: the config; the layers (attention, MLP, block, the
+transformer trunk); the KV cache; the model with its generate and checkpoint
+methods; then their helpers (sampling, Hugging Face's config and key names);
+the parameter count; the demo. Shapes use B batch, T time, C = n_embd, nh
+heads of hs = C / nh features each, V = vocab_size.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -273,6 +275,17 @@ class GPT(nn.Module):
         return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
                 {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
 
+    def crop_block_size(self, block_size):
+        """Shrink the context to `block_size` (e.g. fine-tuning GPT-2 on shorter blocks): keep wpe's first rows."""
+        if not 0 < block_size <= self.config.block_size:
+            raise ValueError(f"crop_block_size: block_size must be in [1, {self.config.block_size}], got {block_size}")
+        wpe = self.transformer.wpe
+        wpe.weight.data = wpe.weight.data[:block_size].copy()  # the same Parameter: optimizers keep their handle
+        wpe.weight.grad = None
+        wpe.num_embeddings = block_size
+        self.config = replace(self.config, block_size=block_size)  # a new config: the old one may be shared
+        return self
+
     # ---- generation ---------------------------------------------------------------------------
 
     @ag.no_grad()
@@ -336,7 +349,11 @@ class GPT(nn.Module):
         config = config_from_hf(json.loads(config_file.read_text()), dropout=dropout)
         tensors = _read_safetensors(directory)
         state = _state_from_checkpoint(tensors, config, directory)
-        model = cls(config)
+        rng_state = ag.get_rng_state()
+        try:
+            model = cls(config)  # its random initialisation is overwritten at once
+        finally:
+            ag.set_rng_state(rng_state)  # so loading does not move the caller's random stream
         model.load_state_dict(state)
         return model
 
@@ -346,10 +363,10 @@ class GPT(nn.Module):
         Both files are written completely into a temporary sibling folder first,
         then moved into place with os.replace (a rename, atomic on one file
         system): an interrupted save leaves the previous files, never half a file.
-        Other files in `directory` (a tokenizer, say) are left alone.
+        Other files in `directory` (a tokenizer, say) are left alone. A model with
+        bias=False is saved too, marked `"bias": false` in config.json: from_pretrained
+        reads it back, but transformers' GPT-2 always has biases and cannot.
         """
-        if not self.config.bias:
-            raise ValueError("save_pretrained: transformers' GPT-2 always has biases; this model has bias=False")
         from safetensors.numpy import save_file
 
         directory = Path(directory)
@@ -466,12 +483,14 @@ def config_from_hf(hf, dropout=0.0):
     return GPTConfig(vocab_size=hf.get("vocab_size", 50257),
                      block_size=hf.get("n_positions", hf.get("n_ctx", 1024)),
                      n_layer=hf.get("n_layer", 12), n_head=hf.get("n_head", 12), n_embd=n_embd,
-                     dropout=dropout, bias=True, layer_norm_epsilon=hf.get("layer_norm_epsilon", 1e-5))
+                     dropout=dropout, bias=hf.get("bias", True),  # "bias" is ours: only bias=False folders have it
+                     layer_norm_epsilon=hf.get("layer_norm_epsilon", 1e-5))
 
 
 def config_to_hf(config, dtype="float32"):
     """The `config.json` dict transformers' GPT2LMHeadModel needs to rebuild `config`."""
     eos = 50256 if config.vocab_size > 50256 else None  # GPT-2's <|endoftext|>, only if the vocabulary has it
+    extra = {} if config.bias else {"bias": False}  # not a transformers field: this model's own extension
     return {
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
@@ -495,6 +514,7 @@ def config_to_hf(config, dtype="float32"):
         "eos_token_id": eos,
         "tie_word_embeddings": True,
         "dtype": dtype,
+        **extra,
     }
 
 
@@ -545,10 +565,6 @@ def _fsync(path):
 
 
 # ---- the parameter count -------------------------------------------------------------------------
-
-BLOCK_PARAMETERS = ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
-                    "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
-                    "mlp.c_proj.weight", "mlp.c_proj.bias")
 
 
 def parameter_shapes(config):

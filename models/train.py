@@ -175,6 +175,16 @@ def plot_losses(path, history, evals):
     plt.close(fig)
 
 
+def sample_prompt(tokenizer, data):
+    """Start a sample where a document starts: <|endoftext|> for GPT-2, else a newline (or the text's first token)."""
+    if isinstance(tokenizer, GPT2Tokenizer):
+        return [tokenizer.eot_token]
+    try:
+        return tokenizer.encode("\n")
+    except ValueError:
+        return data.splits["train"][:1].tolist()
+
+
 def train(args):
     out_dir = Path(args.out_dir)
     if args.resume and not (out_dir / STATE_FILE).is_file():
@@ -244,7 +254,7 @@ def train(args):
         print(f"final (iter {final['iter']}): train loss {final['train']:.4f}, val loss {final['val']:.4f}")
     if args.sample_tokens:
         model.eval()
-        prompt = [tokenizer.eot_token] if isinstance(tokenizer, GPT2Tokenizer) else tokenizer.encode("\n")
+        prompt = sample_prompt(tokenizer, data)
         out = model.generate(ag.Tensor([prompt], device=args.device), args.sample_tokens, temperature=0.8, top_k=200)
         print("sample:\n" + tokenizer.decode(out.numpy()[0].tolist()))
 

@@ -141,6 +141,14 @@ def test_lm_head_is_tied_to_the_token_embedding():
     np.testing.assert_allclose(logits.data, features.data @ model.transformer.wte.weight.data.T, rtol=1e-5, atol=1e-6)
 
 
+def test_last_only_gives_the_last_positions_logits():
+    model = tiny()
+    x, _ = batch(model.config, B=2, T=5)
+    last, _ = model(x, last_only=True)
+    assert last.shape == (2, 1, 16)
+    np.testing.assert_allclose(last.data, model(x)[0].data[:, -1:], rtol=1e-5, atol=1e-7)
+
+
 def test_ignore_index_minus_one_leaves_those_targets_out():
     model = tiny()
     x, y = batch(model.config, B=2, T=6)
@@ -246,7 +254,7 @@ def test_cached_forward_equals_the_full_forward():
         model(x[:, :1], kv_cache=gpt2.KVCache(model.config, 2, np.float32, "cpu"))
 
 
-@pytest.mark.parametrize("prompt_len, new", [(3, 4), (3, 20), (8, 5)])  # inside, past and from block_size
+@pytest.mark.parametrize("prompt_len, new", [(3, 4), (3, 20), (8, 5), (12, 3)])  # inside, past, at, over block_size
 def test_greedy_with_and_without_cache_agree(prompt_len, new):
     model = tiny()
     prompt = batch(model.config, B=2, T=prompt_len, seed=1)[0]
@@ -295,6 +303,7 @@ def test_generate_keeps_the_input_kind_and_mode():
     assert as_tensor.tolist()[0] == as_list == as_array[0].tolist()
     assert model.generate([[1, 2, 3]], 0) == [[1, 2, 3]]
     assert model.training and ag.is_grad_enabled()
+    assert model.transformer.h[0].attn.c_attn.weight.name == "transformer.h.0.attn.c_attn.weight"
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -347,6 +356,37 @@ def test_save_and_load_round_trip(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no staging folder left behind
 
 
+def test_a_bias_free_model_round_trips(tmp_path):
+    model = tiny(bias=False)
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["bias"] is False
+    loaded = GPT.from_pretrained(tmp_path)
+    assert loaded.config == model.config
+    x, _ = batch(model.config)
+    np.testing.assert_array_equal(model(x)[0].data, loaded(x)[0].data)
+
+
+def test_crop_block_size():
+    model = tiny()
+    x, _ = batch(model.config, B=1, T=5)
+    before = model(x)[0].data
+    optimizer = nn.optim.AdamW(model.parameters())
+    config = model.config
+    model.crop_block_size(5)
+    assert model.config.block_size == 5 and config.block_size == 8  # the old config object is not changed
+    assert {n: p.shape for n, p in model.named_parameters()} == parameter_shapes(model.config)
+    np.testing.assert_array_equal(model(x)[0].data, before)
+    assert model.generate(x, 4, temperature=0, use_cache=True).tolist() == \
+        model.generate(x, 4, temperature=0, use_cache=False).tolist()
+    with pytest.raises(ValueError, match="block_size is 5"):
+        model(batch(model.config, B=1, T=6)[0])
+    with pytest.raises(ValueError, match="crop_block_size"):
+        model.crop_block_size(6)
+    _, loss = model(x, x)
+    loss.backward()
+    optimizer.step()  # the optimizer still holds the (cropped) position table
+
+
 def test_original_hub_layout_loads(tmp_path):
     from safetensors.numpy import save_file
     model = tiny()
@@ -362,14 +402,31 @@ def test_original_hub_layout_loads(tmp_path):
     np.testing.assert_array_equal(model(x)[0].data, loaded(x)[0].data)
 
 
+def test_sharded_checkpoint_loads(tmp_path):
+    from safetensors.numpy import save_file
+    model = tiny()
+    tensors = {name: p.data for name, p in model.named_parameters()}
+    names = list(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[:10], "model-00002-of-00002.safetensors": names[10:]}
+    for shard, keys in shards.items():
+        save_file({k: tensors[k] for k in keys}, str(tmp_path / shard), metadata={"format": "pt"})
+    weight_map = {k: shard for shard, keys in shards.items() for k in keys}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (tmp_path / "config.json").write_text(json.dumps(gpt2.config_to_hf(model.config)))
+    loaded = GPT.from_pretrained(tmp_path)
+    for (name, p), q in zip(model.named_parameters(), loaded.parameters()):
+        np.testing.assert_array_equal(p.data, q.data, err_msg=name)
+
+
 def test_tied_lm_head_is_accepted_only_when_equal(tmp_path):
     from safetensors.numpy import save_file
     model = tiny()
     tensors = {name: p.data for name, p in model.named_parameters()}
     (tmp_path / "config.json").write_text(json.dumps(gpt2.config_to_hf(model.config)))
-    save_file({**tensors, "lm_head.weight": tensors["transformer.wte.weight"].copy()}, str(tmp_path / "model.safetensors"))
+    wte, weights = tensors["transformer.wte.weight"], str(tmp_path / "model.safetensors")
+    save_file({**tensors, "lm_head.weight": wte.copy()}, weights)
     GPT.from_pretrained(tmp_path)
-    save_file({**tensors, "lm_head.weight": tensors["transformer.wte.weight"] + 1}, str(tmp_path / "model.safetensors"))
+    save_file({**tensors, "lm_head.weight": wte + 1}, weights)
     with pytest.raises(ValueError, match="lm_head.weight differs"):
         GPT.from_pretrained(tmp_path)
 
@@ -386,13 +443,11 @@ def test_checkpoint_errors_are_clear(tmp_path):
     model.save_pretrained(tmp_path)
     wider = gpt2.config_to_hf(GPTConfig(**{**TINY, "n_embd": 16}))
     (tmp_path / "config.json").write_text(json.dumps(wider))
-    with pytest.raises(ValueError, match=r"mis-shaped .*transformer.wte.weight: checkpoint \(16, 8\), config \(16, 16\)"):
+    with pytest.raises(ValueError, match=r"mis-shaped .*wte.weight: checkpoint \(16, 8\), config \(16, 16\)"):
         GPT.from_pretrained(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({**wider, "activation_function": "relu"}))
     with pytest.raises(ValueError, match="activation_function='relu'"):
         GPT.from_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="bias"):
-        tiny(bias=False).save_pretrained(tmp_path / "nobias")
 
 
 class _Interrupted(Exception):
