@@ -5,12 +5,15 @@ calls whose spelling differs between NumPy and CuPy (scatter-add, random
 numbers, copies to the host) live here and nowhere else. CuPy is imported only
 when a tensor first asks for "cuda".
 """
+import os
+
 import numpy
 
 DEVICES = ("cpu", "cuda")
 _cupy = None
 _generators = {}
 _seed = None
+_kernels = {}
 
 
 def _load_cupy():
@@ -78,6 +81,21 @@ def scatter_add(target, index, values):
     else:
         import cupyx
         cupyx.scatter_add(target, index, values)
+
+
+def fused(name, array):
+    """The compiled CuPy kernel `name` (see cuda_kernels.py) for a GPU array, else None.
+
+    None on the CPU, or with AUTOGRAD_FUSED=0: the op then composes the same
+    formula from array-module calls.
+    """
+    if _cupy is None or not isinstance(array, _cupy.ndarray) or os.environ.get("AUTOGRAD_FUSED", "1") == "0":
+        return None
+    if name not in _kernels:
+        from .cuda_kernels import KERNELS
+        inputs, outputs, body = KERNELS[name]
+        _kernels[name] = _cupy.ElementwiseKernel(inputs, outputs, body, f"autograd_{name}")
+    return _kernels[name]
 
 
 def manual_seed(seed):

@@ -1,11 +1,9 @@
 """The top-level functions of `autograd`: checked entry points to the ops, and constructors.
 
 These validate what the user passed (shapes, dtypes, devices) and say how to
-fix it, then hand arrays to one op in ops.py, or compose a few (split,
-attention). The math and the VJPs live in ops.py.
+fix it, then hand arrays to one op in ops.py (or, for split, a few). The
+math and the VJPs live in ops.py.
 """
-import math
-
 import numpy as np
 
 from . import backend, ops
@@ -144,24 +142,35 @@ def dropout(x, p, training=True):
 
 
 def scaled_dot_product_attention(q, k, v, causal=True, dropout_p=0.0):
-    """softmax(q kᵀ / √D, causal mask) v on (B, H, T, D) tensors.
+    """softmax(q kᵀ / √D, causal mask) v on (B, H, T, D) tensors, fused (see ops.ScaledDotProductAttention).
 
     With fewer queries than keys (generation with a KV cache), query i is the
     (Tk − Tq + i)-th position, so it sees the keys up to and including it.
+    `dropout_p` drops attention weights (pass 0 when not training).
     """
-    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+    if (q.ndim < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]
+            or q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]):
         raise ShapeError(f"scaled_dot_product_attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit; "
                          "expected (B, H, Tq, D), (B, H, Tk, D), (B, H, Tk, Dv)")
-    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ _swap_last(k)  # (B, H, Tq, Tk)
+    if not 0 <= dropout_p < 1:
+        raise ValueError(f"scaled_dot_product_attention: dropout_p must lie in [0, 1), got {dropout_p}")
     mask = None
     if causal:
         xp = backend.xp_for(q.device)
         tq, tk = q.shape[-2], k.shape[-2]
         mask = xp.arange(tk)[None, :] <= xp.arange(tq)[:, None] + (tk - tq)  # (Tq, Tk)
-    weights = ops.Softmax.apply(scores, axis=-1, mask=mask)
-    if dropout_p:
-        weights = dropout(weights, dropout_p)
-    return weights @ v  # (B, H, Tq, Dv)
+    return ops.ScaledDotProductAttention.apply(q, k, v, mask=mask, dropout_p=dropout_p)
+
+
+def linear(x, weight, bias=None):
+    """x @ weight + bias in one op, weight of shape (in_features, out_features) as GPT-2 stores it."""
+    if weight.ndim != 2 or x.shape[-1] != weight.shape[0]:
+        raise ShapeError(f"linear: input {x.shape} does not fit weight {weight.shape}: the weight must be "
+                         f"(in_features, out_features) = ({x.shape[-1]}, ...)")
+    if bias is not None and bias.shape != (weight.shape[1],):
+        raise ShapeError(f"linear: bias has shape {bias.shape}, expected ({weight.shape[1]},)")
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+    return ops.Linear.apply(*inputs)
 
 
 # ---- constructors ---------------------------------------------------------------------

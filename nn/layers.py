@@ -22,8 +22,7 @@ class Linear(Module):
         self.bias = Parameter(ag.rand(out_features) * (2 * bound) - bound) if bias else None
 
     def forward(self, x):
-        y = x @ self.weight
-        return y + self.bias if self.bias is not None else y
+        return ag.linear(x, self.weight, self.bias)
 
     def extra_repr(self):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

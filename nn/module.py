@@ -50,8 +50,8 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
 
     def __call__(self, *args, **kwargs):
-        if not _running:
-            self._name_tree()
+        if not _running and not self._scope_name:
+            self._name_tree()  # a root (a sub-module called alone keeps the names its root gave it)
         _running.append(self)
         try:
             with ag.name_scope(self._scope_name):

@@ -129,7 +129,7 @@ def clip_grad_norm_(params, max_norm):
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return 0.0
-    total = math.sqrt(sum(float((g * g).sum()) for g in grads))
+    total = math.sqrt(float(sum((g * g).sum() for g in grads)))  # one read back from a GPU, not one per tensor
     scale = max_norm / (total + 1e-6)
     if scale < 1:
         for g in grads:

@@ -37,12 +37,13 @@ def test_run_writes_checkpoint_plot_and_sample(tmp_path, capsys):
     assert json.loads((tmp_path / "tokenizer.json").read_text())["kind"] == "char"
 
 
-def test_resume_continues_exactly(tmp_path, capsys):
+@pytest.mark.parametrize("dropout", ["0.0", "0.2"])  # with dropout, the generator's state must resume too
+def test_resume_continues_exactly(tmp_path, capsys, dropout):
     straight, split = tmp_path / "straight", tmp_path / "split"
-    assert run(capsys, "--max-iters", "20", "--out-dir", str(straight))[0] == 0
-    assert run(capsys, "--max-iters", "10", "--out-dir", str(split))[0] == 0
+    assert run(capsys, "--max-iters", "20", "--out-dir", str(straight), "--dropout", dropout)[0] == 0
+    assert run(capsys, "--max-iters", "10", "--out-dir", str(split), "--dropout", dropout)[0] == 0
     assert len(history(split)) == 10
-    code, out, err = run(capsys, "--max-iters", "20", "--out-dir", str(split), "--resume")
+    code, out, err = run(capsys, "--max-iters", "20", "--out-dir", str(split), "--resume", "--dropout", dropout)
     assert code == 0, err
     assert history(split) == history(straight)  # bit for bit: same batches, same updates
 

@@ -272,6 +272,8 @@ def test_ops_recorded_in_a_submodule_carry_its_dotted_name():
     out = seq(x)
     assert out._ctx.scope == "1"
     assert out._ctx.parents[0]._ctx.scope == "0"
+    again = seq[0](x)  # once named by its root, a sub-module called alone keeps its names
+    assert again._ctx.scope == "0" and seq[0].weight.name == "0.weight"
 
 
 def test_nested_scopes_name_the_full_path():

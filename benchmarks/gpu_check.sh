@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The device check, for a lent GPU machine (CuPy and PyTorch for CUDA installed there), in under 8 minutes:
+# the device-aware tests on "cuda", then the GPU benchmark. Run from the repository root:
+#     bash benchmarks/gpu_check.sh
+# Everything it prints also lands in ${OUT:-.}/gpu_check.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+log="${OUT:-.}/gpu_check.log"
+{
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+    python3 -c "import cupy, torch; print('cupy', cupy.__version__, '| torch', torch.__version__)"
+    echo "== tests on cuda =="
+    timeout 240 python3 -m pytest --device cuda -q -p no:cacheprovider tests/test_devices.py tests/autograd tests/nn
+    echo "pytest exit: $?"
+    echo "== benchmark =="
+    timeout 200 python3 -m benchmarks.gpu --steps 10
+    echo "benchmark exit: $?"
+} 2>&1 | tee "$log"

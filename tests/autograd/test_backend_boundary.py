@@ -1,0 +1,43 @@
+"""The engine computes on tensor data only through the backend's array module (`xp`), so CuPy works.
+
+Outside autograd/backend.py, NumPy may appear only for what never touches a
+device array: dtypes, shape arithmetic, converting the user's Python data,
+and gradcheck's finite differences on host copies (made by backend.to_host).
+This reads the source, so it holds on a machine without a GPU.
+"""
+import ast
+from pathlib import Path
+
+import autograd
+
+ENGINE = Path(autograd.__file__).resolve().parent
+
+ALLOWED = {
+    "tensor.py": {"dtype", "float32", "generic", "asarray", "ndarray", "array2string", "prod"},
+    "functional.py": {"dtype", "broadcast_shapes"},
+    "gradcheck.py": {"float64", "random", "zeros", "allclose", "unravel_index", "argmax", "abs"},
+}
+
+
+def numpy_uses(path):
+    """Names used as `np.NAME` / `numpy.NAME` in a file's code (docstrings and comments do not count)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {node.attr for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id in ("np", "numpy")}
+
+
+def test_numpy_only_where_it_cannot_touch_device_data():
+    files = sorted(p for p in ENGINE.glob("*.py") if p.name != "backend.py")
+    assert {p.name for p in files} >= {"tensor.py", "ops.py", "functional.py", "value.py", "gradcheck.py"}
+    for path in files:
+        unexpected = numpy_uses(path) - ALLOWED.get(path.name, set())
+        assert not unexpected, (f"{path.name} calls numpy.{sorted(unexpected)}: compute through the backend's "
+                                "array module (self.xp / backend.xp_for) so CuPy arrays stay on the GPU")
+
+
+def test_ops_do_not_import_numpy():
+    tree = ast.parse((ENGINE / "ops.py").read_text(encoding="utf-8"))
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                for alias in node.names}
+    assert "numpy" not in imported

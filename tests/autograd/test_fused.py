@@ -1,0 +1,76 @@
+"""The fused ops a transformer leans on: linear and attention (with dropout), and the no-alias rule for adopted grads."""
+import numpy as np
+import pytest
+
+import autograd as ag
+from autograd import Tensor
+
+from ._helpers import check, leaf, rand
+
+
+@pytest.mark.parametrize("x_shape", [(5,), (3, 5), (2, 3, 5)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear_matches_matmul_plus_bias_and_gradchecks(rng, x_shape, with_bias):
+    x, w, b = rand(rng, *x_shape), rand(rng, 5, 4), rand(rng, 4)
+    bias = b if with_bias else None
+    expected = x.data @ w.data + (b.data if with_bias else 0)
+    np.testing.assert_allclose(ag.linear(x, w, bias).data, expected, rtol=1e-12)
+    inputs = (x, w, b) if with_bias else (x, w)
+    check(lambda *t: ag.linear(*t), *inputs)
+
+
+def test_linear_shape_errors_name_the_op_and_shapes(rng):
+    with pytest.raises(ag.ShapeError, match=r"linear: input \(2, 3\) does not fit weight \(4, 5\)"):
+        ag.linear(rand(rng, 2, 3), rand(rng, 4, 5))
+    with pytest.raises(ag.ShapeError, match=r"linear: bias has shape \(4,\), expected \(5,\)"):
+        ag.linear(rand(rng, 2, 4), rand(rng, 4, 5), rand(rng, 4))
+
+
+def attention_reference(q, k, v, causal, drop=None):
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if causal:
+        tq, tk = scores.shape[-2:]
+        scores = np.where(np.arange(tk)[None, :] <= np.arange(tq)[:, None] + tk - tq, scores, -np.inf)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return (p if drop is None else p * drop) @ v
+
+
+def seeded_attention(p_drop):
+    def fn(q, k, v):
+        ag.manual_seed(7)  # the same dropout mask on every call, so finite differences see one function
+        return ag.scaled_dot_product_attention(q, k, v, dropout_p=p_drop)
+    return fn
+
+
+def test_attention_dropout_uses_one_mask_forward_and_backward(rng):
+    q, k, v = rand(rng, 1, 2, 4, 3), rand(rng, 1, 2, 4, 3), rand(rng, 1, 2, 4, 3)
+    out = seeded_attention(0.5)(q, k, v).data
+    ag.manual_seed(7)
+    mask = (ag.rand(1, 2, 4, 4, dtype=np.float64).data >= 0.5) * 2.0  # the generator draws the same numbers
+    np.testing.assert_allclose(out, attention_reference(q.data, k.data, v.data, True, mask), rtol=1e-12)
+    check(seeded_attention(0.5), q, k, v)
+    check(seeded_attention(0.0), q, k, v)
+
+
+def test_attention_cached_queries_see_earlier_keys(rng):
+    q, k, v = rand(rng, 2, 1, 2, 3), rand(rng, 2, 1, 5, 3), rand(rng, 2, 1, 5, 4)
+    got = ag.scaled_dot_product_attention(q, k, v).data
+    np.testing.assert_allclose(got, attention_reference(q.data, k.data, v.data, True), rtol=1e-12)
+    check(lambda q, k, v: ag.scaled_dot_product_attention(q, k, v, causal=False), q, k, v)
+
+
+def test_attention_rejects_bad_dropout():
+    x = leaf(np.ones((1, 1, 2, 2)))
+    with pytest.raises(ValueError, match="dropout_p must lie in"):
+        ag.scaled_dot_product_attention(x, x, x, dropout_p=1.0)
+
+
+def test_adopted_grad_is_not_shared_with_a_leaf_reached_through_another_path():
+    a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    h = b.reshape(2) + 0.0  # b's gradient arrives as the same array Add also hands to a
+    (a + h).backward(np.array([1.0, 1.0]))
+    assert not np.shares_memory(a.grad, b.grad)
+    a.grad *= 10
+    np.testing.assert_array_equal(b.grad, [1.0, 1.0])
+

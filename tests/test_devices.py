@@ -1,0 +1,161 @@
+"""Everything that runs on the CPU gives the same numbers on `--device cuda` (float32 tolerance).
+
+Each test computes on the device under test and on the CPU from the same
+inputs and compares: ops forward and backward (scatter-add through CuPy's own
+primitive included), the seed models, GPT-2 logits within 1e-4, optimizers,
+checkpoints moved between devices, generation, and the CLIs.
+"""
+import json
+
+import numpy as np
+import pytest
+
+import autograd as ag
+import nn
+from autograd import Tensor, backend
+
+RNG = np.random.default_rng(0)
+
+
+def both(fn, arrays, device, requires_grad=True):
+    """fn's output and every input's gradient, computed on the CPU and on `device` (as host arrays)."""
+    results = []
+    for where in ("cpu", device):
+        inputs = [Tensor(a, requires_grad=requires_grad and a.dtype.kind == "f", device=where) for a in arrays]
+        out = fn(*inputs)
+        assert out.device == where and all(t.device == where for t in inputs)
+        if requires_grad:
+            out.backward(Tensor(np.linspace(-1, 1, out.size).reshape(out.shape).astype(out.dtype), device=where))
+        grads = [backend.to_host(t.grad) if t.grad is not None else None for t in inputs]
+        assert all(t.grad is None or backend.device_of(t.grad) == where for t in inputs)
+        results.append((out.numpy(), grads))
+    return results
+
+
+def assert_same(results, rtol=1e-5, atol=1e-5):
+    (cpu_out, cpu_grads), (dev_out, dev_grads) = results
+    np.testing.assert_allclose(dev_out, cpu_out, rtol=rtol, atol=atol)
+    for c, d in zip(cpu_grads, dev_grads):
+        if c is not None:
+            np.testing.assert_allclose(d, c, rtol=rtol, atol=atol)
+
+
+def f32(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+OPS = {
+    "add-broadcast": (lambda a, b: a + b, [f32(3, 4), f32(4)]),
+    "mul-div-pow": (lambda a, b: (a * b) / (b * b + 1) ** 1.5, [f32(3, 4), f32(3, 1)]),
+    "matmul-batched": (lambda a, b: a @ b, [f32(2, 3, 4), f32(4, 5)]),
+    "linear": (lambda x, w, b: ag.linear(x, w, b), [f32(2, 3, 4), f32(4, 5), f32(5)]),
+    "reductions": (lambda a: a.sum(0) + a.mean(1).sum() + a.max(1).sum() + a.var(0), [f32(4, 3)]),
+    "unary": (lambda a: a.exp().tanh() + a.sigmoid() + a.relu() + a.gelu() + (a * a + 1).log().sqrt(), [f32(5, 6)]),
+    "shapes": (lambda a: a.reshape(6, 2).T.transpose(1, 0)[1:, ::2][[0, 0, 3]], [f32(3, 4)]),
+    "softmax-masked": (lambda a: ag.softmax(a, mask=np.tril(np.ones((4, 4), bool))), [f32(2, 4, 4)]),
+    "log_softmax": (lambda a: a.log_softmax(), [f32(3, 7)]),
+    "cross_entropy": (lambda z: ag.cross_entropy(z, np.array([[1, 4, -1], [0, 0, 2]]), ignore_index=-1),
+                      [f32(2, 3, 5)]),
+    "embedding-scatter-add": (lambda w: ag.embedding(w, np.array([[1, 1, 3], [3, 0, 1]])), [f32(5, 4)]),
+    "layer_norm": (lambda x, w, b: ag.layer_norm(x, w, b), [f32(2, 3, 8), f32(8), f32(8)]),
+    "attention": (lambda q, k, v: ag.scaled_dot_product_attention(q, k, v), [f32(2, 2, 5, 4)] * 3),
+    "join-split": (lambda a, b: ag.concat([ag.stack([a, b]).sum(0), *ag.split(b, 2, axis=1)], axis=1),
+                   [f32(3, 4), f32(3, 4)]),
+    "where": (lambda a, b: ag.where(np.array([True, False, True]), a, b), [f32(2, 3), f32(3)]),
+}
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_op_forward_and_backward_match_the_cpu(device, name):
+    fn, arrays = OPS[name]
+    assert_same(both(fn, arrays, device))
+
+
+def test_dropout_on_the_device_is_seeded_and_inverted(device):
+    x = Tensor(np.ones((200, 100), dtype=np.float32), device=device)
+    ag.manual_seed(5)
+    first = ag.dropout(x, 0.25).numpy()
+    ag.manual_seed(5)
+    assert np.array_equal(ag.dropout(x, 0.25).numpy(), first)
+    assert set(np.unique(first)) <= {0.0, np.float32(1 / 0.75)}
+    assert abs((first == 0).mean() - 0.25) < 0.02
+
+
+def test_tiny_model_numbers_on_the_device(device):
+    from models import tiny
+    model = tiny.TinyTransformer().to(device)
+    logits = model(np.array(tiny.INPUT_IDS))
+    loss = tiny.last_position_loss(logits, tiny.TARGET_ID)
+    loss.backward()
+    assert loss.device == device
+    assert abs(loss.item() - 2.467373) < 1e-5
+    np.testing.assert_allclose(backend.to_host(model.E.grad)[4], [-0.915189, 0.915189], atol=1e-5)
+
+
+def small_gpt(device):
+    from models.gpt2 import GPT, GPTConfig
+    ag.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)).to(device)
+
+
+def test_gpt_logits_loss_and_grads_match_the_cpu(device):
+    tokens = RNG.integers(0, 64, size=(2, 17))
+    results = []
+    for where in ("cpu", device):
+        model = small_gpt(where)
+        logits, loss = model(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
+        results.append((logits.numpy(), loss.item(), {n: backend.to_host(p.grad) for n, p in model.named_parameters()}))
+    (cpu_logits, cpu_loss, cpu_grads), (dev_logits, dev_loss, dev_grads) = results
+    np.testing.assert_allclose(dev_logits, cpu_logits, atol=1e-4)
+    assert abs(dev_loss - cpu_loss) < 1e-5
+    for name in cpu_grads:
+        np.testing.assert_allclose(dev_grads[name], cpu_grads[name], atol=1e-5, err_msg=name)
+
+
+def test_adamw_steps_match_the_cpu(device):
+    tokens = RNG.integers(0, 64, size=(2, 17))
+    losses = {}
+    for where in ("cpu", device):
+        model = small_gpt(where)
+        opt = nn.optim.AdamW(model.parameters(), lr=1e-2)
+        losses[where] = []
+        for _ in range(3):
+            _, loss = model(tokens[:, :-1], tokens[:, 1:])
+            opt.zero_grad()
+            loss.backward()
+            nn.optim.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses[where].append(loss.item())
+    np.testing.assert_allclose(losses[device], losses["cpu"], atol=1e-5)
+
+
+def test_checkpoints_move_between_devices(device, tmp_path):
+    from models.gpt2 import GPT
+    model = small_gpt(device)
+    model.save_pretrained(tmp_path / "from_device")
+    on_cpu = GPT.from_pretrained(tmp_path / "from_device")
+    for (name, p), q in zip(model.named_parameters(), on_cpu.parameters()):
+        np.testing.assert_array_equal(backend.to_host(p.data), q.data, err_msg=name)
+    back = GPT.from_pretrained(tmp_path / "from_device").to(device)
+    assert all(p.device == device for p in back.parameters())
+
+
+def test_generation_with_cache_matches_the_cpu(device):
+    prompt = [[1, 2, 3, 4]]
+    cpu = small_gpt("cpu").generate(prompt, 20, temperature=0)
+    model = small_gpt(device)
+    assert model.generate(prompt, 20, temperature=0) == cpu
+    assert model.generate(prompt, 20, temperature=0, use_cache=False) == cpu
+
+
+def test_train_and_sample_clis_on_the_device(device, tmp_path, capsys):
+    from models import sample, train
+    out = tmp_path / "out"
+    argv = ["--device", device, "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+            "--batch-size", "4", "--max-iters", "4", "--eval-interval", "2", "--eval-iters", "1",
+            "--no-progress", "--sample-tokens", "10", "--out-dir", str(out)]
+    assert train.main(argv) == 0
+    assert json.loads((out / "train_state.json").read_text())["iter"] == 4
+    assert sample.main([str(out), "--device", device, "--max-new-tokens", "5", "--prompt", "A"]) == 0
+    assert capsys.readouterr().out.rstrip("\n").split("\n")[-1].startswith("A")
