@@ -43,6 +43,7 @@ import numpy as np
 import autograd as ag
 import nn
 from autograd import Tensor, backend
+from models.io import fsync, give_default_mode
 
 
 @dataclass
@@ -380,8 +381,10 @@ class GPT(nn.Module):
             save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
             dtype = str(self.transformer.wte.weight.dtype)
             (staging / "config.json").write_text(json.dumps(config_to_hf(self.config, dtype), indent=2) + "\n")
+            for path in (staging, staging / "model.safetensors", staging / "config.json"):
+                give_default_mode(path)
             for name in ("model.safetensors", "config.json"):
-                _fsync(staging / name)
+                fsync(staging / name)
             if not directory.exists():
                 os.replace(staging, directory)  # a new folder appears whole, or not at all
                 return
@@ -557,11 +560,6 @@ def _state_from_checkpoint(tensors, config, directory):
         raise ValueError("GPT.from_pretrained: lm_head.weight differs from transformer.wte.weight; "
                          "this model ties its LM head to the token embedding, as GPT-2 does")
     return state
-
-
-def _fsync(path):
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
 
 
 # ---- the parameter count -------------------------------------------------------------------------

@@ -10,6 +10,19 @@ import os
 from pathlib import Path
 
 
+def fsync(path):
+    """Flush `path` to the disk, so a rename after it never exposes a file the disk does not hold yet."""
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def give_default_mode(path):
+    """The permissions a plain `open` would have given (temporary files and folders are made private)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, (0o777 if Path(path).is_dir() else 0o666) & ~umask)
+
+
 @contextlib.contextmanager
 def atomic_path(path):
     """Yield a temporary path beside `path`; it becomes `path` on success and is removed on failure."""
@@ -18,6 +31,8 @@ def atomic_path(path):
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         yield tmp
+        give_default_mode(tmp)
+        fsync(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

