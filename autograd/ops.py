@@ -463,7 +463,10 @@ class ToDevice(Function):
 
 
 def _softmax(xp, x, axis, mask=None):
-    """exp(x − max) / Σ exp(x − max); masked entries (mask False) get exactly 0, an all-masked row all 0."""
+    """(p, log Σ exp x): p = exp(x − max) / Σ exp(x − max); masked entries (mask False) get exactly 0.
+
+    An all-masked row gives p = 0 and a log-sum-exp of 0 instead of NaNs.
+    """
     if mask is not None:
         x = xp.where(mask, x, -xp.inf)
     m = x.max(axis=axis, keepdims=True)
@@ -474,7 +477,7 @@ def _softmax(xp, x, axis, mask=None):
     if mask is not None:
         s[s == 0] = 1
     e /= s
-    return e
+    return e, m + xp.log(s)
 
 
 class Softmax(Function):
@@ -486,7 +489,7 @@ class Softmax(Function):
     rule = "diag(p) − ppᵀ: dz = p·(g − Σg·p)"
 
     def forward(self, x, axis=-1, mask=None):
-        p = _softmax(self.xp, x, axis, mask)
+        p, _ = _softmax(self.xp, x, axis, mask)
         self.save(p)
         self.axis = axis
         return p
@@ -640,22 +643,29 @@ class Dropout(Function):
 class ScaledDotProductAttention(Function):
     """O = P V with P = softmax(S, mask), S = Q Kᵀ / √D, on (B, H, T, D); dropout on P when training.
 
-    Backward chains the pieces' VJPs without keeping S: dV = Pᵀ G, dP = G Vᵀ,
+    Backward chains the pieces' VJPs: dV = Pᵀ G, dP = G Vᵀ,
     dS = P ⊙ (dP − Σⱼ dP ⊙ P) (softmax's diag(p) − ppᵀ), dQ = dS K / √D,
-    dK = dSᵀ Q / √D. Fusing keeps one (T × T) array per head alive, not three.
+    dK = dSᵀ Q / √D. Nothing of size T × T is kept between forward and
+    backward: P is rebuilt from S = Q Kᵀ/√D and the saved row log-sum-exps
+    (P = exp(S − lse)), one more matmul for far less memory, as FlashAttention does.
     """
 
     rule = "dV = PᵀG, dS = P·(GVᵀ − Σ), dQ = dS K/√D, dK = dSᵀQ/√D"
 
     def forward(self, q, k, v, mask=None, dropout_p=0.0):
-        self.scale = 1.0 / math.sqrt(q.shape[-1])
-        p = _softmax(self.xp, (q @ k.swapaxes(-1, -2)) * self.scale, -1, mask)  # (B, H, Tq, Tk)
+        self.scale, self.mask = 1.0 / math.sqrt(q.shape[-1]), mask
+        p, lse = _softmax(self.xp, (q @ k.swapaxes(-1, -2)) * self.scale, -1, mask)  # (B, H, Tq, Tk)
         drop = _dropout_mask(p, dropout_p) if dropout_p else None
-        self.save(q, k, v, p, drop)
+        self.save(q, k, v, lse, drop)
         return (p if drop is None else p * drop) @ v  # (B, H, Tq, Dv)
 
     def backward(self, g):
-        q, k, v, p, drop = self.saved
+        q, k, v, lse, drop = self.saved
+        p = (q @ k.swapaxes(-1, -2)) * self.scale
+        if self.mask is not None:
+            p = self.xp.where(self.mask, p, -self.xp.inf)
+        p -= lse
+        self.xp.exp(p, out=p)  # P again, exactly 0 where masked
         dq = dk = dv = None
         if self.needs_grad[2]:
             dv = (p if drop is None else p * drop).swapaxes(-1, -2) @ g

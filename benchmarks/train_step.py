@@ -31,26 +31,26 @@ BATCH = 12
 LR, BETAS, WEIGHT_DECAY, CLIP = 1e-3, (0.9, 0.99), 0.1, 1.0
 
 
-def make_peers():
-    """(our step, PyTorch's step), each a function running one full training step on one fixed batch."""
-    import torch
-
-    ag.manual_seed(0)
-    model = GPT(CONFIG)
-    peer = torch_gpt(model)
+def make_step(which, model):
+    """One full training step of `model` (ours) or of a PyTorch copy of it, on one fixed batch."""
     tokens = np.random.default_rng(0).integers(0, CONFIG.vocab_size, size=(BATCH, CONFIG.block_size + 1))
     x, y = np.ascontiguousarray(tokens[:, :-1]), np.ascontiguousarray(tokens[:, 1:])
-    tx, ty = torch.from_numpy(x), torch.from_numpy(y)
-    ours_opt = nn.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY)
-    torch_opt = torch.optim.AdamW(peer.parameters(), lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY)
+    if which == "ours":
+        opt = nn.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY)
 
-    def ours():
-        _, loss = model(x, y)
-        ours_opt.zero_grad()
-        loss.backward()
-        nn.optim.clip_grad_norm_(model.parameters(), CLIP)
-        ours_opt.step()
-        return loss.item()
+        def ours():
+            _, loss = model(x, y)
+            opt.zero_grad()
+            loss.backward()
+            nn.optim.clip_grad_norm_(model.parameters(), CLIP)
+            opt.step()
+            return loss.item()
+        return ours
+
+    import torch
+    peer = torch_gpt(model)
+    tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+    torch_opt = torch.optim.AdamW(peer.parameters(), lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY)
 
     def theirs():
         loss = peer(tx, ty)
@@ -59,8 +59,12 @@ def make_peers():
         torch.nn.utils.clip_grad_norm_(peer.parameters(), CLIP)
         torch_opt.step()
         return loss.item()
+    return theirs
 
-    return ours, theirs
+
+def new_model():
+    ag.manual_seed(0)
+    return GPT(CONFIG)
 
 
 def resident_kb(field):
@@ -73,8 +77,8 @@ def measure_memory(which):
     import torch
     torch.set_num_threads(blas_threads())
     before_model = resident_kb("VmRSS:")
-    ours, theirs = make_peers()
-    step = ours if which == "ours" else theirs
+    step = make_step(which, new_model())  # PyTorch's step keeps only its own copy of the weights
+    gc.collect()
     step()  # creates the optimizer's buffers
     step()
     gc.collect()
@@ -107,7 +111,8 @@ def main():
     torch.set_num_threads(threads)
     print(f"training step of the default GPT ({CONFIG.n_layer} layers, {CONFIG.n_head} heads, {CONFIG.n_embd} wide, "
           f"vocab {CONFIG.vocab_size}), batch {BATCH} × {CONFIG.block_size}, float32, {threads} thread(s) each")
-    ours, theirs = make_peers()
+    model = new_model()
+    ours, theirs = make_step("ours", model), make_step("torch", model)
     print(f"first-step loss: ours {ours():.6f}, PyTorch {theirs():.6f} (same weights, same batch)")
     medians = interleaved({"ours": ours, "PyTorch": theirs}, args.repeats)
     for name, seconds in medians.items():

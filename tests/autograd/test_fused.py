@@ -74,3 +74,13 @@ def test_adopted_grad_is_not_shared_with_a_leaf_reached_through_another_path():
     a.grad *= 10
     np.testing.assert_array_equal(b.grad, [1.0, 1.0])
 
+
+
+def test_attention_with_fully_masked_rows_gives_zeros_and_finite_grads(rng):
+    q, k, v = rand(rng, 1, 1, 3, 2), rand(rng, 1, 1, 3, 2), rand(rng, 1, 1, 3, 2)
+    mask = np.array([[True, False, False], [False, False, False], [True, True, True]])
+    out = ag.ops.ScaledDotProductAttention.apply(q, k, v, mask=mask)
+    assert np.array_equal(out.data[0, 0, 1], [0.0, 0.0])
+    out.sum().backward()
+    assert all(np.isfinite(t.grad).all() for t in (q, k, v))
+    check(lambda q, k, v: ag.ops.ScaledDotProductAttention.apply(q, k, v, mask=mask), q, k, v)
