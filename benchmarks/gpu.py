@@ -11,39 +11,23 @@ Run on a machine with a GPU, CuPy and PyTorch for CUDA, from the repository root
     tokens/s, ours beside transformers' generate (also with its cache).
 (3) Each fused CUDA kernel against the composed version of its op
     (AUTOGRAD_FUSED=0), forward + backward: a kernel stays only if it wins.
-Prints; asserts nothing. Medians of interleaved runs, synchronised by reading a value back.
+Prints; asserts nothing. Medians of interleaved runs, each run ending by reading a
+value back (which waits for the GPU).
 """
 import os
 
 os.environ.setdefault("CUPY_TF32", "1")  # before CuPy loads: TF32 matmuls, as PyTorch is allowed below
 
 import argparse  # noqa: E402
-import statistics  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 import autograd as ag  # noqa: E402
-import nn  # noqa: E402
 from autograd import backend  # noqa: E402
-from benchmarks.gpt2 import torch_gpt, transformers_gpt  # noqa: E402
+from benchmarks.gpt2 import interleaved, transformers_gpt  # noqa: E402
+from benchmarks.train_step import make_step, random_batch  # noqa: E402
 from models.gpt2 import GPT, GPTConfig  # noqa: E402
-
-LR, BETAS, WEIGHT_DECAY, CLIP = 6e-4, (0.9, 0.95), 0.1, 1.0
-
-
-def median_times(runs, repeats):
-    """Median seconds of each callable (each ends by reading a value back, which waits for the GPU)."""
-    for run in runs.values():
-        run()
-    times = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            start = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
-
 
 def peak_flops():
     """TF32 matmul FLOP/s of this GPU through CuPy: the yardstick for model-FLOPs utilisation."""
@@ -61,34 +45,12 @@ def training(model, batch, seq, steps, peak):
     import torch
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    peer = torch_gpt(model).cuda()
-    model.to("cuda")
-    tokens = np.random.default_rng(0).integers(0, model.config.vocab_size, size=(batch, seq + 1))
-    x, y = ag.Tensor(tokens[:, :-1], device="cuda"), ag.Tensor(tokens[:, 1:], device="cuda")
-    tx, ty = torch.from_numpy(np.ascontiguousarray(tokens[:, :-1])).cuda(), torch.from_numpy(
-        np.ascontiguousarray(tokens[:, 1:])).cuda()
-    ours_opt = nn.optim.AdamW(model.optimizer_groups(WEIGHT_DECAY), lr=LR, betas=BETAS)
-    torch_opt = torch.optim.AdamW(peer.parameters(), lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY)
-
-    def ours():
-        _, loss = model(x, y)
-        ours_opt.zero_grad()
-        loss.backward()
-        nn.optim.clip_grad_norm_(model.parameters(), CLIP)
-        ours_opt.step()
-        return loss.item()
-
-    def theirs():
-        loss = peer(tx, ty)
-        torch_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(peer.parameters(), CLIP)
-        torch_opt.step()
-        return loss.item()
-
+    tokens = random_batch(model.config, batch, seq)
+    theirs = make_step("torch", model, tokens, device="cuda")  # copies the weights before ours move
+    ours = make_step("ours", model, tokens, device="cuda")
     print(f"(1) training step, GPT-2 small, batch {batch} × {seq}, float32 + TF32, AdamW; median of {steps}")
     print(f"    first-step loss: ours {ours():.5f}, PyTorch {theirs():.5f}")
-    medians = median_times({"ours": ours, "PyTorch": theirs}, steps)
+    medians = interleaved({"ours": ours, "PyTorch": theirs}, steps)
     n = model.num_parameters()
     flops_per_token = 6 * n + 12 * model.config.n_layer * model.config.n_embd * seq
     rate = {}
@@ -97,7 +59,7 @@ def training(model, batch, seq, steps, peak):
         print(f"    {name:<8} {seconds * 1e3:8.1f} ms/step {rate[name]:10,.0f} tokens/s   "
               f"MFU {rate[name] * flops_per_token / peak:6.1%}")
     print(f"    ours / PyTorch throughput: {rate['ours'] / rate['PyTorch']:.1%}  (target >= 50%)")
-    del peer, torch_opt
+    del theirs
     torch.cuda.empty_cache()
 
 
@@ -116,7 +78,7 @@ def generation(model, new_tokens):
                 return hf.generate(tp, attention_mask=torch.ones_like(tp), do_sample=False, max_new_tokens=new_tokens,
                                    min_new_tokens=new_tokens, pad_token_id=0).cpu().numpy()
         runs["transformers, KV cache"] = hf_generate
-    medians = median_times(runs, 3)
+    medians = interleaved(runs, 3)
     print(f"(2) greedy generation, {new_tokens} tokens after 16, GPT-2 small on the GPU")
     for name, seconds in medians.items():
         print(f"    {name:<24} {new_tokens / seconds:8.1f} tokens/s")
@@ -134,7 +96,7 @@ def kernels():
             x.gelu().backward(g)
             return x.grad[0, 0].item()
         return run
-    medians = median_times({"fused": gelu("1"), "composed": gelu("0")}, 20)
+    medians = interleaved({"fused": gelu("1"), "composed": gelu("0")}, 20)
     os.environ["AUTOGRAD_FUSED"] = "1"
     print("(3) GELU forward + backward on (8192, 3072) float32")
     for name, seconds in medians.items():

@@ -31,11 +31,18 @@ BATCH = 12
 LR, BETAS, WEIGHT_DECAY, CLIP = 1e-3, (0.9, 0.99), 0.1, 1.0
 
 
-def make_step(which, model):
-    """One full training step of `model` (ours) or of a PyTorch copy of it, on one fixed batch."""
-    tokens = np.random.default_rng(0).integers(0, CONFIG.vocab_size, size=(BATCH, CONFIG.block_size + 1))
-    x, y = np.ascontiguousarray(tokens[:, :-1]), np.ascontiguousarray(tokens[:, 1:])
+def random_batch(config, batch, seq):
+    tokens = np.random.default_rng(0).integers(0, config.vocab_size, size=(batch, seq + 1))
+    return np.ascontiguousarray(tokens[:, :-1]), np.ascontiguousarray(tokens[:, 1:])
+
+
+def make_step(which, model, batch, device="cpu"):
+    """One full training step (forward, backward, clipping, AdamW) of `model` ("ours") or of a
+    PyTorch copy of it ("torch") on `device`, always on the same (x, y) batch of token ids."""
+    x, y = batch
     if which == "ours":
+        model.to(device)
+        x, y = ag.Tensor(x, device=device), ag.Tensor(y, device=device)
         opt = nn.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY)
 
         def ours():
@@ -48,8 +55,8 @@ def make_step(which, model):
         return ours
 
     import torch
-    peer = torch_gpt(model)
-    tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+    peer = torch_gpt(model).to(device)
+    tx, ty = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
     torch_opt = torch.optim.AdamW(peer.parameters(), lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY)
 
     def theirs():
@@ -77,7 +84,7 @@ def measure_memory(which):
     import torch
     torch.set_num_threads(blas_threads())
     before_model = resident_kb("VmRSS:")
-    step = make_step(which, new_model())  # PyTorch's step keeps only its own copy of the weights
+    step = make_step(which, new_model(), random_batch(CONFIG, BATCH, CONFIG.block_size))  # PyTorch's keeps only its copy
     gc.collect()
     step()  # creates the optimizer's buffers
     step()
@@ -112,7 +119,8 @@ def main():
     print(f"training step of the default GPT ({CONFIG.n_layer} layers, {CONFIG.n_head} heads, {CONFIG.n_embd} wide, "
           f"vocab {CONFIG.vocab_size}), batch {BATCH} × {CONFIG.block_size}, float32, {threads} thread(s) each")
     model = new_model()
-    ours, theirs = make_step("ours", model), make_step("torch", model)
+    batch = random_batch(CONFIG, BATCH, CONFIG.block_size)
+    ours, theirs = make_step("ours", model, batch), make_step("torch", model, batch)
     print(f"first-step loss: ours {ours():.6f}, PyTorch {theirs():.6f} (same weights, same batch)")
     medians = interleaved({"ours": ours, "PyTorch": theirs}, args.repeats)
     for name, seconds in medians.items():
