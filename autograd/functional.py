@@ -109,15 +109,23 @@ def cross_entropy(logits, targets, ignore_index=None, reduction="mean"):
         raise ShapeError(
             f"cross_entropy: targets have shape {targets.shape} but logits {logits.shape} need targets of "
             f"shape {logits.shape[:-1]} (one class id per row; classes on the last axis)")
+    scored = targets if ignore_index is None else targets[targets != ignore_index]
+    _check_range("cross_entropy", "targets", scored, logits.shape[-1], "the number of classes")
     return ops.CrossEntropy.apply(logits, targets=targets, ignore_index=ignore_index, reduction=reduction)
+
+
+def _check_range(op, what, ids, limit, meaning):
+    """ids within [0, limit), checked on the CPU: on a GPU the check would cost a copy back to the host
+    on every call, so there (as in CuPy's own indexing) it is the caller's to keep."""
+    if backend.device_of(ids) == "cpu" and ids.size and (ids.min() < 0 or ids.max() >= limit):
+        raise IndexError(f"{op}: {what} must lie in [0, {limit}) ({meaning}); "
+                         f"got values from {ids.min()} to {ids.max()}")
 
 
 def embedding(weight, ids):
     """Rows of `weight` (V, C) picked by integer `ids` of any shape: shape (*ids.shape, C)."""
     ids = _constant(ids, weight.device, "embedding", "iu", "ids (token ids)")
-    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= weight.shape[0]):
-        raise IndexError(f"embedding: ids must lie in [0, {weight.shape[0]}) (the table's rows); "
-                         f"got values from {int(ids.min())} to {int(ids.max())}")
+    _check_range("embedding", "ids", ids, weight.shape[0], "the table's rows")
     return ops.Embedding.apply(weight, ids=ids)
 
 
