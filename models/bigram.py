@@ -15,7 +15,6 @@ What this file promises:
 `python -m models.bigram [--dim 8] [--lr 1.0] [--steps 500] [--seed 0]` trains it
 and prints the loss every 100 steps, the bound, and what it learned after 吃.
 """
-import argparse
 import math
 import sys
 
@@ -23,6 +22,7 @@ import numpy as np
 
 import autograd as ag
 import nn
+from models.cli import Parser
 
 CORPUS = "我吃苹果。你吃米饭。我喝水。他吃苹果。苹果很甜。米饭很香。我爱你。他喝水。"
 
@@ -130,11 +130,11 @@ def demo_loss():
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m models.bigram", description=__doc__.split("\n")[0])
-    parser.add_argument("--dim", type=int, default=8, help="embedding size d (default 8)")
-    parser.add_argument("--lr", type=float, default=1.0, help="SGD learning rate (default 1.0)")
-    parser.add_argument("--steps", type=int, default=500, help="full-batch SGD steps (default 500)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the initial E and W_U (default 0)")
+    parser = Parser("python -m models.bigram", __doc__.split("\n")[0])
+    parser.add_argument("--dim", type=int, default=8, help="embedding size d")
+    parser.add_argument("--lr", type=float, default=1.0, help="SGD learning rate")
+    parser.add_argument("--steps", type=int, default=500, help="full-batch SGD steps")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the initial E and W_U")
     args = parser.parse_args(argv)
     if args.dim < 1:
         parser.error(f"--dim must be at least 1, got {args.dim}")

@@ -28,7 +28,6 @@ heads of hs = C / nh features each, V = vocab_size.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -43,6 +42,7 @@ import numpy as np
 import autograd as ag
 import nn
 from autograd import Tensor, backend
+from models.cli import Parser
 from models.io import fsync, give_default_mode
 
 
@@ -657,8 +657,7 @@ def demo_loss():
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m models.gpt2",
-                                     description="GPT-2's parameter breakdown (GPT-2 small unless told otherwise).")
+    parser = Parser("python -m models.gpt2", "GPT-2's parameter breakdown (GPT-2 small unless told otherwise).")
     parser.add_argument("--params", action="store_true", help="print the parameter table (the default action)")
     defaults = GPTConfig()
     for field in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size"):

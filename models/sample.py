@@ -4,19 +4,18 @@ Reads a checkpoint folder written by `python -m models.train` (its
 tokenizer.json says how to tokenise) or any Hugging Face GPT-2 folder
 (config.json + model.safetensors; GPT-2's own tokenizer then).
 """
-import argparse
 import json
 import sys
 from pathlib import Path
 
 import autograd as ag
+from models.cli import Parser
 from models.gpt2 import GPT
 from models.tokenizer import GPT2Tokenizer, tokenizer_from_dict
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m models.sample", description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = Parser("python -m models.sample", __doc__.splitlines()[0])
     p.add_argument("checkpoint", nargs="?", default="out", help="a models.train output folder or a GPT-2 folder")
     p.add_argument("--prompt", default="\n", help="text to continue")
     p.add_argument("--max-new-tokens", type=int, default=200)

@@ -20,7 +20,6 @@ What this file promises:
 
 `python -m models.tiny` prints every intermediate table in the article's order.
 """
-import argparse
 import math
 import unicodedata
 
@@ -28,6 +27,7 @@ import numpy as np
 
 import autograd as ag
 import nn
+from models.cli import Parser
 
 VOCAB = ["<pad>", "<bos>", "我", "爱", "你", "他"]
 INPUT_IDS = [2, 3]   # 我爱
@@ -200,7 +200,7 @@ def _table(title, tensor, rows, cols, note=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m models.tiny", description=__doc__.split("\n")[0])
+    parser = Parser("python -m models.tiny", __doc__.split("\n")[0])
     parser.parse_args(argv)
 
     model = TinyTransformer()

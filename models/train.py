@@ -9,7 +9,6 @@ It writes a checkpoint folder (weights and config in Hugging Face's GPT-2
 format, tokenizer, optimizer and random-generator state), from which
 `--resume` continues exactly, a loss-curve PNG, and prints a sample.
 """
-import argparse
 import json
 import math
 import sys
@@ -21,6 +20,7 @@ import numpy as np
 import autograd as ag
 import nn
 from autograd import backend
+from models.cli import Parser
 from models.data import TokenData, load_text
 from models.gpt2 import GPT, GPTConfig
 from models.io import atomic_path, write_json
@@ -32,8 +32,7 @@ TOKENIZER_FILE = "tokenizer.json"
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m models.train", description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = Parser("python -m models.train", __doc__.splitlines()[0])
     g = p.add_argument_group("data")
     g.add_argument("--data", default=None, help="a UTF-8 text file (default: the shipped Tiny Shakespeare)")
     g.add_argument("--tokenizer", choices=["char", "gpt2"], default="char",
