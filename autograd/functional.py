@@ -188,30 +188,28 @@ def _shape(shape):
     return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
 
 
-def _float_dtype(dtype):
-    return np.dtype(dtype) if dtype is not None else get_default_dtype()
+def _made(make, shape, dtype, requires_grad):
+    """A tensor from `make(shape, dtype=...)`: an array-module constructor or a generator's sampler."""
+    dtype = np.dtype(dtype) if dtype is not None else get_default_dtype()
+    return Tensor(make(_shape(shape), dtype=dtype), requires_grad=requires_grad)
 
 
 def zeros(*shape, dtype=None, device="cpu", requires_grad=False):
-    data = backend.xp_for(device).zeros(_shape(shape), dtype=_float_dtype(dtype))
-    return Tensor(data, requires_grad=requires_grad)
+    return _made(backend.xp_for(device).zeros, shape, dtype, requires_grad)
 
 
 def ones(*shape, dtype=None, device="cpu", requires_grad=False):
-    data = backend.xp_for(device).ones(_shape(shape), dtype=_float_dtype(dtype))
-    return Tensor(data, requires_grad=requires_grad)
+    return _made(backend.xp_for(device).ones, shape, dtype, requires_grad)
 
 
 def randn(*shape, dtype=None, device="cpu", requires_grad=False):
     """Standard normal samples from the device's seeded generator (`autograd.manual_seed`)."""
-    data = backend.generator(device).standard_normal(_shape(shape), dtype=_float_dtype(dtype))
-    return Tensor(data, requires_grad=requires_grad)
+    return _made(backend.generator(device).standard_normal, shape, dtype, requires_grad)
 
 
 def rand(*shape, dtype=None, device="cpu", requires_grad=False):
     """Uniform samples in [0, 1) from the device's seeded generator."""
-    data = backend.generator(device).random(_shape(shape), dtype=_float_dtype(dtype))
-    return Tensor(data, requires_grad=requires_grad)
+    return _made(backend.generator(device).random, shape, dtype, requires_grad)
 
 
 def arange(start, stop=None, step=1, dtype=None, device="cpu"):
