@@ -104,7 +104,9 @@ class Function:
             raise
         except ValueError as exc:
             shapes = ", ".join(str(t.shape) for t in inputs)
-            raise ShapeError(f"{cls.__name__}: {exc} (input shapes {shapes})") from None
+            fix = ("; broadcasting needs each trailing axis equal or 1 (reshape, or index with None to add an "
+                   "axis)") if "broadcast" in str(exc) else ""
+            raise ShapeError(f"{cls.__name__}: {exc} (input shapes {shapes}){fix}") from None
         out_device = backend.device_of(out)
         if out_device is None:  # NumPy's full reductions return scalars, not 0-d arrays
             out, out_device = ctx.xp.asarray(out), device
