@@ -42,3 +42,11 @@ def test_kernel_sources_compile_as_cuda(tmp_path, name, dtype):
 
 def test_the_cpu_never_reaches_a_kernel():
     assert backend.fused("gelu_forward", np.ones(3, dtype=np.float32)) is None
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_cupy_accepts_the_kernel_definitions(name):
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+    inputs, outputs, body = KERNELS[name]
+    kernel = cupy.ElementwiseKernel(inputs, outputs, body, f"autograd_{name}")  # parses; compiles at first call
+    assert (kernel.nin, kernel.nout) == (len(inputs.split(",")), len(outputs.split(",")))
