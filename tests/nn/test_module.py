@@ -122,31 +122,29 @@ def test_state_dict_round_trip_copies_every_array():
     assert target.head.weight is target.wte.weight  # still tied after loading
 
 
-def test_load_state_dict_names_missing_keys_and_changes_nothing():
-    model = TinyLM()
-    before = snapshot(model)
-    state = {k: v + 1 for k, v in TinyLM().state_dict().items() if k != "h.1.ln.bias"}
-    with pytest.raises(KeyError, match=r"missing keys \['h.1.ln.bias'\]"):
-        model.load_state_dict(state)
-    assert_unchanged(model, before)
+def _drop_last_bias(state):
+    del state["h.1.ln.bias"]
 
 
-def test_load_state_dict_names_unexpected_keys_and_changes_nothing():
-    model = TinyLM()
-    before = snapshot(model)
-    state = {k: v + 1 for k, v in TinyLM().state_dict().items()}
+def _add_unknown_key(state):
     state["h.2.attn.weight"] = np.zeros((3, 3))
-    with pytest.raises(KeyError, match=r"unexpected keys \['h.2.attn.weight'\]"):
-        model.load_state_dict(state)
-    assert_unchanged(model, before)
 
 
-def test_load_state_dict_names_mis_shaped_keys_and_changes_nothing():
+def _misshape_a_weight(state):
+    state["h.0.attn.weight"] = np.zeros((3, 4))
+
+
+@pytest.mark.parametrize("spoil, message", [
+    (_drop_last_bias, r"missing keys \['h.1.ln.bias'\]"),
+    (_add_unknown_key, r"unexpected keys \['h.2.attn.weight'\]"),
+    (_misshape_a_weight, r"h\.0\.attn\.weight: checkpoint \(3, 4\) vs model \(3, 3\)"),
+])
+def test_load_state_dict_names_the_bad_keys_and_changes_nothing(spoil, message):
     model = TinyLM()
     before = snapshot(model)
     state = {k: v + 1 for k, v in TinyLM().state_dict().items()}
-    state["h.0.attn.weight"] = np.zeros((3, 4))
-    with pytest.raises(KeyError, match=r"h\.0\.attn\.weight: checkpoint \(3, 4\) vs model \(3, 3\)"):
+    spoil(state)
+    with pytest.raises(KeyError, match=message):
         model.load_state_dict(state)
     assert_unchanged(model, before)
 
