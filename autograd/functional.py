@@ -25,12 +25,6 @@ def _constant(x, device, op, kinds, what):
     return array
 
 
-def _swap_last(x):
-    axes = list(range(x.ndim))
-    axes[-2], axes[-1] = axes[-1], axes[-2]
-    return x.transpose(*axes)
-
-
 # ---- joining and splitting ---------------------------------------------------------
 
 
