@@ -271,37 +271,10 @@ class Tensor:
             grad, _ = _as_array(grad, self.dtype, self.device)
             if grad.shape != self.shape:
                 raise ShapeError(f"backward: grad has shape {grad.shape} but the tensor has shape {self.shape}")
-        grads = {id(self): grad}
         adopted = {id(grad)}  # the caller may hold `grad`: never adopt it as a .grad
-        order = _topological_order(self)
-        for i in range(len(order)):
-            t, order[i] = order[i], None  # hold no reference: a used activation can be freed during backward
-            g = grads.pop(id(t), None)
-            ctx = t._ctx
-            if g is None:
-                continue
-            if ctx is None or t._retains_grad:
+        for t, g, _ in backward_steps(self, grad, free=not retain_graph):
+            if t._ctx is None or t._retains_grad:
                 _accumulate(t, g, adopted)
-                if ctx is None:
-                    continue
-            if ctx.parents is None:
-                raise RuntimeError(
-                    f"backward: the graph through {type(ctx).__name__} was freed by an earlier backward(); "
-                    "call the first backward(retain_graph=True) to go through it twice")
-            input_grads = ctx.backward(g)
-            if not isinstance(input_grads, tuple):
-                input_grads = (input_grads,)
-            for parent, pg in zip(ctx.parents, input_grads):
-                if pg is None or not parent._requires_grad:
-                    continue
-                if pg.shape != parent.data.shape:
-                    pg = _unbroadcast(pg, parent.data.shape, ctx)
-                if pg.dtype != parent.data.dtype:
-                    pg = pg.astype(parent.data.dtype)
-                previous = grads.get(id(parent))
-                grads[id(parent)] = pg if previous is None else previous + pg
-            if not retain_graph:
-                ctx.parents = ctx.saved = None
 
     # ---- operators --------------------------------------------------------
     def _lift(self, other):
@@ -400,6 +373,49 @@ def _topological_order(root):
             stack.extend((p, False) for p in t._ctx.parents if p._requires_grad and id(p) not in visited)
     order.reverse()
     return order
+
+
+def backward_steps(root, grad, free=True):
+    """The backward pass from `root` (whose gradient is `grad`), one tensor at a time.
+
+    Yields (t, g, sent) for each tensor that needs a gradient, in reverse
+    topological order: g = ∂L/∂t, complete by then, and `sent`, one
+    (input, gradient, shape the op returned) per input of t's op, the gradient
+    summed back to the input's shape (None where no gradient flows). Tensor.backward
+    stores the leaves' g; viz.trace prints every step. With `free`, each op's
+    saved arrays are dropped as soon as its VJP has run.
+    """
+    grads = {id(root): grad}
+    order = _topological_order(root)
+    for i in range(len(order)):
+        t, order[i] = order[i], None  # hold no reference: a used activation can be freed during backward
+        g = grads.pop(id(t), None)
+        if g is None:
+            continue
+        ctx, sent = t._ctx, []
+        if ctx is not None:
+            if ctx.parents is None:
+                raise RuntimeError(
+                    f"backward: the graph through {type(ctx).__name__} was freed by an earlier backward(); "
+                    "call the first backward(retain_graph=True) to go through it twice")
+            input_grads = ctx.backward(g)
+            if not isinstance(input_grads, tuple):
+                input_grads = (input_grads,)
+            for parent, pg in zip(ctx.parents, input_grads):
+                if pg is None or not parent._requires_grad:
+                    sent.append((parent, None, None))
+                    continue
+                returned = pg.shape
+                if pg.shape != parent.data.shape:
+                    pg = _unbroadcast(pg, parent.data.shape, ctx)
+                if pg.dtype != parent.data.dtype:
+                    pg = pg.astype(parent.data.dtype)
+                previous = grads.get(id(parent))
+                grads[id(parent)] = pg if previous is None else previous + pg
+                sent.append((parent, pg, returned))
+            if free:
+                ctx.parents = ctx.saved = None
+        yield t, g, sent
 
 
 def _accumulate(t, g, adopted):

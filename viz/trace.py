@@ -7,13 +7,13 @@
     steps = trace(loss)          # a list of Step; steps.leaves holds what backward leaves in .grad
     print(format_trace(steps))
 
-`trace` runs the engine's own backward loop (`Tensor.backward`) with the
-engine's own parts: the same visiting order (`_topological_order`), each op's
-own `backward`, the same reduction over broadcast axes (`_unbroadcast`), and
-gradients added in the same order, so its numbers are the engine's to the
-last bit. Unlike `Tensor.backward` it writes nothing: no `.grad` is touched
-and no saved array is freed, so it can run before or alongside the real
-backward. The graph must still be there: trace before `backward()`, or after
+`trace` walks the backward pass with the engine's own walk
+(`autograd.tensor.backward_steps`, the loop inside `Tensor.backward`): the same
+order, each op's own VJP, the same reduction over broadcast axes, gradients
+added in the same order, so its numbers are the engine's to the last bit.
+Unlike `Tensor.backward` it writes nothing: no `.grad` is touched and no saved
+array is freed, so it can run before or alongside the real backward. The
+graph must still be there: trace before `backward()`, or after
 `backward(retain_graph=True)`.
 """
 import argparse
@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass, field
 
 from autograd import backend
-from autograd.tensor import Tensor, _as_array, _topological_order, _unbroadcast
+from autograd.tensor import Tensor, _as_array, backward_steps
 
 from ._walk import GraphWalk, demo_loss_of, host, norm, number, shape_text, values_text
 
@@ -91,38 +91,24 @@ def trace(tensor, grad=None):
             f"trace: the graph through {type(walk.freed[0]).__name__} was freed by an earlier backward(); "
             "trace before calling backward(), or call backward(retain_graph=True)")
 
-    # The loop of Tensor.backward, step for step, recording instead of writing .grad.
-    grads, arrivals = {id(tensor): grad}, {id(tensor): 1}
+    # The engine's own backward walk, recording each step instead of writing .grad or freeing anything.
+    arrivals = {id(tensor): 1}
     steps, leaves = [], []
-    for t in _topological_order(tensor):
-        g = grads.pop(id(t), None)
+    for t, g, sent in backward_steps(tensor, grad, free=False):
         ctx = t._ctx
-        if g is None:
-            continue
         if ctx is None:
             # as Tensor.backward's _accumulate stores it: an array of the leaf's dtype (NumPy ops on 0-d
             # arrays may hand back a scalar)
             leaf_grad = backend.xp_for(t.device).asarray(g, dtype=t.data.dtype)
             leaves.append(LeafGrad(t, walk.label(t), leaf_grad, arrivals[id(t)]))
             continue
-        input_grads = ctx.backward(g)
-        if not isinstance(input_grads, tuple):
-            input_grads = (input_grads,)
         step = Step(len(steps) + 1, type(ctx).__name__, getattr(ctx, "scope", "") or "", ctx.rule, ctx,
                     t, walk.label(t), g, arrivals[id(t)])
-        for i, parent in enumerate(ctx.parents):
-            pg = input_grads[i] if i < len(input_grads) else None
-            if pg is None or not parent._requires_grad:
+        for parent, pg, returned in sent:
+            if pg is None:
                 reason = "constant: needs no gradient" if not parent._requires_grad else "the op returned none"
                 step.inputs.append(InputGrad(parent, walk.label(parent), reason=reason))
                 continue
-            returned = pg.shape
-            if pg.shape != parent.data.shape:
-                pg = _unbroadcast(pg, parent.data.shape, ctx)
-            if pg.dtype != parent.data.dtype:
-                pg = pg.astype(parent.data.dtype)
-            previous = grads.get(id(parent))
-            grads[id(parent)] = pg if previous is None else previous + pg
             arrivals[id(parent)] = arrivals.get(id(parent), 0) + 1
             step.inputs.append(InputGrad(parent, walk.label(parent), pg,
                                          returned if returned != parent.data.shape else None))
