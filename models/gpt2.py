@@ -295,8 +295,8 @@ class GPT(nn.Module):
 
         `idx` is (B, T) or (T,) token ids as a list, ndarray or Tensor; the result
         has the same type. temperature=0 or top_k=1 is greedy decoding. Random
-        draws come from autograd's CPU generator, so `autograd.manual_seed` makes
-        sampling reproducible. With `use_cache`, the prompt is run once (prefill)
+        draws come from autograd's generator of the model's device, so
+        `autograd.manual_seed` makes sampling reproducible. With `use_cache`, the prompt is run once (prefill)
         and then one token per step, reusing every layer's keys and values. Past
         block_size the window slides, every position shifts, and the cache is
         rebuilt from the cropped window, which keeps the result identical to
@@ -306,9 +306,10 @@ class GPT(nn.Module):
         ids, give_back = _as_batch(idx)
         B, T = ids.shape
         self._check_ids(ids[:, -self.config.block_size:])
-        out = np.empty((B, T + max_new_tokens), dtype=np.int64)
-        out[:, :T] = ids
         wte = self.transformer.wte.weight
+        xp = backend.xp_for(wte.device)
+        out = xp.empty((B, T + max_new_tokens), dtype=xp.int64)  # on the model's device: no copy per token
+        out[:, :T] = xp.asarray(ids)
         cache = KVCache(self.config, B, wte.dtype, wte.device) if use_cache else None
         cache_start = 0  # the token whose keys sit at cache position 0
         was_training = self.training
@@ -324,10 +325,10 @@ class GPT(nn.Module):
                     cache.reset()
                     cache_start, window = start, out[:, start:n]
                 logits, _ = self(window, kv_cache=cache, last_only=True)  # (B, 1, V)
-                out[:, n] = sample(backend.to_host(logits.data[:, -1]), temperature, top_k, top_p)
+                out[:, n] = sample(logits.data[:, -1], temperature, top_k, top_p)
         finally:
             self.train(was_training)
-        return give_back(out)
+        return give_back(backend.to_host(out))
 
     # ---- checkpoints ----------------------------------------------------------------------------
 
@@ -403,28 +404,31 @@ def sample(logits, temperature=1.0, top_k=None, top_p=None):
     Order as in transformers: divide by the temperature, keep the top_k highest
     logits, then keep the smallest set of most likely tokens whose probability
     reaches top_p (the most likely token always stays). Draws one uniform
-    number per row from autograd's CPU generator.
+    number per row from autograd's generator of the device `logits` live on,
+    and stays there: on a GPU nothing is copied back to the host.
     """
-    logits = np.asarray(logits, dtype=np.float64)
+    device = backend.device_of(logits) or "cpu"
+    xp = backend.xp_for(device)
+    logits = xp.asarray(logits, dtype=xp.float64)
     if temperature == 0 or top_k == 1:
         return logits.argmax(axis=-1)
     logits = logits / temperature
     if top_k is not None and top_k < logits.shape[-1]:
-        kth = np.partition(logits, -top_k, axis=-1)[:, -top_k, None]  # (B, 1): the k-th largest
-        logits = np.where(logits < kth, -np.inf, logits)
-    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        kth = xp.partition(logits, -top_k, axis=-1)[:, -top_k, None]  # (B, 1): the k-th largest
+        logits = xp.where(logits < kth, -xp.inf, logits)
+    probs = xp.exp(logits - logits.max(axis=-1, keepdims=True))
     probs /= probs.sum(axis=-1, keepdims=True)  # (B, V)
     if top_p is not None and top_p < 1:
-        order = np.argsort(-probs, axis=-1, kind="stable")  # most likely first; ties by id, as argmax
-        sorted_probs = np.take_along_axis(probs, order, axis=-1)
-        mass_before = np.cumsum(sorted_probs, axis=-1) - sorted_probs
-        drop = np.empty_like(probs, dtype=bool)
-        np.put_along_axis(drop, order, mass_before >= top_p, axis=-1)  # back to vocabulary order
-        probs = np.where(drop, 0.0, probs)
-    cdf = np.cumsum(probs, axis=-1)  # (B, V)
-    u = backend.generator("cpu").random(len(cdf)) * cdf[:, -1]  # (B,): uniform in [0, total mass)
-    picks = [np.searchsorted(row, x, side="right") for row, x in zip(cdf, u)]
-    return np.minimum(picks, cdf.shape[-1] - 1)
+        order = xp.argsort(-probs, axis=-1, kind="stable")  # most likely first; ties by id, as argmax
+        sorted_probs = xp.take_along_axis(probs, order, axis=-1)
+        mass_before = xp.cumsum(sorted_probs, axis=-1) - sorted_probs
+        drop = xp.empty_like(probs, dtype=bool)
+        xp.put_along_axis(drop, order, mass_before >= top_p, axis=-1)  # back to vocabulary order
+        probs = xp.where(drop, 0.0, probs)
+    cdf = xp.cumsum(probs, axis=-1)  # (B, V)
+    u = backend.generator(device).random(len(cdf)) * cdf[:, -1]  # (B,): uniform in [0, total mass)
+    picks = (cdf <= u[:, None]).sum(axis=-1)  # the first index whose cumulative mass passes u
+    return xp.minimum(picks, cdf.shape[-1] - 1)
 
 
 def _check_sampling(max_new_tokens, temperature, top_k, top_p):
