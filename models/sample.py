@@ -26,7 +26,10 @@ def parse_args(argv=None):
     p.add_argument("--num-samples", type=int, default=1)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--no-cache", action="store_true", help="recompute the whole prefix for every token")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.max_new_tokens < 0 or args.num_samples < 1:
+        p.error("--max-new-tokens cannot be negative and --num-samples must be at least 1")
+    return args
 
 
 def load(folder):

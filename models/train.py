@@ -68,7 +68,17 @@ def parse_args(argv=None):
                    help="the hardware peak for model-FLOPs utilisation (default: measured with a matmul)")
     g.add_argument("--sample-tokens", type=int, default=300, help="length of the sample printed at the end")
     g.add_argument("--no-progress", action="store_true", help="no progress bar (logs still print)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for name in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "eval_interval", "eval_iters"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.max_iters < 0 or args.warmup_iters < 0:
+        p.error("--max-iters and --warmup-iters cannot be negative")
+    if not 0 <= args.dropout < 1:
+        p.error(f"--dropout must lie in [0, 1), got {args.dropout}")
+    if args.lr <= 0 or args.min_lr < 0:
+        p.error(f"--lr must be positive and --min-lr not negative, got {args.lr} and {args.min_lr}")
+    return args
 
 
 def measure_peak_flops(device):

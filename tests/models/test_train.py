@@ -87,6 +87,18 @@ def test_errors_are_one_line(tmp_path, capsys, argv, message):
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--eval-interval", "0"], "--eval-interval must be at least 1, got 0"),
+    (["--dropout", "1.5"], "--dropout must lie in [0, 1), got 1.5"),
+    (["--lr", "-1"], "--lr must be positive"),
+])
+def test_out_of_range_options_are_one_line(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and message in err and err.count("\n") == 1
+
+
 def test_unknown_option_is_one_line(capsys):
     with pytest.raises(SystemExit) as exit_info:
         train.main(["--no-such-option"])
