@@ -256,21 +256,7 @@ class Tensor:
         Visits tensors in reverse topological order, so each op runs once, after
         all the ops that used its output have added their share of its gradient.
         """
-        if not self.requires_grad:
-            raise RuntimeError(
-                "backward: this tensor does not require grad: none of its inputs had "
-                "requires_grad=True, or it was computed under no_grad()")
-        xp = backend.xp_for(self.device)
-        if grad is None:
-            if self.data.size != 1:
-                raise RuntimeError(
-                    f"backward: a gradient can be implied only for a scalar, this tensor has shape "
-                    f"{self.shape}; reduce it first (e.g. .sum()) or pass grad= of that shape")
-            grad = xp.ones_like(self.data)
-        else:
-            grad, _ = _as_array(grad, self.dtype, self.device)
-            if grad.shape != self.shape:
-                raise ShapeError(f"backward: grad has shape {grad.shape} but the tensor has shape {self.shape}")
+        grad = root_grad(self, grad, "backward")
         adopted = {id(grad)}  # the caller may hold `grad`: never adopt it as a .grad
         for t, g, _ in backward_steps(self, grad, free=not retain_graph):
             if t._ctx is None or t._retains_grad:
@@ -373,6 +359,24 @@ def _topological_order(root):
             stack.extend((p, False) for p in t._ctx.parents if p._requires_grad and id(p) not in visited)
     order.reverse()
     return order
+
+
+def root_grad(root, grad, op):
+    """The gradient backward starts from: `grad` checked against `root`, or 1 for a scalar root."""
+    if not root.requires_grad:
+        raise RuntimeError(
+            f"{op}: this tensor does not require grad: none of its inputs had "
+            "requires_grad=True, or it was computed under no_grad()")
+    if grad is None:
+        if root.data.size != 1:
+            raise RuntimeError(
+                f"{op}: a gradient can be implied only for a scalar, this tensor has shape "
+                f"{root.shape}; reduce it first (e.g. .sum()) or pass grad= of that shape")
+        return backend.xp_for(root.device).ones_like(root.data)
+    grad, _ = _as_array(grad, root.dtype, root.device)
+    if grad.shape != root.shape:
+        raise ShapeError(f"{op}: grad has shape {grad.shape} but the tensor has shape {root.shape}")
+    return grad
 
 
 def backward_steps(root, grad, free=True):

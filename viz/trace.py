@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass, field
 
 from autograd import backend
-from autograd.tensor import Tensor, _as_array, backward_steps
+from autograd.tensor import Tensor, backward_steps, root_grad
 
 from ._walk import GraphWalk, demo_loss_of, host, norm, number, shape_text, values_text
 
@@ -73,18 +73,7 @@ def trace(tensor, grad=None):
     """The backward pass from `tensor`, step by step, without writing any `.grad` (see the module's docstring)."""
     if not isinstance(tensor, Tensor):
         raise TypeError(f"trace: expected an autograd Tensor, got {type(tensor).__name__}")
-    if not tensor.requires_grad:
-        raise RuntimeError("trace: this tensor does not require grad, so backward has nothing to do")
-    xp = backend.xp_for(tensor.device)
-    if grad is None:
-        if tensor.data.size != 1:
-            raise RuntimeError(f"trace: a gradient can be implied only for a scalar, this tensor has shape "
-                               f"{tensor.shape}; pass grad= of that shape")
-        grad = xp.ones_like(tensor.data)
-    else:
-        grad, _ = _as_array(grad, tensor.dtype, tensor.device)
-        if grad.shape != tensor.shape:
-            raise ValueError(f"trace: grad has shape {grad.shape} but the tensor has shape {tensor.shape}")
+    grad = root_grad(tensor, grad, "trace")
     walk = GraphWalk(tensor)
     if walk.freed:
         raise RuntimeError(
