@@ -12,14 +12,15 @@ import math
 
 
 class Value:
-    __slots__ = ("data", "grad", "inputs", "local_grads", "op")
+    __slots__ = ("data", "grad", "inputs", "local_grads", "op", "label")
 
-    def __init__(self, data, inputs=(), local_grads=(), op=""):
+    def __init__(self, data, inputs=(), local_grads=(), op="", label=""):
         self.data = float(data)
         self.grad = 0.0
         self.inputs = inputs            # the Values this one was computed from
         self.local_grads = local_grads  # ∂self/∂input for each of them, at this point
-        self.op = op                    # a label for pictures: "+", "*", "tanh", …
+        self.op = op                    # the op that made it, for pictures: "+", "*", "tanh", …
+        self.label = label              # a name for pictures: "x1", "w1", …
 
     def __repr__(self):
         return f"Value(data={self.data:.6g}, grad={self.grad:.6g})"
