@@ -25,13 +25,13 @@ sampling rows are wrong), a line marked '≠ article' says by how much and why,
 with the arithmetic. Values below 1e-4 print in scientific notation.
 """
 import math
-import unicodedata
 
 import numpy as np
 
 import autograd as ag
 import nn
 from models.cli import Parser
+from models.numbers import fixed, format_table, text_width
 
 VOCAB = ["<pad>", "<bos>", "我", "爱", "你", "他"]
 INPUT_IDS = [2, 3]   # 我爱
@@ -170,43 +170,10 @@ ARTICLE = {
 }
 
 
-def _width(text):
-    """Columns a string takes in a terminal: CJK characters take two."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
-
-
-def _pad(text, width, right=False):
-    gap = " " * max(0, width - _width(text))
-    return gap + text if right else text + gap
-
-
-def _number(value):
-    """6 decimals; below 1e-4 in scientific notation, so that tiny and exactly zero look different."""
-    if np.isneginf(value):
-        return "-inf"
-    if value == 0:
-        return "0.000000"  # never "-0.000000"
-    if abs(value) < 1e-4:
-        return f"{value:.2e}"
-    return f"{value:.6f}"
-
-
-def format_table(values, rows, cols):
-    """A labelled table of numbers (a vector is one row)."""
-    values = np.atleast_2d(values)
-    cells = [[_number(v) for v in row] for row in values]
-    row_width = max(_width(r) for r in rows)
-    col_width = max([_width(c) for c in cols] + [len(s) for row in cells for s in row])
-    lines = ["  " + _pad("", row_width) + "".join("  " + _pad(c, col_width, right=True) for c in cols)]
-    for label, row in zip(rows, cells):
-        lines.append("  " + _pad(label, row_width) + "".join("  " + _pad(s, col_width, right=True) for s in row))
-    return "\n".join(lines)
-
-
 def _section(article_section, title):
     """A heading: the article's section (in its words), then what the table holds."""
     heading = f"{article_section} · {title}"
-    print(f"\n── {heading} " + "─" * max(4, 76 - _width(heading)))
+    print(f"\n── {heading} " + "─" * max(4, 76 - text_width(heading)))
 
 
 def _table(article_section, title, tensor, rows, cols, note=None):
@@ -223,7 +190,7 @@ def _article(text):
 
 
 def _signed(x):
-    return ("+" if x >= 0 else "") + _number(x)
+    return ("+" if x >= 0 else "") + fixed(x)
 
 
 def explain_score(steps):
@@ -232,33 +199,35 @@ def explain_score(steps):
     exact = steps["scores"].numpy()[1, 0]
     other = steps["scores"].numpy()[1, 1]
     article = ARTICLE["score 爱→我"]
-    weight = 1 / (1 + math.exp(other - article))
-    _article(f"S[爱, 我] = {article:.3f}, here {_number(exact)} ({_signed(exact - article)}): "
+    weight = 1 / (1 + math.exp(other - article))  # softmax over two scores is a sigmoid of their difference
+    engine_weight = steps["attn_weights"].numpy()[1, 0]
+    _article(f"S[爱, 我] = {article:.3f}, here {fixed(exact)} ({_signed(exact - article)}): "
              f"the article multiplied rounded Q and K.")
-    print(f"    exact: (Q[爱]·K[我]) / √2 = ({_number(q[0])}·{_number(k[0])} + {_number(q[1])}·{_number(k[1])}) / √2 "
-          f"= {_number(exact)}")
-    print(f"    from {article:.3f}, softmax would weigh row 爱 {_number(weight)} / {_number(1 - weight)} "
-          f"instead of the {_number(1 / (1 + math.exp(other - exact)))} / {_number(1 - 1 / (1 + math.exp(other - exact)))} below")
+    print(f"    exact: (Q[爱]·K[我]) / √2 = ({fixed(q[0])}·{fixed(k[0])} + {fixed(q[1])}·{fixed(k[1])}) / √2 "
+          f"= {fixed(exact)}")
+    print(f"    from {article:.3f}, softmax would weigh row 爱 {fixed(weight)} / {fixed(1 - weight)} "
+          f"instead of the {fixed(engine_weight)} / {fixed(1 - engine_weight)} below")
 
 
 def explain_layer_norm(residual, normed, eps):
     """LayerNorm over d = 2 gives ±δ/√(δ² + ε), not ±1."""
     a, b = residual[0]
     delta = (a - b) / 2
-    _article(f"±{ARTICLE['LayerNorm']:.3f}, here ±{_number(abs(normed[0, 0]))} "
+    _article(f"±{ARTICLE['LayerNorm']:.3f}, here ±{fixed(abs(normed[0, 0]))} "
              f"({_signed(abs(normed[0, 0]) - ARTICLE['LayerNorm'])}): LayerNorm divides by √(variance + ε), "
              f"ε = {eps:g}.")
-    print(f"    over d = 2 a row (a, b) becomes ±δ/√(δ² + ε) with δ = (a − b)/2; row 我: δ = {_number(delta)}, "
-          f"{_number(abs(delta))}/√({_number(delta * delta)} + {eps:g}) = {_number(abs(delta) / math.sqrt(delta * delta + eps))}")
+    normed_by_hand = abs(delta) / math.sqrt(delta * delta + eps)
+    print(f"    over d = 2 a row (a, b) becomes ±δ/√(δ² + ε) with δ = (a − b)/2; row 我: δ = {fixed(delta)}, "
+          f"{fixed(abs(delta))}/√({fixed(delta * delta)} + {eps:g}) = {fixed(normed_by_hand)}")
 
 
 def explain_ffn_kink(h1, w_1, b_1, pre):
     """The article's 0 at h0 of 我 is 0.1·(1 − 0.999967) here: ReLU's input is just above its kink."""
     x0, x1 = h1[0]
     value = pre[0, 0]
-    _article(f"h0 at 我 = {ARTICLE['FFN h0 at 我']:g}, here {_number(value)}: with H⁽¹⁾[我] = "
-             f"({_number(x0)}, {_number(x1)}) instead of (−1, 1),")
-    print(f"    {w_1[0, 0]:g}·({_number(x0)}) + {w_1[1, 0]:g}·{_number(x1)} + {b_1[0]:g} = {_number(value)} "
+    _article(f"h0 at 我 = {ARTICLE['FFN h0 at 我']:g}, here {fixed(value)}: with H⁽¹⁾[我] = "
+             f"({fixed(x0)}, {fixed(x1)}) instead of (−1, 1),")
+    print(f"    {w_1[0, 0]:g}·({fixed(x0)}) + {w_1[1, 0]:g}·{fixed(x1)} + {b_1[0]:g} = {fixed(value)} "
           f"{'> 0, so ReLU lets it through' if value > 0 else '≤ 0, so ReLU stops it'}")
 
 
@@ -274,11 +243,11 @@ def explain_sampling_row(name, probs, z, kept, symbol, kept_text):
     print(f"    The right values are {right}:")
     e = np.exp(z)
     total = e[kept].sum()
-    print(f"    {symbol} {kept_text} = ({', '.join(_number(v) for v in z[kept])})")
-    print(f"    e^({symbol}) = ({', '.join(_number(v) for v in e[kept])}), Σ = {_number(total)}")
+    print(f"    {symbol} {kept_text} = ({', '.join(fixed(v) for v in z[kept])})")
+    print(f"    e^({symbol}) = ({', '.join(fixed(v) for v in e[kept])}), Σ = {fixed(total)}")
     for t in article:
         i = VOCAB.index(t)
-        print(f"    p({t}) = {_number(e[i])} / {_number(total)} = {_number(e[i] / total)}")
+        print(f"    p({t}) = {fixed(e[i])} / {fixed(total)} = {fixed(e[i] / total)}")
 
 
 def main(argv=None):
@@ -332,7 +301,7 @@ def main(argv=None):
     _table("残差连接", "residual: H⁽¹⁾ + FFN", steps["H1+ffn"], positions, dims)
     _table("层归一化", "H⁽²⁾ = LayerNorm(H⁽¹⁾ + FFN)", steps["H2"], positions, dims)
     h = steps["H2"].numpy()[-1]
-    print(f"  the same ε: ±{_number(abs(h[0]))}; δ is larger here, so closer to 1 (the article: ±1)")
+    print(f"  the same ε: ±{fixed(abs(h[0]))}; δ is larger here, so closer to 1 (the article: ±1)")
 
     last_logits = logits.detach()[-1]
     z = last_logits.numpy()
@@ -342,10 +311,10 @@ def main(argv=None):
     article_logits = model.E.numpy() @ np.array([1.0, -1.0])
     _article(f"({', '.join(f'{v:g}' for v in article_logits)}), here within "
              f"{np.abs(z - article_logits).max():.1e} of those:")
-    print(f"    logit(v) = h·E[v] with h = H⁽²⁾[{tokens[-1]}] = ({_number(h[0])}, {_number(h[1])}) (LayerNorm's ε), "
+    print(f"    logit(v) = h·E[v] with h = H⁽²⁾[{tokens[-1]}] = ({fixed(h[0])}, {fixed(h[1])}) (LayerNorm's ε), "
           "where the article's h = (1, −1)")
     _table("Softmax", "probabilities = softmax(logits)", probs, [last], VOCAB,
-           note=f"p({target}) = {_number(p[TARGET_ID])} (the article rounds it to {ARTICLE['p(你)']:.3f})")
+           note=f"p({target}) = {fixed(p[TARGET_ID])} (the article rounds it to {ARTICLE['p(你)']:.3f})")
 
     _section("采样", "sampling the next token")
     greedy = int(np.argmax(z))
@@ -364,9 +333,9 @@ def main(argv=None):
     print(format_table(top_p_probs(last_logits, 0.5).numpy(), ["top-p 0.5"], VOCAB))
 
     _section("损失函数", "loss")
-    print(f"  L = −log p({target}) = {_number(loss.item())}")
+    print(f"  L = −log p({target}) = {fixed(loss.item())}")
     _article(f"{ARTICLE['loss']:.3f} = −ln {ARTICLE['p(你)']:.3f} = {-math.log(ARTICLE['p(你)']):.6f}: it rounded "
-             f"p({target}) before the log; −ln {_number(p[TARGET_ID])} = {_number(loss.item())} "
+             f"p({target}) before the log; −ln {fixed(p[TARGET_ID])} = {fixed(loss.item())} "
              f"({_signed(loss.item() - ARTICLE['loss'])})")
 
     onehot_target = np.eye(len(VOCAB))[TARGET_ID]
@@ -385,11 +354,11 @@ def main(argv=None):
         _table("反向传播", f"∂L/∂{name}", param.grad, rows, cols)
         if name == "E":
             print(f"  row {target} comes only from the tied head ({target} is not in the input): "
-                  f"(p({target}) − 1) · h = {_number(dz_target)} · h;")
+                  f"(p({target}) − 1) · h = {fixed(dz_target)} · h;")
             print(f"  rows {'/'.join(tokens)} also get the embedding lookup's share")
-            _article(f"({_number(dz_target)}, {_number(-dz_target)}), the gradient for h = (1, −1); "
-                     f"here h = ({_number(h[0])}, {_number(h[1])}) (LayerNorm's ε):")
-            print(f"    {_number(dz_target)} × {_number(h[0])} = {_number(dz_target * h[0])}")
+            _article(f"({fixed(dz_target)}, {fixed(-dz_target)}), the gradient for h = (1, −1); "
+                     f"here h = ({fixed(h[0])}, {fixed(h[1])}) (LayerNorm's ε):")
+            print(f"    {fixed(dz_target)} × {fixed(h[0])} = {fixed(dz_target * h[0])}")
 
     print("  ≠ article: it keeps LayerNorm's γ = 1 and β = 0 fixed, so it has no ∂L/∂ln*.weight or ∂L/∂ln*.bias;")
     print("    here they are parameters (nn.LayerNorm) with a gradient, and they train")
@@ -409,11 +378,11 @@ def main(argv=None):
     print(format_table(np.stack([old_row, model.E.grad[TARGET_ID], model.E.numpy()[TARGET_ID]]),
                        [f"E[{target}] before", f"∂L/∂E[{target}]", f"E[{target}] after"], dims))
     print(f"  logit({target}) = h · E[{target}] for the same last hidden state h: "
-          f"{_number(old_logit)} → {_number(new_logit)}")
+          f"{fixed(old_logit)} → {fixed(new_logit)}")
     print(f"  the whole forward again, every parameter stepped but γ and β (fixed, as in the article): "
-          f"{_number(without_layer_norm_step)}")
+          f"{fixed(without_layer_norm_step)}")
     _article(f"γ and β are fixed there; here they are trained too, and with their step the whole forward gives "
-             f"{_number(recomputed)} ({_signed(recomputed - without_layer_norm_step)})")
+             f"{fixed(recomputed)} ({_signed(recomputed - without_layer_norm_step)})")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import autograd as ag
 from autograd.tensor import _topological_order
 import nn
 from models import tiny
+from models.numbers import fixed
 
 ROOT = Path(__file__).resolve().parents[2]
 TOL = 1e-5
@@ -227,8 +228,9 @@ def test_every_table_is_headed_by_the_articles_section(cli_output):
 
 
 def test_small_values_print_in_scientific_notation_and_zero_stays_zero():
-    assert tiny._number(5.1e-11) == "5.10e-11" and tiny._number(-3.29e-6) == "-3.29e-06"
-    assert tiny._number(1e-4) == "0.000100" and tiny._number(0.0) == tiny._number(-0.0) == "0.000000"
+    assert fixed(5.1e-11) == "5.10e-11" and fixed(-3.29e-6) == "-3.29e-06" and fixed(-np.inf) == "-inf"
+    assert fixed(1e-4) == "0.000100" and fixed(0.0) == fixed(-0.0) == "0.000000"
+    assert fixed(0.66554, 4) == "0.6655" and fixed(3e-5, 4) == "3.00e-05" and fixed(0.0, 4) == "0.0000"
 
 
 def test_tiny_gradients_are_printed_not_rounded_away(run, cli_output):
