@@ -67,11 +67,12 @@ class Value:
     def __rtruediv__(self, other): return Value(other) / self
 
     def backward(self):
-        """Add d(self)/d(v) into every ancestor v's `.grad`; self.grad becomes 1.
+        """Add d(self)/d(v) into every leaf v's `.grad`; computed nodes get this call's gradient.
 
-        Gradients ACCUMULATE: a second backward() through the same leaves adds to
-        what the first left there, as in micrograd and PyTorch. Zero them before
-        each step: `for p in params: p.grad = 0.0`.
+        Leaf gradients ACCUMULATE: a second backward() (through the same graph or
+        a new one) adds to what the first left there, as in micrograd and
+        PyTorch. Zero them before each step: `for p in params: p.grad = 0.0`.
+        A computed node (one with inputs) holds d(self)/d(node) of the latest call.
         """
         order, entered, done, stack = [], set(), set(), [self]
         while stack:  # depth-first, iterative: long chains need no recursion
@@ -84,6 +85,9 @@ class Value:
                 if v not in done:
                     done.add(v)
                     order.append(v)
+        for v in order:
+            if v.inputs:
+                v.grad = 0.0
         self.grad = 1.0
         for v in reversed(order):  # every consumer of v comes before v: its grad is complete
             for child, local in zip(v.inputs, v.local_grads):

@@ -182,6 +182,17 @@ def test_gradients_accumulate_across_backward_calls_until_zeroed():
     assert "ACCUMULATE" in Value.backward.__doc__ and "p.grad = 0.0" in Value.backward.__doc__
 
 
+def test_backward_twice_through_one_graph_adds_the_same_gradient_again():
+    # f = (x·y)·x at (2, 5): ∂f/∂x = 2xy = 20, ∂f/∂y = x² = 4; the product node's grad is ∂f/∂(xy) = x = 2
+    x, y = Value(2.0), Value(5.0)
+    xy = x * y
+    f = xy * x
+    f.backward()
+    f.backward()
+    assert x.grad == 40.0 and y.grad == 8.0
+    assert xy.grad == 2.0 and f.grad == 1.0  # computed nodes: this call's gradient, not a running sum
+
+
 def test_node_records_inputs_op_and_local_derivatives():
     # out = a·b at (3, −2): inputs (a, b), ∂out/∂a = b = −2, ∂out/∂b = a = 3; tanh' = 1 − tanh²
     a, b = Value(3.0), Value(-2.0)
