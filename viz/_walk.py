@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 from autograd import backend
-from autograd.tensor import Tensor, _topological_order
+from autograd import Tensor, topological_order
 
 
 class GraphWalk:
@@ -24,7 +24,7 @@ class GraphWalk:
 
     Attributes:
         root      the tensor backward starts from.
-        order     tensors that need a gradient, root first: exactly `_topological_order(root)`.
+        order     tensors that need a gradient, root first: exactly `topological_order(root)`.
         ops       the op nodes (Function objects) in the order backward runs them.
         constants input tensors that need no gradient (data, Python numbers), in forward order.
         tensors   every tensor above, in forward order (inputs before the results made from them).
@@ -35,10 +35,10 @@ class GraphWalk:
         if not isinstance(root, Tensor):
             raise TypeError(f"expected an autograd Tensor, got {type(root).__name__}")
         self.root = root
-        self.order = _topological_order(root) if root.requires_grad else [root]
-        self.ops = [t._ctx for t in self.order if t._ctx is not None]
-        self.freed = [ctx for ctx in self.ops if getattr(ctx, "parents", None) is None]
-        self.output_of = {id(t._ctx): t for t in self.order if t._ctx is not None}
+        self.order = topological_order(root) if root.requires_grad else [root]
+        self.ops = [t.op for t in self.order if t.op is not None]
+        self.freed = [op for op in self.ops if op.inputs is None]
+        self.output_of = {id(t.op): t for t in self.order if t.op is not None}
         self.consumers = {}  # id(tensor) -> ops that take it as an input
         self.constants = []
         self.tensors = []
@@ -58,28 +58,21 @@ class GraphWalk:
                 self.constants.append(t)
 
         for t in reversed(self.order):  # forward order: every input before its result
-            for p in self.inputs(t._ctx):
-                visit(p)
-                self.consumers.setdefault(id(p), []).append(t._ctx)
+            for x in t.inputs:
+                visit(x)
+                self.consumers.setdefault(id(x), []).append(t.op)
             visit(t)
 
         self._backward_ran = None
         self.saved_arrays = {}  # id(array) -> the ops that keep it for backward
-        for ctx in self.ops:
-            for a in self.saved(ctx):
-                self.saved_arrays.setdefault(id(a), []).append(ctx)
+        for op in self.ops:
+            for a in self.saved(op):
+                self.saved_arrays.setdefault(id(a), []).append(op)
 
     @staticmethod
-    def inputs(ctx):
-        """The input tensors an op recorded (empty for a leaf, or once backward freed them)."""
-        if ctx is None:
-            return ()
-        return getattr(ctx, "parents", None) or ()
-
-    @staticmethod
-    def saved(ctx):
+    def saved(op):
         """The arrays an op keeps for its backward (empty for ops that need none, or once freed)."""
-        return [a for a in (getattr(ctx, "saved", None) or ()) if a is not None and hasattr(a, "shape")]
+        return [a for a in (op.saved or ()) if a is not None and hasattr(a, "shape")]
 
     def label(self, t):
         return self.labels.get(id(t)) or t.name or "?"

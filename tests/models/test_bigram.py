@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import autograd as ag
-from autograd.tensor import _topological_order
+from autograd import topological_order
 import nn
 from models import bigram
 
@@ -113,7 +113,7 @@ def test_demo_loss_is_the_step_zero_loss_and_deterministic():
 
 def test_demo_loss_graph_has_named_tensors():
     loss = bigram.demo_loss()
-    names = {t.name for t in _topological_order(loss)}
+    names = {t.name for t in topological_order(loss)}
     assert {"loss", "logits", "E", "W_U"} <= names
     loss.backward()  # the graph is a real one: gradients reach both parameters
 

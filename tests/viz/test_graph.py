@@ -92,7 +92,7 @@ def test_edges_point_the_way_gradients_flow():
     walk = GraphWalk(loss)
     key = {id(t): f"t{i}" for i, t in enumerate(walk.tensors, 1)}
     found = set(edges(g))
-    ce = f"op{walk.ops.index(loss._ctx) + 1}"
+    ce = f"op{walk.ops.index(loss.op) + 1}"
     logits = next(t for t in walk.tensors if t.name == "logits")
     assert (key[id(loss)], ce) in found       # loss -> CrossEntropy
     assert (ce, key[id(logits)]) in found     # CrossEntropy -> logits
@@ -109,7 +109,7 @@ def test_saved_arrays_are_marked():
     drawn = nodes(g)
     assert vg.SAVED in drawn[key["block.attn.weight"]]     # MatMul keeps its operands
     assert vg.SAVED not in drawn[key["block.ln.bias"]]     # LayerNorm does not keep the bias
-    ce = drawn[f"op{walk.ops.index(loss._ctx) + 1}"]
+    ce = drawn[f"op{walk.ops.index(loss.op) + 1}"]
     assert "saves 2 arrays" in ce
 
 
