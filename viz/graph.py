@@ -20,7 +20,6 @@ the norms can be shown (`--no-backward` draws the graph before it), and
 renders with Graphviz's `dot`. Without `dot` on PATH it writes the `.dot`
 source instead, prints how to install Graphviz, and exits with status 3.
 """
-import argparse
 import html
 import inspect
 import shutil
@@ -28,7 +27,9 @@ import sys
 from collections import Counter, deque
 from pathlib import Path
 
-from ._walk import GraphWalk, demo_loss_of, host, norm, number, shape_text
+from .loading import demo_loss_of
+from .numbers import host, norm, number, shape_text
+from .walk import GraphWalk
 
 INSTALL_PYTHON = 'pip install -e ".[viz]"  (or: pip install graphviz)'
 INSTALL_DOT = ("install Graphviz, which provides `dot`: sudo apt-get install graphviz (Debian/Ubuntu), "
@@ -83,9 +84,6 @@ class _Picture:
         """Add a → b once; when folding merges a no-gradient edge with a gradient one, the gradient wins."""
         if a != b and ((a, b) not in self.edges or not attrs and self.edges[(a, b)] is _NO_GRAD_EDGE):
             self.edges[(a, b)] = attrs
-
-
-# ---- labels ------------------------------------------------------------------------------------
 
 
 def _grad_line(t, walk):
@@ -171,9 +169,6 @@ def _op_node(op, walk):
     return _Node("op", "<" + "<BR/>".join(lines) + ">", attrs, op.scope)
 
 
-# ---- the full graph ----------------------------------------------------------------------------
-
-
 def _expanded(walk):
     """Every tensor and op, each op in the (nested) cluster of the module that recorded it."""
     pic = _Picture()
@@ -203,9 +198,6 @@ def _expanded(walk):
 
 
 _NO_GRAD_EDGE = {"style": "dashed", "color": CONSTANT[1], "arrowhead": "none"}
-
-
-# ---- collapsing modules ------------------------------------------------------------------------
 
 
 def _module_of(scope, collapse, all_scopes):
@@ -310,9 +302,6 @@ def _module_node(name, contents, walk):
     return _Node("module", "<" + "<BR/>".join(lines) + ">", attrs)
 
 
-# ---- how far from the loss -----------------------------------------------------------------------
-
-
 def _limit_depth(pic, root_key, depth):
     """Keep what lies within `depth` op hops of the loss; mark where the graph goes on."""
     hops = {root_key: 0}
@@ -343,9 +332,6 @@ def _limit_depth(pic, root_key, depth):
                 "shape": "plaintext", "fontcolor": MUTED, "fontsize": "9"}, kept.nodes[a].cluster)
             kept.edge(a, more, {"style": "dotted", "color": MUTED})
     return kept
-
-
-# ---- Graphviz ----------------------------------------------------------------------------------------
 
 
 def _legend(collapsed):
@@ -435,9 +421,6 @@ def draw(tensor, collapse=False, depth=None, title=None):
     return graph
 
 
-# ---- the command line --------------------------------------------------------------------------------
-
-
 def build_demo(module, backward=True):
     """Run `module`'s demo_loss(), keep every gradient, and backward once (graph kept): (name, loss)."""
     name, loss = demo_loss_of(module)
@@ -449,30 +432,25 @@ def build_demo(module, backward=True):
     return name, loss
 
 
-def _parser():
-    p = argparse.ArgumentParser(
-        prog="python -m viz.graph",
-        description="Draw the backward graph of a model module's demo_loss() with Graphviz.",
-        epilog=f"Needs the Python package graphviz ({INSTALL_PYTHON}) and Graphviz's `dot` program "
-               f"to render; without `dot` the .dot source is written and the exit status is {NO_DOT_EXIT}.")
+def main(argv=None):
+    from models.cli import Parser  # here, not at the top: draw() needs nothing from models
+    p = Parser("python -m viz.graph", "Draw the backward graph of a model module's demo_loss() with Graphviz.",
+               epilog=f"Needs the Python package graphviz ({INSTALL_PYTHON}) and Graphviz's `dot` program "
+                      f"to render; without `dot` the .dot source is written and the exit status is {NO_DOT_EXIT}.")
     p.add_argument("module", help="a module defining demo_loss(), e.g. models.bigram (model.bigram works too)")
-    p.add_argument("--format", choices=("svg", "png", "pdf", "dot"), default="svg", help="output format (svg)")
-    p.add_argument("--out", help="output file (default: graph_<module>.<format> in the current directory)")
+    p.add_argument("--format", choices=("svg", "png", "pdf", "dot"), default="svg", help="output format")
+    p.add_argument("--out", help="output file; when not given, graph_<module>.<format> in the current directory")
     p.add_argument("--collapse", action="store_true", help="fold each module into one box")
     p.add_argument("--collapse-depth", type=int, metavar="N",
                    help="fold modules by the first N parts of their dotted name (implies --collapse)")
     p.add_argument("--depth", type=int, metavar="N", help="draw only the ops within N hops of the loss")
     p.add_argument("--no-backward", action="store_true",
                    help="draw the graph before backward has run (no gradient norms)")
-    return p
-
-
-def main(argv=None):
-    args = _parser().parse_args(argv)
+    args = p.parse_args(argv)
     if args.collapse_depth is not None and args.collapse_depth < 1:
-        _parser().error("--collapse-depth must be at least 1")
+        p.error(f"--collapse-depth must be at least 1, got {args.collapse_depth}")
     if args.depth is not None and args.depth < 0:
-        _parser().error("--depth must be at least 0")
+        p.error(f"--depth must be at least 0, got {args.depth}")
     try:
         _graphviz()
     except ImportError as exc:

@@ -16,7 +16,6 @@ array is freed, so it can run before or alongside the real backward. The
 graph must still be there: trace before `backward()`, or after
 `backward(retain_graph=True)`.
 """
-import argparse
 import os
 import sys
 from dataclasses import dataclass, field
@@ -24,7 +23,9 @@ from dataclasses import dataclass, field
 from autograd import backend
 from autograd import Tensor, backward_steps, root_grad
 
-from ._walk import GraphWalk, demo_loss_of, host, norm, number, shape_text, values_text
+from .loading import demo_loss_of
+from .numbers import host, norm, number, shape_text, values_text
+from .walk import GraphWalk
 
 
 @dataclass
@@ -102,9 +103,6 @@ def trace(tensor, grad=None):
     return Trace(steps, tensor, walk.label(tensor), leaves)
 
 
-# ---- printing ------------------------------------------------------------------------------
-
-
 def _array_lines(array, indent, max_values, decimals):
     """`shape: values` for a small array, `shape: ‖·‖ = …` for a large one."""
     shape = "scalar" if array.ndim == 0 else shape_text(array.shape)
@@ -165,15 +163,18 @@ def print_trace(tensor, max_values=16, decimals=6, file=None):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(
-        prog="python -m viz.trace",
-        description="Print the backward pass of a model module's demo_loss(), one op at a time, "
-                    "in the order the engine runs it.")
+    from models.cli import Parser  # here, not at the top: trace() needs nothing from models
+    p = Parser("python -m viz.trace", "Print the backward pass of a model module's demo_loss(), one op at a time, "
+                                      "in the order the engine runs it.")
     p.add_argument("module", help="a module defining demo_loss(), e.g. models.tiny (model.tiny works too)")
     p.add_argument("--max-values", type=int, default=16, metavar="N",
-                   help="print the values of arrays with at most N elements, shape and norm otherwise (16)")
-    p.add_argument("--decimals", type=int, default=6, metavar="D", help="round values to D decimals (6)")
+                   help="print the values of arrays with at most N elements, shape and norm otherwise")
+    p.add_argument("--decimals", type=int, default=6, metavar="D", help="round values to D decimals")
     args = p.parse_args(argv)
+    if args.max_values < 0:
+        p.error(f"--max-values must be at least 0, got {args.max_values}")
+    if args.decimals < 0:
+        p.error(f"--decimals must be at least 0, got {args.decimals}")
     _, loss = demo_loss_of(args.module)
     try:
         print_trace(loss, args.max_values, args.decimals)

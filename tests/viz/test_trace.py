@@ -185,6 +185,27 @@ def test_cli(capsys):
     assert "block.ln.bias.grad  (4,)  ‖·‖ = " in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--decimals", "-1"], "--decimals must be at least 0, got -1"),
+    (["--max-values", "-2"], "--max-values must be at least 0, got -2"),
+    (["--max-values", "many"], "argument --max-values: invalid int value: 'many'"),
+])
+def test_cli_mistakes_cost_one_line_before_any_work(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        vt.main(["no_such_module_for_viz"] + argv)  # parse errors come first: the module is never imported
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m viz.trace: error: {message}") and err.count("\n") == 1
+
+
+def test_the_tools_need_nothing_from_models():
+    code = ("import sys, viz.graph, viz.trace, viz.walk, viz.numbers, viz.loading; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'models'))")
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
+
+
 def test_python_dash_m_entry_point():
     run = subprocess.run([sys.executable, "-m", "viz.trace", MODULE], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
