@@ -255,7 +255,7 @@ def test_mixed_dtype_grad_is_cast_back_to_each_input():
     np.testing.assert_array_equal(a.grad, [2.0, 2.0, 2.0])
 
 
-# ---- no_grad and detach -----------------------------------------------------------
+# no_grad and detach
 
 def test_no_grad_records_nothing():
     x = leaf([1.0, 2.0])
