@@ -11,7 +11,7 @@ import pytest
 import autograd as ag
 import nn
 from autograd import Tensor
-from autograd.tensor import _topological_order
+from autograd import topological_order
 from models import gpt2
 from models.gpt2 import GPT, GPTConfig, count_parameters, parameter_shapes, sample
 
@@ -222,9 +222,9 @@ def test_demo_loss_is_deterministic_named_and_scoped():
     first, second = gpt2.demo_loss(), gpt2.demo_loss()
     assert ag.get_rng_state() == state  # the caller's random stream is untouched
     assert first.item() == second.item() and first.name == "loss"
-    recorded = _topological_order(first)
+    recorded = topological_order(first)
     names = {t.name for t in recorded}
-    scopes = {t._ctx.scope for t in recorded if t._ctx is not None}
+    scopes = {t.op.scope for t in recorded if t.op is not None}
     assert {"logits", "loss", "transformer.wte.weight", "transformer.h.1.mlp.c_fc.weight"} <= names
     assert {"transformer.h.0.attn", "transformer.h.1.mlp.c_fc", "transformer.ln_f", "lm_head"} <= scopes
 
