@@ -66,14 +66,8 @@ class Value:
     def __rmul__(self, other): return self * other
     def __rtruediv__(self, other): return Value(other) / self
 
-    def backward(self):
-        """Add d(self)/d(v) into every leaf v's `.grad`; computed nodes get this call's gradient.
-
-        Leaf gradients ACCUMULATE: a second backward() (through the same graph or
-        a new one) adds to what the first left there, as in micrograd and
-        PyTorch. Zero them before each step: `for p in params: p.grad = 0.0`.
-        A computed node (one with inputs) holds d(self)/d(node) of the latest call.
-        """
+    def topological_order(self):
+        """Every Value below self, each after all of its inputs (self last): the order of the forward pass."""
         order, entered, done, stack = [], set(), set(), [self]
         while stack:  # depth-first, iterative: long chains need no recursion
             v = stack[-1]
@@ -85,6 +79,17 @@ class Value:
                 if v not in done:
                     done.add(v)
                     order.append(v)
+        return order
+
+    def backward(self):
+        """Add d(self)/d(v) into every leaf v's `.grad`; computed nodes get this call's gradient.
+
+        Leaf gradients ACCUMULATE: a second backward() (through the same graph or
+        a new one) adds to what the first left there, as in micrograd and
+        PyTorch. Zero them before each step: `for p in params: p.grad = 0.0`.
+        A computed node (one with inputs) holds d(self)/d(node) of the latest call.
+        """
+        order = self.topological_order()
         for v in order:
             if v.inputs:
                 v.grad = 0.0

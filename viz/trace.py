@@ -25,6 +25,7 @@ from autograd import Tensor, backward_steps, root_grad
 
 from .loading import demo_loss_of
 from .numbers import host, norm, number, shape_text, values_text
+from .roles import input_roles, saved_values
 from .walk import GraphWalk
 
 
@@ -51,6 +52,7 @@ class Step:
     grad: object                   # g: the gradient of the loss with respect to the output
     contributions: int             # how many ops added into g (a tensor used twice gets two)
     inputs: list = field(default_factory=list)  # one InputGrad per input, in the op's input order
+    saved: list = field(default_factory=list)   # (name, array): the forward values the rule reads
 
 
 @dataclass
@@ -91,7 +93,8 @@ def trace(tensor, grad=None):
             leaf_grad = backend.xp_for(t.device).asarray(g, dtype=t.data.dtype)
             leaves.append(LeafGrad(t, walk.label(t), leaf_grad, arrivals[id(t)]))
             continue
-        step = Step(len(steps) + 1, t.op.name, t.op.scope, t.op.rule, t.op, t, walk.label(t), g, arrivals[id(t)])
+        step = Step(len(steps) + 1, t.op.name, t.op.scope, t.op.rule, t.op, t, walk.label(t), g, arrivals[id(t)],
+                    saved=saved_values(t.op))
         for x, xg, returned in sent:
             if xg is None:
                 reason = "constant: needs no gradient" if not x.requires_grad else "the op returned none"
@@ -130,6 +133,11 @@ def format_trace(steps, max_values=16, decimals=6):
         where = f"   [{s.scope}]" if s.scope else ""
         lines.append(f"step {s.number:>{width}}/{len(steps)}  {s.name}{where}")
         lines.append(f"  rule  {s.rule}")
+        for n, (name, array) in enumerate(s.saved):
+            head = f"  {'uses' if n == 0 else '    '}  {name} = "
+            body = _array_lines(array, len(head), max_values, decimals)
+            lines.append(head + body[0])
+            lines.extend(body[1:])
         summed = f"   (sum of {s.contributions} contributions)" if s.contributions > 1 else ""
         head = f"  g     ∂L/∂{s.output_label}  "
         body = _array_lines(s.grad, len(head), max_values, decimals)

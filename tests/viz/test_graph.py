@@ -84,7 +84,7 @@ def test_after_backward_shows_gradient_norms():
     assert "no grad yet" not in src
     w = next(t for t in GraphWalk(loss).tensors if t.name == "wte.weight")
     assert f"‖g‖ = {np.linalg.norm(w.grad.astype(np.float64)):.4g}" in src
-    assert "‖g‖ = 1<" in src  # the loss: ∂L/∂L = 1
+    assert "grad 1<" in src  # the loss, small enough to show its value: ∂L/∂L = 1
 
 
 def test_edges_point_the_way_gradients_flow():
