@@ -219,11 +219,17 @@ def _op_node(op, walk):
     return _Node("op", "<" + "<BR/>".join(lines) + ">", attrs, op.scope, {"op"})
 
 
+def node_keys(walk):
+    """The Graphviz node names of the tensors and ops, by id: t1, t2, … and op1, op2, … (an SVG's <title>s)."""
+    tkey = {id(t): f"t{i}" for i, t in enumerate(walk.tensors, 1)}  # t7 is the tensor labelled t7 if unnamed
+    okey = {id(op): f"op{i}" for i, op in enumerate(walk.ops, 1)}
+    return tkey, okey
+
+
 def _expanded(walk):
     """Every tensor and op, each op in the (nested) cluster of the module that recorded it."""
     pic = _Picture()
-    tkey = {id(t): f"t{i}" for i, t in enumerate(walk.tensors, 1)}  # t7 is the tensor labelled t7 if unnamed
-    okey = {id(op): f"op{i}" for i, op in enumerate(walk.ops, 1)}
+    tkey, okey = node_keys(walk)
     for t in walk.tensors:
         if t.op is not None:
             cluster = t.op.scope
@@ -537,16 +543,19 @@ def draw(tensor, collapse=False, depth=None, title=None):
 def build_demo(module, backward=True):
     """Run `module`'s demo_loss(), keep every gradient, and backward once (graph kept): (name, loss)."""
     name, loss = demo_loss_of(module)
-    if isinstance(loss, Value):
-        if backward:
-            loss.backward()
-        return name, loss
-    if backward:
-        for t in GraphWalk(loss).order:
-            if not t.is_leaf:
-                t.retain_grad()
-        loss.backward(retain_graph=True)
+    if backward and isinstance(loss, Value):
+        loss.backward()
+    elif backward:
+        keep_gradients(loss)
     return name, loss
+
+
+def keep_gradients(loss):
+    """Backward with every intermediate tensor keeping its gradient, and the graph kept for drawing."""
+    for t in GraphWalk(loss).order:
+        if not t.is_leaf:
+            t.retain_grad()
+    loss.backward(retain_graph=True)
 
 
 def main(argv=None):

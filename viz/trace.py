@@ -17,15 +17,18 @@ graph must still be there: trace before `backward()`, or after
 `backward(retain_graph=True)`.
 """
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from autograd import backend
 from autograd import Tensor, backward_steps, root_grad
 
+from .graph import INSTALL_DOT
 from .loading import demo_loss_of
 from .numbers import host, norm, number, shape_text, values_text
-from .roles import input_roles, saved_values
+from .roles import saved_values
 from .walk import GraphWalk
 
 
@@ -178,12 +181,27 @@ def main(argv=None):
     p.add_argument("--max-values", type=int, default=16, metavar="N",
                    help="print the values of arrays with at most N elements, shape and norm otherwise")
     p.add_argument("--decimals", type=int, default=6, metavar="D", help="round values to D decimals")
+    p.add_argument("--html", metavar="PATH",
+                   help="write one self-contained page that steps through backward on the graph's picture")
     args = p.parse_args(argv)
     if args.max_values < 0:
         p.error(f"--max-values must be at least 0, got {args.max_values}")
     if args.decimals < 0:
         p.error(f"--decimals must be at least 0, got {args.decimals}")
-    _, loss = demo_loss_of(args.module)
+    if args.html and shutil.which("dot") is None:
+        p.error(f"--html draws the graph, which needs Graphviz's `dot`: {INSTALL_DOT}")
+    name, loss = demo_loss_of(args.module)
+    if not isinstance(loss, Tensor):
+        raise SystemExit(f"{name}.demo_loss() is a Value: viz.trace follows Tensor graphs; "
+                         f"draw it with python -m viz.graph {name}")
+    if args.html:
+        from .graph import keep_gradients
+        from .trace_page import write_page
+        keep_gradients(loss)  # so that the picture shows each tensor's final gradient beside the steps
+        write_page(loss, Path(args.html), f"{name}.demo_loss() = {number(loss.item(), 6)} · backward, step by step",
+                   args.max_values, args.decimals)
+        print(f"wrote {args.html}: open it in a browser; ← and → step through backward")
+        return 0
     try:
         print_trace(loss, args.max_values, args.decimals)
     except BrokenPipeError:  # `| head` closed the pipe: stop quietly, without a traceback at exit
