@@ -319,9 +319,10 @@ def _collapsed(walk, pic, tkey, okey, collapse):
         rep[tkey[id(t)]] = keys[m] if m else tkey[id(t)]
         if m and t.is_leaf and t.requires_grad:
             contents[m]["params"].append(t)
-    for op in walk.ops:  # an op's targets, ids or mask fold with it
+    for op in walk.ops:  # an op's targets, ids or mask fold into the module the op folds into
         for i, _ in enumerate(constants(op)):
-            rep[f"{okey[id(op)]}c{i}"] = rep[okey[id(op)]]
+            if module[id(op)]:
+                rep[f"{okey[id(op)]}c{i}"] = rep[okey[id(op)]]
 
     folded = _Picture()
     for key, node in pic.nodes.items():
@@ -423,7 +424,7 @@ LEGEND = {
                  "says × what", f'BGCOLOR="{OP[0]}" COLOR="{OP[1]}"'),
     "saved": ("saved", "orange border: data an op keeps for backward", f'BORDER="3" COLOR="{SAVED}"'),
     "module": ("module", "a module folded into one box", f'BGCOLOR="{MODULE[0]}" COLOR="{MODULE[1]}"'),
-    "arrows": ("→", "gradients flow along the arrows, loss → leaves", 'BORDER="0"'),
+    "arrows": ("→", "gradients flow along the arrows, from the top down to the leaves", 'BORDER="0"'),
     "values": ("data, grad", "values (4 digits) of tensors of ≤ 16 elements", 'BORDER="0"'),
     "norm": ("‖g‖", "size (L2 norm) of the tensor's gradient", 'BORDER="0"'),
 }
