@@ -219,10 +219,6 @@ def train_word_bpe(word_counts, num_merges=None):
     return WordBPE(tuple(merges), initial_tokens)
 
 
-# ---------------------------------------------------------------------------
-# Byte-level BPE
-# ---------------------------------------------------------------------------
-
 # A cache of chunk → ids stops growing here (it is cleared and refilled), so that
 # encoding a huge corpus of mostly unique words cannot exhaust memory.
 _CACHE_LIMIT = 1 << 18
