@@ -157,7 +157,6 @@ def top_p_probs(logits, top_p):
     return ag.softmax(logits, mask=keep)
 
 
-
 # Figures the article prints that exact arithmetic does not give; main() says by how much and why.
 ARTICLE = {
     "score 爱→我": 0.777,

@@ -19,7 +19,6 @@ import numpy as np
 
 import autograd as ag
 import nn
-from autograd import backend
 from models.cli import Parser
 from models.data import TokenData, load_text
 from models.gpt2 import GPT, GPTConfig
@@ -83,13 +82,12 @@ def parse_args(argv=None):
 
 def measure_peak_flops(device):
     """FLOP/s of a large float32 matmul on this device: the yardstick for model-FLOPs utilisation."""
-    xp = backend.xp_for(device)
-    a = xp.ones((1024, 1024), dtype=xp.float32)
+    a = ag.ones(1024, 1024, dtype="float32", device=device)
     a @ a  # warm up the BLAS threads
     best = math.inf
     for _ in range(3):
         start = time.perf_counter()
-        float((a @ a)[0, 0])  # reading a value waits for an asynchronous GPU
+        (a @ a)[0, 0].item()  # reading a value waits for an asynchronous GPU
         best = min(best, time.perf_counter() - start)
     return 2 * 1024 ** 3 / best
 
@@ -202,7 +200,6 @@ def train(args):
         raise FileNotFoundError(f"--resume: no checkpoint in {out_dir} (expected {out_dir / STATE_FILE})")
     model, tokenizer, data = build(args, out_dir)
     cfg = model.config
-    decay_iters = args.lr_decay_iters or args.max_iters
     optimizer = nn.optim.AdamW(model.optimizer_groups(args.weight_decay), lr=args.lr,
                                betas=(args.beta1, args.beta2))
     data_rng = np.random.default_rng(args.seed)
@@ -226,10 +223,9 @@ def train(args):
                dynamic_ncols=True, file=sys.stderr)
     log = bar.write if not args.no_progress else print
     start_iter = state["iter"]
+    schedule = nn.optim.WarmupCosineLR(optimizer, args.warmup_iters, args.lr_decay_iters or args.max_iters,
+                                       args.min_lr, max_lr=args.lr, last_step=start_iter - 1)
     for it in range(start_iter, args.max_iters + 1):
-        lr = nn.optim.warmup_cosine(it, args.lr, args.warmup_iters, decay_iters, args.min_lr)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
         if (it % args.eval_interval == 0 or it == args.max_iters) and not (args.resume and it == start_iter):
             losses = estimate_loss(model, data, args, it)
             state["evals"].append({"iter": it, **losses})
@@ -249,13 +245,15 @@ def train(args):
         optimizer.step()
         loss_value = loss.item()
         if not math.isfinite(loss_value):
-            raise ValueError(f"the loss became {loss_value} at iteration {it} (lr {lr:.2e}); "
+            raise ValueError(f"the loss became {loss_value} at iteration {it} "
+                             f"(lr {optimizer.param_groups[0]['lr']:.2e}); "
                              "try a smaller --lr or a --grad-clip")
         state["history"].append(loss_value)
         dt = time.perf_counter() - t0
         bar.set_postfix_str(f"loss {loss_value:.4f}, {tokens_per_iter / dt:,.0f} tok/s, {dt * 1e3:.0f} ms/it, "
                             f"mfu {flops_per_iter / dt / peak:.1%}", refresh=False)
         bar.update(1)
+        schedule.step()
     bar.close()
 
     plot_losses(out_dir / "loss.png", state["history"], state["evals"])
