@@ -15,12 +15,12 @@ from .tensor import (Tensor, Function, ShapeError, no_grad, name_scope, is_grad_
 from .value import Value
 from .functional import (concat, stack, split, where, softmax, log_softmax, cross_entropy, embedding,
                          layer_norm, dropout, scaled_dot_product_attention, linear, zeros, ones, randn, rand, arange)
-from .gradcheck import gradcheck, GradcheckError
+from .gradcheck import gradcheck, GradcheckError, jacobian
 
 __all__ = [
     "Tensor", "Value", "Function", "ShapeError", "no_grad", "name_scope", "is_grad_enabled",
     "set_default_dtype", "get_default_dtype", "manual_seed", "get_rng_state", "set_rng_state",
     "concat", "stack", "split", "where", "softmax", "log_softmax", "cross_entropy", "embedding",
     "layer_norm", "dropout", "scaled_dot_product_attention", "linear", "zeros", "ones", "randn", "rand", "arange",
-    "gradcheck", "GradcheckError", "topological_order", "backward_steps", "root_grad",
+    "gradcheck", "GradcheckError", "topological_order", "backward_steps", "root_grad", "jacobian",
 ]

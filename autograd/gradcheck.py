@@ -1,15 +1,23 @@
-"""gradcheck: compare backward() with central finite differences.
+"""Checks a learner can read: backward() against finite differences, and a Jacobian written out in full.
 
-For f: inputs → output and a fixed random projection v, the scalar
+gradcheck: for f: inputs → output and a fixed random projection v, the scalar
 L = Σ v ⊙ f(inputs) has ∂L/∂x = VJP(v). The engine computes that with one
 backward(); the check estimates each component as
 (L(x + εeᵢ) − L(x − εeᵢ)) / 2ε, which has error O(ε²). Use float64 inputs:
-in float32 the rounding error of L swamps any ε small enough.
+in float32 the rounding error of L swamps any ε small enough. On a mismatch
+it raises with a table of the worst entries: input, index, analytic, numeric,
+error.
+
+jacobian: the full matrix ∂f/∂x, one backward() per output element. The ops
+never build it (they apply it as a VJP); this is for looking at one, e.g.
+softmax's diag(p) − ppᵀ, on inputs of a few elements.
 """
 import numpy as np
 
 from . import backend
 from .tensor import Tensor, no_grad
+
+WORST_SHOWN = 5
 
 
 class GradcheckError(AssertionError):
@@ -21,8 +29,48 @@ def _projected(fn, inputs, v):
     return float((backend.to_host(out.data).astype(np.float64) * v).sum())
 
 
+def _finite_differences(fn, inputs, t, v, eps):
+    """∂L/∂t by central differences, perturbing t's data in place one entry at a time."""
+    numeric = np.zeros(t.shape)
+    t.data = backend.xp_for(t.device).ascontiguousarray(t.data)
+    flat = t.data.reshape(-1)  # a view: perturbing it perturbs the input
+    for i in range(flat.size):
+        original = flat[i].item()
+        flat[i] = original + eps
+        plus = _projected(fn, inputs, v)
+        flat[i] = original - eps
+        minus = _projected(fn, inputs, v)
+        flat[i] = original
+        numeric.reshape(-1)[i] = (plus - minus) / (2 * eps)
+    return numeric
+
+
+def _number(x):
+    return f"{x:.8g}"
+
+
+def _failure_table(failures, atol, rtol):
+    """The worst mismatches over all inputs, largest error first, as lines of text."""
+    failures = sorted(failures, key=lambda row: -row[4])
+    header = ("input", "index", "analytic", "numeric", "error")
+    rows = [(str(i), "[" + ", ".join(str(int(k)) for k in index) + "]", _number(a), _number(n), f"{err:.3g}")
+            for i, index, a, n, err in failures[:WORST_SHOWN]]
+    widths = [max(len(r[c]) for r in rows + [header]) for c in range(len(header))]
+    lines = ["  " + "  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in [header] + rows]
+    more = len(failures) - WORST_SHOWN
+    if more > 0:
+        lines.append(f"  … and {more} more")
+    lines.append(f"  (an entry fails when |analytic − numeric| > {atol:g} + {rtol:g}·|numeric|)")
+    return "\n".join(lines)
+
+
 def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0):
-    """True if backward() matches finite differences for every input that requires grad; raises otherwise."""
+    """True if backward() matches finite differences for every input that requires grad; raises otherwise.
+
+    The error lists the worst entries: which input, the index in it, the
+    gradient backward() gave (analytic), the finite-difference estimate
+    (numeric) and their absolute difference.
+    """
     inputs = list(inputs)
     checked = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
     if not checked:
@@ -34,26 +82,54 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0):
     out = fn(*inputs)
     v = np.random.default_rng(seed).standard_normal(out.shape)
     out.backward(backend.xp_for(out.device).asarray(v, dtype=out.dtype))
+    failures, failed_inputs = [], []
     with no_grad():
-        for index, t in enumerate(inputs):
+        for position, t in enumerate(inputs):
             if not (isinstance(t, Tensor) and t.requires_grad):
                 continue
-            analytic = np.zeros(t.shape) if t.grad is None else backend.to_host(t.grad)
-            numeric = np.zeros(t.shape)
-            t.data = backend.xp_for(t.device).ascontiguousarray(t.data)
-            flat = t.data.reshape(-1)  # a view: perturbing it perturbs the input
-            for i in range(flat.size):
-                original = flat[i].item()
-                flat[i] = original + eps
-                plus = _projected(fn, inputs, v)
-                flat[i] = original - eps
-                minus = _projected(fn, inputs, v)
-                flat[i] = original
-                numeric.reshape(-1)[i] = (plus - minus) / (2 * eps)
-            if not np.allclose(analytic, numeric, atol=atol, rtol=rtol):
-                worst = np.unravel_index(np.argmax(np.abs(analytic - numeric)), t.shape)
-                raise GradcheckError(
-                    f"gradcheck: input {index} (shape {t.shape}): backward gives {analytic[worst]:.8g} "
-                    f"at {worst}, finite differences {numeric[worst]:.8g} "
-                    f"(max abs error {np.abs(analytic - numeric).max():.3g})")
+            analytic = np.zeros(t.shape) if t.grad is None else backend.to_host(t.grad).astype(np.float64)
+            numeric = _finite_differences(fn, inputs, t, v, eps)
+            if np.allclose(analytic, numeric, atol=atol, rtol=rtol):
+                continue
+            failed_inputs.append(f"input {position} (shape {t.shape})")
+            error = np.abs(analytic - numeric)
+            bad = error > atol + rtol * np.abs(numeric)
+            for flat_index in range(t.size):
+                index = np.unravel_index(flat_index, t.shape)
+                if bad[index]:
+                    failures.append((position, index, analytic[index], numeric[index], error[index]))
+    if failures:
+        raise GradcheckError(f"gradcheck: backward() disagrees with finite differences for "
+                             f"{', '.join(failed_inputs)}; the worst entries:\n"
+                             + _failure_table(failures, atol, rtol))
     return True
+
+
+def jacobian(fn, x):
+    """The full Jacobian J[i..., j...] = ∂fn(x)[i...]/∂x[j...] as a host float64 array of shape out.shape + x.shape.
+
+    `x` is a Tensor or array of floats (a new leaf is made from its data, so
+    the caller's tensor is left alone); `fn` maps one Tensor to one Tensor.
+    It runs one backward() per element of the output: for teaching on a few
+    elements, never inside a model.
+    """
+    data = x.data if isinstance(x, Tensor) else x
+    leaf = Tensor(data, requires_grad=True)
+    if leaf.size > 1024:
+        raise ValueError(f"jacobian: x has {leaf.size} elements; the full matrix is for small teaching inputs "
+                         "(≤ 1024), use backward() for a vector-Jacobian product instead")
+    out = fn(leaf)
+    if not isinstance(out, Tensor):
+        raise TypeError(f"jacobian: fn must return a Tensor, got {type(out).__name__}")
+    xp = backend.xp_for(out.device)
+    result = np.zeros(out.shape + leaf.shape)
+    for flat_index in range(out.size):
+        index = np.unravel_index(flat_index, out.shape)
+        seed = xp.zeros(out.shape, dtype=out.dtype)
+        seed[index] = 1
+        leaf.grad = None
+        if out.requires_grad:
+            out.backward(seed, retain_graph=True)
+        if leaf.grad is not None:
+            result[index] = backend.to_host(leaf.grad)
+    return result

@@ -83,13 +83,15 @@ class Function:
 
     What tools read from a recorded op (`tensor.op`): `name`, `rule`, `scope`
     (the dotted name of the module that recorded it, "" outside any), `inputs`
-    (the input tensors) and `saved` (the arrays kept for backward). A backward()
-    without retain_graph sets `inputs` and `saved` to None once the op has run.
+    (the input tensors), `params` (the keyword arguments it was applied with:
+    targets, ids, masks, settings) and `saved` (the arrays kept for backward). A
+    backward() without retain_graph sets `inputs`, `params` and `saved` to None once the op has run.
     """
 
     rule = ""
     scope = ""
     inputs = None
+    params = {}
     saved = ()
 
     @property
@@ -124,7 +126,7 @@ class Function:
             out, out_device = op.xp.asarray(out), device
         requires_grad = any(op.needs_grad) and out.dtype.kind in FLOAT_KINDS
         if requires_grad:
-            op.inputs = inputs
+            op.inputs, op.params = inputs, params
             if _scopes:
                 op.scope = _scopes[-1]
         return Tensor._make(out, out_device, requires_grad, op if requires_grad else None)
@@ -436,7 +438,7 @@ def backward_steps(root, grad, free=True):
                 grads[id(x)] = pg if previous is None else previous + pg
                 sent.append((x, pg, returned))
             if free:
-                op.inputs = op.saved = None
+                op.inputs = op.saved = op.params = None
         yield t, g, sent
 
 

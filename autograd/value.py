@@ -1,83 +1,62 @@
 """Value: a scalar that remembers how it was computed — the whole idea of autograd in one screen.
 
-Each op computes its result and stores a small `_backward` that applies the
-op's local derivative: it reads `out.grad` and *adds* into its inputs' grads
-(adds, because an input used twice must receive both contributions).
-`backward()` orders the graph topologically and runs those closures from the
-output back. `Tensor` is the same story with arrays.
+Each op computes its result and, beside it, its local derivatives ∂out/∂input,
+one per input, stored on the result (`local_grads`). `backward()` orders the
+graph topologically and walks it from the output back, adding
+local derivative × out.grad into each input's grad (adding, because an input
+used twice must receive both contributions). A node points only at its inputs,
+never back at itself, so a graph is freed the moment it is dropped, with no
+work left for the garbage collector. `Tensor` is the same story with arrays.
 """
 import math
 
 
 class Value:
-    __slots__ = ("data", "grad", "_inputs", "_backward", "op")
+    __slots__ = ("data", "grad", "inputs", "local_grads", "op", "label")
 
-    def __init__(self, data, _inputs=(), op=""):
+    def __init__(self, data, inputs=(), local_grads=(), op="", label=""):
         self.data = float(data)
         self.grad = 0.0
-        self._inputs = _inputs
-        self._backward = lambda: None
-        self.op = op
+        self.inputs = inputs            # the Values this one was computed from
+        self.local_grads = local_grads  # ∂self/∂input for each of them, at this point
+        self.op = op                    # the op that made it, for pictures: "+", "*", "tanh", …
+        self.label = label              # a name for pictures: "x1", "w1", …
 
     def __repr__(self):
         return f"Value(data={self.data:.6g}, grad={self.grad:.6g})"
 
-    def __add__(self, other):
+    def __add__(self, other):  # ∂out/∂self = 1, ∂out/∂other = 1
         other = other if isinstance(other, Value) else Value(other)
-        out = Value(self.data + other.data, (self, other), "+")
+        return Value(self.data + other.data, (self, other), (1.0, 1.0), "+")
 
-        def _backward():  # ∂out/∂self = 1, ∂out/∂other = 1
-            self.grad += out.grad
-            other.grad += out.grad
-        out._backward = _backward
-        return out
-
-    def __mul__(self, other):
+    def __mul__(self, other):  # ∂out/∂self = other, ∂out/∂other = self
         other = other if isinstance(other, Value) else Value(other)
-        out = Value(self.data * other.data, (self, other), "*")
+        return Value(self.data * other.data, (self, other), (other.data, self.data), "*")
 
-        def _backward():  # ∂out/∂self = other, ∂out/∂other = self
-            self.grad += other.data * out.grad
-            other.grad += self.data * out.grad
-        out._backward = _backward
-        return out
+    def __pow__(self, k):  # ∂out/∂self = k · self^(k−1)
+        if not isinstance(k, (int, float)):
+            raise TypeError(f"Value ** takes a number as exponent, got {type(k).__name__}; "
+                            f"for x ** y with y a Value write (y * x.log()).exp()")
+        return Value(self.data ** k, (self,), (k * self.data ** (k - 1),), f"**{k}")
 
-    def __pow__(self, exponent):
-        if not isinstance(exponent, (int, float)):
-            raise TypeError("Value ** only takes a number as exponent")
-        out = Value(self.data ** exponent, (self,), f"**{exponent}")
-
-        def _backward():  # ∂out/∂self = k · self^(k−1)
-            self.grad += exponent * self.data ** (exponent - 1) * out.grad
-        out._backward = _backward
-        return out
-
-    def _unary(self, result, local_derivative, op):
-        """An op of one input: `local_derivative` is ∂out/∂self at this point."""
-        out = Value(result, (self,), op)
-
-        def _backward():
-            self.grad += local_derivative * out.grad
-        out._backward = _backward
-        return out
-
-    def exp(self):
+    def exp(self):  # (eˣ)' = eˣ
         e = math.exp(self.data)
-        return self._unary(e, e, "exp")
+        return Value(e, (self,), (e,), "exp")
 
-    def log(self):
-        return self._unary(math.log(self.data), 1 / self.data, "log")
+    def log(self):  # (ln x)' = 1/x
+        return Value(math.log(self.data), (self,), (1 / self.data,), "log")
 
-    def tanh(self):
+    def tanh(self):  # tanh' = 1 − tanh²
         t = math.tanh(self.data)
-        return self._unary(t, 1 - t * t, "tanh")
+        return Value(t, (self,), (1 - t * t,), "tanh")
 
-    def sigmoid(self):
+    def sigmoid(self):  # σ' = σ(1 − σ)
         s = 0.5 * (math.tanh(0.5 * self.data) + 1)  # 1/(1+e^−x) without overflow
-        return self._unary(s, s * (1 - s), "sigmoid")
+        return Value(s, (self,), (s * (1 - s),), "sigmoid")
 
-    def relu(self):
-        return self._unary(max(self.data, 0.0), float(self.data > 0), "relu")
+    def relu(self):  # 1 where x > 0, else 0
+        positive = self.data > 0
+        return Value(self.data if positive else 0.0, (self,), (1.0 if positive else 0.0,), "relu")
 
     def __neg__(self): return self * -1
     def __sub__(self, other): return self + (-other)
@@ -87,17 +66,34 @@ class Value:
     def __rmul__(self, other): return self * other
     def __rtruediv__(self, other): return Value(other) / self
 
-    def backward(self):
-        """Set every ancestor's `.grad` to d(self)/d(ancestor)."""
-        order, visited, stack = [], set(), [(self, False)]
+    def topological_order(self):
+        """Every Value below self, each after all of its inputs (self last): the order of the forward pass."""
+        order, entered, done, stack = [], set(), set(), [self]
         while stack:  # depth-first, iterative: long chains need no recursion
-            v, inputs_done = stack.pop()
-            if inputs_done:
-                order.append(v)
-            elif v not in visited:
-                visited.add(v)
-                stack.append((v, True))
-                stack.extend((child, False) for child in v._inputs)
+            v = stack[-1]
+            if v not in entered:  # first visit: its inputs go on top, to be finished first
+                entered.add(v)
+                stack.extend(child for child in v.inputs if child not in entered)
+            else:                 # back again: every input is in `order` already
+                stack.pop()
+                if v not in done:
+                    done.add(v)
+                    order.append(v)
+        return order
+
+    def backward(self):
+        """Add d(self)/d(v) into every leaf v's `.grad`; computed nodes get this call's gradient.
+
+        Leaf gradients ACCUMULATE: a second backward() (through the same graph or
+        a new one) adds to what the first left there, as in micrograd and
+        PyTorch. Zero them before each step: `for p in params: p.grad = 0.0`.
+        A computed node (one with inputs) holds d(self)/d(node) of the latest call.
+        """
+        order = self.topological_order()
+        for v in order:
+            if v.inputs:
+                v.grad = 0.0
         self.grad = 1.0
-        for v in reversed(order):
-            v._backward()
+        for v in reversed(order):  # every consumer of v comes before v: its grad is complete
+            for child, local in zip(v.inputs, v.local_grads):
+                child.grad += local * v.grad

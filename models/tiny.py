@@ -18,16 +18,20 @@ What this file promises:
 * Sampling views of a logit vector: `temperature_probs`, `top_k_probs`, `top_p_probs`.
 * `demo_loss()`: that loss, with every op of the model in its graph, for `viz`.
 
-`python -m models.tiny` prints every intermediate table in the article's order.
+`python -m models.tiny` prints every intermediate table in the article's order,
+each headed by the article's section. Wherever the article's figure differs
+(it rounds, it leaves out LayerNorm's ε, it keeps γ and β fixed, and two of its
+sampling rows are wrong), a line marked '≠ article' says by how much and why,
+with the arithmetic. Values below 1e-4 print in scientific notation.
 """
 import math
-import unicodedata
 
 import numpy as np
 
 import autograd as ag
 import nn
 from models.cli import Parser
+from models.numbers import fixed, format_table, text_width
 
 VOCAB = ["<pad>", "<bos>", "我", "爱", "你", "他"]
 INPUT_IDS = [2, 3]   # 我爱
@@ -153,44 +157,96 @@ def top_p_probs(logits, top_p):
     return ag.softmax(logits, mask=keep)
 
 
-def _width(text):
-    """Columns a string takes in a terminal: CJK characters take two."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+# Figures the article prints that exact arithmetic does not give; main() says by how much and why.
+ARTICLE = {
+    "score 爱→我": 0.777,
+    "LayerNorm": 1.0,
+    "FFN h0 at 我": 0.0,
+    "p(你)": 0.085,
+    "loss": 2.465,
+    "T = 0.5": {"爱": 0.396, "你": 0.045, "他": 0.266},
+    "top-k 3": {"爱": 0.405, "他": 0.332, "<pad>": 0.272},
+}
 
 
-def _pad(text, width, right=False):
-    gap = " " * max(0, width - _width(text))
-    return gap + text if right else text + gap
+def _section(article_section, title):
+    """A heading: the article's section (in its words), then what the table holds."""
+    heading = f"{article_section} · {title}"
+    print(f"\n── {heading} " + "─" * max(4, 76 - text_width(heading)))
 
 
-def _number(value):
-    if np.isneginf(value):
-        return "-inf"
-    return f"{0.0 if abs(value) < 5e-7 else value:.6f}"  # no "-0.000000"
-
-
-def format_table(values, rows, cols):
-    """A labelled table of numbers with 6 decimals (a vector is one row)."""
-    values = np.atleast_2d(values)
-    cells = [[_number(v) for v in row] for row in values]
-    row_width = max(_width(r) for r in rows)
-    col_width = max([_width(c) for c in cols] + [len(s) for row in cells for s in row])
-    lines = ["  " + _pad("", row_width) + "".join("  " + _pad(c, col_width, right=True) for c in cols)]
-    for label, row in zip(rows, cells):
-        lines.append("  " + _pad(label, row_width) + "".join("  " + _pad(s, col_width, right=True) for s in row))
-    return "\n".join(lines)
-
-
-def _section(title):
-    print(f"\n── {title} " + "─" * max(4, 72 - _width(title)))
-
-
-def _table(title, tensor, rows, cols, note=None):
-    _section(title)
+def _table(article_section, title, tensor, rows, cols, note=None):
+    _section(article_section, title)
     values = tensor.numpy() if isinstance(tensor, ag.Tensor) else tensor
     print(format_table(values, rows, cols))
     if note:
         print(f"  {note}")
+
+
+def _article(text):
+    """A line where the article's figure differs from the engine's: by how much, and why."""
+    print(f"  ≠ article: {text}")
+
+
+def _signed(x):
+    return ("+" if x >= 0 else "") + fixed(x)
+
+
+def explain_score(steps):
+    """The article's S[爱, 我] = 0.777 against the exact Q[爱]·K[我]/√2."""
+    q, k = steps["Q"].numpy()[1], steps["K"].numpy()[0]
+    exact = steps["scores"].numpy()[1, 0]
+    other = steps["scores"].numpy()[1, 1]
+    article = ARTICLE["score 爱→我"]
+    weight = 1 / (1 + math.exp(other - article))  # softmax over two scores is a sigmoid of their difference
+    engine_weight = steps["attn_weights"].numpy()[1, 0]
+    _article(f"S[爱, 我] = {article:.3f}, here {fixed(exact)} ({_signed(exact - article)}): "
+             f"the article multiplied rounded Q and K.")
+    print(f"    exact: (Q[爱]·K[我]) / √2 = ({fixed(q[0])}·{fixed(k[0])} + {fixed(q[1])}·{fixed(k[1])}) / √2 "
+          f"= {fixed(exact)}")
+    print(f"    from {article:.3f}, softmax would weigh row 爱 {fixed(weight)} / {fixed(1 - weight)} "
+          f"instead of the {fixed(engine_weight)} / {fixed(1 - engine_weight)} below")
+
+
+def explain_layer_norm(residual, normed, eps):
+    """LayerNorm over d = 2 gives ±δ/√(δ² + ε), not ±1."""
+    a, b = residual[0]
+    delta = (a - b) / 2
+    _article(f"±{ARTICLE['LayerNorm']:.3f}, here ±{fixed(abs(normed[0, 0]))} "
+             f"({_signed(abs(normed[0, 0]) - ARTICLE['LayerNorm'])}): LayerNorm divides by √(variance + ε), "
+             f"ε = {eps:g}.")
+    normed_by_hand = abs(delta) / math.sqrt(delta * delta + eps)
+    print(f"    over d = 2 a row (a, b) becomes ±δ/√(δ² + ε) with δ = (a − b)/2; row 我: δ = {fixed(delta)}, "
+          f"{fixed(abs(delta))}/√({fixed(delta * delta)} + {eps:g}) = {fixed(normed_by_hand)}")
+
+
+def explain_ffn_kink(h1, w_1, b_1, pre):
+    """The article's 0 at h0 of 我 is 0.1·(1 − 0.999967) here: ReLU's input is just above its kink."""
+    x0, x1 = h1[0]
+    value = pre[0, 0]
+    _article(f"h0 at 我 = {ARTICLE['FFN h0 at 我']:g}, here {fixed(value)}: with H⁽¹⁾[我] = "
+             f"({fixed(x0)}, {fixed(x1)}) instead of (−1, 1),")
+    print(f"    {w_1[0, 0]:g}·({fixed(x0)}) + {w_1[1, 0]:g}·{fixed(x1)} + {b_1[0]:g} = {fixed(value)} "
+          f"{'> 0, so ReLU lets it through' if value > 0 else '≤ 0, so ReLU stops it'}")
+
+
+def explain_sampling_row(name, probs, z, kept, symbol, kept_text):
+    """The article's row `name` of a sampling table is wrong: its figures, the right ones, and the arithmetic.
+
+    `z` are the logits the row's softmax sees (already divided by T), `kept` the positions it keeps.
+    """
+    article = ARTICLE[name]
+    wrong = " / ".join(f"p({t}) = {v:.3f}" for t, v in article.items())
+    right = " / ".join(f"{probs[VOCAB.index(t)]:.4f}" for t in article)
+    _article(f"the article's {name} row is wrong: {wrong} (these alone sum to {sum(article.values()):.3f}).")
+    print(f"    The right values are {right}:")
+    e = np.exp(z)
+    total = e[kept].sum()
+    print(f"    {symbol} {kept_text} = ({', '.join(fixed(v) for v in z[kept])})")
+    print(f"    e^({symbol}) = ({', '.join(fixed(v) for v in e[kept])}), Σ = {fixed(total)}")
+    for t in article:
+        i = VOCAB.index(t)
+        print(f"    p({t}) = {fixed(e[i])} / {fixed(total)} = {fixed(e[i] / total)}")
 
 
 def main(argv=None):
@@ -212,87 +268,120 @@ def main(argv=None):
     target = VOCAB[TARGET_ID]
 
     print(f"A one-layer transformer by hand: {''.join(tokens)} → {target}, every number computed by the engine.")
-    _section("tokens")
+    print("Each heading names the article's section first. Where the article's figure differs, a line marked")
+    print("'≠ article' says by how much and why. Values below 1e-4 print as 1.23e-05: tiny is not zero.")
+    _section("输入", "tokens")
     for label, token_id in zip(positions, INPUT_IDS):
         print(f"  {label}  id {token_id}")
     print(f"  target: {target} (id {TARGET_ID}), predicted from the last position")
     onehot = np.eye(len(VOCAB))[INPUT_IDS]
-    _table("one-hot rows", onehot, positions, VOCAB)
+    _table("输入", "one-hot rows", onehot, positions, VOCAB)
     with ag.no_grad():
         same = np.allclose((ag.Tensor(onehot) @ model.E).numpy(), steps["X"].numpy())
-    _table("X = embeddings (rows of E picked by the ids)", steps["X"], positions, dims,
+    _table("词嵌入", "X = embeddings (rows of E picked by the ids)", steps["X"], positions, dims,
            note=f"one-hot · E gives the same rows: {same}")
-    _table("PE = sinusoidal positions (sin pos, cos pos)", steps["PE"], positions, dims)
-    _table("H⁽⁰⁾ = X + PE", steps["H0"], positions, dims)
+    _table("位置编码", "PE = sinusoidal positions (sin pos, cos pos)", steps["PE"], positions, dims)
+    _table("位置编码", "H⁽⁰⁾ = X + PE", steps["H0"], positions, dims)
     for name in ("Q", "K", "V"):
-        _table(f"{name} = H⁽⁰⁾ W_{name}", steps[name], positions, dims)
-    _table("scores = Q Kᵀ / √2   (rows: queries, columns: keys)", steps["scores"], positions, tokens)
+        _table("自注意力", f"{name} = H⁽⁰⁾ W_{name}", steps[name], positions, dims)
+    _table("自注意力", "scores = Q Kᵀ / √2   (rows: queries, columns: keys)", steps["scores"], positions, tokens)
+    explain_score(steps)
     masked = ag.where(steps["mask"], steps["scores"].detach(), -np.inf)
-    _table("masked scores (causal: a position sees only itself and earlier ones)", masked, positions, tokens)
-    _table("attention weights = softmax(masked scores)", steps["attn_weights"], positions, tokens)
-    _table("attention output = weights · V", steps["attn_out"], positions, dims)
-    _table("residual: H⁽⁰⁾ + attention", steps["H0+attn"], positions, dims)
-    _table("H⁽¹⁾ = LayerNorm(H⁽⁰⁾ + attention)", steps["H1"], positions, dims)
-    _table("FFN hidden before ReLU = H⁽¹⁾ W_1 + b_1", steps["ffn_pre"], positions, hidden_dims)
-    _table("FFN hidden after ReLU", steps["ffn_hidden"], positions, hidden_dims)
-    _table("FFN output = ReLU(·) W_2 + b_2", steps["ffn_out"], positions, dims)
-    _table("residual: H⁽¹⁾ + FFN", steps["H1+ffn"], positions, dims)
-    _table("H⁽²⁾ = LayerNorm(H⁽¹⁾ + FFN)", steps["H2"], positions, dims)
+    _table("因果掩码", "masked scores (causal: a position sees only itself and earlier ones)", masked, positions, tokens)
+    _table("自注意力", "attention weights = softmax(masked scores)", steps["attn_weights"], positions, tokens)
+    _table("自注意力", "attention output = weights · V", steps["attn_out"], positions, dims)
+    _table("残差连接", "residual: H⁽⁰⁾ + attention", steps["H0+attn"], positions, dims)
+    _table("层归一化", "H⁽¹⁾ = LayerNorm(H⁽⁰⁾ + attention)", steps["H1"], positions, dims)
+    explain_layer_norm(steps["H0+attn"].numpy(), steps["H1"].numpy(), model.ln1.eps)
+    _table("前馈网络", "FFN hidden before ReLU = H⁽¹⁾ W_1 + b_1", steps["ffn_pre"], positions, hidden_dims)
+    explain_ffn_kink(steps["H1"].numpy(), model.W_1.numpy(), model.b_1.numpy(), steps["ffn_pre"].numpy())
+    _table("前馈网络", "FFN hidden after ReLU", steps["ffn_hidden"], positions, hidden_dims)
+    _table("前馈网络", "FFN output = ReLU(·) W_2 + b_2", steps["ffn_out"], positions, dims)
+    _table("残差连接", "residual: H⁽¹⁾ + FFN", steps["H1+ffn"], positions, dims)
+    _table("层归一化", "H⁽²⁾ = LayerNorm(H⁽¹⁾ + FFN)", steps["H2"], positions, dims)
+    h = steps["H2"].numpy()[-1]
+    print(f"  the same ε: ±{fixed(abs(h[0]))}; δ is larger here, so closer to 1 (the article: ±1)")
 
     last_logits = logits.detach()[-1]
+    z = last_logits.numpy()
     probs = ag.softmax(last_logits)
-    _table("logits = h Eᵀ at the last position (LM head tied to E)", last_logits, [last], VOCAB)
-    _table("probabilities = softmax(logits)", probs, [last], VOCAB,
-           note=f"p({target}) = {probs.numpy()[TARGET_ID]:.6f}")
+    p = probs.numpy()
+    _table("输出层", "logits = h Eᵀ at the last position (LM head tied to E)", last_logits, [last], VOCAB)
+    article_logits = model.E.numpy() @ np.array([1.0, -1.0])
+    _article(f"({', '.join(f'{v:g}' for v in article_logits)}), here within "
+             f"{np.abs(z - article_logits).max():.1e} of those:")
+    print(f"    logit(v) = h·E[v] with h = H⁽²⁾[{tokens[-1]}] = ({fixed(h[0])}, {fixed(h[1])}) (LayerNorm's ε), "
+          "where the article's h = (1, −1)")
+    _table("Softmax", "probabilities = softmax(logits)", probs, [last], VOCAB,
+           note=f"p({target}) = {fixed(p[TARGET_ID])} (the article rounds it to {ARTICLE['p(你)']:.3f})")
 
-    _section("sampling the next token")
-    greedy = int(np.argmax(last_logits.numpy()))
+    _section("采样", "sampling the next token")
+    greedy = int(np.argmax(z))
     print(f"  greedy (argmax): {VOCAB[greedy]}")
     temperatures = [0.5, 1.0, 2.0]
     by_temperature = np.stack([temperature_probs(last_logits, t).numpy() for t in temperatures])
     print("  temperature T: softmax(logits / T)")
     print(format_table(by_temperature, [f"T = {t:g}" for t in temperatures], VOCAB))
+    sharp = by_temperature[0]
+    explain_sampling_row("T = 0.5", sharp, z / 0.5, np.arange(len(VOCAB)), "z/T", "(= 2z), every token")
     print("  top-k = 3: keep the 3 largest logits, renormalise")
-    print(format_table(top_k_probs(last_logits, 3).numpy(), ["top-k 3"], VOCAB))
+    top3 = top_k_probs(last_logits, 3).numpy()
+    print(format_table(top3, ["top-k 3"], VOCAB))
+    explain_sampling_row("top-k 3", top3, z, np.argsort(-z, kind="stable")[:3], "z", "of the 3 largest")
     print("  top-p = 0.5: keep the likeliest tokens until their mass reaches 0.5, renormalise")
     print(format_table(top_p_probs(last_logits, 0.5).numpy(), ["top-p 0.5"], VOCAB))
 
-    _section("loss")
-    print(f"  L = −log p({target}) = {loss.item():.6f}")
+    _section("损失函数", "loss")
+    print(f"  L = −log p({target}) = {fixed(loss.item())}")
+    _article(f"{ARTICLE['loss']:.3f} = −ln {ARTICLE['p(你)']:.3f} = {-math.log(ARTICLE['p(你)']):.6f}: it rounded "
+             f"p({target}) before the log; −ln {fixed(p[TARGET_ID])} = {fixed(loss.item())} "
+             f"({_signed(loss.item() - ARTICLE['loss'])})")
 
     onehot_target = np.eye(len(VOCAB))[TARGET_ID]
-    _section("∂L/∂logits = p − y (the softmax and the log cancel)")
-    print(format_table(np.stack([probs.numpy(), onehot_target, logits.grad[-1]]),
+    _section("反向传播", "∂L/∂logits = p − y (the softmax and the log cancel)")
+    print(format_table(np.stack([p, onehot_target, logits.grad[-1]]),
                        ["p", "y", "p − y = ∂L/∂logits"], VOCAB))
     print("\n  Every parameter's gradient follows. Those of the layers below the last LayerNorm are tiny:")
     print("  over d = 2, LayerNorm sends any (a, b) to about ±(1, −1), so hardly any gradient gets through it.")
+    print("  Exactly 0.000000 means no path: the loss reads position 爱 only, and ReLU closes h2 there.")
     labels = {"E": VOCAB, "W_1": dims, "W_2": hidden_dims}
     col_labels = {"W_1": hidden_dims, "b_1": hidden_dims}
+    dz_target = logits.grad[-1][TARGET_ID]
     for name, param in model.named_parameters():
         rows = labels.get(name, dims) if param.ndim == 2 else [name]
         cols = col_labels.get(name, dims)
-        note = None
+        _table("反向传播", f"∂L/∂{name}", param.grad, rows, cols)
         if name == "E":
-            note = (f"row {target} comes only from the tied head ({target} is not in the input): "
-                    f"(p({target}) − 1) · h = {_number(logits.grad[-1][TARGET_ID])} · h;\n"
-                    f"  rows {'/'.join(tokens)} also get the embedding lookup's share")
-        _table(f"∂L/∂{name}", param.grad, rows, cols, note=note)
+            print(f"  row {target} comes only from the tied head ({target} is not in the input): "
+                  f"(p({target}) − 1) · h = {fixed(dz_target)} · h;")
+            print(f"  rows {'/'.join(tokens)} also get the embedding lookup's share")
+            _article(f"({fixed(dz_target)}, {fixed(-dz_target)}), the gradient for h = (1, −1); "
+                     f"here h = ({fixed(h[0])}, {fixed(h[1])}) (LayerNorm's ε):")
+            print(f"    {fixed(dz_target)} × {fixed(h[0])} = {fixed(dz_target * h[0])}")
+
+    print("  ≠ article: it keeps LayerNorm's γ = 1 and β = 0 fixed, so it has no ∂L/∂ln*.weight or ∂L/∂ln*.bias;")
+    print("    here they are parameters (nn.LayerNorm) with a gradient, and they train")
 
     old_row = model.E.numpy()[TARGET_ID].copy()
-    old_logit = last_logits.numpy()[TARGET_ID]
-    optimizer = nn.optim.SGD(model.parameters(), lr=LR)
-    optimizer.step()
+    old_logit = z[TARGET_ID]
+    before = {name: param.numpy().copy() for name, param in model.named_parameters()}
+    nn.optim.SGD(model.parameters(), lr=LR).step()
     with ag.no_grad():
         new_logit = (steps["H2"][-1] @ model.E[TARGET_ID]).item()
-    _section(f"one SGD step, lr = {LR:g}: E[{target}] ← E[{target}] − lr · ∂L/∂E[{target}]")
+        recomputed = model(INPUT_IDS)[-1].numpy()[TARGET_ID]
+        for name, param in model.named_parameters():
+            if name.startswith("ln"):
+                param.data[...] = before[name]
+        without_layer_norm_step = model(INPUT_IDS)[-1].numpy()[TARGET_ID]
+    _section("参数更新", f"one SGD step, lr = {LR:g}: E[{target}] ← E[{target}] − lr · ∂L/∂E[{target}]")
     print(format_table(np.stack([old_row, model.E.grad[TARGET_ID], model.E.numpy()[TARGET_ID]]),
                        [f"E[{target}] before", f"∂L/∂E[{target}]", f"E[{target}] after"], dims))
     print(f"  logit({target}) = h · E[{target}] for the same last hidden state h: "
-          f"{_number(old_logit)} → {_number(new_logit)}")
-    with ag.no_grad():
-        recomputed = model(INPUT_IDS)[-1].numpy()[TARGET_ID]
-    print(f"  (the whole forward again, after every parameter took its step, LayerNorm's γ and β too: "
-          f"{_number(recomputed)})")
+          f"{fixed(old_logit)} → {fixed(new_logit)}")
+    print(f"  the whole forward again, every parameter stepped but γ and β (fixed, as in the article): "
+          f"{fixed(without_layer_norm_step)}")
+    _article(f"γ and β are fixed there; here they are trained too, and with their step the whole forward gives "
+             f"{fixed(recomputed)} ({_signed(recomputed - without_layer_norm_step)})")
 
 
 if __name__ == "__main__":

@@ -27,8 +27,11 @@ import sys
 from collections import Counter, deque
 from pathlib import Path
 
+from autograd import Value
+
 from .loading import demo_loss_of
 from .numbers import host, norm, number, shape_text
+from .roles import VALUE_RULES, constants, input_roles, reduction_note
 from .walk import GraphWalk
 
 INSTALL_PYTHON = 'pip install -e ".[viz]"  (or: pip install graphviz)'
@@ -46,6 +49,7 @@ MODULE = ("#e8ddf5", "#6a4c93")
 SAVED = "#ef8a00"                      # the thick border of a tensor whose data an op keeps
 MUTED = "#5a5a5a"
 FONT = "Helvetica,Arial,sans-serif"
+SMALL = 16                             # a tensor of at most this many elements shows its values
 
 
 def _graphviz():
@@ -69,8 +73,11 @@ def _bytes(n):
 
 
 class _Node:
-    def __init__(self, kind, label, attrs, cluster=""):
+    """A node to draw; `legend` names the legend rows it needs (only those the picture holds are listed)."""
+
+    def __init__(self, kind, label, attrs, cluster="", legend=()):
         self.kind, self.label, self.attrs, self.cluster = kind, label, attrs, cluster
+        self.legend = set(legend)
 
 
 class _Picture:
@@ -86,6 +93,23 @@ class _Picture:
             self.edges[(a, b)] = attrs
 
 
+def _values_lines(word, array, color="#1f1f1f"):
+    """'data [0.5, 0.8]' for a small array, one line per row of its last axis, numbers to 4 digits."""
+    a = host(array)
+    rows = a.reshape(1, -1) if a.ndim < 2 else a.reshape(-1, a.shape[-1])
+
+    def text(x):
+        return str(int(x)) if a.dtype.kind in "iub" else number(float(x))
+
+    if a.ndim == 0:
+        return [_small(f"{word} {text(a)}", 9, color)]
+    lines = []
+    for i, row in enumerate(rows):
+        head = word if i == 0 else " " * len(word)
+        lines.append(_small(f"{head} [{', '.join(text(x) for x in row)}]", 9, color))
+    return lines
+
+
 def _grad_line(t, walk):
     if not t.requires_grad:
         return _small("constant · no gradient")
@@ -99,31 +123,55 @@ def _grad_line(t, walk):
 
 
 def _tensor_node(t, walk, cluster):
+    """Name, shape, and the gradient: values for at most SMALL elements (data too), the norm for more."""
     name = walk.label(t)
     lines = [f"<B>{html.escape(name, quote=False)}</B>" if t.name else f"<I>{html.escape(name, quote=False)}</I>"]
+    small = t.data.size <= SMALL
     if t.data.size == 1 and t.data.ndim <= 1:
         value = float(host(t.data).ravel()[0])
         lines.append(_small(f"{'scalar' if t.ndim == 0 else shape_text(t.shape)} = {number(value, 5)}", 10, "#1f1f1f"))
     else:
         dtype = "" if t.dtype.kind == "f" and t.dtype.itemsize == 4 else f" {t.dtype}"
         lines.append(_small(f"{shape_text(t.shape)}{dtype}", 10, "#1f1f1f"))
-    lines.append(_grad_line(t, walk))
-    if t is walk.root:
-        fill, border = LOSS
-    elif not t.requires_grad:
-        fill, border = CONSTANT
-    elif t.is_leaf:
-        fill, border = PARAMETER
+        if small:
+            lines += _values_lines("data", t.data)
+    legend = set()
+    if small and t.grad is not None:
+        lines += _values_lines("grad", t.grad, "#1f3c6e")
+        legend.add("values")
     else:
-        fill, border = INTERMEDIATE
+        lines.append(_grad_line(t, walk))
+        legend.add("values" if small and t.data.size > 1 else "norm" if t.grad is not None else "")
+    if t is walk.root:
+        kind_legend, (fill, border) = "loss", LOSS
+    elif not t.requires_grad:
+        kind_legend, (fill, border) = "constant", CONSTANT
+    elif t.is_leaf:
+        kind_legend, (fill, border) = "parameter", PARAMETER
+    else:
+        kind_legend, (fill, border) = "tensor", INTERMEDIATE
+    legend.add(kind_legend)
     attrs = {"shape": "box", "style": "filled", "fillcolor": fill, "color": border, "penwidth": "1.2"}
     if not t.requires_grad:
         attrs["style"] = "filled,dashed"
     if walk.is_saved(t):
         attrs.update(color=SAVED, penwidth="3")
+        legend.add("saved")
     attrs["tooltip"] = _tooltip(_tensor_tooltip(t, walk, name))
     kind = "constant" if not t.requires_grad else "tensor"
-    return _Node(kind, "<" + "<BR/>".join(lines) + ">", attrs, cluster)
+    return _Node(kind, "<" + "<BR/>".join(lines) + ">", attrs, cluster, legend - {""})
+
+
+def _constant_node(name, array, cluster):
+    """Data an op was given outside the graph (targets, ids, a mask): no gradient flows into it."""
+    lines = [f"<B>{html.escape(name, quote=False)}</B>",
+             _small(f"{shape_text(array.shape)} {array.dtype}", 10, "#1f1f1f")]
+    if array.size <= SMALL:
+        lines += _values_lines("", array)
+    lines.append(_small("constant · no gradient"))
+    attrs = {"shape": "box", "style": "filled,dashed", "fillcolor": CONSTANT[0], "color": CONSTANT[1],
+             "tooltip": _tooltip(f"{name}: data the op was given; no gradient flows into it")}
+    return _Node("constant", "<" + "<BR/>".join(lines) + ">", attrs, cluster, {"constant"})
 
 
 def _tooltip(text):
@@ -159,6 +207,8 @@ def _op_node(op, walk):
     lines = [f"<B>{op.name}</B>"]
     if op.rule:
         lines.append(_small(op.rule, 9, "#1f3c6e"))
+    if reduction_note(op):
+        lines.append(_small(reduction_note(op), 9, "#1f3c6e"))
     saved = _saved_line(walk.saved(op))
     if saved:
         lines.append(saved)
@@ -166,14 +216,20 @@ def _op_node(op, walk):
     tooltip = (f"recorded in {op.scope}\n\n" if op.scope else "") + doc
     attrs = {"shape": "box", "style": "rounded,filled", "fillcolor": OP[0], "color": OP[1],
              "tooltip": _tooltip(tooltip)}
-    return _Node("op", "<" + "<BR/>".join(lines) + ">", attrs, op.scope)
+    return _Node("op", "<" + "<BR/>".join(lines) + ">", attrs, op.scope, {"op"})
+
+
+def node_keys(walk):
+    """The Graphviz node names of the tensors and ops, by id: t1, t2, … and op1, op2, … (an SVG's <title>s)."""
+    tkey = {id(t): f"t{i}" for i, t in enumerate(walk.tensors, 1)}  # t7 is the tensor labelled t7 if unnamed
+    okey = {id(op): f"op{i}" for i, op in enumerate(walk.ops, 1)}
+    return tkey, okey
 
 
 def _expanded(walk):
     """Every tensor and op, each op in the (nested) cluster of the module that recorded it."""
     pic = _Picture()
-    tkey = {id(t): f"t{i}" for i, t in enumerate(walk.tensors, 1)}  # t7 is the tensor labelled t7 if unnamed
-    okey = {id(op): f"op{i}" for i, op in enumerate(walk.ops, 1)}
+    tkey, okey = node_keys(walk)
     for t in walk.tensors:
         if t.op is not None:
             cluster = t.op.scope
@@ -185,8 +241,15 @@ def _expanded(walk):
         out = walk.output_of[id(op)]
         pic.nodes[okey[id(op)]] = _op_node(op, walk)
         pic.edge(tkey[id(out)], okey[id(op)], {})
-        for x in out.inputs:
-            pic.edge(okey[id(op)], tkey[id(x)], {} if x.requires_grad else _NO_GRAD_EDGE)
+        for x, role in zip(out.inputs, input_roles(op, len(out.inputs))):
+            attrs = dict(_NO_GRAD_EDGE) if not x.requires_grad else {}
+            if role:
+                attrs.update(label=role, fontsize="10", fontcolor=OP[1])
+            pic.edge(okey[id(op)], tkey[id(x)], attrs)
+        for i, (name, array) in enumerate(constants(op)):
+            key = f"{okey[id(op)]}c{i}"
+            pic.nodes[key] = _constant_node(name, array, op.scope)
+            pic.edge(okey[id(op)], key, _NO_GRAD_EDGE)
     for i, op in enumerate(walk.freed):
         note = f"freed{i}"
         text = "<BR/>".join(_small(line, 9, "#a23b2a") for line in (
@@ -256,6 +319,10 @@ def _collapsed(walk, pic, tkey, okey, collapse):
         rep[tkey[id(t)]] = keys[m] if m else tkey[id(t)]
         if m and t.is_leaf and t.requires_grad:
             contents[m]["params"].append(t)
+    for op in walk.ops:  # an op's targets, ids or mask fold into the module the op folds into
+        for i, _ in enumerate(constants(op)):
+            if module[id(op)]:
+                rep[f"{okey[id(op)]}c{i}"] = rep[okey[id(op)]]
 
     folded = _Picture()
     for key, node in pic.nodes.items():
@@ -299,7 +366,7 @@ def _module_node(name, contents, walk):
     if saved:
         lines.append(saved)
     attrs = {"shape": "box3d", "style": "filled", "fillcolor": MODULE[0], "color": MODULE[1]}
-    return _Node("module", "<" + "<BR/>".join(lines) + ">", attrs)
+    return _Node("module", "<" + "<BR/>".join(lines) + ">", attrs, legend={"module"})
 
 
 def _limit_depth(pic, root_key, depth):
@@ -334,28 +401,39 @@ def _limit_depth(pic, root_key, depth):
     return kept
 
 
-def _legend(collapsed):
-    def row(swatch, text, cell):
-        return (f'<TR><TD {cell} WIDTH="78">{swatch}</TD>'
-                f'<TD ALIGN="LEFT" BORDER="0">{_small(text, 9, "#1f1f1f")}</TD></TR>')
+def _legend_row(swatch, text, cell):
+    return (f'<TR><TD {cell} WIDTH="78">{swatch}</TD>'
+            f'<TD ALIGN="LEFT" BORDER="0">{_small(text, 9, "#1f1f1f")}</TD></TR>')
 
-    rows = [
-        '<TR><TD COLSPAN="2" BORDER="0"><B>How to read this graph</B></TD></TR>',
-        row("loss", "where backward starts: ∂L/∂L = 1", f'BGCOLOR="{LOSS[0]}" COLOR="{LOSS[1]}"'),
-        row("parameter", "leaf: backward leaves its gradient in .grad",
-            f'BGCOLOR="{PARAMETER[0]}" COLOR="{PARAMETER[1]}"'),
-        row("tensor", "intermediate result of an op", f'BGCOLOR="{INTERMEDIATE[0]}" COLOR="{INTERMEDIATE[1]}"'),
-        row("constant", "input that needs no gradient", f'BGCOLOR="{CONSTANT[0]}" COLOR="{CONSTANT[1]}"'),
-        row("Op<BR/>" + _small("rule", 8), "op + its local rule: grad of output → grads of inputs",
-            f'BGCOLOR="{OP[0]}" COLOR="{OP[1]}"'),
-        row("saved", "orange border: data an op keeps for backward", f'BORDER="3" COLOR="{SAVED}"'),
-    ]
-    if collapsed:
-        rows.append(row("module", "a module folded into one box", f'BGCOLOR="{MODULE[0]}" COLOR="{MODULE[1]}"'))
-    rows += [
-        row("→", "gradients flow along the arrows, loss → leaves", 'BORDER="0"'),
-        row("‖g‖", "size (L2 norm) of the tensor's gradient", 'BORDER="0"'),
-    ]
+
+# Every row a legend can hold, in the order it lists them; a picture's legend keeps those its nodes need.
+LEGEND = {
+    "loss": ("loss", "where backward starts: ∂L/∂L = 1", f'BGCOLOR="{LOSS[0]}" COLOR="{LOSS[1]}"'),
+    "output": ("output", "where backward starts: grad = 1", f'BGCOLOR="{LOSS[0]}" COLOR="{LOSS[1]}"'),
+    "parameter": ("parameter", "leaf: backward leaves its gradient in .grad",
+                  f'BGCOLOR="{PARAMETER[0]}" COLOR="{PARAMETER[1]}"'),
+    "leaf": ("leaf", "an input: backward adds its gradient into .grad",
+             f'BGCOLOR="{PARAMETER[0]}" COLOR="{PARAMETER[1]}"'),
+    "tensor": ("tensor", "intermediate result of an op", f'BGCOLOR="{INTERMEDIATE[0]}" COLOR="{INTERMEDIATE[1]}"'),
+    "computed": ("value", "computed by an op", f'BGCOLOR="{INTERMEDIATE[0]}" COLOR="{INTERMEDIATE[1]}"'),
+    "constant": ("constant", "input that needs no gradient (data, targets, ids)",
+                 f'BGCOLOR="{CONSTANT[0]}" COLOR="{CONSTANT[1]}"'),
+    "op": ("Op<BR/>" + _small("rule", 8), "op + its local rule: grad of output → grads of inputs",
+           f'BGCOLOR="{OP[0]}" COLOR="{OP[1]}"'),
+    "value op": ("op<BR/>" + _small("∂out/∂in", 8), "op + its local derivatives; the arrow to each input "
+                 "says × what", f'BGCOLOR="{OP[0]}" COLOR="{OP[1]}"'),
+    "saved": ("saved", "orange border: data an op keeps for backward", f'BORDER="3" COLOR="{SAVED}"'),
+    "module": ("module", "a module folded into one box", f'BGCOLOR="{MODULE[0]}" COLOR="{MODULE[1]}"'),
+    "arrows": ("→", "gradients flow along the arrows, from the top down to the leaves", 'BORDER="0"'),
+    "values": ("data, grad", "values (4 digits) of tensors of ≤ 16 elements", 'BORDER="0"'),
+    "norm": ("‖g‖", "size (L2 norm) of the tensor's gradient", 'BORDER="0"'),
+}
+
+
+def _legend(needed):
+    """The legend table, with a row for each kind in `needed` (and the arrows, which every picture has)."""
+    rows = ['<TR><TD COLSPAN="2" BORDER="0"><B>How to read this graph</B></TD></TR>']
+    rows += [_legend_row(*row) for kind, row in LEGEND.items() if kind in needed | {"arrows"}]
     return ('<<TABLE BORDER="1" COLOR="#bbbbbb" CELLBORDER="1" CELLSPACING="3" CELLPADDING="3">'
             + "".join(rows) + "</TABLE>>")
 
@@ -387,8 +465,53 @@ def _emit(pic, graph):
         graph.edge(a, b, **attrs)
 
 
+def _digraph(title):
+    graph = _graphviz().Digraph("backward", graph_attr={
+        "rankdir": "TB", "nodesep": "0.3", "ranksep": "0.35", "fontname": FONT, "fontsize": "12",
+        "labelloc": "t", "labeljust": "l", "newrank": "true", "ordering": "out"},  # inputs left to right: A, B
+        node_attr={"fontname": FONT, "fontsize": "11", "margin": "0.12,0.06"},
+        edge_attr={"color": "#4a4a4a", "arrowsize": "0.7", "fontname": FONT})
+    if title:
+        graph.attr(label=title)
+    return graph
+
+
+def draw_value(root, title=None):
+    """Chapter one's picture, as micrograd's draw_dot: every Value with its data and grad, every op with
+    its local derivatives, and on each arrow from an op to an input the factor its gradient is multiplied by."""
+    order = root.topological_order()[::-1]  # root first
+    key = {id(v): f"v{i}" for i, v in enumerate(reversed(order), 1)}  # v1 … in the order they were made
+    pic = _Picture()
+    for i, v in enumerate(order):
+        if v is root:
+            legend, (fill, border) = "output", LOSS
+        elif v.inputs:
+            legend, (fill, border) = "computed", INTERMEDIATE
+        else:
+            legend, (fill, border) = "leaf", PARAMETER
+        name = f"<B>{html.escape(v.label, quote=False)}</B>" if v.label else f"<I>{key[id(v)]}</I>"
+        label = f"<{name}<BR/>{_small(f'data {v.data:.4f}', 10, '#1f1f1f')}<BR/>{_small(f'grad {v.grad:.4f}', 10, OP[1])}>"
+        pic.nodes[key[id(v)]] = _Node("tensor", label, {"shape": "box", "style": "filled", "fillcolor": fill,
+                                                         "color": border, "penwidth": "1.2"}, legend={legend})
+        if not v.inputs:
+            continue
+        op = f"op{key[id(v)][1:]}"
+        rule = VALUE_RULES.get(v.op, VALUE_RULES["**"] if v.op.startswith("**") else "")
+        pic.nodes[op] = _Node("op", f"<<B>{html.escape(v.op, quote=False)}</B><BR/>{_small(rule, 9, OP[1])}>",
+                              {"shape": "box", "style": "rounded,filled", "fillcolor": OP[0], "color": OP[1]},
+                              legend={"value op"})
+        pic.edge(key[id(v)], op, {})
+        for x, local in zip(v.inputs, v.local_grads):
+            pic.edge(op, key[id(x)], {"label": f"× {local:.4g}", "fontsize": "10", "fontcolor": OP[1]})
+    graph = _digraph(title)
+    graph.node("legend", label=_legend(set().union(*(n.legend for n in pic.nodes.values()))),
+               shape="plaintext", margin="0")
+    _emit(pic, graph)
+    return graph
+
+
 def draw(tensor, collapse=False, depth=None, title=None):
-    """The backward graph of `tensor` as a `graphviz.Digraph` (render it, or show it in Jupyter).
+    """The backward graph of `tensor` (a Tensor or a Value) as a `graphviz.Digraph` (render it, or show it in Jupyter).
 
     collapse: False draws every op; True folds each module (the ops' `scope`) into one box,
         one per transformer block (see _module_of); an int N folds by the first N parts of
@@ -398,7 +521,9 @@ def draw(tensor, collapse=False, depth=None, title=None):
     Reads the graph only. Call it before backward(), or after backward(retain_graph=True):
     a plain backward() frees the graph, and only its last op can then be drawn.
     """
-    graphviz = _graphviz()
+    if isinstance(tensor, Value):
+        return draw_value(tensor, title)
+    _graphviz()
     if collapse is not True and collapse is not False and (not isinstance(collapse, int) or collapse < 1):
         raise ValueError(f"draw: collapse must be True, False or a scope depth ≥ 1, got {collapse!r}")
     if depth is not None and depth < 0:
@@ -409,14 +534,9 @@ def draw(tensor, collapse=False, depth=None, title=None):
         pic = _collapsed(walk, pic, tkey, okey, collapse)
     if depth is not None:
         pic = _limit_depth(pic, tkey[id(tensor)], depth)
-    graph = graphviz.Digraph("backward", graph_attr={
-        "rankdir": "TB", "nodesep": "0.3", "ranksep": "0.35", "fontname": FONT, "fontsize": "12",
-        "labelloc": "t", "labeljust": "l", "newrank": "true"},
-        node_attr={"fontname": FONT, "fontsize": "11", "margin": "0.12,0.06"},
-        edge_attr={"color": "#4a4a4a", "arrowsize": "0.7", "fontname": FONT})
-    if title:
-        graph.attr(label=title)
-    graph.node("legend", label=_legend(bool(collapse)), shape="plaintext", margin="0")
+    graph = _digraph(title)
+    graph.node("legend", label=_legend(set().union(*(n.legend for n in pic.nodes.values()))),
+               shape="plaintext", margin="0")
     _emit(pic, graph)
     return graph
 
@@ -424,12 +544,19 @@ def draw(tensor, collapse=False, depth=None, title=None):
 def build_demo(module, backward=True):
     """Run `module`'s demo_loss(), keep every gradient, and backward once (graph kept): (name, loss)."""
     name, loss = demo_loss_of(module)
-    if backward:
-        for t in GraphWalk(loss).order:
-            if not t.is_leaf:
-                t.retain_grad()
-        loss.backward(retain_graph=True)
+    if backward and isinstance(loss, Value):
+        loss.backward()
+    elif backward:
+        keep_gradients(loss)
     return name, loss
+
+
+def keep_gradients(loss):
+    """Backward with every intermediate tensor keeping its gradient, and the graph kept for drawing."""
+    for t in GraphWalk(loss).order:
+        if not t.is_leaf:
+            t.retain_grad()
+    loss.backward(retain_graph=True)
 
 
 def main(argv=None):
@@ -459,7 +586,7 @@ def main(argv=None):
     name, loss = build_demo(args.module, backward=not args.no_backward)
     collapse = args.collapse_depth if args.collapse_depth is not None else args.collapse
     when = "before backward" if args.no_backward else "after backward"
-    title = f"{name}.demo_loss() = {number(loss.item(), 6)} · backward graph, {when}"
+    title = f"{name}.demo_loss() = {number(float(loss.data), 6)} · backward graph, {when}"
     graph = draw(loss, collapse=collapse, depth=args.depth, title=title)
     out = Path(args.out) if args.out else Path(f"graph_{name.rsplit('.', 1)[-1]}.{args.format}")
     if out.parent != Path(""):

@@ -1,14 +1,15 @@
 """The module a viz command names, loaded: `model.bigram` and `models/bigram.py` both mean models.bigram.
 
 `demo_loss_of(name)` imports it and returns the scalar loss of its
-`demo_loss()`, the graph that `python -m viz.graph` draws and
+`demo_loss()` (a scalar Tensor, or a Value for chapter one's neuron), the
+graph that `python -m viz.graph` draws and
 `python -m viz.trace` prints; a name that cannot be used ends in one line
 saying what to pass instead.
 """
 import importlib
 import os
 
-from autograd import Tensor
+from autograd import Tensor, Value
 
 
 def module_name(name):
@@ -36,8 +37,10 @@ def demo_loss_of(name):
     demo = getattr(module, "demo_loss", None)
     if demo is None:
         raise SystemExit(f"module {dotted} has no demo_loss(); every model module defines "
-                         "demo_loss() -> Tensor, the scalar loss of a small fixed batch")
+                         "demo_loss() -> Tensor, the scalar loss of a small fixed batch (or a Value)")
     loss = demo()
+    if isinstance(loss, Value):  # chapter one's scalar engine: its graph is always one number's
+        return dotted, loss
     if not isinstance(loss, Tensor) or loss.data.size != 1:
         raise SystemExit(f"{dotted}.demo_loss() must return a scalar Tensor, got {loss!r:.200}")
     if not loss.requires_grad:

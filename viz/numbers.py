@@ -4,6 +4,9 @@ import numpy as np
 from autograd import backend
 
 
+TINY = 1e-4  # below this a nonzero value is written 1.23e-05
+
+
 def host(array):
     """A NumPy array, wherever `array` lives (CuPy arrays are copied to the host)."""
     return backend.to_host(array) if backend.device_of(array) == "cuda" else np.asarray(array)
@@ -24,10 +27,24 @@ def number(x, digits=4):
 
 
 def values_text(array, decimals=6):
-    """An array's values rounded to `decimals`, in NumPy's layout (one line per row, columns aligned)."""
-    a = np.round(host(array).astype(np.float64), decimals) + 0.0  # + 0.0 turns −0.0 into 0.0
+    """An array's values in NumPy's layout (one line per row): `decimals` places, but 1.23e-05 for a nonzero
+    value below 1e-4 (as the lesson commands print), so that tiny never reads as zero; integers as integers."""
+    a = host(array)
+    if a.dtype.kind in "iub":
+        return str(a.astype(np.int64).item()) if a.ndim == 0 else np.array2string(a.astype(np.int64), separator=", ")
+    a = a.astype(np.float64) + 0.0  # + 0.0 turns −0.0 into 0.0
+    tiny = (a != 0) & (np.abs(a) < TINY)
     if a.ndim == 0:
+        if tiny:
+            return f"{float(a):.2e}"
+        a = np.round(a, decimals) + 0.0
         return np.format_float_positional(float(a), precision=decimals, unique=True, trim=".").rstrip(".") \
             if float(a) != int(a) else f"{float(a):.1f}"
+    if tiny.any():
+        width = decimals + 3
+        return np.array2string(a, separator=", ", max_line_width=100, threshold=10**9, formatter={
+            "float_kind": lambda x: (f"{x:.2e}" if x != 0 and abs(x) < TINY
+                                     else f"{x:.{decimals}f}").rjust(width)})
+    a = np.round(a, decimals) + 0.0
     return np.array2string(a, separator=", ", precision=decimals, floatmode="fixed", suppress_small=True,
                            max_line_width=100, threshold=10**9)

@@ -17,14 +17,18 @@ graph must still be there: trace before `backward()`, or after
 `backward(retain_graph=True)`.
 """
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from autograd import backend
 from autograd import Tensor, backward_steps, root_grad
 
+from .graph import INSTALL_DOT
 from .loading import demo_loss_of
 from .numbers import host, norm, number, shape_text, values_text
+from .roles import saved_values
 from .walk import GraphWalk
 
 
@@ -51,6 +55,7 @@ class Step:
     grad: object                   # g: the gradient of the loss with respect to the output
     contributions: int             # how many ops added into g (a tensor used twice gets two)
     inputs: list = field(default_factory=list)  # one InputGrad per input, in the op's input order
+    saved: list = field(default_factory=list)   # (name, array): the forward values the rule reads
 
 
 @dataclass
@@ -91,7 +96,8 @@ def trace(tensor, grad=None):
             leaf_grad = backend.xp_for(t.device).asarray(g, dtype=t.data.dtype)
             leaves.append(LeafGrad(t, walk.label(t), leaf_grad, arrivals[id(t)]))
             continue
-        step = Step(len(steps) + 1, t.op.name, t.op.scope, t.op.rule, t.op, t, walk.label(t), g, arrivals[id(t)])
+        step = Step(len(steps) + 1, t.op.name, t.op.scope, t.op.rule, t.op, t, walk.label(t), g, arrivals[id(t)],
+                    saved=saved_values(t.op))
         for x, xg, returned in sent:
             if xg is None:
                 reason = "constant: needs no gradient" if not x.requires_grad else "the op returned none"
@@ -130,6 +136,11 @@ def format_trace(steps, max_values=16, decimals=6):
         where = f"   [{s.scope}]" if s.scope else ""
         lines.append(f"step {s.number:>{width}}/{len(steps)}  {s.name}{where}")
         lines.append(f"  rule  {s.rule}")
+        for n, (name, array) in enumerate(s.saved):
+            head = f"  {'uses' if n == 0 else '    '}  {name} = "
+            body = _array_lines(array, len(head), max_values, decimals)
+            lines.append(head + body[0])
+            lines.extend(body[1:])
         summed = f"   (sum of {s.contributions} contributions)" if s.contributions > 1 else ""
         head = f"  g     ∂L/∂{s.output_label}  "
         body = _array_lines(s.grad, len(head), max_values, decimals)
@@ -170,12 +181,27 @@ def main(argv=None):
     p.add_argument("--max-values", type=int, default=16, metavar="N",
                    help="print the values of arrays with at most N elements, shape and norm otherwise")
     p.add_argument("--decimals", type=int, default=6, metavar="D", help="round values to D decimals")
+    p.add_argument("--html", metavar="PATH",
+                   help="write one self-contained page that steps through backward on the graph's picture")
     args = p.parse_args(argv)
     if args.max_values < 0:
         p.error(f"--max-values must be at least 0, got {args.max_values}")
     if args.decimals < 0:
         p.error(f"--decimals must be at least 0, got {args.decimals}")
-    _, loss = demo_loss_of(args.module)
+    if args.html and shutil.which("dot") is None:
+        p.error(f"--html draws the graph, which needs Graphviz's `dot`: {INSTALL_DOT}")
+    name, loss = demo_loss_of(args.module)
+    if not isinstance(loss, Tensor):
+        raise SystemExit(f"{name}.demo_loss() is a Value: viz.trace follows Tensor graphs; "
+                         f"draw it with python -m viz.graph {name}")
+    if args.html:
+        from .graph import keep_gradients
+        from .trace_page import write_page
+        keep_gradients(loss)  # so that the picture shows each tensor's final gradient beside the steps
+        write_page(loss, Path(args.html), f"{name}.demo_loss() = {number(loss.item(), 6)} · backward, step by step",
+                   args.max_values, args.decimals)
+        print(f"wrote {args.html}: open it in a browser; ← and → step through backward")
+        return 0
     try:
         print_trace(loss, args.max_values, args.decimals)
     except BrokenPipeError:  # `| head` closed the pipe: stop quietly, without a traceback at exit

@@ -5,7 +5,7 @@
 or t1, t2, … numbered in the order the forward pass made them), and records
 who consumes what and which arrays the ops saved for backward. It reads the
 engine's public face only (`Tensor.op`, `Tensor.inputs`, `topological_order`)
-and changes nothing in the graph.
+and changes nothing in the graph. A `Value`'s graph needs no walk: `value.topological_order()`.
 """
 from autograd import Tensor, topological_order
 

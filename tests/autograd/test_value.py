@@ -167,3 +167,64 @@ def test_long_multiplicative_chain():
         y = y * k
     y.backward()
     assert x.grad == pytest.approx(k ** n, rel=1e-9)
+
+
+def test_gradients_accumulate_across_backward_calls_until_zeroed():
+    # f = x·y at (2, 5): ∂f/∂x = 5. Two backward() calls through two graphs leave 10; zeroing restarts.
+    x, y = Value(2.0), Value(5.0)
+    (x * y).backward()
+    (x * y).backward()
+    assert x.grad == 10.0 and y.grad == 4.0
+    for p in (x, y):
+        p.grad = 0.0
+    (x * y).backward()
+    assert x.grad == 5.0 and y.grad == 2.0
+    assert "ACCUMULATE" in Value.backward.__doc__ and "p.grad = 0.0" in Value.backward.__doc__
+
+
+def test_backward_twice_through_one_graph_adds_the_same_gradient_again():
+    # f = (x·y)·x at (2, 5): ∂f/∂x = 2xy = 20, ∂f/∂y = x² = 4; the product node's grad is ∂f/∂(xy) = x = 2
+    x, y = Value(2.0), Value(5.0)
+    xy = x * y
+    f = xy * x
+    f.backward()
+    f.backward()
+    assert x.grad == 40.0 and y.grad == 8.0
+    assert xy.grad == 2.0 and f.grad == 1.0  # computed nodes: this call's gradient, not a running sum
+
+
+def test_node_records_inputs_op_and_local_derivatives():
+    # out = a·b at (3, −2): inputs (a, b), ∂out/∂a = b = −2, ∂out/∂b = a = 3; tanh' = 1 − tanh²
+    a, b = Value(3.0), Value(-2.0)
+    out = a * b
+    assert out.inputs == (a, b) and out.op == "*" and out.local_grads == (-2.0, 3.0)
+    t = a.tanh()
+    assert t.inputs == (a,) and t.op == "tanh" and t.local_grads == (1 - math.tanh(3.0) ** 2,)
+    assert a.inputs == () and a.local_grads == () and a.op == ""
+
+
+def test_graph_has_no_reference_cycles():
+    # With the collector off, a graph that held a cycle would survive `del` and be found by gc.collect().
+    import gc
+    gc.collect()
+    gc.disable()
+    try:
+        x = Value(0.5)
+        y = x
+        for i in range(200):
+            y = (y * x + i).tanh()
+        y.backward()
+        del x, y
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+
+
+def test_diamond_graph_visits_each_node_once_after_all_its_consumers():
+    # a feeds b and c; d = b·c. With a = 2: b = a + 1 = 3, c = a·a = 4, d = 12.
+    # ∂d/∂a = c·1 + b·2a = 4 + 12 = 16; counted once although a is reached by two paths.
+    a = Value(2.0)
+    b, c = a + 1, a * a
+    d = c * b
+    d.backward()
+    assert d.data == 12.0 and a.grad == 16.0

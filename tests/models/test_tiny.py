@@ -12,10 +12,12 @@ import autograd as ag
 from autograd import topological_order
 import nn
 from models import tiny
+from models.numbers import fixed
 
 ROOT = Path(__file__).resolve().parents[2]
 TOL = 1e-5
 ARTICLE_LOGITS = [0, -0.1, -0.3, 0.4, -0.7, 0.2]
+NUMBER = r"-?\d+\.\d+(?:e[-+]\d+)?|-inf"  # as the printout writes them: 6 decimals, or 1.23e-05 below 1e-4
 
 
 @pytest.fixture
@@ -149,7 +151,7 @@ def numbers_after(heading, text, rows):
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if heading in line)
     body = lines[start + 2:start + 2 + rows]  # skip the heading and the column labels
-    return np.array([[float(x) for x in re.findall(r"-?\d+\.\d{6}|-inf", line)] for line in body])
+    return np.array([[float(x) for x in re.findall(NUMBER, line)] for line in body])
 
 
 @pytest.fixture(scope="module")
@@ -207,3 +209,113 @@ def test_the_model_copies_the_weights_it_is_given():
     model = tiny.TinyTransformer(weights)
     model.E.data += 1
     np.testing.assert_array_equal(weights["E"], tiny.article_weights()["E"])
+
+
+def line_with(text, marker, offset=0):
+    """The numbers on the line `offset` lines after the first one containing `marker`."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if marker in line)
+    return [float(x) for x in re.findall(NUMBER, lines[start + offset])]
+
+
+def test_every_table_is_headed_by_the_articles_section(cli_output):
+    sections = {"输入", "词嵌入", "位置编码", "自注意力", "因果掩码", "残差连接", "层归一化", "前馈网络", "输出层",
+                "Softmax", "采样", "损失函数", "反向传播", "参数更新"}
+    headings = [line for line in cli_output.splitlines() if line.startswith("── ")]
+    assert len(headings) >= 30
+    for heading in headings:
+        assert heading[3:].split(" · ")[0] in sections, heading
+
+
+def test_small_values_print_in_scientific_notation_and_zero_stays_zero():
+    assert fixed(5.1e-11) == "5.10e-11" and fixed(-3.29e-6) == "-3.29e-06" and fixed(-np.inf) == "-inf"
+    assert fixed(1e-4) == "0.000100" and fixed(0.0) == fixed(-0.0) == "0.000000"
+    assert fixed(0.66554, 4) == "0.6655" and fixed(3e-5, 4) == "3.00e-05" and fixed(0.0, 4) == "0.0000"
+
+
+def test_tiny_gradients_are_printed_not_rounded_away(run, cli_output):
+    model, _, _, _ = run
+    printed = numbers_after("∂L/∂W_Q", cli_output, 2)
+    assert np.all(np.abs(model.W_Q.grad) < 1e-9) and np.all(printed != 0)
+    np.testing.assert_allclose(printed, model.W_Q.grad, rtol=5e-3)
+    w1 = numbers_after("∂L/∂W_1", cli_output, 2)
+    np.testing.assert_array_equal(model.W_1.grad[:, 2], 0)  # ReLU closed h2 at 爱: exactly no gradient
+    np.testing.assert_array_equal(w1[:, 2], 0)
+    np.testing.assert_allclose(w1, model.W_1.grad, rtol=5e-3)
+
+
+def test_score_note_gives_the_difference_and_the_exact_arithmetic(run, cli_output):
+    _, steps, _, _ = run
+    q, k, s = steps["Q"].numpy()[1], steps["K"].numpy()[0], steps["scores"].numpy()[1]
+    article, here, diff = line_with(cli_output, "S[爱, 我] = 0.777")
+    assert article == 0.777 and here == pytest.approx(q @ k / math.sqrt(2), abs=5e-7)
+    assert diff == pytest.approx(here - 0.777, abs=1e-6) and diff == pytest.approx(0.001070, abs=1e-6)
+    np.testing.assert_allclose(line_with(cli_output, "S[爱, 我] = 0.777", 1), [q[0], k[0], q[1], k[1], here],
+                               atol=5e-7)
+    w = np.exp([0.777, s[1]]) / np.exp([0.777, s[1]]).sum()
+    np.testing.assert_allclose(line_with(cli_output, "S[爱, 我] = 0.777", 2)[1:3], w, atol=5e-7)
+
+
+def test_layer_norm_and_ffn_notes_follow_from_epsilon(cli_output):
+    # Row 我 of H⁽⁰⁾ + attention is (1.81, 2.59): δ = −0.39, LayerNorm gives ±0.39/√(0.39² + 1e-5).
+    normed = 0.39 / math.sqrt(0.39 ** 2 + 1e-5)
+    article, here, diff = line_with(cli_output, "≠ article: ±1.000")[:3]
+    assert here == pytest.approx(normed, abs=5e-7) and diff == pytest.approx(normed - 1, rel=5e-3)
+    assert line_with(cli_output, "≠ article: ±1.000", 1)[-1] == pytest.approx(normed, abs=5e-7)
+    # FFN h0 at 我: 0.3·(−n) + 0.2·n + 0.1 = 0.1·(1 − n) ≈ 3.3e-06, not the article's 0.
+    kink = 0.1 * (1 - normed)
+    assert line_with(cli_output, "h0 at 我 = 0")[0] == pytest.approx(kink, rel=5e-3)
+    assert line_with(cli_output, "h0 at 我 = 0", 1)[-1] == pytest.approx(kink, rel=5e-3)
+
+
+def test_logits_note_bounds_the_gap_to_the_articles(run, cli_output):
+    _, _, logits, _ = run
+    gap = np.abs(logits.numpy()[-1] - ARTICLE_LOGITS).max()
+    printed = line_with(cli_output, "≠ article: (0, -0.1")[-1]
+    assert printed == pytest.approx(gap, rel=0.05) and gap < 1e-5
+
+
+@pytest.mark.parametrize("marker, right, tokens, scale, kept", [
+    ("T = 0.5 row is wrong", "0.3515 / 0.0389 / 0.2356", ["爱", "你", "他"], 2.0, [0, 1, 2, 3, 4, 5]),
+    ("top-k 3 row is wrong", "0.4018 / 0.3289 / 0.2693", ["爱", "他", "<pad>"], 1.0, [3, 5, 0]),
+])
+def test_wrong_sampling_rows_are_corrected_with_the_arithmetic(run, cli_output, marker, right, tokens, scale, kept):
+    _, _, logits, _ = run
+    z = logits.numpy()[-1] * scale
+    e = np.exp(z[kept])
+    lines = cli_output.splitlines()
+    start = next(i for i, line in enumerate(lines) if marker in line)
+    assert f"The right values are {right}:" in lines[start + 1]
+    np.testing.assert_allclose(line_with(cli_output, marker, 2), z[kept], atol=5e-7)
+    np.testing.assert_allclose(line_with(cli_output, marker, 3), list(e) + [e.sum()], atol=5e-7)
+    for offset, token in enumerate(tokens, start=4):
+        numerator, total, p = line_with(cli_output, marker, offset)
+        assert lines[start + offset].strip().startswith(f"p({token})")
+        assert p == pytest.approx(np.exp(z[tiny.VOCAB.index(token)]) / e.sum(), abs=5e-7)
+        assert p == pytest.approx(numerator / total, abs=1e-6)
+
+
+def test_loss_and_gradient_notes_redo_the_articles_rounding(run, cli_output):
+    model, steps, logits, loss = run
+    assert "2.465 = −ln 0.085 = 2.465104" in cli_output
+    assert line_with(cli_output, "2.465 = −ln 0.085")[-1] == pytest.approx(loss.item() - 2.465, abs=1e-6)
+    dz, h, grad = line_with(cli_output, "≠ article: (-0.915193, 0.915193)", 1)
+    assert dz == pytest.approx(logits.grad[-1][tiny.TARGET_ID], abs=5e-7)
+    assert h == pytest.approx(steps["H2"].numpy()[-1, 0], abs=5e-7)
+    assert grad == pytest.approx(model.E.grad[tiny.TARGET_ID, 0], abs=5e-7)
+
+
+def test_update_note_separates_the_step_of_gamma_and_beta(run, cli_output):
+    model, _, _, _ = run
+    frozen = [p for name, p in model.named_parameters() if not name.startswith("ln")]
+    nn.optim.SGD(frozen, lr=tiny.LR).step()
+    with ag.no_grad():
+        without = model(tiny.INPUT_IDS).numpy()[-1][tiny.TARGET_ID]
+    nn.optim.SGD([p for name, p in model.named_parameters() if name.startswith("ln")], lr=tiny.LR).step()
+    with ag.no_grad():
+        every = model(tiny.INPUT_IDS).numpy()[-1][tiny.TARGET_ID]
+    assert line_with(cli_output, "but γ and β (fixed")[-1] == pytest.approx(without, abs=5e-7)
+    assert without == pytest.approx(-0.516960, abs=TOL)
+    printed_every, printed_diff = line_with(cli_output, "with their step the whole forward gives")
+    assert printed_every == pytest.approx(every, abs=5e-7)
+    assert printed_diff == pytest.approx(every - without, abs=1e-6)

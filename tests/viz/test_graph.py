@@ -84,7 +84,7 @@ def test_after_backward_shows_gradient_norms():
     assert "no grad yet" not in src
     w = next(t for t in GraphWalk(loss).tensors if t.name == "wte.weight")
     assert f"‖g‖ = {np.linalg.norm(w.grad.astype(np.float64)):.4g}" in src
-    assert "‖g‖ = 1<" in src  # the loss: ∂L/∂L = 1
+    assert "grad 1<" in src  # the loss, small enough to show its value: ∂L/∂L = 1
 
 
 def test_edges_point_the_way_gradients_flow():
@@ -321,3 +321,84 @@ def test_python_dash_m_entry_point(tmp_path):
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert out.read_text(encoding="utf-8").startswith("digraph")
+
+
+# what the picture tells a learner
+
+
+def test_small_tensors_show_data_and_grad_and_large_ones_the_norm():
+    # bigram: logits (36, 15) is large; a 2×2 product is small and shows its four numbers
+    a = Tensor(np.array([[1.0, 2.0], [3.0, 4.0]]), requires_grad=True)
+    b = Tensor(np.array([[0.5, -1.0], [2.0, 0.25]]), requires_grad=True)
+    a.name, b.name = "a", "b"
+    loss = (a @ b).sum()
+    loss.backward(retain_graph=True)
+    drawn = nodes(vg.draw(loss))
+    key = {t.name: f"t{i}" for i, t in enumerate(GraphWalk(loss).tensors, 1) if t.name}
+    # ∂/∂a = 1 · bᵀ summed per row: row sums of b = (−0.5, 2.25) in every row of a's gradient
+    assert "data [1, 2]" in drawn[key["a"]] and "[3, 4]" in drawn[key["a"]]
+    assert "grad [-0.5, 2.25]" in drawn[key["a"]]
+    big = Tensor(np.ones((5, 4)), requires_grad=True)
+    (big * 2.0).sum().backward(retain_graph=True)
+    big_loss = (big * 2.0).sum()
+    big_loss.backward(retain_graph=True)
+    label = nodes(vg.draw(big_loss))["t1"]
+    assert "data [" not in label and f"‖g‖ = {np.linalg.norm(big.grad):.4g}" in label
+
+
+def test_matmul_inputs_are_labelled_a_and_b_and_targets_and_ids_are_constant_nodes():
+    from models import bigram
+    loss = bigram.demo_loss()
+    g = vg.draw(loss)
+    walk = GraphWalk(loss)
+    key = {t.name: f"t{i}" for i, t in enumerate(walk.tensors, 1) if t.name}
+    matmul = next(f"op{i}" for i, op in enumerate(walk.ops, 1) if op.name == "MatMul")
+    labelled = {(m.group(1), m.group(2)): m.group(3) for line in g.body
+                if (m := re.match(r"\s*(\w+) -> (\w+) \[.*label=(\w+)", line))}
+    assert labelled[(matmul, key["E[cur]"])] == "A" and labelled[(matmul, key["W_U"])] == "B"
+    constants = {k: v for k, v in nodes(g).items() if re.fullmatch(r"op\d+c\d+", k)}
+    names = sorted(re.search(r"<B>(\w+)</B>", v).group(1) for v in constants.values())
+    assert names == ["ids", "targets"]
+    assert all("(36,) int64" in v for v in constants.values())
+    assert "mean over 36 rows: × 1/36" in g.source  # cross-entropy's 1/B
+
+
+def test_legend_lists_only_what_the_picture_holds():
+    from models import bigram
+    before = vg.draw(bigram.demo_loss()).source   # no module boxes, no gradients yet
+    assert "a module folded into one box" not in before and "size (L2 norm)" not in before
+    assert "input that needs no gradient" in before and "orange border" in before
+    _, loss = vg.build_demo("models.bigram")
+    after = vg.draw(loss).source
+    assert "size (L2 norm)" in after
+    folded = vg.draw(gpt_like_loss(), collapse=True).source
+    assert "a module folded into one box" in folded
+    a = Tensor(np.ones((2, 2)), requires_grad=True)
+    plain = vg.draw((a @ a).sum()).source  # nothing constant, nothing saved by a leaf-free op, no modules
+    assert "input that needs no gradient" not in plain and "a module folded" not in plain
+
+
+def test_draw_value_is_micrographs_picture_with_local_derivatives():
+    from models import neuron
+    o = neuron.demo_loss()
+    o.backward()
+    g = vg.draw(o)
+    drawn = nodes(g)
+    by_label = {re.search(r"<B>([^<]+)</B>", v).group(1): v for k, v in drawn.items() if k.startswith("v")}
+    assert "data 0.7071" in by_label["o"] and "grad 1.0000" in by_label["o"]
+    assert "data 2.0000" in by_label["x1"] and "grad -1.5000" in by_label["x1"]
+    assert "data -3.0000" in by_label["w1"] and "grad 1.0000" in by_label["w1"]
+    assert "∂out/∂x = 1 − out²" in g.source and "∂out/∂a = b, ∂out/∂b = a" in g.source
+    # the arrow from x1*w1's op to x1 carries ∂(x1·w1)/∂x1 = w1 = −3; to w1, x1 = 2; tanh's is 1 − o² = 0.5
+    labels = sorted(m.group(1) for line in g.body if (m := re.search(r'label="× ([^"]+)"', line)))
+    assert labels == sorted(["0.5", "1", "1", "1", "1", "-3", "2", "1", "0"])
+    assert "where backward starts: grad = 1" in g.source and "parameter" not in g.source
+
+
+@needs_dot
+def test_cli_draws_the_lecture_neuron(tmp_path):
+    out = tmp_path / "neuron.svg"
+    assert vg.main(["models.neuron", "--out", str(out)]) == 0
+    _, text = svg_text(out)
+    for label in ("tanh", "x1*w1", "grad -1.5000", "data 0.7071", "× -3", "models.neuron.demo_loss() = 0.707107"):
+        assert label in text, label

@@ -211,3 +211,38 @@ def test_python_dash_m_entry_point():
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "step  1/10  CrossEntropy" in run.stdout
+
+
+def test_each_step_prints_the_saved_forward_values_its_rule_uses():
+    # z = tanh(x), y = eᶻ: tanh's rule reads its output z, exp's reads its output eᶻ; cross-entropy reads p
+    x = Tensor(np.array([[0.5, -1.0, 2.0]]), requires_grad=True)
+    y = x.tanh().exp()
+    loss = ag.cross_entropy(y, np.array([2]))
+    text = vt.format_trace(vt.trace(loss))
+    z = np.tanh(x.numpy())
+    p = np.exp(np.exp(z)) / np.exp(np.exp(z)).sum()
+    blocks = {b.split("\n")[0].split()[2]: b for b in text.split("\n\n") if b.startswith("step")}
+    assert f"uses  p = (1, 3)  {vt.values_text(p)}" in blocks["CrossEntropy"]
+    assert "targets = (1,)  [2]" in blocks["CrossEntropy"]
+    assert f"uses  z = (1, 3)  {vt.values_text(np.exp(z))}" in blocks["Exp"]
+    assert f"uses  z = (1, 3)  {vt.values_text(z)}" in blocks["Tanh"]
+
+
+def test_layer_norm_step_shows_x_hat_and_sigma():
+    # rows (1, 3) and (2, 6): μ = 2, 4; deviations ±1, ±2; σ = √(1 + ε), √(4 + ε); x̂ = ±1/σ, ±2/σ
+    x = Tensor(np.array([[1.0, 3.0], [2.0, 6.0]]), requires_grad=True)
+    w = Tensor(np.ones(2), requires_grad=True)
+    loss = (ag.layer_norm(x, w, None) * Tensor(np.array([1.0, 2.0]))).sum()
+    step = next(s for s in vt.trace(loss) if s.name == "LayerNorm")
+    saved = dict(step.saved)
+    sigma = np.sqrt(np.array([[1.0], [4.0]]) + 1e-5)
+    np.testing.assert_allclose(saved["σ"], sigma, rtol=1e-12)
+    np.testing.assert_allclose(saved["x̂"], np.array([[-1.0, 1.0], [-2.0, 2.0]]) / sigma, rtol=1e-12)
+    text = vt.format_trace(vt.trace(loss))
+    assert "uses  x̂ = (2, 2)" in text and "σ = (2, 1)" in text
+
+
+def test_values_below_1e_4_print_in_scientific_notation():
+    assert vt.values_text(np.array([0.5, 3e-11, 0.0])) == "[ 0.500000,  3.00e-11,  0.000000]"
+    assert vt.values_text(np.array(2.5e-7)) == "2.50e-07"
+    assert vt.values_text(np.array([4, 1])) == "[4, 1]"

@@ -1,0 +1,44 @@
+"""How the lesson commands print numbers and tables.
+
+A number has fixed decimals, but below 1e-4 it is written in scientific
+notation, so that a tiny value never reads as zero; a table labels its rows and
+columns and keeps CJK labels aligned.
+"""
+import math
+import unicodedata
+
+import numpy as np
+
+
+def fixed(value, decimals=6):
+    """`decimals` places; 0 < |value| < 1e-4 as 1.23e-05; exact zero as 0.000000 (never -0.000000); -inf as -inf."""
+    value = float(value)
+    if math.isinf(value):
+        return "-inf" if value < 0 else "inf"
+    if value == 0:
+        return f"{0.0:.{decimals}f}"
+    if abs(value) < 1e-4:
+        return f"{value:.2e}"
+    return f"{value:.{decimals}f}"
+
+
+def text_width(text):
+    """Columns a string takes in a terminal: CJK characters take two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _pad(text, width, right=False):
+    gap = " " * max(0, width - text_width(text))
+    return gap + text if right else text + gap
+
+
+def format_table(values, rows, cols):
+    """A labelled table of numbers (a vector is one row)."""
+    values = np.atleast_2d(values)
+    cells = [[fixed(v) for v in row] for row in values]
+    row_width = max(text_width(r) for r in rows)
+    col_width = max([text_width(c) for c in cols] + [len(s) for row in cells for s in row])
+    lines = ["  " + _pad("", row_width) + "".join("  " + _pad(c, col_width, right=True) for c in cols)]
+    for label, row in zip(rows, cells):
+        lines.append("  " + _pad(label, row_width) + "".join("  " + _pad(s, col_width, right=True) for s in row))
+    return "\n".join(lines)

@@ -1,0 +1,105 @@
+"""gradcheck's failure table and jacobian's full matrix, against numbers worked out independently here."""
+import numpy as np
+import pytest
+
+import autograd as ag
+from autograd import Tensor
+
+
+class WrongSquare(ag.Function):
+    """x² with a wrong VJP: 3x·g where 2x·g is right."""
+
+    def forward(self, x):
+        self.save(x)
+        return x * x
+
+    def backward(self, g):
+        return g * 3 * self.saved[0]
+
+
+def table_rows(message):
+    """The table's data rows as (input, index, analytic, numeric, error) strings."""
+    lines = message.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:2] == ["input", "index"])
+    rows = []
+    for line in lines[start + 1:]:
+        if not line.strip()[0].isdigit():
+            break
+        first, rest = line.split(None, 1)
+        index, numbers = rest.split("]", 1)
+        rows.append((int(first), index + "]", *[float(s) for s in numbers.split()]))
+    return rows
+
+
+def test_failure_shows_analytic_beside_numeric_for_each_wrong_entry():
+    # L = Σ vᵢ xᵢ², v the check's fixed projection (seed 0): analytic 3xᵢvᵢ, numeric ≈ 2xᵢvᵢ, error |xᵢvᵢ|.
+    x = np.array([1.0, -2.0, 0.5])
+    v = np.random.default_rng(0).standard_normal(3)
+    with pytest.raises(ag.GradcheckError) as info:
+        ag.gradcheck(lambda t: WrongSquare.apply(t), [Tensor(x, requires_grad=True)])
+    message = str(info.value)
+    assert "input 0 (shape (3,))" in message.splitlines()[0]
+    rows = table_rows(message)
+    expected = sorted(((0, f"[{i}]", 3 * x[i] * v[i], 2 * x[i] * v[i], abs(x[i] * v[i])) for i in range(3)),
+                      key=lambda r: -r[4])
+    assert [r[:2] for r in rows] == [r[:2] for r in expected]  # worst first
+    for got, want in zip(rows, expected):
+        np.testing.assert_allclose(got[2:4], want[2:4], rtol=1e-6)  # printed to 8 digits
+        np.testing.assert_allclose(got[4], want[4], rtol=5e-3)      # the error to 3
+
+
+def test_only_failing_inputs_and_entries_are_listed_and_the_rest_counted():
+    # input 0 is right (x·y), input 1 goes through WrongSquare: only input 1's 12 entries fail; 5 shown.
+    x = Tensor(np.linspace(1, 2, 12).reshape(3, 4), requires_grad=True)
+    y = Tensor(np.linspace(-1, 1.5, 12).reshape(3, 4) + 0.05, requires_grad=True)
+    with pytest.raises(ag.GradcheckError) as info:
+        ag.gradcheck(lambda a, b: a * 2.0 + WrongSquare.apply(b), [x, y])
+    message = str(info.value)
+    assert "input 1 (shape (3, 4))" in message and "input 0" not in message.splitlines()[0]
+    rows = table_rows(message)
+    assert len(rows) == 5 and {r[0] for r in rows} == {1}
+    errors = [r[4] for r in rows]
+    assert errors == sorted(errors, reverse=True)
+    assert "… and 7 more" in message
+
+
+def test_passing_check_returns_true_and_leaves_inputs_unchanged():
+    data = np.array([[0.3, -1.2], [2.0, 0.7]])
+    x = Tensor(data.copy(), requires_grad=True)
+    assert ag.gradcheck(lambda t: (t @ t).tanh(), [x]) is True
+    np.testing.assert_array_equal(x.data, data)
+
+
+def test_jacobian_of_softmax_is_diag_p_minus_p_p_transpose():
+    # Lesson 000: z = (2, 1, 0), p = e^z / Σe^z; ∂pᵢ/∂zⱼ = pᵢ(δᵢⱼ − pⱼ)
+    z = np.array([2.0, 1.0, 0.0])
+    p = np.exp(z) / np.exp(z).sum()
+    J = ag.jacobian(ag.softmax, z)
+    assert J.shape == (3, 3)
+    np.testing.assert_allclose(J, np.diag(p) - np.outer(p, p), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(J.sum(axis=0), 0, atol=1e-15)  # Σᵢ pᵢ = 1 whatever z is
+
+
+def test_jacobian_shape_is_output_shape_then_input_shape():
+    # f(X) = X @ W with X (2, 3), W (3, 4): ∂f[i, k]/∂X[j, l] = δᵢⱼ W[l, k]
+    W = np.arange(12.0).reshape(3, 4)
+    X = np.ones((2, 3))
+    J = ag.jacobian(lambda t: t @ Tensor(W), X)
+    assert J.shape == (2, 4, 2, 3)
+    expected = np.einsum("ij,lk->ikjl", np.eye(2), W)
+    np.testing.assert_array_equal(J, expected)
+
+
+def test_jacobian_leaves_the_callers_tensor_alone_and_is_zero_where_nothing_depends():
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    J = ag.jacobian(lambda t: t * 3.0, x)
+    np.testing.assert_array_equal(J, 3.0 * np.eye(2))
+    assert x.grad is None
+    np.testing.assert_array_equal(ag.jacobian(lambda t: Tensor(np.ones(3)), x), np.zeros((3, 2)))
+
+
+def test_jacobian_refuses_large_inputs_and_non_tensor_results():
+    with pytest.raises(ValueError, match="jacobian: x has 2000 elements"):
+        ag.jacobian(lambda t: t, np.zeros(2000))
+    with pytest.raises(TypeError, match="fn must return a Tensor, got float"):
+        ag.jacobian(lambda t: 1.0, np.zeros(2))
