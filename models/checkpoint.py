@@ -58,16 +58,20 @@ def _sibling(folder, role):
     return folder.parent / f".{folder.name}.{role}"
 
 
+def _real(folder):
+    """`folder` with symbolic links followed: a save swaps the folder a link points to, never the link itself."""
+    return Path(os.path.realpath(folder))
+
+
 def _current(folder):
     """`folder`, or its previous checkpoint while a save without an atomic exchange is between its two renames."""
-    folder = Path(folder)
-    prev = _sibling(folder, "prev")
-    return prev if not folder.exists() and prev.is_dir() else folder
+    prev = _sibling(_real(folder), "prev")
+    return prev if not Path(folder).exists() and prev.is_dir() else Path(folder)
 
 
 def recover(folder):
     """Finish or undo a save that was interrupted: its checkpoint back in `folder`, its temporaries gone."""
-    folder = Path(folder)
+    folder = _real(folder)
     prev = _sibling(folder, "prev")
     if prev.exists():
         if folder.exists():
@@ -97,7 +101,7 @@ def check_out_dir(folder, resume, overwrite):
 
 def save(folder, model, tokenizer, optimizer, state):
     """Write a complete checkpoint of `state` (see _STATE_FIELDS) and put it in `folder`'s place in one step."""
-    folder = Path(folder)
+    folder = _real(folder)
     recover(folder)
     scratch = _sibling(folder, "tmp")
     scratch.mkdir(parents=True)

@@ -105,6 +105,19 @@ def test_a_new_save_replaces_the_whole_folder_and_keeps_the_loss_curve(tmp_path)
     assert siblings(tmp_path) == ["out"]
 
 
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symbolic links")
+def test_a_linked_folder_stays_a_link_to_the_new_checkpoint(tmp_path):
+    run = Run()
+    run.step()
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "out").symlink_to(tmp_path / "disk" / "out", target_is_directory=True)
+    run.save(tmp_path / "out")
+    run.step()
+    run.save(tmp_path / "out")
+    assert (tmp_path / "out").is_symlink() and held_iteration(tmp_path / "disk" / "out", run) == 2
+    assert siblings(tmp_path / "disk") == ["out"]
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="renameat2 is Linux's")
 def test_exchange_swaps_two_folders(tmp_path):
     (tmp_path / "a").mkdir()
