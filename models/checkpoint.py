@@ -275,25 +275,30 @@ def load_model(folder, dropout=0.0):
     return model, tokenizer
 
 
-def resume_options(args, saved, given, fixed):
-    """Put a checkpoint's options into `args` wherever the command line did not set them; say what differs.
+def resume_options(args, state, given, fixed, check, folder):
+    """Put the options of a checkpoint's run into `args` wherever the command line did not set them; say what differs.
 
-    `saved` maps option names to the checkpoint's values, `given` names the
-    options the command line set; options in `fixed` (the model's shape) always
-    come from the checkpoint. Returns up to two lines to print.
+    `state` is load_state's, `given` names the options the command line set,
+    options in `fixed` (the model's shape) always come from the checkpoint, and
+    `check(name, value)` vets a saved value as if it had been typed. Returns up
+    to two lines to print.
     """
     changed, ignored = [], []
-    for name, old in saved.items():
+    for name, old in state["options"].items():
         if not hasattr(args, name):
             continue
         new = getattr(args, name)
+        flag = "--" + name.replace("_", "-")
         if name in given and new != old:
-            flag = "--" + name.replace("_", "-")
-            if name in fixed:
-                ignored.append(f"{flag} {new} (keeping {old})")
-            else:
+            if name not in fixed:
                 changed.append(f"{flag} {old} → {new}")
                 continue
+            ignored.append(f"{flag} {new} (keeping {old})")
+        if name not in fixed:
+            try:
+                old = check(name, old)
+            except ValueError as exc:
+                raise ValueError(f"{_current(folder) / STATE_FILE}: the saved option {exc}") from None
         setattr(args, name, old)
     lines = []
     if changed:

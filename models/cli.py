@@ -30,6 +30,29 @@ class Parser(argparse.ArgumentParser):
         marked = self.parse_args(argv, argparse.Namespace(**{name: _NOT_GIVEN for name in vars(args)}))
         return {name for name, value in vars(marked).items() if value is not _NOT_GIVEN}
 
+    def check(self, dest, value):
+        """`value` for the option that stores into `dest` (a saved run's, say), checked as if it had been typed.
+
+        Returns the value as the option's `type=` function makes it; a ValueError names the option.
+        """
+        action = next(a for a in self._actions if a.dest == dest)
+        flag = action.option_strings[0] if action.option_strings else dest
+        if action.nargs == 0:  # a switch, such as --no-bias
+            fits = isinstance(value, bool)
+        elif value is None:
+            fits = action.default is None
+        else:
+            fits = isinstance(value, (int, float, str)) and not isinstance(value, bool)
+            if fits and action.type is not None:
+                try:
+                    value = action.type(str(value))
+                except argparse.ArgumentTypeError as exc:
+                    raise ValueError(f"{flag} {exc}") from None
+            fits = fits and (not action.choices or value in action.choices)
+        if not fits:
+            raise ValueError(f"{flag} cannot be {value!r}")
+        return value
+
 
 def interval(kind, bounds):
     """A `type=` function: an int or float (`kind`) within `bounds`, written as in maths, e.g. "[0, 1)" or "(0, inf)".

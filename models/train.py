@@ -38,7 +38,7 @@ RUN_OPTIONS = ("out_dir", "resume", "overwrite", "device", "peak_tflops", "sampl
 POSITIVE, COUNT = interval(int, "[1, inf)"), interval(int, "[0, inf)")
 
 
-def parse_args(argv=None):
+def make_parser():
     p = Parser("python -m models.train", __doc__.splitlines()[0])
     g = p.add_argument_group("data")
     g.add_argument("--data", type=input_file, default=None,
@@ -79,6 +79,11 @@ def parse_args(argv=None):
                    help="the hardware peak for model-FLOPs utilisation (default: measured with a matmul)")
     g.add_argument("--sample-tokens", type=COUNT, default=300, help="length of the sample printed at the end")
     g.add_argument("--no-progress", action="store_true", help="no progress bar (logs still print)")
+    return p
+
+
+def parse_args(argv=None):
+    p = make_parser()
     args = p.parse_args(argv)
     args.given = p.given(argv, args)
     try:
@@ -200,7 +205,7 @@ def train(args):
     state = {"iter": 0, "history": [], "evals": [], "val_loss": math.inf}
     if args.resume:
         state = checkpoint.load_state(out_dir)
-        for line in checkpoint.resume_options(args, state["options"], args.given, MODEL_OPTIONS):
+        for line in checkpoint.resume_options(args, state, args.given, MODEL_OPTIONS, make_parser().check, out_dir):
             print(line)
         check_combinations(args)
         if state["iter"] >= args.max_iters:

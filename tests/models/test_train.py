@@ -101,6 +101,22 @@ def test_resume_says_which_options_change_and_which_it_ignores(tmp_path, capsys)
     assert options["beta1"] == 0.8 and options["n_layer"] == 1
 
 
+@pytest.mark.parametrize("name, value, message", [
+    ("lr", -1, "the saved option --lr must be in (0, inf), got -1"),
+    ("seed", "often", "the saved option --seed expected an integer in [0, 4294967295], got 'often'"),
+    ("always_save", "yes", "the saved option --always-save cannot be 'yes'"),
+    ("beta2", None, "the saved option --beta2 cannot be None"),
+])
+def test_resume_checks_the_saved_options_as_if_typed(tmp_path, capsys, name, value, message):
+    assert run(capsys, "--max-iters", "10", "--out-dir", str(tmp_path))[0] == 0
+    path = tmp_path / "train_state.json"
+    state = json.loads(path.read_text())
+    state["options"][name] = value
+    path.write_text(json.dumps(state))
+    code, out, err = run(capsys, "--max-iters", "20", "--out-dir", str(tmp_path), "--resume")
+    assert code == 1 and err == f"train: error: {path}: {message}\n"
+
+
 @pytest.mark.parametrize("max_iters", ["10", "5"])
 def test_resume_at_or_past_max_iters_has_nothing_to_do(tmp_path, capsys, max_iters):
     assert run(capsys, "--max-iters", "10", "--out-dir", str(tmp_path))[0] == 0
