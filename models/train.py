@@ -140,7 +140,11 @@ def build(args, out_dir):
         model = GPT(config)
     if args.block_size > model.config.block_size:
         raise ValueError(f"--block-size {args.block_size} exceeds the model's block_size {model.config.block_size}")
-    data = TokenData(tokenizer.encode(text))
+    try:
+        data = TokenData(tokenizer.encode(text))
+    except ValueError as exc:  # a character the checkpoint's tokenizer never saw
+        source = out_dir if args.resume else args.init_from
+        raise ValueError(f"the data does not fit the tokenizer of {source}: {exc}") from None
     data.check_fits(args.block_size)
     return model.to(args.device), tokenizer, data
 

