@@ -26,6 +26,7 @@ an optimizer of another model, a tokenizer that does not fit the weights.
 """
 import ctypes
 import errno
+import fnmatch
 import json
 import os
 import shutil
@@ -46,6 +47,7 @@ OPTIMIZER_FILE = "optimizer.npz"
 STATE_FILE = "train_state.json"
 PLOT_FILE = "loss.png"
 FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, OPTIMIZER_FILE, STATE_FILE)
+_PLOT_DEBRIS = f".{PLOT_FILE}.tmp-*"  # what models.io.atomic_path leaves of a plot when killed
 
 _NUMBER = (int, float)
 _TYPE_NAMES = {int: "an integer", _NUMBER: "a number", list: "an array", dict: "an object"}
@@ -79,13 +81,15 @@ def recover(folder):
         else:
             os.rename(prev, folder)  # stopped between the two renames: the previous checkpoint returns
     shutil.rmtree(_sibling(folder, "tmp"), ignore_errors=True)
+    for debris in folder.glob(_PLOT_DEBRIS):
+        debris.unlink()
 
 
 def check_out_dir(folder, resume, overwrite):
     """Refuse, in one line, to train into `folder` where that would lose something or find nothing to resume."""
     current = _current(folder)
     names = sorted(p.name for p in current.iterdir()) if current.is_dir() else []
-    foreign = [name for name in names if name not in (*FILES, PLOT_FILE)]
+    foreign = [name for name in names if name not in (*FILES, PLOT_FILE) and not fnmatch.fnmatch(name, _PLOT_DEBRIS)]
     if foreign:
         listed = ", ".join(foreign[:3]) + (", …" if len(foreign) > 3 else "")
         raise ValueError(f"--out-dir {folder} holds {listed}, which no checkpoint has; every save replaces "

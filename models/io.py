@@ -47,11 +47,6 @@ def atomic_path(path):
         tmp.unlink(missing_ok=True)
 
 
-def write_json(path, obj):
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2), encoding="utf-8")
-
-
 def read_json(path):
     """The JSON object in `path`, or a one-line error that names the file and what is wrong with it."""
     path = Path(path)

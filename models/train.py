@@ -125,7 +125,8 @@ def build(args, out_dir):
     if args.resume:
         model, tokenizer = checkpoint.load_model(out_dir, dropout=args.dropout)
     elif args.init_from:
-        ignored = [f"--{name.replace('_', '-')}" for name in MODEL_OPTIONS if name in args.given and name != "init_from"]
+        ignored = [f"--{name.replace('_', '-')}" for name in MODEL_OPTIONS
+                   if name in args.given and name != "init_from"]
         if ignored:
             print(f"init-from: the model and its tokenizer come from {args.init_from}, so {', '.join(ignored)} "
                   "does not apply")

@@ -236,9 +236,12 @@ def test_a_save_clears_what_an_interrupted_one_left(tmp_path):
     run.save(tmp_path / "out")
     shutil.copytree(tmp_path / "out", tmp_path / ".out.prev")  # the old one, on its way out
     (tmp_path / ".out.tmp").mkdir()
+    (tmp_path / "out" / ".loss.png.tmp-4242").write_bytes(b"half a plot")
+    checkpoint.check_out_dir(tmp_path / "out", resume=True, overwrite=False)  # the half plot is no stranger
     run.step()
     run.save(tmp_path / "out")
     assert siblings(tmp_path) == ["out"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(checkpoint.FILES)
     assert held_iteration(tmp_path / "out", run) == 2
 
 

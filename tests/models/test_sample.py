@@ -9,9 +9,9 @@ def trained(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sample") / "out"
     data = folder.parent / "data.txt"
     data.write_text("abcab cabca bcabc\n" * 50, encoding="utf-8")
-    assert train.main(["--data", str(data), "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size",
-                       "2", "--max-iters", "2", "--eval-iters", "1", "--peak-tflops", "1", "--no-progress",
-                       "--sample-tokens", "0", "--out-dir", str(folder)]) == 0
+    assert train.main(["--data", str(data), "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size",
+                       "16", "--batch-size", "2", "--max-iters", "2", "--eval-iters", "1", "--peak-tflops", "1",
+                       "--no-progress", "--sample-tokens", "0", "--out-dir", str(folder)]) == 0
     return folder
 
 
