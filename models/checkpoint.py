@@ -18,12 +18,14 @@ renamed to `.NAME.prev/` and the new one then takes its name; in the instant
 between those two renames only `.NAME.prev/` holds a checkpoint, so the readers
 here look there when NAME/ is missing, and the next save (`recover`) moves it back.
 Nothing else is left beside the folder: `.NAME.tmp/` is always safe to delete,
-and every save deletes what an interrupted one left.
+and every save deletes what an interrupted one left. While a run trains, it
+holds `.NAME.lock`, so that a second run into the same folder is refused.
 
 The loaders check what they read and name the file and what is wrong with it
 in one line: a missing file, damaged JSON or npz, a field of the wrong type,
 an optimizer of another model, a tokenizer that does not fit the weights.
 """
+import contextlib
 import ctypes
 import errno
 import fnmatch
@@ -83,6 +85,42 @@ def recover(folder):
     shutil.rmtree(_sibling(folder, "tmp"), ignore_errors=True)
     for debris in folder.glob(_PLOT_DEBRIS):
         debris.unlink()
+
+
+@contextlib.contextmanager
+def writer_lock(folder):
+    """Hold `.NAME.lock` beside the folder while training writes to it: a second run into it stops with one line.
+
+    Two writers would each clear the other's half-written save. The lock is the
+    operating system's (flock), so it dies with its process; the file goes when
+    the run ends, and a killed run's file is simply taken over by the next.
+    """
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks here
+        yield
+        return
+    path = _sibling(_real(folder), "lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.read(fd, 20).decode(errors="replace") or "?"
+            os.close(fd)
+            raise ValueError(f"another training run (process {owner}) is writing to {folder}; "
+                             "wait for it to end or choose another --out-dir") from None
+        if path.exists() and path.stat().st_ino == os.fstat(fd).st_ino:
+            break
+        os.close(fd)  # its holder removed the file as we opened it: lock the next one
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        yield
+    finally:
+        path.unlink()
+        os.close(fd)
 
 
 def check_out_dir(folder, resume, overwrite):

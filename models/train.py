@@ -318,7 +318,7 @@ def saved_summary(saved, max_iters, out_dir):
 def main(argv=None):
     args = parse_args(argv)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), checkpoint.writer_lock(args.out_dir):
             warnings.simplefilter("ignore", RuntimeWarning)  # overflow on the way to a NaN: check_finite says it once
             train(args)
     except (ValueError, OSError, KeyError, MemoryError) as exc:

@@ -189,6 +189,18 @@ def test_max_iters_0_writes_and_claims_nothing(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.skipif(os.name != "posix", reason="flock is POSIX's")
+def test_a_second_run_into_the_same_folder_is_refused_while_the_first_writes(tmp_path, capsys):
+    from models import checkpoint
+    with checkpoint.writer_lock(tmp_path / "o"):
+        code, out, err = run(capsys, "--max-iters", "1", "--out-dir", str(tmp_path / "o"))
+    assert code == 1
+    assert err == (f"train: error: another training run (process {os.getpid()}) is writing to {tmp_path / 'o'}; "
+                   "wait for it to end or choose another --out-dir\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # the lock goes with the run that held it
+    assert run(capsys, "--max-iters", "1", "--out-dir", str(tmp_path / "o"))[0] == 0
+
+
 def test_an_interruption_says_which_checkpoint_the_folder_holds(tmp_path, capsys, monkeypatch):
     estimate = train.estimate_loss
 
