@@ -4,10 +4,14 @@
     x = Tensor([[1., 2.], [3., 4.]], requires_grad=True)
     (x @ x.T).relu().sum().backward()
     x.grad
+
+For tools that read the recorded graph (viz): `t.op` is the Function that made
+t (its `name`, `rule`, `scope`, `inputs`, `saved`), `topological_order(t)` lists
+the tensors backward visits, and `backward_steps` is backward's own walk.
 """
 from .backend import manual_seed, get_rng_state, set_rng_state
 from .tensor import (Tensor, Function, ShapeError, no_grad, name_scope, is_grad_enabled,
-                     set_default_dtype, get_default_dtype)
+                     set_default_dtype, get_default_dtype, topological_order, backward_steps, root_grad)
 from .value import Value
 from .functional import (concat, stack, split, where, softmax, log_softmax, cross_entropy, embedding,
                          layer_norm, dropout, scaled_dot_product_attention, linear, zeros, ones, randn, rand, arange)
@@ -18,5 +22,5 @@ __all__ = [
     "set_default_dtype", "get_default_dtype", "manual_seed", "get_rng_state", "set_rng_state",
     "concat", "stack", "split", "where", "softmax", "log_softmax", "cross_entropy", "embedding",
     "layer_norm", "dropout", "scaled_dot_product_attention", "linear", "zeros", "ones", "randn", "rand", "arange",
-    "gradcheck", "GradcheckError",
+    "gradcheck", "GradcheckError", "topological_order", "backward_steps", "root_grad",
 ]

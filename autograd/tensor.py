@@ -80,9 +80,21 @@ class Function:
     `self.save(...)`; non-array settings are plain attributes. `backward`
     returns one gradient per input (None where `self.needs_grad` says none is
     wanted), in the broadcast shape if it likes: the engine sums it back.
+
+    What tools read from a recorded op (`tensor.op`): `name`, `rule`, `scope`
+    (the dotted name of the module that recorded it, "" outside any), `inputs`
+    (the input tensors) and `saved` (the arrays kept for backward). A backward()
+    without retain_graph sets `inputs` and `saved` to None once the op has run.
     """
 
     rule = ""
+    scope = ""
+    inputs = None
+    saved = ()
+
+    @property
+    def name(self):
+        return type(self).__name__
 
     def save(self, *arrays):
         self.saved = arrays
@@ -95,11 +107,11 @@ class Function:
                 raise RuntimeError(
                     f"{cls.__name__}: inputs are on different devices "
                     f"({', '.join(i.device for i in inputs)}); move them with .to({device!r}) first")
-        ctx = cls()
-        ctx.xp = backend.xp_for(device)
-        ctx.needs_grad = tuple(t._requires_grad for t in inputs) if _grad_enabled else (False,) * len(inputs)
+        op = cls()
+        op.xp = backend.xp_for(device)
+        op.needs_grad = tuple(t._requires_grad for t in inputs) if _grad_enabled else (False,) * len(inputs)
         try:
-            out = ctx.forward(*[t.data for t in inputs], **params)
+            out = op.forward(*[t.data for t in inputs], **params)
         except ShapeError:
             raise
         except ValueError as exc:
@@ -109,12 +121,13 @@ class Function:
             raise ShapeError(f"{cls.__name__}: {exc} (input shapes {shapes}){fix}") from None
         out_device = backend.device_of(out)
         if out_device is None:  # NumPy's full reductions return scalars, not 0-d arrays
-            out, out_device = ctx.xp.asarray(out), device
-        requires_grad = any(ctx.needs_grad) and out.dtype.kind in FLOAT_KINDS
+            out, out_device = op.xp.asarray(out), device
+        requires_grad = any(op.needs_grad) and out.dtype.kind in FLOAT_KINDS
         if requires_grad:
-            ctx.parents = inputs
-            ctx.scope = _scopes[-1] if _scopes else ""
-        return Tensor._make(out, out_device, requires_grad, ctx if requires_grad else None)
+            op.inputs = inputs
+            if _scopes:
+                op.scope = _scopes[-1]
+        return Tensor._make(out, out_device, requires_grad, op if requires_grad else None)
 
     def forward(self, *arrays, **params):
         raise NotImplementedError
@@ -123,7 +136,7 @@ class Function:
         raise NotImplementedError
 
     def __repr__(self):
-        return f"<{type(self).__name__}: {self.rule}>"
+        return f"<{self.name}: {self.rule}>"
 
 
 def _as_array(data, dtype, device):
@@ -154,27 +167,26 @@ def _as_array(data, dtype, device):
 class Tensor:
     """An n-d array on a device, with the gradient machinery of `Value`."""
 
-    __slots__ = ("data", "grad", "_requires_grad", "device", "_ctx", "_retains_grad", "name", "__weakref__")
+    __slots__ = ("data", "grad", "_requires_grad", "device", "_op", "_retains_grad", "name", "__weakref__")
     __array_ufunc__ = None  # `ndarray * tensor` must come to Tensor.__rmul__, not loop over elements
 
     def __init__(self, data, requires_grad=False, dtype=None, device=None):
         self.data, self.device = _as_array(data, dtype, device)
         self.grad = None
-        self._ctx = None
+        self._op = None
         self._retains_grad = False
         self.name = None
         self._requires_grad = False
         self.requires_grad = requires_grad
 
     @classmethod
-    def _make(cls, data, device, requires_grad, ctx):
+    def _make(cls, data, device, requires_grad, op):
         """Wrap an op's output array (no conversion, no checks: the hot path)."""
         t = cls.__new__(cls)
-        t.data, t.device, t._requires_grad, t._ctx = data, device, requires_grad, ctx
+        t.data, t.device, t._requires_grad, t._op = data, device, requires_grad, op
         t.grad, t._retains_grad, t.name = None, False, None
         return t
 
-    # ---- attributes -------------------------------------------------------
     @property
     def requires_grad(self):
         return self._requires_grad
@@ -185,15 +197,25 @@ class Tensor:
             raise TypeError(
                 f"only floating-point tensors can require grad, this one is {self.data.dtype}; "
                 "make it with float data or call .astype('float32') first")
-        if not flag and self._ctx is not None:
+        if not flag and self._op is not None:
             raise RuntimeError("requires_grad: cannot switch off a non-leaf tensor; use .detach()")
         self._requires_grad = bool(flag)
+
+    @property
+    def op(self):
+        """The Function that made this tensor, None for a leaf (what tools read: see Function)."""
+        return self._op
+
+    @property
+    def inputs(self):
+        """The tensors this one was made from: its op's inputs; () for a leaf, or once backward freed them."""
+        return (self._op.inputs or ()) if self._op is not None else ()
 
     shape = property(lambda self: self.data.shape)
     ndim = property(lambda self: self.data.ndim)
     dtype = property(lambda self: self.data.dtype)
     size = property(lambda self: self.data.size)
-    is_leaf = property(lambda self: self._ctx is None)
+    is_leaf = property(lambda self: self._op is None)
     T = property(lambda self: self.transpose())
 
     def __len__(self):
@@ -203,13 +225,12 @@ class Tensor:
         return (self[i] for i in range(len(self)))
 
     def __repr__(self):
-        op = f", op={type(self._ctx).__name__}" if self._ctx is not None else ""
+        op = f", op={self._op.name}" if self._op is not None else ""
         grad = ", requires_grad=True" if self.requires_grad else ""
         device = f", device='{self.device}'" if self.device != "cpu" else ""
         body = np.array2string(backend.to_host(self.data), separator=", ", prefix="Tensor(")
         return f"Tensor({body}, dtype={self.dtype}{device}{grad}{op})"
 
-    # ---- leaving the graph ------------------------------------------------
     def numpy(self):
         return backend.to_host(self.data)
 
@@ -249,7 +270,6 @@ class Tensor:
         self._retains_grad = True
         return self
 
-    # ---- backward ---------------------------------------------------------
     def backward(self, grad=None, retain_graph=False):
         """Fill `.grad` of every leaf this tensor was computed from with d(self)/d(leaf).
 
@@ -259,10 +279,9 @@ class Tensor:
         grad = root_grad(self, grad, "backward")
         adopted = {id(grad)}  # the caller may hold `grad`: never adopt it as a .grad
         for t, g, _ in backward_steps(self, grad, free=not retain_graph):
-            if t._ctx is None or t._retains_grad:
+            if t._op is None or t._retains_grad:
                 _accumulate(t, g, adopted)
 
-    # ---- operators --------------------------------------------------------
     def _lift(self, other):
         """A constant operand as a Tensor; Python numbers take this tensor's float dtype."""
         if isinstance(other, Tensor):
@@ -298,7 +317,6 @@ class Tensor:
     def __ne__(self, other): return self._compare(other, lambda a, b: a != b)
     __hash__ = object.__hash__
 
-    # ---- methods ----------------------------------------------------------
     def sum(self, axis=None, keepdims=False):
         return _ops.Sum.apply(self, axis=axis, keepdims=keepdims)
 
@@ -339,7 +357,7 @@ class Tensor:
         return _ops.GetItem.apply(self, key=key, advanced=advanced)
 
 
-def _topological_order(root):
+def topological_order(root):
     """Tensors that need a gradient, reachable from `root`, each before the tensors it was computed from.
 
     Iterative depth-first search, so a 20,000-op chain needs no recursion.
@@ -355,8 +373,8 @@ def _topological_order(root):
             continue
         visited.add(id(t))
         stack.append((t, True))
-        if t._ctx is not None and t._ctx.parents is not None:
-            stack.extend((p, False) for p in t._ctx.parents if p._requires_grad and id(p) not in visited)
+        if t._op is not None and t._op.inputs is not None:
+            stack.extend((p, False) for p in t._op.inputs if p._requires_grad and id(p) not in visited)
     order.reverse()
     return order
 
@@ -390,35 +408,35 @@ def backward_steps(root, grad, free=True):
     saved arrays are dropped as soon as its VJP has run.
     """
     grads = {id(root): grad}
-    order = _topological_order(root)
+    order = topological_order(root)
     for i in range(len(order)):
         t, order[i] = order[i], None  # hold no reference: a used activation can be freed during backward
         g = grads.pop(id(t), None)
         if g is None:
             continue
-        ctx, sent = t._ctx, []
-        if ctx is not None:
-            if ctx.parents is None:
+        op, sent = t._op, []
+        if op is not None:
+            if op.inputs is None:
                 raise RuntimeError(
-                    f"backward: the graph through {type(ctx).__name__} was freed by an earlier backward(); "
+                    f"backward: the graph through {op.name} was freed by an earlier backward(); "
                     "call the first backward(retain_graph=True) to go through it twice")
-            input_grads = ctx.backward(g)
+            input_grads = op.backward(g)
             if not isinstance(input_grads, tuple):
                 input_grads = (input_grads,)
-            for parent, pg in zip(ctx.parents, input_grads):
-                if pg is None or not parent._requires_grad:
-                    sent.append((parent, None, None))
+            for x, pg in zip(op.inputs, input_grads):
+                if pg is None or not x._requires_grad:
+                    sent.append((x, None, None))
                     continue
                 returned = pg.shape
-                if pg.shape != parent.data.shape:
-                    pg = _unbroadcast(pg, parent.data.shape, ctx)
-                if pg.dtype != parent.data.dtype:
-                    pg = pg.astype(parent.data.dtype)
-                previous = grads.get(id(parent))
-                grads[id(parent)] = pg if previous is None else previous + pg
-                sent.append((parent, pg, returned))
+                if pg.shape != x.data.shape:
+                    pg = _unbroadcast(pg, x.data.shape, op)
+                if pg.dtype != x.data.dtype:
+                    pg = pg.astype(x.data.dtype)
+                previous = grads.get(id(x))
+                grads[id(x)] = pg if previous is None else previous + pg
+                sent.append((x, pg, returned))
             if free:
-                ctx.parents = ctx.saved = None
+                op.inputs = op.saved = None
         yield t, g, sent
 
 
@@ -440,12 +458,12 @@ def _accumulate(t, g, adopted):
         t.grad = backend.xp_for(t.device).array(g, dtype=t.data.dtype, copy=True)
 
 
-def _unbroadcast(grad, shape, ctx):
+def _unbroadcast(grad, shape, op):
     """Broadcasting's adjoint: sum `grad` over the axes that broadcasting added or stretched."""
     extra = grad.ndim - len(shape)
     if extra < 0 or any(n != 1 and n != m for n, m in zip(shape, grad.shape[extra:])):
         raise ShapeError(
-            f"{type(ctx).__name__}.backward returned a gradient of shape {grad.shape} "
+            f"{op.name}.backward returned a gradient of shape {grad.shape} "
             f"for an input of shape {shape}: the op's VJP is wrong")
     axes = tuple(range(extra)) + tuple(
         extra + i for i, n in enumerate(shape) if n == 1 and grad.shape[extra + i] != 1)

@@ -1,49 +1,29 @@
-"""GPT-2 on this project's autograd engine: the model, its sampler, its checkpoints.
+"""GPT-2 on this project's autograd engine, read top to bottom: config, layers, model, generate.
 
 What this file promises:
 
-* ``GPTConfig`` and ``GPT``: OpenAI's GPT-2 (pre-LN transformer blocks, fused
-  Q/K/V projection, tanh GELU, LM head tied to the token embedding), with every
-  parameter named as in GPT-2's checkpoints (``transformer.h.0.attn.c_attn.weight``)
-  and stored as they store it, weights (in, out), so checkpoints load by name.
-* ``model(idx, targets=None) -> (logits, loss)``: logits (B, T, vocab_size) for
-  every position; the mean cross-entropy when targets are given (targets equal
-  to -1 are ignored), else None.
-* ``model.generate(...)``: greedy, temperature, top-k and top-p (nucleus)
-  sampling, with a key/value cache, seeded by ``autograd.manual_seed``; cached
-  and uncached decoding give the same tokens, also past ``block_size``.
-* ``GPT.from_pretrained(folder)`` / ``model.save_pretrained(folder)``: the
-  Hugging Face folder format (``config.json`` + ``model.safetensors``), which
-  ``transformers.GPT2LMHeadModel`` reads and writes. Saving is atomic.
-* ``parameter_shapes(config)``: every parameter's shape from the config alone;
-  ``python -m models.gpt2 --params`` prints where GPT-2 small's 124,439,808 are.
-* ``demo_loss()``: a tiny GPT's deterministic loss, for ``viz``.
+* `GPTConfig` and `GPT`: OpenAI's GPT-2 (pre-LN blocks, fused Q/K/V, tanh GELU,
+  LM head tied to the token embedding), parameters named and stored as GPT-2's
+  checkpoints (`transformer.h.0.attn.c_attn.weight`, weights (in, out)).
+* `model(idx, targets=None) -> (logits, loss)`: logits (B, T, V) for every
+  position; the mean cross-entropy against targets (-1 = ignored), else None.
+* `model.generate(...)`: greedy, temperature, top-k and top-p sampling with a
+  key/value cache, seeded by `autograd.manual_seed`; cached and uncached
+  decoding give the same tokens, also past block_size.
+* `GPT.from_pretrained(folder)` / `model.save_pretrained(folder)`: Hugging
+  Face's folder format (in models/hf_checkpoint.py), which transformers reads.
+* `demo_loss()`: a tiny GPT's deterministic loss, for viz.
 
-Read top to bottom: the config; the layers (attention, MLP, block, the
-transformer trunk); the KV cache; the model with its generate and checkpoint
-methods; then their helpers (sampling, Hugging Face's config and key names);
-the parameter count; the demo. Shapes use B batch, T time, C = n_embd, nh
-heads of hs = C / nh features each, V = vocab_size.
+Shapes: B batch, T time, C = n_embd, nh heads of hs = C / nh features, V = vocab_size.
 """
-
-from __future__ import annotations
-
-import json
 import math
-import os
-import re
-import shutil
-import tempfile
-from dataclasses import asdict, dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 import autograd as ag
 import nn
 from autograd import Tensor, backend
-from models.cli import Parser
-from models.io import fsync, give_default_mode
 
 
 @dataclass
@@ -70,9 +50,9 @@ class GPTConfig:
                 f"gets n_embd // n_head features, so choose n_embd a multiple of n_head")
         if not 0 <= self.dropout < 1:
             raise ValueError(f"GPTConfig: dropout must be in [0, 1), got {self.dropout}")
-
-
-# ---- the layers ----------------------------------------------------------------------------
+        eps = self.layer_norm_epsilon
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < math.inf:
+            raise ValueError(f"GPTConfig: layer_norm_epsilon must be a positive number, got {eps!r}")
 
 
 class CausalSelfAttention(nn.Module):
@@ -145,14 +125,11 @@ class Transformer(nn.Module):
     def forward(self, idx, kv_cache=None):
         T = idx.shape[1]
         start = kv_cache.length if kv_cache is not None else 0  # the first new token's position
-        pos = backend.xp_for(self.wpe.weight.device).arange(start, start + T)  # (T,)
+        pos = ag.arange(start, start + T, device=self.wpe.weight.device)  # (T,)
         x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C) + (T, C) → (B, T, C)
         for i, block in enumerate(self.h):
             x = block(x, cache=kv_cache.layers[i] if kv_cache is not None else None)
         return self.ln_f(x)  # (B, T, C)
-
-
-# ---- the key/value cache ---------------------------------------------------------------------
 
 
 class LayerCache:
@@ -196,9 +173,6 @@ class KVCache:
             layer.length = 0
 
 
-# ---- the model --------------------------------------------------------------------------------
-
-
 class GPT(nn.Module):
     """GPT-2: `Transformer` features, then logits = features @ wteᵀ (the LM head is the embedding)."""
 
@@ -209,12 +183,10 @@ class GPT(nn.Module):
         self._init_weights()
 
     def _init_weights(self):
-        """GPT-2's initialisation, drawn from autograd's seeded generator (`autograd.manual_seed`).
+        """GPT-2's initialisation from autograd's seeded generator: weights ~ N(0, 0.02²), biases 0, LN scales 1.
 
-        Weights and embeddings ~ N(0, 0.02²), biases 0, LayerNorm scales 1. The
-        residual projections (`c_proj`) get std 0.02/√(2·n_layer): each block
-        adds two branches into the residual stream, and this keeps its variance
-        from growing with depth.
+        The residual projections (c_proj) get std 0.02/√(2·n_layer): each block adds two branches
+        into the residual stream, and this keeps its variance from growing with depth.
         """
         resid_std = 0.02 / math.sqrt(2 * self.config.n_layer)
         for name, p in self.named_parameters():
@@ -251,24 +223,25 @@ class GPT(nn.Module):
             return (x.reshape(B * T, C) @ wte.T).reshape(B, T, wte.shape[0])  # (B·T, C) @ (C, V) → (B, T, V)
 
     def _check_ids(self, idx, kv_cache=None):
-        data = idx.data if isinstance(idx, Tensor) else idx if backend.device_of(idx) else np.asarray(idx)
-        if data.dtype.kind not in "iu":
-            raise TypeError(f"GPT: idx must hold integer token ids, got dtype {data.dtype}; "
+        """`idx` as a Tensor of token ids (B, T) that fits the context, or a one-line error saying why not."""
+        idx = idx if isinstance(idx, Tensor) else Tensor(idx)  # a list, or a NumPy or CuPy array where it lives
+        if idx.dtype.kind not in "iu":
+            raise TypeError(f"GPT: idx must hold integer token ids, got dtype {idx.dtype}; "
                             "pass ints (e.g. np.int64), not floats")
-        if data.ndim != 2:
-            raise ValueError(f"GPT: idx must have shape (B, T), got {data.shape}; "
+        if idx.ndim != 2:
+            raise ValueError(f"GPT: idx must have shape (B, T), got {idx.shape}; "
                              "add a batch axis for one sequence (idx[None])")
         seen = kv_cache.length if kv_cache is not None else 0
-        if data.shape[1] == 0 or seen + data.shape[1] > self.config.block_size:
+        if idx.shape[1] == 0 or seen + idx.shape[1] > self.config.block_size:
             raise ValueError(
-                f"GPT: cannot run a sequence of {data.shape[1]} tokens"
+                f"GPT: cannot run a sequence of {idx.shape[1]} tokens"
                 + (f" after {seen} cached ones" if seen else "")
                 + f"; the model's block_size is {self.config.block_size}: crop to the last "
                   f"{self.config.block_size} tokens (generate does this)")
         if kv_cache is not None and ag.is_grad_enabled():
             raise RuntimeError("GPT: the KV cache is for inference (it is outside the graph); "
                                "run under autograd.no_grad()")
-        return data
+        return idx
 
     def optimizer_groups(self, weight_decay):
         """AdamW groups as nanoGPT makes them: decay the 2-D weights (matmuls, embeddings), not biases or LayerNorms."""
@@ -286,8 +259,6 @@ class GPT(nn.Module):
         wpe.num_embeddings = block_size
         self.config = replace(self.config, block_size=block_size)  # a new config: the old one may be shared
         return self
-
-    # ---- generation ---------------------------------------------------------------------------
 
     @ag.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None, use_cache=True):
@@ -330,72 +301,16 @@ class GPT(nn.Module):
             self.train(was_training)
         return give_back(backend.to_host(out))
 
-    # ---- checkpoints ----------------------------------------------------------------------------
-
     @classmethod
     def from_pretrained(cls, directory, dropout=0.0):
-        """Load a Hugging Face GPT-2 folder: `config.json` and `model.safetensors`.
-
-        Reads both the layout `transformers` writes (keys `transformer.h.0…`,
-        perhaps a tied `lm_head.weight`) and the original hub layout (keys `h.0…`
-        with `attn.bias` / `attn.masked_bias` mask buffers, which are ignored).
-        """
-        directory = Path(directory)
-        if not directory.is_dir():
-            raise FileNotFoundError(f"GPT.from_pretrained: no folder {directory}; give the folder that holds "
-                                    "config.json and model.safetensors (e.g. `huggingface-cli download gpt2`)")
-        config_file = directory / "config.json"
-        if not config_file.is_file():
-            raise FileNotFoundError(f"GPT.from_pretrained: {config_file} is missing; a Hugging Face GPT-2 folder "
-                                    "has config.json next to model.safetensors")
-        config = config_from_hf(json.loads(config_file.read_text()), dropout=dropout)
-        tensors = _read_safetensors(directory)
-        state = _state_from_checkpoint(tensors, config, directory)
-        rng_state = ag.get_rng_state()
-        try:
-            model = cls(config)  # its random initialisation is overwritten at once
-        finally:
-            ag.set_rng_state(rng_state)  # so loading does not move the caller's random stream
-        model.load_state_dict(state)
-        return model
+        """Load a Hugging Face GPT-2 folder (config.json, model.safetensors) in either layout: models.hf_checkpoint."""
+        from models import hf_checkpoint  # imported here: it builds on this module
+        return hf_checkpoint.load(cls, directory, dropout)
 
     def save_pretrained(self, directory):
-        """Write `config.json` and `model.safetensors` as `transformers` does, atomically.
-
-        Both files are written completely into a temporary sibling folder first,
-        then moved into place with os.replace (a rename, atomic on one file
-        system): an interrupted save leaves the previous files, never half a file.
-        Other files in `directory` (a tokenizer, say) are left alone. A model with
-        bias=False is saved too, marked `"bias": false` in config.json: from_pretrained
-        reads it back, but transformers' GPT-2 always has biases and cannot.
-        """
-        from safetensors.numpy import save_file
-
-        directory = Path(directory)
-        if directory.exists() and not directory.is_dir():
-            raise NotADirectoryError(f"save_pretrained: {directory} exists and is not a folder")
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".partial", dir=directory.parent))
-        try:
-            tensors = {name: np.ascontiguousarray(backend.to_host(p.data))  # names are transformer.…
-                       for name, p in self.named_parameters()}
-            save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
-            dtype = str(self.transformer.wte.weight.dtype)
-            (staging / "config.json").write_text(json.dumps(config_to_hf(self.config, dtype), indent=2) + "\n")
-            for path in (staging, staging / "model.safetensors", staging / "config.json"):
-                give_default_mode(path)
-            for name in ("model.safetensors", "config.json"):
-                fsync(staging / name)
-            if not directory.exists():
-                os.replace(staging, directory)  # a new folder appears whole, or not at all
-                return
-            for name in ("model.safetensors", "config.json"):  # each file is swapped whole
-                os.replace(staging / name, directory / name)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-
-
-# ---- sampling ----------------------------------------------------------------------------------
+        """Write config.json and model.safetensors as transformers does, atomically (see models.hf_checkpoint)."""
+        from models import hf_checkpoint
+        hf_checkpoint.save(self, directory)
 
 
 def sample(logits, temperature=1.0, top_k=None, top_p=None):
@@ -461,191 +376,6 @@ def _as_batch(idx):
     return (ids if ids.ndim == 2 else ids[None]).astype(np.int64), back
 
 
-# ---- checkpoints: Hugging Face's format ---------------------------------------------------------
-
-_MASK_BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")  # the original layout's causal-mask buffers
-_TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # names transformers gives the tanh GELU
-
-
-def config_from_hf(hf, dropout=0.0):
-    """A GPTConfig from a transformers GPT-2 `config.json` dict; refuses what this model cannot compute."""
-    if hf.get("model_type", "gpt2") != "gpt2":
-        raise ValueError(f"from_pretrained: config.json describes a {hf['model_type']!r} model, not 'gpt2'")
-    n_embd = hf.get("n_embd", 768)
-    unsupported = []
-    if hf.get("activation_function", "gelu_new") not in _TANH_GELUS:
-        unsupported.append(f"activation_function={hf['activation_function']!r} (this model uses GPT-2's tanh GELU)")
-    if hf.get("n_inner") not in (None, 4 * n_embd):
-        unsupported.append(f"n_inner={hf['n_inner']} (the MLP here is 4 × n_embd = {4 * n_embd})")
-    if not hf.get("scale_attn_weights", True):
-        unsupported.append("scale_attn_weights=false (attention here scales by 1/√head_size)")
-    if hf.get("scale_attn_by_inverse_layer_idx", False):
-        unsupported.append("scale_attn_by_inverse_layer_idx=true")
-    if hf.get("add_cross_attention", False):
-        unsupported.append("add_cross_attention=true")
-    if not hf.get("tie_word_embeddings", True):
-        unsupported.append("tie_word_embeddings=false (the LM head here is the token embedding)")
-    if unsupported:
-        raise ValueError("from_pretrained: config.json asks for what this GPT-2 does not implement: "
-                         + "; ".join(unsupported))
-    return GPTConfig(vocab_size=hf.get("vocab_size", 50257),
-                     block_size=hf.get("n_positions", hf.get("n_ctx", 1024)),
-                     n_layer=hf.get("n_layer", 12), n_head=hf.get("n_head", 12), n_embd=n_embd,
-                     dropout=dropout, bias=hf.get("bias", True),  # "bias" is ours: only bias=False folders have it
-                     layer_norm_epsilon=hf.get("layer_norm_epsilon", 1e-5))
-
-
-def config_to_hf(config, dtype="float32"):
-    """The `config.json` dict transformers' GPT2LMHeadModel needs to rebuild `config`."""
-    eos = 50256 if config.vocab_size > 50256 else None  # GPT-2's <|endoftext|>, only if the vocabulary has it
-    extra = {} if config.bias else {"bias": False}  # not a transformers field: this model's own extension
-    return {
-        "architectures": ["GPT2LMHeadModel"],
-        "model_type": "gpt2",
-        "vocab_size": config.vocab_size,
-        "n_positions": config.block_size,
-        "n_embd": config.n_embd,
-        "n_layer": config.n_layer,
-        "n_head": config.n_head,
-        "n_inner": None,
-        "activation_function": "gelu_new",
-        "resid_pdrop": config.dropout,
-        "embd_pdrop": config.dropout,
-        "attn_pdrop": config.dropout,
-        "layer_norm_epsilon": config.layer_norm_epsilon,
-        "initializer_range": 0.02,
-        "scale_attn_weights": True,
-        "scale_attn_by_inverse_layer_idx": False,
-        "reorder_and_upcast_attn": False,
-        "use_cache": True,
-        "bos_token_id": eos,
-        "eos_token_id": eos,
-        "tie_word_embeddings": True,
-        "dtype": dtype,
-        **extra,
-    }
-
-
-def _read_safetensors(directory):
-    """Every tensor of `model.safetensors` (or of the shards its index names) as NumPy arrays."""
-    from safetensors.numpy import load_file
-
-    single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
-    if single.is_file():
-        return load_file(str(single))
-    if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return {k: v for shard in shards for k, v in load_file(str(directory / shard)).items()}
-    others = sorted(p.name for p in directory.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".h5", ".msgpack"))
-    hint = (f" (found {', '.join(others)}: convert them with transformers, "
-            "`GPT2LMHeadModel.from_pretrained(folder).save_pretrained(folder)`)") if others else ""
-    raise FileNotFoundError(f"GPT.from_pretrained: {single} is missing; only safetensors weights are read{hint}")
-
-
-def _state_from_checkpoint(tensors, config, directory):
-    """Checkpoint tensors renamed to this model's parameter names, checked against `config`'s shapes."""
-    state, head = {}, None
-    for key, array in tensors.items():
-        name = key.removeprefix("transformer.")
-        if key == "lm_head.weight":
-            head = array
-        elif not _MASK_BUFFER.match(name):
-            state[f"transformer.{name}"] = array
-    expected = parameter_shapes(config)
-    missing = [k for k in expected if k not in state]
-    unexpected = [k for k in state if k not in expected]
-    wrong = [f"{k}: checkpoint {tuple(state[k].shape)}, config {expected[k]}"
-             for k in expected if k in state and tuple(state[k].shape) != expected[k]]
-    if missing or unexpected or wrong:
-        problems = [f"{label} {items}" for label, items in
-                    (("missing", missing), ("unexpected", unexpected), ("mis-shaped", wrong)) if items]
-        raise ValueError(f"GPT.from_pretrained: the weights in {directory} do not fit its config.json "
-                         f"({config}): " + "; ".join(problems))
-    if head is not None and not np.array_equal(head, state["transformer.wte.weight"]):
-        raise ValueError("GPT.from_pretrained: lm_head.weight differs from transformer.wte.weight; "
-                         "this model ties its LM head to the token embedding, as GPT-2 does")
-    return state
-
-
-# ---- the parameter count -------------------------------------------------------------------------
-
-
-def parameter_shapes(config):
-    """Name → shape of every parameter of GPT(config), in named_parameters() order, without building it."""
-    C, V = config.n_embd, config.vocab_size
-    block = {"ln_1.weight": (C,), "ln_1.bias": (C,),
-             "attn.c_attn.weight": (C, 3 * C), "attn.c_attn.bias": (3 * C,),
-             "attn.c_proj.weight": (C, C), "attn.c_proj.bias": (C,),
-             "ln_2.weight": (C,), "ln_2.bias": (C,),
-             "mlp.c_fc.weight": (C, 4 * C), "mlp.c_fc.bias": (4 * C,),
-             "mlp.c_proj.weight": (4 * C, C), "mlp.c_proj.bias": (C,)}
-    shapes = {"transformer.wte.weight": (V, C), "transformer.wpe.weight": (config.block_size, C)}
-    for i in range(config.n_layer):
-        shapes.update({f"transformer.h.{i}.{name}": shape for name, shape in block.items()})
-    shapes.update({"transformer.ln_f.weight": (C,), "transformer.ln_f.bias": (C,)})
-    if not config.bias:
-        shapes = {k: s for k, s in shapes.items() if not k.endswith(".bias")}
-    return shapes
-
-
-def count_parameters(config):
-    """The number of parameters of GPT(config) (the tied LM head counted once, inside wte)."""
-    return sum(math.prod(s) for s in parameter_shapes(config).values())
-
-
-def parameter_table(config):
-    """The breakdown `python -m models.gpt2 --params` prints, as text."""
-    shapes = parameter_shapes(config)
-    L, C = config.n_layer, config.n_embd
-
-    def line(label, shape_text, count, indent="  "):
-        return f"{indent}{label:<{30 - len(indent)}}{shape_text:<26}{count:>14,}"
-
-    def row(label, names, indent="  "):
-        label = label if config.bias else label.replace(" + bias", "")
-        found = [shapes[n] for n in names if n in shapes]
-        count = sum(math.prod(s) for s in found)
-        return line(label, " + ".join(str(s) for s in found), count, indent), count
-
-    lines = [f"GPT-2 parameters: n_layer={L}, n_head={config.n_head}, n_embd={C}, "
-             f"vocab_size={config.vocab_size}, block_size={config.block_size}, bias={config.bias}", "",
-             f"  {'parameter':<28}{'shape':<26}{'count':>14}"]
-    text, wte = row("wte (token embedding)", ["transformer.wte.weight"])
-    lines.append(text + "   (also the LM head: tied)")
-    text, wpe = row("wpe (position embedding)", ["transformer.wpe.weight"])
-    lines += [text, f"  per block (transformer.h.0 … h.{L - 1}):"]
-    block_rows = [("ln_1 weight + bias", ["ln_1.weight", "ln_1.bias"]),
-                  ("attn.c_attn weight", ["attn.c_attn.weight"]), ("attn.c_attn bias", ["attn.c_attn.bias"]),
-                  ("attn.c_proj weight + bias", ["attn.c_proj.weight", "attn.c_proj.bias"]),
-                  ("ln_2 weight + bias", ["ln_2.weight", "ln_2.bias"]),
-                  ("mlp.c_fc weight", ["mlp.c_fc.weight"]), ("mlp.c_fc bias", ["mlp.c_fc.bias"]),
-                  ("mlp.c_proj weight + bias", ["mlp.c_proj.weight", "mlp.c_proj.bias"])]
-    block = 0
-    for label, names in block_rows:
-        text, count = row(label, [f"transformer.h.0.{n}" for n in names], indent="    ")
-        if count:
-            lines.append(text)
-        block += count
-    lines += [line("one block", "", block, indent="    "), line(f"{L} blocks", "", L * block)]
-    text, ln_f = row("ln_f weight + bias", ["transformer.ln_f.weight", "transformer.ln_f.bias"])
-    lines.append(text)
-    total = count_parameters(config)
-    assert total == wte + wpe + L * block + ln_f
-    lines.append(line("total", "", total))
-    if config.bias:
-        fc_bias_gap, ln_f_gap = L * 3 * C, 2 * C
-        lines += ["", f"Note: the illustrated article's table totals {total - fc_bias_gap - ln_f_gap:,} for this "
-                      f"architecture. It counts mlp.c_fc's bias as {C:,} (n_embd)",
-                  f"instead of {4 * C:,} (4·n_embd), {L} × {3 * C:,} = {fc_bias_gap:,} too few, and leaves out "
-                  f"the final LayerNorm ln_f ({ln_f_gap:,}):",
-                  f"{total:,} − {fc_bias_gap:,} − {ln_f_gap:,} = {total - fc_bias_gap - ln_f_gap:,}. "
-                  "The count above is that of the actual parameter tensors."]
-    return "\n".join(lines)
-
-
-# ---- the demo -----------------------------------------------------------------------------------
-
-
 def demo_loss():
     """A tiny GPT's loss on a fixed batch: deterministic, small enough to draw (`python -m viz.graph models.gpt2`)."""
     state = ag.get_rng_state()
@@ -660,18 +390,3 @@ def demo_loss():
     logits.name, loss.name = "logits", "loss"
     return loss
 
-
-def main(argv=None):
-    parser = Parser("python -m models.gpt2", "GPT-2's parameter breakdown (GPT-2 small unless told otherwise).")
-    parser.add_argument("--params", action="store_true", help="print the parameter table (the default action)")
-    defaults = GPTConfig()
-    for field in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size"):
-        parser.add_argument(f"--{field.replace('_', '-')}", type=int, default=getattr(defaults, field))
-    parser.add_argument("--no-bias", action="store_true", help="Linears and LayerNorms without biases")
-    args = parser.parse_args(argv)
-    config = GPTConfig(**{k: v for k, v in vars(args).items() if k in asdict(defaults)}, bias=not args.no_bias)
-    print(parameter_table(config))
-
-
-if __name__ == "__main__":
-    main()

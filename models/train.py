@@ -22,7 +22,6 @@ import numpy as np
 
 import autograd as ag
 import nn
-from autograd import backend
 from models import checkpoint
 from models.cli import Parser, device, input_file, input_folder, interval, output_folder
 from models.data import TokenData, load_text
@@ -108,13 +107,12 @@ def check_combinations(args):
 
 def measure_peak_flops(device):
     """FLOP/s of a large float32 matmul on this device: the yardstick for model-FLOPs utilisation."""
-    xp = backend.xp_for(device)
-    a = xp.ones((1024, 1024), dtype=xp.float32)
+    a = ag.ones(1024, 1024, dtype="float32", device=device)
     a @ a  # warm up the BLAS threads
     best = math.inf
     for _ in range(3):
         start = time.perf_counter()
-        float((a @ a)[0, 0])  # reading a value waits for an asynchronous GPU
+        (a @ a)[0, 0].item()  # reading a value waits for an asynchronous GPU
         best = min(best, time.perf_counter() - start)
     return 2 * 1024 ** 3 / best
 
@@ -219,7 +217,6 @@ def train(args):
             return
     model, tokenizer, data = build(args, out_dir)
     cfg = model.config
-    decay_iters = args.lr_decay_iters or args.max_iters
     optimizer = nn.optim.AdamW(model.optimizer_groups(args.weight_decay), lr=args.lr,
                                betas=(args.beta1, args.beta2))
     data_rng = np.random.default_rng(args.seed)
@@ -244,14 +241,13 @@ def train(args):
                dynamic_ncols=True, file=sys.stderr)
     log = bar.write if not args.no_progress else print
     start_iter = state["iter"]
+    schedule = nn.optim.WarmupCosineLR(optimizer, args.warmup_iters, args.lr_decay_iters or args.max_iters,
+                                       args.min_lr, max_lr=args.lr, last_step=start_iter - 1)
     for it in range(start_iter, args.max_iters + 1):
-        lr = nn.optim.warmup_cosine(it, args.lr, args.warmup_iters, decay_iters, args.min_lr)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
         if (it % args.eval_interval == 0 or it == args.max_iters) and not (args.resume and it == start_iter):
             losses = estimate_loss(model, data, args, it)
             for value in losses.values():
-                check_finite(value, it, lr, saved, out_dir)
+                check_finite(value, it, optimizer, saved, out_dir)
             state["evals"].append({"iter": it, **losses})
             note = ""
             if it > 0 and (losses["val"] < saved["val_loss"] or args.always_save):
@@ -274,12 +270,13 @@ def train(args):
             nn.optim.clip_grad_norm_(model.parameters(), args.grad_clip)
         optimizer.step()
         loss_value = loss.item()
-        check_finite(loss_value, it, lr, saved, out_dir)
+        check_finite(loss_value, it, optimizer, saved, out_dir)
         state["history"].append(loss_value)
         dt = time.perf_counter() - t0
         bar.set_postfix_str(f"loss {loss_value:.4f}, {tokens_per_iter / dt:,.0f} tok/s, {dt * 1e3:.0f} ms/it, "
                             f"mfu {flops_per_iter / dt / peak:.1%}", refresh=False)
         bar.update(1)
+        schedule.step()
     bar.close()
 
     print(saved_summary(saved, args.max_iters, out_dir))
@@ -296,13 +293,13 @@ def train(args):
         print("sample:\n" + tokenizer.decode(out.numpy()[0].tolist()))
 
 
-def check_finite(loss, it, lr, saved, out_dir):
+def check_finite(loss, it, optimizer, saved, out_dir):
     """Stop, before anything of this iteration is saved, when a loss is NaN or infinite."""
     if not math.isfinite(loss):
         kept = (f"{out_dir} keeps the checkpoint of iteration {saved['iter']}" if saved["iter"] is not None
                 else "no checkpoint was written")
-        raise ValueError(f"the loss became {loss} at iteration {it} (lr {lr:.2e}); stopped, and {kept}; "
-                         "try a smaller --lr or a --grad-clip")
+        raise ValueError(f"the loss became {loss} at iteration {it} (lr {optimizer.param_groups[0]['lr']:.2e}); "
+                         f"stopped, and {kept}; try a smaller --lr or a --grad-clip")
 
 
 def saved_summary(saved, max_iters, out_dir):

@@ -66,7 +66,6 @@ class Module:
         for name, param in self.named_parameters():
             param.name = name
 
-    # ---- the tree ------------------------------------------------------------------
     def named_modules(self, prefix=""):
         """(dotted name, module) for this module and every descendant, each once, in registration order."""
         seen, stack = set(), [(prefix, self)]
@@ -100,7 +99,6 @@ class Module:
     def num_parameters(self):
         return sum(p.size for p in self.parameters())
 
-    # ---- state ---------------------------------------------------------------------
     def state_dict(self):
         """Dotted name → the parameter's array (shared, not copied)."""
         return OrderedDict((name, p.data) for name, p in self.named_parameters())
@@ -130,7 +128,6 @@ class Module:
             own[name].data = array
         return self
 
-    # ---- modes and devices -------------------------------------------------------------
     def train(self, mode=True):
         for module in self.modules():
             object.__setattr__(module, "training", mode)

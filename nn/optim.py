@@ -185,13 +185,17 @@ def warmup_cosine(step, max_lr, warmup_steps, decay_steps, min_lr=0.0):
 
 
 class WarmupCosineLR:
-    """Sets every group's lr from `warmup_cosine` each time `step()` is called (once per iteration)."""
+    """Sets every group's lr from `warmup_cosine` each time `step()` is called (once per iteration).
 
-    def __init__(self, optimizer, warmup_steps, decay_steps, min_lr=0.0, max_lr=None):
+    Constructing it sets the lr of step `last_step + 1`: step 0 for a fresh run,
+    or the step a resumed run continues from (as PyTorch's `last_epoch`).
+    """
+
+    def __init__(self, optimizer, warmup_steps, decay_steps, min_lr=0.0, max_lr=None, last_step=-1):
         self.optimizer = optimizer
         self.max_lr = max_lr if max_lr is not None else optimizer.param_groups[0]["lr"]
         self.warmup_steps, self.decay_steps, self.min_lr = warmup_steps, decay_steps, min_lr
-        self.last_step = -1
+        self.last_step = last_step
         self.step()
 
     def get_lr(self, step):

@@ -20,7 +20,6 @@ the norms can be shown (`--no-backward` draws the graph before it), and
 renders with Graphviz's `dot`. Without `dot` on PATH it writes the `.dot`
 source instead, prints how to install Graphviz, and exits with status 3.
 """
-import argparse
 import html
 import inspect
 import shutil
@@ -28,7 +27,9 @@ import sys
 from collections import Counter, deque
 from pathlib import Path
 
-from ._walk import GraphWalk, demo_loss_of, host, norm, number, shape_text
+from .loading import demo_loss_of
+from .numbers import host, norm, number, shape_text
+from .walk import GraphWalk
 
 INSTALL_PYTHON = 'pip install -e ".[viz]"  (or: pip install graphviz)'
 INSTALL_DOT = ("install Graphviz, which provides `dot`: sudo apt-get install graphviz (Debian/Ubuntu), "
@@ -85,9 +86,6 @@ class _Picture:
             self.edges[(a, b)] = attrs
 
 
-# ---- labels ------------------------------------------------------------------------------------
-
-
 def _grad_line(t, walk):
     if not t.requires_grad:
         return _small("constant · no gradient")
@@ -142,11 +140,11 @@ def _tensor_tooltip(t, walk, name):
     elif t.is_leaf:
         role = "a leaf (parameter): backward adds ∂L/∂" + name + " into its .grad"
     else:
-        role = f"made by {type(t._ctx).__name__}; ∂L/∂{name} flows on into that op's inputs"
+        role = f"made by {t.op.name}; ∂L/∂{name} flows on into that op's inputs"
     lines = [f"{name}: {shape_text(t.shape)} {t.dtype}", role]
     keepers = walk.saved_by(t)
     if keepers:
-        lines.append("kept for backward by " + ", ".join(type(c).__name__ for c in keepers))
+        lines.append("kept for backward by " + ", ".join(op.name for op in keepers))
     return "\n".join(lines)
 
 
@@ -157,56 +155,49 @@ def _saved_line(arrays):
     return _small(f"saves {len(arrays)} array{'s' if len(arrays) > 1 else ''} · {_bytes(nbytes)}", 8, SAVED)
 
 
-def _op_node(ctx, walk):
-    lines = [f"<B>{type(ctx).__name__}</B>"]
-    if ctx.rule:
-        lines.append(_small(ctx.rule, 9, "#1f3c6e"))
-    saved = _saved_line(walk.saved(ctx))
+def _op_node(op, walk):
+    lines = [f"<B>{op.name}</B>"]
+    if op.rule:
+        lines.append(_small(op.rule, 9, "#1f3c6e"))
+    saved = _saved_line(walk.saved(op))
     if saved:
         lines.append(saved)
-    doc = inspect.cleandoc(type(ctx).__doc__ or type(ctx).__name__)
-    scope = getattr(ctx, "scope", "") or ""
-    tooltip = (f"recorded in {scope}\n\n" if scope else "") + doc
+    doc = inspect.cleandoc(type(op).__doc__ or op.name)
+    tooltip = (f"recorded in {op.scope}\n\n" if op.scope else "") + doc
     attrs = {"shape": "box", "style": "rounded,filled", "fillcolor": OP[0], "color": OP[1],
              "tooltip": _tooltip(tooltip)}
-    return _Node("op", "<" + "<BR/>".join(lines) + ">", attrs, getattr(ctx, "scope", "") or "")
-
-
-# ---- the full graph ----------------------------------------------------------------------------
+    return _Node("op", "<" + "<BR/>".join(lines) + ">", attrs, op.scope)
 
 
 def _expanded(walk):
     """Every tensor and op, each op in the (nested) cluster of the module that recorded it."""
     pic = _Picture()
     tkey = {id(t): f"t{i}" for i, t in enumerate(walk.tensors, 1)}  # t7 is the tensor labelled t7 if unnamed
-    okey = {id(ctx): f"op{i}" for i, ctx in enumerate(walk.ops, 1)}
+    okey = {id(op): f"op{i}" for i, op in enumerate(walk.ops, 1)}
     for t in walk.tensors:
-        if t._ctx is not None:
-            cluster = getattr(t._ctx, "scope", "") or ""
+        if t.op is not None:
+            cluster = t.op.scope
         else:  # a leaf sits with the module that uses it, when only one does
             scopes = {getattr(c, "scope", "") or "" for c in walk.consumers.get(id(t), ())}
             cluster = scopes.pop() if len(scopes) == 1 else ""
         pic.nodes[tkey[id(t)]] = _tensor_node(t, walk, cluster)
-    for ctx in walk.ops:
-        out = walk.output_of[id(ctx)]
-        pic.nodes[okey[id(ctx)]] = _op_node(ctx, walk)
-        pic.edge(tkey[id(out)], okey[id(ctx)], {})
-        for p in walk.inputs(ctx):
-            pic.edge(okey[id(ctx)], tkey[id(p)], {} if p.requires_grad else _NO_GRAD_EDGE)
-    for i, ctx in enumerate(walk.freed):
+    for op in walk.ops:
+        out = walk.output_of[id(op)]
+        pic.nodes[okey[id(op)]] = _op_node(op, walk)
+        pic.edge(tkey[id(out)], okey[id(op)], {})
+        for x in out.inputs:
+            pic.edge(okey[id(op)], tkey[id(x)], {} if x.requires_grad else _NO_GRAD_EDGE)
+    for i, op in enumerate(walk.freed):
         note = f"freed{i}"
         text = "<BR/>".join(_small(line, 9, "#a23b2a") for line in (
             "inputs freed by backward():", "call backward(retain_graph=True)", "to keep the graph"))
         pic.nodes[note] = _Node("note", f"<{text}>", {"shape": "note", "color": "#a23b2a"},
-                                pic.nodes[okey[id(ctx)]].cluster)
-        pic.edge(okey[id(ctx)], note, {"style": "dotted"})
+                                pic.nodes[okey[id(op)]].cluster)
+        pic.edge(okey[id(op)], note, {"style": "dotted"})
     return pic, tkey, okey
 
 
 _NO_GRAD_EDGE = {"style": "dashed", "color": CONSTANT[1], "arrowhead": "none"}
-
-
-# ---- collapsing modules ------------------------------------------------------------------------
 
 
 def _module_of(scope, collapse, all_scopes):
@@ -241,25 +232,25 @@ def _too_wide(prefix, all_scopes):
 
 def _collapsed(walk, pic, tkey, okey, collapse):
     """Fold the ops of each module, the tensors that never leave it, and its own parameters into one box."""
-    all_scopes = {getattr(ctx, "scope", "") or "" for ctx in walk.ops} - {""}
+    all_scopes = {op.scope for op in walk.ops} - {""}
     by_scope = {s: _module_of(s, collapse, all_scopes) for s in all_scopes | {""}}
-    module = {id(ctx): by_scope[getattr(ctx, "scope", "") or ""] for ctx in walk.ops}
+    module = {id(op): by_scope[op.scope] for op in walk.ops}
 
     def tensor_home(t):
         if t is walk.root:
             return None
         users = {module[id(c)] for c in walk.consumers.get(id(t), ())}
-        if t._ctx is not None:
-            users.add(module[id(t._ctx)])
+        if t.op is not None:
+            users.add(module[id(t.op)])
         return users.pop() if len(users) == 1 else None
 
     keys = {m: f"module{i}" for i, m in enumerate(dict.fromkeys(m for m in module.values() if m), 1)}
     rep, contents = {}, {}
-    for ctx in walk.ops:
-        m = module[id(ctx)]
-        rep[okey[id(ctx)]] = keys[m] if m else okey[id(ctx)]
+    for op in walk.ops:
+        m = module[id(op)]
+        rep[okey[id(op)]] = keys[m] if m else okey[id(op)]
         if m:
-            contents.setdefault(m, {"ops": [], "params": []})["ops"].append(ctx)
+            contents.setdefault(m, {"ops": [], "params": []})["ops"].append(op)
     for t in walk.tensors:
         m = tensor_home(t)
         rep[tkey[id(t)]] = keys[m] if m else tkey[id(t)]
@@ -291,8 +282,8 @@ def _wrap(text, width=52):
 
 
 def _module_node(name, contents, walk):
-    counts = Counter(type(ctx).__name__ for ctx in reversed(contents["ops"]))  # forward order
-    ops = ", ".join(op if n == 1 else f"{op} ×{n}" for op, n in counts.items())
+    counts = Counter(op.name for op in reversed(contents["ops"]))  # forward order
+    ops = ", ".join(name if n == 1 else f"{name} ×{n}" for name, n in counts.items())
     n_ops = len(contents["ops"])
     lines = [f"<B>{html.escape(name, quote=False)}</B>"]
     lines += [_small(line, 9, "#1f1f1f") for line in _wrap(f"{n_ops} op{'s' if n_ops > 1 else ''}: {ops}")]
@@ -304,14 +295,11 @@ def _module_node(name, contents, walk):
         lines.append(_small(f"{label} {shape_text(t.shape)}{grad}", 9, PARAMETER[1]))
     if len(params) > 6:
         lines.append(_small(f"… and {len(params) - 6} more parameters", 9, PARAMETER[1]))
-    saved = _saved_line([a for ctx in contents["ops"] for a in walk.saved(ctx)])
+    saved = _saved_line([a for op in contents["ops"] for a in walk.saved(op)])
     if saved:
         lines.append(saved)
     attrs = {"shape": "box3d", "style": "filled", "fillcolor": MODULE[0], "color": MODULE[1]}
     return _Node("module", "<" + "<BR/>".join(lines) + ">", attrs)
-
-
-# ---- how far from the loss -----------------------------------------------------------------------
 
 
 def _limit_depth(pic, root_key, depth):
@@ -344,9 +332,6 @@ def _limit_depth(pic, root_key, depth):
                 "shape": "plaintext", "fontcolor": MUTED, "fontsize": "9"}, kept.nodes[a].cluster)
             kept.edge(a, more, {"style": "dotted", "color": MUTED})
     return kept
-
-
-# ---- Graphviz ----------------------------------------------------------------------------------------
 
 
 def _legend(collapsed):
@@ -436,9 +421,6 @@ def draw(tensor, collapse=False, depth=None, title=None):
     return graph
 
 
-# ---- the command line --------------------------------------------------------------------------------
-
-
 def build_demo(module, backward=True):
     """Run `module`'s demo_loss(), keep every gradient, and backward once (graph kept): (name, loss)."""
     name, loss = demo_loss_of(module)
@@ -450,30 +432,25 @@ def build_demo(module, backward=True):
     return name, loss
 
 
-def _parser():
-    p = argparse.ArgumentParser(
-        prog="python -m viz.graph",
-        description="Draw the backward graph of a model module's demo_loss() with Graphviz.",
-        epilog=f"Needs the Python package graphviz ({INSTALL_PYTHON}) and Graphviz's `dot` program "
-               f"to render; without `dot` the .dot source is written and the exit status is {NO_DOT_EXIT}.")
+def main(argv=None):
+    from models.cli import Parser  # here, not at the top: draw() needs nothing from models
+    p = Parser("python -m viz.graph", "Draw the backward graph of a model module's demo_loss() with Graphviz.",
+               epilog=f"Needs the Python package graphviz ({INSTALL_PYTHON}) and Graphviz's `dot` program "
+                      f"to render; without `dot` the .dot source is written and the exit status is {NO_DOT_EXIT}.")
     p.add_argument("module", help="a module defining demo_loss(), e.g. models.bigram (model.bigram works too)")
-    p.add_argument("--format", choices=("svg", "png", "pdf", "dot"), default="svg", help="output format (svg)")
-    p.add_argument("--out", help="output file (default: graph_<module>.<format> in the current directory)")
+    p.add_argument("--format", choices=("svg", "png", "pdf", "dot"), default="svg", help="output format")
+    p.add_argument("--out", help="output file; when not given, graph_<module>.<format> in the current directory")
     p.add_argument("--collapse", action="store_true", help="fold each module into one box")
     p.add_argument("--collapse-depth", type=int, metavar="N",
                    help="fold modules by the first N parts of their dotted name (implies --collapse)")
     p.add_argument("--depth", type=int, metavar="N", help="draw only the ops within N hops of the loss")
     p.add_argument("--no-backward", action="store_true",
                    help="draw the graph before backward has run (no gradient norms)")
-    return p
-
-
-def main(argv=None):
-    args = _parser().parse_args(argv)
+    args = p.parse_args(argv)
     if args.collapse_depth is not None and args.collapse_depth < 1:
-        _parser().error("--collapse-depth must be at least 1")
+        p.error(f"--collapse-depth must be at least 1, got {args.collapse_depth}")
     if args.depth is not None and args.depth < 0:
-        _parser().error("--depth must be at least 0")
+        p.error(f"--depth must be at least 0, got {args.depth}")
     try:
         _graphviz()
     except ImportError as exc:

@@ -8,7 +8,7 @@
     print(format_trace(steps))
 
 `trace` walks the backward pass with the engine's own walk
-(`autograd.tensor.backward_steps`, the loop inside `Tensor.backward`): the same
+(`autograd.backward_steps`, the loop inside `Tensor.backward`): the same
 order, each op's own VJP, the same reduction over broadcast axes, gradients
 added in the same order, so its numbers are the engine's to the last bit.
 Unlike `Tensor.backward` it writes nothing: no `.grad` is touched and no saved
@@ -16,15 +16,16 @@ array is freed, so it can run before or alongside the real backward. The
 graph must still be there: trace before `backward()`, or after
 `backward(retain_graph=True)`.
 """
-import argparse
 import os
 import sys
 from dataclasses import dataclass, field
 
 from autograd import backend
-from autograd.tensor import Tensor, backward_steps, root_grad
+from autograd import Tensor, backward_steps, root_grad
 
-from ._walk import GraphWalk, demo_loss_of, host, norm, number, shape_text, values_text
+from .loading import demo_loss_of
+from .numbers import host, norm, number, shape_text, values_text
+from .walk import GraphWalk
 
 
 @dataclass
@@ -41,10 +42,10 @@ class InputGrad:
 class Step:
     """One op node, as backward runs it."""
     number: int                    # 1 is the op that made the loss
-    op: str                        # the Function's class name: MatMul, Softmax, …
+    name: str                      # the op's name: MatMul, Softmax, …
     scope: str                     # the module that recorded it ("" if none)
     rule: str                      # the local rule the op applies (its `rule` label)
-    ctx: object                    # the Function itself
+    op: object                     # the Function itself (the output's `.op`)
     output: Tensor
     output_label: str
     grad: object                   # g: the gradient of the loss with respect to the output
@@ -84,28 +85,22 @@ def trace(tensor, grad=None):
     arrivals = {id(tensor): 1}
     steps, leaves = [], []
     for t, g, sent in backward_steps(tensor, grad, free=False):
-        ctx = t._ctx
-        if ctx is None:
+        if t.op is None:
             # as Tensor.backward's _accumulate stores it: an array of the leaf's dtype (NumPy ops on 0-d
             # arrays may hand back a scalar)
             leaf_grad = backend.xp_for(t.device).asarray(g, dtype=t.data.dtype)
             leaves.append(LeafGrad(t, walk.label(t), leaf_grad, arrivals[id(t)]))
             continue
-        step = Step(len(steps) + 1, type(ctx).__name__, getattr(ctx, "scope", "") or "", ctx.rule, ctx,
-                    t, walk.label(t), g, arrivals[id(t)])
-        for parent, pg, returned in sent:
-            if pg is None:
-                reason = "constant: needs no gradient" if not parent._requires_grad else "the op returned none"
-                step.inputs.append(InputGrad(parent, walk.label(parent), reason=reason))
+        step = Step(len(steps) + 1, t.op.name, t.op.scope, t.op.rule, t.op, t, walk.label(t), g, arrivals[id(t)])
+        for x, xg, returned in sent:
+            if xg is None:
+                reason = "constant: needs no gradient" if not x.requires_grad else "the op returned none"
+                step.inputs.append(InputGrad(x, walk.label(x), reason=reason))
                 continue
-            arrivals[id(parent)] = arrivals.get(id(parent), 0) + 1
-            step.inputs.append(InputGrad(parent, walk.label(parent), pg,
-                                         returned if returned != parent.data.shape else None))
+            arrivals[id(x)] = arrivals.get(id(x), 0) + 1
+            step.inputs.append(InputGrad(x, walk.label(x), xg, returned if returned != x.data.shape else None))
         steps.append(step)
     return Trace(steps, tensor, walk.label(tensor), leaves)
-
-
-# ---- printing ------------------------------------------------------------------------------
 
 
 def _array_lines(array, indent, max_values, decimals):
@@ -133,7 +128,7 @@ def format_trace(steps, max_values=16, decimals=6):
     for s in steps:
         lines.append("")
         where = f"   [{s.scope}]" if s.scope else ""
-        lines.append(f"step {s.number:>{width}}/{len(steps)}  {s.op}{where}")
+        lines.append(f"step {s.number:>{width}}/{len(steps)}  {s.name}{where}")
         lines.append(f"  rule  {s.rule}")
         summed = f"   (sum of {s.contributions} contributions)" if s.contributions > 1 else ""
         head = f"  g     ∂L/∂{s.output_label}  "
@@ -168,15 +163,18 @@ def print_trace(tensor, max_values=16, decimals=6, file=None):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(
-        prog="python -m viz.trace",
-        description="Print the backward pass of a model module's demo_loss(), one op at a time, "
-                    "in the order the engine runs it.")
+    from models.cli import Parser  # here, not at the top: trace() needs nothing from models
+    p = Parser("python -m viz.trace", "Print the backward pass of a model module's demo_loss(), one op at a time, "
+                                      "in the order the engine runs it.")
     p.add_argument("module", help="a module defining demo_loss(), e.g. models.tiny (model.tiny works too)")
     p.add_argument("--max-values", type=int, default=16, metavar="N",
-                   help="print the values of arrays with at most N elements, shape and norm otherwise (16)")
-    p.add_argument("--decimals", type=int, default=6, metavar="D", help="round values to D decimals (6)")
+                   help="print the values of arrays with at most N elements, shape and norm otherwise")
+    p.add_argument("--decimals", type=int, default=6, metavar="D", help="round values to D decimals")
     args = p.parse_args(argv)
+    if args.max_values < 0:
+        p.error(f"--max-values must be at least 0, got {args.max_values}")
+    if args.decimals < 0:
+        p.error(f"--decimals must be at least 0, got {args.decimals}")
     _, loss = demo_loss_of(args.module)
     try:
         print_trace(loss, args.max_values, args.decimals)

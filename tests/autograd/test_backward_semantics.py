@@ -107,10 +107,26 @@ def test_saved_arrays_are_freed_after_backward():
     x = leaf([1.0, 2.0])
     y = x * x
     z = y.exp()
-    assert y._ctx.saved is not None and z._ctx.saved is not None
+    assert y.op.saved is not None and z.op.saved is not None
     z.sum().backward()
-    assert y._ctx.saved is None and y._ctx.parents is None
-    assert z._ctx.saved is None
+    assert y.op.saved is None and y.op.inputs is None
+    assert z.op.saved is None
+
+
+def test_the_recorded_graph_reads_through_op_and_inputs():
+    x = leaf([1.0, 2.0])
+    c = Tensor([3.0, 4.0])
+    y = x * c
+    loss = (y + x).sum()
+    assert x.op is None and x.inputs == ()
+    assert y.op.name == "Mul" and y.op.rule == type(y.op).rule != ""
+    assert y.inputs[0] is x and y.inputs[1] is c and y.op.inputs is y.inputs
+    assert [a.tolist() for a in y.op.saved] == [[1.0, 2.0], [3.0, 4.0]]
+    assert y.op.scope == "" and repr(y.op) == f"<Mul: {y.op.rule}>"
+    order = ag.topological_order(loss)  # tensors that need a gradient, each before its inputs
+    assert [id(t) for t in order] == [id(loss), id(loss.inputs[0]), id(y), id(x)]  # c needs no gradient
+    loss.backward()
+    assert y.inputs == () and y.op.inputs is None and y.op.saved is None
 
 
 def test_second_backward_through_a_freed_graph_raises():
@@ -239,7 +255,7 @@ def test_mixed_dtype_grad_is_cast_back_to_each_input():
     np.testing.assert_array_equal(a.grad, [2.0, 2.0, 2.0])
 
 
-# ---- no_grad and detach -----------------------------------------------------------
+# no_grad and detach
 
 def test_no_grad_records_nothing():
     x = leaf([1.0, 2.0])
@@ -247,7 +263,7 @@ def test_no_grad_records_nothing():
         assert not ag.is_grad_enabled()
         y = (x * 2.0).exp()
     assert ag.is_grad_enabled()
-    assert y.is_leaf and not y.requires_grad and y._ctx is None
+    assert y.is_leaf and not y.requires_grad and y.op is None
     np.testing.assert_allclose(y.data, np.exp([2.0, 4.0]))
     with pytest.raises(RuntimeError, match="does not require grad"):
         y.sum().backward()

@@ -22,7 +22,7 @@ def _log_softmax_ref(a):
     return a - m - np.log(np.exp(a - m).sum(axis=-1, keepdims=True))
 
 
-# ---- the public surface DESIGN.md names ---------------------------------------------
+# the public surface DESIGN.md names
 
 TOP_LEVEL = ["Tensor", "Value", "concat", "stack", "split", "where", "softmax", "log_softmax", "cross_entropy",
              "embedding", "layer_norm", "dropout", "scaled_dot_product_attention", "no_grad", "gradcheck",
@@ -63,7 +63,7 @@ def test_ndarray_on_the_left_of_every_operator():
         np.testing.assert_array_equal(result.data, expected)
 
 
-# ---- softmax ------------------------------------------------------------------------
+# softmax
 
 def test_softmax_rows_sum_to_one_and_ignore_a_shift():
     x = leaf([[1.0, 2.0, 3.0], [1001.0, 1002.0, 1003.0]])
@@ -125,7 +125,7 @@ def test_softmax_without_mask_equals_method():
     np.testing.assert_array_equal(ag.log_softmax(x).data, x.log_softmax().data)
 
 
-# ---- cross_entropy ------------------------------------------------------------------
+# cross_entropy
 
 def test_cross_entropy_of_uniform_logits_is_log_v():
     logits = leaf(np.zeros((4, 5)))
@@ -257,7 +257,7 @@ def test_cross_entropy_is_stable_for_huge_logits_float32():
     np.testing.assert_allclose(logits.grad, grad / 2, rtol=1e-6, atol=1e-7)
 
 
-# ---- embedding ----------------------------------------------------------------------
+# embedding
 
 @pytest.mark.parametrize("ids", [
     [[0, 2, 0], [3, 0, 2]],
@@ -289,7 +289,7 @@ def test_embedding_scalar_and_1d_ids():
     np.testing.assert_array_equal(weight.grad, [[0, 0], [3, 3], [0, 0]])
 
 
-# ---- layer_norm ---------------------------------------------------------------------
+# layer_norm
 
 def _layer_norm_ref(x, w, b, eps=1e-5):
     mu = x.mean(axis=-1, keepdims=True)
@@ -336,7 +336,7 @@ def test_layer_norm_float32_with_float32_params():
     assert x.grad.dtype == w.grad.dtype == b.grad.dtype == np.float32
 
 
-# ---- dropout ------------------------------------------------------------------------
+# dropout
 
 def test_dropout_identity_when_not_training_or_p_zero():
     x = leaf(np.arange(1.0, 7.0))
@@ -385,7 +385,7 @@ def test_dropout_is_reproducible_with_manual_seed():
     assert not np.array_equal(a, b)
 
 
-# ---- attention ----------------------------------------------------------------------
+# attention
 
 def _attention_ref(q, k, v, causal):
     d = q.shape[-1]
@@ -430,7 +430,7 @@ def test_attention_with_fewer_queries_than_keys():
     np.testing.assert_allclose(last.data, _attention_ref(q[:, :, -1:], k, v, False), rtol=1e-12)
 
 
-# ---- concat, stack, split, where ----------------------------------------------------
+# concat, stack, split, where
 
 def test_concat_stack_split_round_trip_and_gradients():
     a = leaf(np.arange(6.0).reshape(2, 3))
@@ -481,7 +481,7 @@ def test_where_hand_gradients_and_constants():
     assert clipped.dtype == np.float64
 
 
-# ---- constructors -------------------------------------------------------------------
+# constructors
 
 @pytest.mark.parametrize("make, value", [(ag.zeros, 0.0), (ag.ones, 1.0)], ids=["zeros", "ones"])
 def test_zeros_and_ones(make, value):
@@ -524,7 +524,7 @@ def test_constructors_follow_the_default_dtype(float64_default):
     assert ag.arange(0.0, 2.0).dtype == np.float64
 
 
-# ---- dtype conventions --------------------------------------------------------------
+# dtype conventions
 
 def test_dtype_conventions():
     assert Tensor([1, 2, 3]).dtype == np.int64
@@ -566,7 +566,7 @@ def test_tensor_from_tensor_copies_nothing_into_the_graph():
     np.testing.assert_array_equal(b.data, a.data)
 
 
-# ---- comparisons --------------------------------------------------------------------
+# comparisons
 
 def test_comparisons_give_boolean_tensors_without_grad():
     a = leaf([1.0, 2.0, 3.0])
@@ -583,7 +583,7 @@ def test_comparisons_give_boolean_tensors_without_grad():
         assert result.tolist() == expected, name
 
 
-# ---- attributes, devices, leaving the graph -----------------------------------------
+# attributes, devices, leaving the graph
 
 def test_attributes():
     t = Tensor(np.zeros((2, 3, 4)), requires_grad=True)

@@ -25,7 +25,7 @@ def rng():
     return np.random.default_rng(0)
 
 
-# ---- binary arithmetic --------------------------------------------------------------
+# binary arithmetic
 
 @pytest.mark.parametrize("shapes", BROADCAST_PAIRS, ids=str)
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "pow"])
@@ -76,7 +76,7 @@ def test_pow_tensor_tensor_hand_values():
     np.testing.assert_allclose(b.grad, [8 * math.log(2), 9 * math.log(3)])
 
 
-# ---- matmul -------------------------------------------------------------------------
+# matmul
 
 MATMUL_SHAPES = [
     ((3,), (3,)),                 # 1-D @ 1-D: a scalar
@@ -116,7 +116,7 @@ def test_matmul_with_constant_operand(rng):
     check(lambda x: W.T @ x, rand(rng, 3, 2))
 
 
-# ---- elementwise functions ----------------------------------------------------------
+# elementwise functions
 
 UNARY = {
     "exp": (lambda x: x.exp(), np.exp, rand),
@@ -170,7 +170,7 @@ def test_gelu_matches_the_tanh_approximation_formula():
     assert abs(leaf([1.5]).gelu().item() - erf_form) > 1e-5
 
 
-# ---- reductions ---------------------------------------------------------------------
+# reductions
 
 AXES = [None, 0, 1, -1, (0, 2), (-1, 0)]
 
@@ -229,7 +229,7 @@ def test_mean_and_sum_hand_gradients():
     np.testing.assert_array_equal(x.grad, [[1, 1, 1], [10, 10, 10]])
 
 
-# ---- shape ops ----------------------------------------------------------------------
+# shape ops
 
 @pytest.mark.parametrize("fn, shape", [
     (lambda t: t.reshape(3, 4), (2, 6)),
@@ -311,7 +311,7 @@ def test_getitem_basic_slice_gradient_is_zero_elsewhere():
     np.testing.assert_array_equal(x.grad, [[0, 1, 1], [0, 1, 1]])
 
 
-# ---- softmax family -----------------------------------------------------------------
+# softmax family
 
 def _softmax_ref(a, axis):
     e = np.exp(a - a.max(axis=axis, keepdims=True))
@@ -352,7 +352,7 @@ def test_log_softmax_is_stable_for_large_logits():
     assert np.all(np.isfinite(x.grad))
 
 
-# ---- joining, splitting, selecting --------------------------------------------------
+# joining, splitting, selecting
 
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_concat_gradcheck(rng, axis):
@@ -393,7 +393,7 @@ def test_where_gradcheck(rng, sa, sb, sc):
     check(lambda x, y: ag.where(cond, x, y), a, b)
 
 
-# ---- fused ops ----------------------------------------------------------------------
+# fused ops
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("shape", [(5,), (4, 5), (2, 3, 5)], ids=str)
@@ -440,7 +440,7 @@ def test_attention_gradcheck(rng, causal, tq, tk):
     check(lambda a, b, c: ag.scaled_dot_product_attention(a, b, c, causal=causal), q, k, v)
 
 
-# ---- casts --------------------------------------------------------------------------
+# casts
 
 def test_astype_round_trip_gradcheck(rng):
     # float64 → float64 via a different path: a cast to the same dtype is the identity

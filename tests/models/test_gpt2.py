@@ -1,6 +1,5 @@
 """Tests for models.gpt2 on tiny configs: names and shapes as GPT-2's, initialisation,
-forward and loss, gradients against finite differences, the KV cache and sampling,
-checkpoints (round trip, both Hugging Face layouts, atomic saves), the parameter count."""
+forward and loss, gradients against finite differences, the KV cache and sampling, cropping."""
 
 import json
 import math
@@ -11,9 +10,10 @@ import pytest
 import autograd as ag
 import nn
 from autograd import Tensor
-from autograd.tensor import _topological_order
+from autograd import topological_order
 from models import gpt2
-from models.gpt2 import GPT, GPTConfig, count_parameters, parameter_shapes, sample
+from models.gpt2 import GPT, GPTConfig, sample
+from models.gpt2_params import parameter_shapes
 
 TINY = dict(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=8)
 
@@ -72,27 +72,6 @@ def test_parameter_names_are_gpt2s():
     assert shapes["transformer.h.1.mlp.c_proj.weight"] == (32, 8)
 
 
-@pytest.mark.parametrize("overrides", [{}, dict(bias=False), dict(n_layer=3, n_head=4, n_embd=16, vocab_size=37)])
-def test_parameter_count_formula_matches_a_built_model(overrides):
-    model = tiny(**overrides)
-    assert {n: p.shape for n, p in model.named_parameters()} == parameter_shapes(model.config)
-    assert model.num_parameters() == count_parameters(model.config)
-
-
-def test_gpt2_small_has_124_439_808_parameters():
-    assert count_parameters(GPTConfig()) == 124_439_808
-    assert count_parameters(GPTConfig(n_layer=24, n_head=16, n_embd=1024)) == 354_823_168  # GPT-2 medium
-
-
-def test_params_cli_prints_the_table_and_the_note(capsys):
-    gpt2.main(["--params"])
-    out = capsys.readouterr().out
-    assert "124,439,808" in out and "124,410,624" in out
-    assert "7,087,872" in out and "3,072" in out  # one block; c_fc's real bias
-    gpt2.main(["--n-layer", "2", "--n-embd", "64", "--n-head", "4"])
-    assert f"{count_parameters(GPTConfig(n_layer=2, n_embd=64, n_head=4)):,}" in capsys.readouterr().out
-
-
 def test_initialisation_is_gpt2s_and_seeded():
     model = tiny(n_layer=4, n_embd=64, n_head=4, vocab_size=256, block_size=64)
     params = dict(model.named_parameters())
@@ -120,6 +99,27 @@ def test_optimizer_groups_decay_only_matrices():
     assert all(p.ndim == 2 for p in decay["params"]) and all(p.ndim == 1 for p in no_decay["params"])
     assert len(decay["params"]) + len(no_decay["params"]) == len(model.parameters())
     nn.optim.AdamW(model.optimizer_groups(0.1), lr=1e-3)  # accepted as they are
+
+
+def test_crop_block_size():
+    model = tiny()
+    x, _ = batch(model.config, B=1, T=5)
+    before = model(x)[0].data
+    optimizer = nn.optim.AdamW(model.parameters())
+    config = model.config
+    model.crop_block_size(5)
+    assert model.config.block_size == 5 and config.block_size == 8  # the old config object is not changed
+    assert {n: p.shape for n, p in model.named_parameters()} == parameter_shapes(model.config)
+    np.testing.assert_array_equal(model(x)[0].data, before)
+    assert model.generate(x, 4, temperature=0, use_cache=True).tolist() == \
+        model.generate(x, 4, temperature=0, use_cache=False).tolist()
+    with pytest.raises(ValueError, match="block_size is 5"):
+        model(batch(model.config, B=1, T=6)[0])
+    with pytest.raises(ValueError, match="crop_block_size"):
+        model.crop_block_size(6)
+    _, loss = model(x, x)
+    loss.backward()
+    optimizer.step()  # the optimizer still holds the (cropped) position table
 
 
 # ---- forward and loss ----------------------------------------------------------------------------
@@ -222,9 +222,9 @@ def test_demo_loss_is_deterministic_named_and_scoped():
     first, second = gpt2.demo_loss(), gpt2.demo_loss()
     assert ag.get_rng_state() == state  # the caller's random stream is untouched
     assert first.item() == second.item() and first.name == "loss"
-    recorded = _topological_order(first)
+    recorded = topological_order(first)
     names = {t.name for t in recorded}
-    scopes = {t._ctx.scope for t in recorded if t._ctx is not None}
+    scopes = {t.op.scope for t in recorded if t.op is not None}
     assert {"logits", "loss", "transformer.wte.weight", "transformer.h.1.mlp.c_fc.weight"} <= names
     assert {"transformer.h.0.attn", "transformer.h.1.mlp.c_fc", "transformer.ln_f", "lm_head"} <= scopes
 
@@ -331,156 +331,3 @@ def test_sample_filters_top_k_and_top_p():
     cold = sample(logits, temperature=0.05)  # temperature → 0 approaches greedy
     assert (cold == 1).mean() > 0.95
 
-
-# ---- checkpoints -------------------------------------------------------------------------------
-
-
-def _files(directory):
-    return {p.name: p.read_bytes() for p in directory.iterdir()}
-
-
-def test_save_and_load_round_trip(tmp_path):
-    model = tiny(vocab_size=20, block_size=6, n_layer=2, n_head=2, n_embd=8, layer_norm_epsilon=1e-6)
-    model.save_pretrained(tmp_path / "ckpt")
-    config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
-    assert config["model_type"] == "gpt2" and config["architectures"] == ["GPT2LMHeadModel"]
-    assert config["tie_word_embeddings"] is True and config["activation_function"] == "gelu_new"
-    assert (config["n_positions"], config["n_embd"], config["layer_norm_epsilon"]) == (6, 8, 1e-6)
-    from safetensors import safe_open
-    with safe_open(str(tmp_path / "ckpt" / "model.safetensors"), "np") as f:
-        assert f.metadata() == {"format": "pt"}
-        assert set(f.keys()) == set(parameter_shapes(model.config))
-    loaded = GPT.from_pretrained(tmp_path / "ckpt")
-    assert loaded.config == model.config
-    for (name, p), q in zip(model.named_parameters(), loaded.parameters()):
-        np.testing.assert_array_equal(p.data, q.data, err_msg=name)
-    x, _ = batch(model.config, T=6)
-    np.testing.assert_array_equal(model(x)[0].data, loaded(x)[0].data)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no staging folder left behind
-
-
-def test_a_bias_free_model_round_trips(tmp_path):
-    model = tiny(bias=False)
-    model.save_pretrained(tmp_path)
-    assert json.loads((tmp_path / "config.json").read_text())["bias"] is False
-    loaded = GPT.from_pretrained(tmp_path)
-    assert loaded.config == model.config
-    x, _ = batch(model.config)
-    np.testing.assert_array_equal(model(x)[0].data, loaded(x)[0].data)
-
-
-def test_crop_block_size():
-    model = tiny()
-    x, _ = batch(model.config, B=1, T=5)
-    before = model(x)[0].data
-    optimizer = nn.optim.AdamW(model.parameters())
-    config = model.config
-    model.crop_block_size(5)
-    assert model.config.block_size == 5 and config.block_size == 8  # the old config object is not changed
-    assert {n: p.shape for n, p in model.named_parameters()} == parameter_shapes(model.config)
-    np.testing.assert_array_equal(model(x)[0].data, before)
-    assert model.generate(x, 4, temperature=0, use_cache=True).tolist() == \
-        model.generate(x, 4, temperature=0, use_cache=False).tolist()
-    with pytest.raises(ValueError, match="block_size is 5"):
-        model(batch(model.config, B=1, T=6)[0])
-    with pytest.raises(ValueError, match="crop_block_size"):
-        model.crop_block_size(6)
-    _, loss = model(x, x)
-    loss.backward()
-    optimizer.step()  # the optimizer still holds the (cropped) position table
-
-
-def test_original_hub_layout_loads(tmp_path):
-    from safetensors.numpy import save_file
-    model = tiny()
-    n = model.config.block_size
-    tensors = {name.removeprefix("transformer."): p.data for name, p in model.named_parameters()}
-    for i in range(model.config.n_layer):
-        tensors[f"h.{i}.attn.bias"] = np.tril(np.ones((n, n), dtype=np.float32))[None, None]
-        tensors[f"h.{i}.attn.masked_bias"] = np.array(-1e4, dtype=np.float32)
-    save_file(tensors, str(tmp_path / "model.safetensors"))
-    (tmp_path / "config.json").write_text(json.dumps(gpt2.config_to_hf(model.config)))
-    loaded = GPT.from_pretrained(tmp_path)
-    x, _ = batch(model.config)
-    np.testing.assert_array_equal(model(x)[0].data, loaded(x)[0].data)
-
-
-def test_sharded_checkpoint_loads(tmp_path):
-    from safetensors.numpy import save_file
-    model = tiny()
-    tensors = {name: p.data for name, p in model.named_parameters()}
-    names = list(tensors)
-    shards = {"model-00001-of-00002.safetensors": names[:10], "model-00002-of-00002.safetensors": names[10:]}
-    for shard, keys in shards.items():
-        save_file({k: tensors[k] for k in keys}, str(tmp_path / shard), metadata={"format": "pt"})
-    weight_map = {k: shard for shard, keys in shards.items() for k in keys}
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    (tmp_path / "config.json").write_text(json.dumps(gpt2.config_to_hf(model.config)))
-    loaded = GPT.from_pretrained(tmp_path)
-    for (name, p), q in zip(model.named_parameters(), loaded.parameters()):
-        np.testing.assert_array_equal(p.data, q.data, err_msg=name)
-
-
-def test_tied_lm_head_is_accepted_only_when_equal(tmp_path):
-    from safetensors.numpy import save_file
-    model = tiny()
-    tensors = {name: p.data for name, p in model.named_parameters()}
-    (tmp_path / "config.json").write_text(json.dumps(gpt2.config_to_hf(model.config)))
-    wte, weights = tensors["transformer.wte.weight"], str(tmp_path / "model.safetensors")
-    save_file({**tensors, "lm_head.weight": wte.copy()}, weights)
-    GPT.from_pretrained(tmp_path)
-    save_file({**tensors, "lm_head.weight": wte + 1}, weights)
-    with pytest.raises(ValueError, match="lm_head.weight differs"):
-        GPT.from_pretrained(tmp_path)
-
-
-def test_checkpoint_errors_are_clear(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no folder"):
-        GPT.from_pretrained(tmp_path / "absent")
-    with pytest.raises(FileNotFoundError, match="config.json is missing"):
-        GPT.from_pretrained(tmp_path)
-    model = tiny()
-    (tmp_path / "config.json").write_text(json.dumps(gpt2.config_to_hf(model.config)))
-    with pytest.raises(FileNotFoundError, match="model.safetensors is missing"):
-        GPT.from_pretrained(tmp_path)
-    model.save_pretrained(tmp_path)
-    wider = gpt2.config_to_hf(GPTConfig(**{**TINY, "n_embd": 16}))
-    (tmp_path / "config.json").write_text(json.dumps(wider))
-    with pytest.raises(ValueError, match=r"mis-shaped .*wte.weight: checkpoint \(16, 8\), config \(16, 16\)"):
-        GPT.from_pretrained(tmp_path)
-    (tmp_path / "config.json").write_text(json.dumps({**wider, "activation_function": "relu"}))
-    with pytest.raises(ValueError, match="activation_function='relu'"):
-        GPT.from_pretrained(tmp_path)
-
-
-class _Interrupted(Exception):
-    pass
-
-
-def _failing_save_file(tensors, filename, metadata=None):
-    """Writes half a file, then fails: a full disk, or a kill in the middle of the write."""
-    with open(filename, "wb") as f:
-        f.write(b"\x00" * 100)
-    raise _Interrupted
-
-
-def test_an_interrupted_save_keeps_the_old_checkpoint(tmp_path, monkeypatch):
-    import safetensors.numpy
-    target = tmp_path / "ckpt"
-    tiny(seed=0).save_pretrained(target)
-    (target / "tokenizer.json").write_text("{}")  # other files in the folder are left alone
-    before = _files(target)
-    monkeypatch.setattr(safetensors.numpy, "save_file", _failing_save_file)
-    with pytest.raises(_Interrupted):
-        tiny(seed=1).save_pretrained(target)
-    assert _files(target) == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
-    with pytest.raises(_Interrupted):
-        tiny(seed=1).save_pretrained(tmp_path / "fresh")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no half-made folder either
-    monkeypatch.undo()
-    tiny(seed=1).save_pretrained(target)  # a save that completes replaces both files
-    after = _files(target)
-    assert after["tokenizer.json"] == b"{}" and after["model.safetensors"] != before["model.safetensors"]
-    np.testing.assert_array_equal(GPT.from_pretrained(target).transformer.wte.weight.data,
-                                  tiny(seed=1).transformer.wte.weight.data)

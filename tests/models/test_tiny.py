@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import autograd as ag
-from autograd.tensor import _topological_order
+from autograd import topological_order
 import nn
 from models import tiny
 
@@ -133,10 +133,10 @@ def test_demo_loss_value_names_and_graph():
     loss = tiny.demo_loss()
     assert loss.item() == pytest.approx(2.467373, abs=TOL)
     assert tiny.demo_loss().item() == loss.item()
-    recorded = _topological_order(loss)
+    recorded = topological_order(loss)
     names = {t.name for t in recorded}
-    ops = {type(t._ctx).__name__ for t in recorded if t._ctx is not None}
-    scopes = {t._ctx.scope for t in recorded if t._ctx is not None}
+    ops = {t.op.name for t in recorded if t.op is not None}
+    scopes = {t.op.scope for t in recorded if t.op is not None}
     assert {"E", "W_Q", "W_K", "W_V", "W_1", "b_1", "W_2", "b_2", "X", "H0", "Q", "K", "V", "scores",
             "attn_weights", "H1", "H2", "logits", "logits[-1]", "loss"} <= names
     assert {"Embedding", "Add", "MatMul", "Transpose", "Div", "Softmax", "LayerNorm", "ReLU",

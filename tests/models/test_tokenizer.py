@@ -35,21 +35,21 @@ CHINESE = (
 EMOJI = "🙂🚀 👩‍👩‍👧‍👦 family, 🇨🇳🇫🇷 flags, 👍🏽 thumbs; ❤️ e\u0301 ½ ﬁ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \t\r\n  end "
 
 
-def shakespeare() -> str:
+def shakespeare():
     if not SHAKESPEARE.is_file():
         pytest.skip(f"Tiny Shakespeare not found at {SHAKESPEARE} (the project's ../shared/data folder)")
     return SHAKESPEARE.read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
-def gpt2() -> GPT2Tokenizer:
+def gpt2():
     if not GPT2_DIR.is_dir():
         pytest.skip(f"GPT-2 vocabulary not found at {GPT2_DIR} (the project's ../shared/data/gpt2 folder)")
     return GPT2Tokenizer.from_files(GPT2_DIR / "encoder.json", GPT2_DIR / "vocab.bpe")
 
 
 @pytest.fixture(scope="module")
-def gpt2_encoder() -> dict:
+def gpt2_encoder():
     if not GPT2_DIR.is_dir():
         pytest.skip(f"GPT-2 vocabulary not found at {GPT2_DIR} (the project's ../shared/data/gpt2 folder)")
     return json.loads((GPT2_DIR / "encoder.json").read_text(encoding="utf-8"))
@@ -81,6 +81,14 @@ def test_lesson_bpe_segments_words_with_the_learned_merges():
 def test_lesson_bpe_history_lists_every_merge():
     history = train_word_bpe(LESSON_CORPUS).history()
     assert "44 tokens" in history and "机器 + 人 → 机器人" in history and "count 10" in history
+
+
+def test_cli_prints_the_lessons_merge_history(capsys):
+    tokenizer_module.main([])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "corpus: 机器学习×5, 深度学习×3, 学习×2, 机器人×2, 深度×1"
+    assert lines[1] == "start: 44 tokens" and lines[2] == "  1. 学 + 习 → 学习  (count 10; 34 tokens)"
+    assert lines[-1] == "token counts: 44 → 34 → 27 → 22 → 18 → 15 → 13"
 
 
 def test_word_bpe_breaks_ties_by_first_occurrence():
@@ -188,7 +196,7 @@ def naive_byte_bpe_merges(text, vocab_size):
 
 
 @pytest.fixture(scope="module")
-def byte_bpe() -> ByteBPETokenizer:
+def byte_bpe():
     return ByteBPETokenizer.train((CHINESE + " " + EMOJI) * 3, vocab_size=400)
 
 

@@ -266,12 +266,12 @@ def test_ops_recorded_in_a_submodule_carry_its_dotted_name():
     seq = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
     x = ag.Tensor(np.ones((1, 2), dtype=np.float32))
     hidden = seq[0](x)
-    assert hidden._ctx.scope == ""  # called on its own, the Linear is the root
+    assert hidden.op.scope == ""  # called on its own, the Linear is the root
     out = seq(x)
-    assert out._ctx.scope == "1"
-    assert out._ctx.parents[0]._ctx.scope == "0"
+    assert out.op.scope == "1"
+    assert out.op.inputs[0].op.scope == "0"
     again = seq[0](x)  # once named by its root, a sub-module called alone keeps its names
-    assert again._ctx.scope == "0" and seq[0].weight.name == "0.weight"
+    assert again.op.scope == "0" and seq[0].weight.name == "0.weight"
 
 
 def test_nested_scopes_name_the_full_path():
@@ -289,12 +289,12 @@ def test_nested_scopes_name_the_full_path():
         model(np.array([[0, 1]]))
     finally:
         Block.forward = original
-    attn_out = seen[id(model.h[0])]._ctx.parents[0]._ctx.parents[0]  # drop ← ln ← (x + attn)
-    add = attn_out._ctx
+    attn_out = seen[id(model.h[0])].op.inputs[0].op.inputs[0]  # drop ← ln ← (x + attn)
+    add = attn_out.op
     assert add.scope == "h.0"
-    linear_out = add.parents[1]
-    assert linear_out._ctx.scope == "h.0.attn"
-    assert seen[id(model.h[1])]._ctx.scope == "h.1.drop"
+    linear_out = add.inputs[1]
+    assert linear_out.op.scope == "h.0.attn"
+    assert seen[id(model.h[1])].op.scope == "h.1.drop"
 
 
 def test_parameters_are_named_after_their_dotted_path_when_the_model_runs():
@@ -313,4 +313,4 @@ def test_an_error_in_forward_leaves_no_scope_behind():
     with pytest.raises(ValueError, match="boom"):
         outer(ag.Tensor(np.ones((1, 2), dtype=np.float32)))
     out = ag.Tensor(np.ones(2, dtype=np.float32), requires_grad=True) * 2
-    assert out._ctx.scope == ""
+    assert out.op.scope == ""

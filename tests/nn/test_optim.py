@@ -219,6 +219,13 @@ def test_warmup_cosine_lr_state_round_trip():
     assert other.step() == sched.step()
 
 
+def test_warmup_cosine_lr_resumes_from_last_step():
+    opt = SGD([param([1.0])], lr=1.0)
+    sched = WarmupCosineLR(opt, warmup_steps=10, decay_steps=110, min_lr=0.1, last_step=59)  # a run resumed at 60
+    assert sched.last_step == 60 and opt.param_groups[0]["lr"] == pytest.approx(0.55)
+    assert sched.step() == warmup_cosine(61, 1.0, 10, 110, 0.1)
+
+
 # ---- optimizer state ---------------------------------------------------------------------
 
 

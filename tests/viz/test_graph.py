@@ -20,7 +20,8 @@ import autograd as ag  # noqa: E402
 from autograd import Tensor  # noqa: E402
 from tests.viz import demo_module  # noqa: E402
 from viz import graph as vg  # noqa: E402
-from viz._walk import GraphWalk, module_name  # noqa: E402
+from viz.loading import module_name  # noqa: E402
+from viz.walk import GraphWalk  # noqa: E402
 
 MODULE = "tests.viz.demo_module"
 REPO = Path(__file__).resolve().parents[2]
@@ -53,7 +54,7 @@ def svg_text(path):
     return root, "\n".join(t for el in root.iter(SVG + "text") for t in el.itertext())
 
 
-# ---- draw() -------------------------------------------------------------------------------------
+# draw()
 
 
 def test_draw_returns_a_digraph_with_rules_names_shapes_and_legend():
@@ -92,7 +93,7 @@ def test_edges_point_the_way_gradients_flow():
     walk = GraphWalk(loss)
     key = {id(t): f"t{i}" for i, t in enumerate(walk.tensors, 1)}
     found = set(edges(g))
-    ce = f"op{walk.ops.index(loss._ctx) + 1}"
+    ce = f"op{walk.ops.index(loss.op) + 1}"
     logits = next(t for t in walk.tensors if t.name == "logits")
     assert (key[id(loss)], ce) in found       # loss -> CrossEntropy
     assert (ce, key[id(logits)]) in found     # CrossEntropy -> logits
@@ -109,7 +110,7 @@ def test_saved_arrays_are_marked():
     drawn = nodes(g)
     assert vg.SAVED in drawn[key["block.attn.weight"]]     # MatMul keeps its operands
     assert vg.SAVED not in drawn[key["block.ln.bias"]]     # LayerNorm does not keep the bias
-    ce = drawn[f"op{walk.ops.index(loss._ctx) + 1}"]
+    ce = drawn[f"op{walk.ops.index(loss.op) + 1}"]
     assert "saves 2 arrays" in ce
 
 
@@ -137,7 +138,7 @@ def test_draw_rejects_bad_arguments():
         vg.draw(np.zeros(3))
 
 
-# ---- collapse ------------------------------------------------------------------------------------
+# collapse
 
 
 def test_collapse_gives_one_box_per_module_and_fewer_nodes():
@@ -206,7 +207,7 @@ def test_module_of():
     assert vg._module_of("model.attn", True, {"model", "model.attn", "model.mlp"}) == "model.attn"
 
 
-# ---- depth ---------------------------------------------------------------------------------------
+# depth
 
 
 def test_depth_limits_the_ops_drawn():
@@ -222,7 +223,7 @@ def test_depth_limits_the_ops_drawn():
     assert len(by_prefix(vg.draw(loss, collapse=True, depth=2), "module")) == 1  # lm_head
 
 
-# ---- the command line ------------------------------------------------------------------------------
+# the command line
 
 
 def test_module_names_as_users_write_them():
@@ -297,6 +298,21 @@ def test_cli_when_dot_vanishes_from_path(tmp_path, monkeypatch, capsys):
 def test_cli_unknown_module_is_a_clear_error():
     with pytest.raises(SystemExit, match="cannot import 'no_such_module_for_viz'"):
         vg.main(["no_such_module_for_viz", "--format", "dot"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--depth", "-1"], "--depth must be at least 0, got -1"),
+    (["--collapse-depth", "0"], "--collapse-depth must be at least 1, got 0"),
+    (["--format", "gif"], "argument --format: invalid choice: 'gif'"),
+])
+def test_cli_mistakes_cost_one_line_before_any_work(argv, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        vg.main(["no_such_module_for_viz"] + argv)  # parse errors come first: the module is never imported
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m viz.graph: error: {message}") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_python_dash_m_entry_point(tmp_path):

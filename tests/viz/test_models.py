@@ -4,7 +4,7 @@ import importlib
 import numpy as np
 import pytest
 
-from autograd.tensor import _topological_order
+from autograd import topological_order
 from viz import trace as vt
 
 
@@ -22,7 +22,7 @@ def demo(name):
 def test_trace_matches_the_engine(name):
     loss = demo(name)()
     steps = vt.trace(loss)
-    assert [s.ctx for s in steps] == [t._ctx for t in _topological_order(loss) if t._ctx is not None]
+    assert [s.op for s in steps] == [t.op for t in topological_order(loss) if t.op is not None]
     loss.backward()
     assert steps.leaves
     for leaf in steps.leaves:

@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import autograd as ag
-from autograd import Tensor
-from autograd.tensor import _topological_order
+from autograd import Tensor, topological_order
 from tests.viz import demo_module
 from viz import trace as vt
 
@@ -25,9 +24,9 @@ def all_ops(root):
         if id(t) in seen:
             continue
         seen.add(id(t))
-        if t._ctx is not None:
-            found.append(t._ctx)
-            stack.extend(p for p in t._ctx.parents if p.requires_grad)
+        if t.op is not None:
+            found.append(t.op)
+            stack.extend(x for x in t.op.inputs if x.requires_grad)
     return found
 
 
@@ -38,32 +37,32 @@ def leaves_of(root):
         if id(t) in seen:
             continue
         seen.add(id(t))
-        if t._ctx is None:
+        if t.op is None:
             if t.requires_grad:
                 leaves.append(t)
         else:
-            stack.extend(t._ctx.parents)
+            stack.extend(t.op.inputs)
     return leaves
 
 
 def test_every_op_once_in_the_engines_backward_order():
     loss = demo_module.demo_loss()
     steps = vt.trace(loss)
-    ctxs = [s.ctx for s in steps]
-    assert len({id(c) for c in ctxs}) == len(ctxs)  # each op once
-    assert {id(c) for c in ctxs} == {id(c) for c in all_ops(loss)}  # and all of them
-    assert ctxs == [t._ctx for t in _topological_order(loss) if t._ctx is not None]
+    ops = [s.op for s in steps]
+    assert len({id(op) for op in ops}) == len(ops)  # each op once
+    assert {id(op) for op in ops} == {id(op) for op in all_ops(loss)}  # and all of them
+    assert ops == [t.op for t in topological_order(loss) if t.op is not None]
     assert [s.number for s in steps] == list(range(1, len(steps) + 1))
-    assert steps[0].op == "CrossEntropy" and steps[0].rule == "dz = p − y"
-    assert all(s.rule == s.ctx.rule and s.op == type(s.ctx).__name__ for s in steps)
-    assert {s.op for s in steps} >= {"Embedding", "MatMul", "LayerNorm", "Softmax", "CrossEntropy"}
-    assert next(s for s in steps if s.op == "Softmax").scope == "block.attn"
+    assert steps[0].name == "CrossEntropy" and steps[0].rule == "dz = p − y"
+    assert all(s.rule == s.op.rule and s.name == type(s.op).__name__ for s in steps)
+    assert {s.name for s in steps} >= {"Embedding", "MatMul", "LayerNorm", "Softmax", "CrossEntropy"}
+    assert next(s for s in steps if s.name == "Softmax").scope == "block.attn"
 
 
 def test_values_are_the_engines_bit_for_bit():
     loss = demo_module.demo_loss()
     steps = vt.trace(loss)
-    for t in _topological_order(loss):
+    for t in topological_order(loss):
         if not t.is_leaf:
             t.retain_grad()
     loss.backward(retain_graph=True)
@@ -86,7 +85,7 @@ def test_trace_writes_nothing_and_frees_nothing():
     vt.trace(loss)
     vt.trace(loss)
     assert all(t.grad is None for t in leaves)
-    assert all(ctx.parents is not None for ctx in ops)
+    assert all(op.inputs is not None for op in ops)
     loss.backward()  # the real backward still works after two traces
     assert all(t.grad is not None for t in leaves)
 
@@ -106,7 +105,7 @@ def test_hand_checkable_example_and_its_text():
     y = ((x * x) + b).sum()
     y.name = "y"
     steps = vt.trace(y)
-    assert [s.op for s in steps] == ["Sum", "Add", "Mul"]
+    assert [s.name for s in steps] == ["Sum", "Add", "Mul"]
     add = steps[1]
     assert [i.label for i in add.inputs][1] == "b"
     assert add.inputs[1].returned_shape == (2, 3) and add.inputs[1].grad.tolist() == [[3.0], [3.0]]
@@ -170,7 +169,7 @@ def test_matches_the_engine_on_random_graphs(rows, cols, seed, dtype):
     h = ag.softmax(x @ w + b) * x          # broadcast bias, x used twice
     loss = ag.layer_norm(h, b, None).tanh().mean() + (w * w).sum()
     steps = vt.trace(loss)
-    assert [s.ctx for s in steps] == [t._ctx for t in _topological_order(loss) if t._ctx is not None]
+    assert [s.op for s in steps] == [t.op for t in topological_order(loss) if t.op is not None]
     loss.backward()
     for leaf in steps.leaves:
         np.testing.assert_array_equal(leaf.grad, leaf.tensor.grad)
@@ -184,6 +183,27 @@ def test_cli(capsys):
     assert "block.ln.bias.grad  (4,)  [0.015, 0.025, 0.092, 0.076]" in out
     assert vt.main([MODULE, "--max-values", "3"]) == 0
     assert "block.ln.bias.grad  (4,)  ‖·‖ = " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--decimals", "-1"], "--decimals must be at least 0, got -1"),
+    (["--max-values", "-2"], "--max-values must be at least 0, got -2"),
+    (["--max-values", "many"], "argument --max-values: invalid int value: 'many'"),
+])
+def test_cli_mistakes_cost_one_line_before_any_work(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        vt.main(["no_such_module_for_viz"] + argv)  # parse errors come first: the module is never imported
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m viz.trace: error: {message}") and err.count("\n") == 1
+
+
+def test_the_tools_need_nothing_from_models():
+    code = ("import sys, viz.graph, viz.trace, viz.walk, viz.numbers, viz.loading; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'models'))")
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
 
 
 def test_python_dash_m_entry_point():

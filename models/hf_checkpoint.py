@@ -1,0 +1,206 @@
+"""GPT-2 checkpoints in Hugging Face's folder format: config.json + model.safetensors.
+
+What this file promises:
+
+* `load(cls, directory)`: a GPT built from a folder that transformers wrote
+  (keys `transformer.h.0…`, perhaps a tied `lm_head.weight`) or from the
+  original hub layout (keys `h.0…` with `attn.bias` / `attn.masked_bias` mask
+  buffers, which are dropped). Sharded weights (`model.safetensors.index.json`)
+  load too. The weights go through `nn.Module.load_state_dict`, whose one check
+  names every missing, unexpected and mis-shaped key.
+* `save(model, directory)`: config.json and model.safetensors as transformers
+  writes them, atomically; `transformers.GPT2LMHeadModel` loads the folder with
+  nothing missing.
+* `config_from_hf` / `config_to_hf`: GPTConfig to and from transformers' GPT-2
+  config.json, refusing what this model cannot compute.
+
+`GPT.from_pretrained` and `GPT.save_pretrained` are the way in; this module is
+their implementation.
+"""
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+import autograd as ag
+from models.gpt2 import GPTConfig
+from models.io import fsync, give_default_mode, read_json
+
+_MASK_BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")  # the original layout's causal-mask buffers
+_TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # names transformers gives the tanh GELU
+_FILES = ("model.safetensors", "config.json")
+
+
+def config_from_hf(hf, dropout=0.0):
+    """A GPTConfig from a transformers GPT-2 config.json dict; refuses what this model cannot compute."""
+    if hf.get("model_type", "gpt2") != "gpt2":
+        raise ValueError(f"from_pretrained: config.json describes a {hf['model_type']!r} model, not 'gpt2'")
+    n_embd = hf.get("n_embd", 768)
+    if not isinstance(n_embd, int) or isinstance(n_embd, bool):
+        raise ValueError(f"from_pretrained: n_embd must be a positive integer, got {n_embd!r}")
+    unsupported = []
+    if hf.get("activation_function", "gelu_new") not in _TANH_GELUS:
+        unsupported.append(f"activation_function={hf['activation_function']!r} (this model uses GPT-2's tanh GELU)")
+    if hf.get("n_inner") not in (None, 4 * n_embd):
+        unsupported.append(f"n_inner={hf['n_inner']} (the MLP here is 4 × n_embd = {4 * n_embd})")
+    if not hf.get("scale_attn_weights", True):
+        unsupported.append("scale_attn_weights=false (attention here scales by 1/√head_size)")
+    if hf.get("scale_attn_by_inverse_layer_idx", False):
+        unsupported.append("scale_attn_by_inverse_layer_idx=true")
+    if hf.get("add_cross_attention", False):
+        unsupported.append("add_cross_attention=true")
+    if not hf.get("tie_word_embeddings", True):
+        unsupported.append("tie_word_embeddings=false (the LM head here is the token embedding)")
+    if unsupported:
+        raise ValueError("from_pretrained: config.json asks for what this GPT-2 does not implement: "
+                         + "; ".join(unsupported))
+    return GPTConfig(vocab_size=hf.get("vocab_size", 50257),
+                     block_size=hf.get("n_positions", hf.get("n_ctx", 1024)),
+                     n_layer=hf.get("n_layer", 12), n_head=hf.get("n_head", 12), n_embd=n_embd,
+                     dropout=dropout, bias=hf.get("bias", True),  # "bias" is ours: only bias=False folders have it
+                     layer_norm_epsilon=hf.get("layer_norm_epsilon", 1e-5))
+
+
+def config_to_hf(config, dtype="float32"):
+    """The config.json dict transformers' GPT2LMHeadModel needs to rebuild `config`."""
+    eos = 50256 if config.vocab_size > 50256 else None  # GPT-2's <|endoftext|>, only if the vocabulary has it
+    extra = {} if config.bias else {"bias": False}  # not a transformers field: this model's own extension
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": config.vocab_size,
+        "n_positions": config.block_size,
+        "n_embd": config.n_embd,
+        "n_layer": config.n_layer,
+        "n_head": config.n_head,
+        "n_inner": None,
+        "activation_function": "gelu_new",
+        "resid_pdrop": config.dropout,
+        "embd_pdrop": config.dropout,
+        "attn_pdrop": config.dropout,
+        "layer_norm_epsilon": config.layer_norm_epsilon,
+        "initializer_range": 0.02,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False,
+        "use_cache": True,
+        "bos_token_id": eos,
+        "eos_token_id": eos,
+        "tie_word_embeddings": True,
+        "dtype": dtype,
+        **extra,
+    }
+
+
+def load(cls, directory, dropout=0.0):
+    """A `cls` (GPT) with the config and weights of the Hugging Face folder `directory`."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"GPT.from_pretrained: no folder {directory}; give the folder that holds "
+                                "config.json and model.safetensors (e.g. `huggingface-cli download gpt2`)")
+    config_file = directory / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"GPT.from_pretrained: {config_file} is missing; a Hugging Face GPT-2 folder "
+                                "has config.json next to model.safetensors")
+    hf = read_json(config_file)
+    try:
+        config = config_from_hf(hf, dropout=dropout)
+    except ValueError as exc:
+        raise ValueError(f"{config_file}: {exc}") from None
+    state, head = _state_and_head(_read_safetensors(directory))
+    rng_state = ag.get_rng_state()
+    try:
+        model = cls(config)  # its random initialisation is overwritten at once
+    finally:
+        ag.set_rng_state(rng_state)  # so loading does not move the caller's random stream
+    try:
+        model.load_state_dict(state)
+    except KeyError as exc:  # load_state_dict names the keys and shapes; say which folder they came from
+        raise ValueError(f"GPT.from_pretrained: the weights in {directory} do not fit its config.json "
+                         f"({config}): {exc.args[0]}") from None
+    if head is not None and not np.array_equal(head, state["transformer.wte.weight"]):
+        raise ValueError(f"GPT.from_pretrained: lm_head.weight differs from transformer.wte.weight in {directory}; "
+                         "this model ties its LM head to the token embedding, as GPT-2 does")
+    return model
+
+
+def _read_safetensors(directory):
+    """Every tensor of model.safetensors (or of the shards its index names) as NumPy arrays."""
+    single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
+    if single.is_file():
+        return _load_file(single)
+    if index.is_file():
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(shard, str) for shard in weight_map.values()):
+            raise ValueError(f"GPT.from_pretrained: {index} should map tensor names to shard files in 'weight_map'")
+        return {k: v for shard in sorted(set(weight_map.values())) for k, v in _load_file(directory / shard).items()}
+    others = sorted(p.name for p in directory.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".h5", ".msgpack"))
+    hint = (f" (found {', '.join(others)}: convert them with transformers, "
+            "`GPT2LMHeadModel.from_pretrained(folder).save_pretrained(folder)`)") if others else ""
+    raise FileNotFoundError(f"GPT.from_pretrained: {single} is missing; only safetensors weights are read{hint}")
+
+
+def _load_file(path):
+    """The tensors of one safetensors file; a one-line error when it is missing, cut short or not safetensors."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    if not path.is_file():
+        raise FileNotFoundError(f"GPT.from_pretrained: {path} is missing")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, TypeError, ValueError) as exc:  # TypeError: a dtype NumPy lacks (bfloat16)
+        raise ValueError(f"GPT.from_pretrained: {path} is not a whole safetensors file ({exc}); "
+                         "save or download it again") from None
+
+
+def _state_and_head(tensors):
+    """The checkpoint's tensors under this model's parameter names (mask buffers dropped), and its lm_head.weight."""
+    state, head = {}, None
+    for key, array in tensors.items():
+        name = key.removeprefix("transformer.")
+        if key == "lm_head.weight":
+            head = array
+        elif not _MASK_BUFFER.match(name):
+            state[f"transformer.{name}"] = array
+    return state, head
+
+
+def save(model, directory):
+    """Write config.json and model.safetensors into `directory` as transformers does, atomically.
+
+    Both files are written completely into a temporary sibling folder first,
+    then moved into place with os.replace (a rename, atomic on one file
+    system): an interrupted save leaves the previous files, never half a file.
+    Other files in `directory` (a tokenizer, say) are left alone. A model with
+    bias=False is saved too, marked "bias": false in config.json: load reads it
+    back, but transformers' GPT-2 always has biases and cannot.
+    """
+    from safetensors.numpy import save_file
+
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise NotADirectoryError(f"save_pretrained: {directory} exists and is not a folder")
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".partial", dir=directory.parent))
+    try:
+        tensors = {name: np.ascontiguousarray(p.numpy())  # names are transformer.…
+                   for name, p in model.named_parameters()}
+        save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
+        dtype = str(model.transformer.wte.weight.dtype)
+        (staging / "config.json").write_text(json.dumps(config_to_hf(model.config, dtype), indent=2) + "\n")
+        for path in (staging, *(staging / name for name in _FILES)):
+            give_default_mode(path)
+        for name in _FILES:
+            fsync(staging / name)
+        if not directory.exists():
+            os.replace(staging, directory)  # a new folder appears whole, or not at all
+            return
+        for name in _FILES:  # each file is swapped whole
+            os.replace(staging / name, directory / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,158 @@
+"""Tests for models.hf_checkpoint through GPT.from_pretrained / save_pretrained: the round trip,
+both Hugging Face layouts, sharded weights, the tied head, clear errors, atomic saves.
+transformers itself reads and writes these folders in test_gpt2_interop.py."""
+
+import json
+
+import numpy as np
+import pytest
+
+from models.gpt2 import GPT, GPTConfig
+from models.gpt2_params import parameter_shapes
+from models.hf_checkpoint import config_to_hf
+from tests.models.test_gpt2 import TINY, batch, tiny
+
+
+def _files(directory):
+    return {p.name: p.read_bytes() for p in directory.iterdir()}
+
+
+def test_save_and_load_round_trip(tmp_path):
+    model = tiny(vocab_size=20, block_size=6, n_layer=2, n_head=2, n_embd=8, layer_norm_epsilon=1e-6)
+    model.save_pretrained(tmp_path / "ckpt")
+    config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    assert config["model_type"] == "gpt2" and config["architectures"] == ["GPT2LMHeadModel"]
+    assert config["tie_word_embeddings"] is True and config["activation_function"] == "gelu_new"
+    assert (config["n_positions"], config["n_embd"], config["layer_norm_epsilon"]) == (6, 8, 1e-6)
+    from safetensors import safe_open
+    with safe_open(str(tmp_path / "ckpt" / "model.safetensors"), "np") as f:
+        assert f.metadata() == {"format": "pt"}
+        assert set(f.keys()) == set(parameter_shapes(model.config))
+    loaded = GPT.from_pretrained(tmp_path / "ckpt")
+    assert loaded.config == model.config
+    for (name, p), q in zip(model.named_parameters(), loaded.parameters()):
+        np.testing.assert_array_equal(p.data, q.data, err_msg=name)
+    x, _ = batch(model.config, T=6)
+    np.testing.assert_array_equal(model(x)[0].data, loaded(x)[0].data)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no staging folder left behind
+
+
+def test_a_bias_free_model_round_trips(tmp_path):
+    model = tiny(bias=False)
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["bias"] is False
+    loaded = GPT.from_pretrained(tmp_path)
+    assert loaded.config == model.config
+    x, _ = batch(model.config)
+    np.testing.assert_array_equal(model(x)[0].data, loaded(x)[0].data)
+
+
+def test_original_hub_layout_loads(tmp_path):
+    from safetensors.numpy import save_file
+    model = tiny()
+    n = model.config.block_size
+    tensors = {name.removeprefix("transformer."): p.data for name, p in model.named_parameters()}
+    for i in range(model.config.n_layer):
+        tensors[f"h.{i}.attn.bias"] = np.tril(np.ones((n, n), dtype=np.float32))[None, None]
+        tensors[f"h.{i}.attn.masked_bias"] = np.array(-1e4, dtype=np.float32)
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(config_to_hf(model.config)))
+    loaded = GPT.from_pretrained(tmp_path)
+    x, _ = batch(model.config)
+    np.testing.assert_array_equal(model(x)[0].data, loaded(x)[0].data)
+
+
+def test_sharded_checkpoint_loads(tmp_path):
+    from safetensors.numpy import save_file
+    model = tiny()
+    tensors = {name: p.data for name, p in model.named_parameters()}
+    names = list(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[:10], "model-00002-of-00002.safetensors": names[10:]}
+    for shard, keys in shards.items():
+        save_file({k: tensors[k] for k in keys}, str(tmp_path / shard), metadata={"format": "pt"})
+    weight_map = {k: shard for shard, keys in shards.items() for k in keys}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (tmp_path / "config.json").write_text(json.dumps(config_to_hf(model.config)))
+    loaded = GPT.from_pretrained(tmp_path)
+    for (name, p), q in zip(model.named_parameters(), loaded.parameters()):
+        np.testing.assert_array_equal(p.data, q.data, err_msg=name)
+
+
+def test_tied_lm_head_is_accepted_only_when_equal(tmp_path):
+    from safetensors.numpy import save_file
+    model = tiny()
+    tensors = {name: p.data for name, p in model.named_parameters()}
+    (tmp_path / "config.json").write_text(json.dumps(config_to_hf(model.config)))
+    wte, weights = tensors["transformer.wte.weight"], str(tmp_path / "model.safetensors")
+    save_file({**tensors, "lm_head.weight": wte.copy()}, weights)
+    GPT.from_pretrained(tmp_path)
+    save_file({**tensors, "lm_head.weight": wte + 1}, weights)
+    with pytest.raises(ValueError, match="lm_head.weight differs"):
+        GPT.from_pretrained(tmp_path)
+
+
+def test_checkpoint_errors_are_clear(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no folder"):
+        GPT.from_pretrained(tmp_path / "absent")
+    with pytest.raises(FileNotFoundError, match="config.json is missing"):
+        GPT.from_pretrained(tmp_path)
+    model = tiny()
+    (tmp_path / "config.json").write_text(json.dumps(config_to_hf(model.config)))
+    with pytest.raises(FileNotFoundError, match="model.safetensors is missing"):
+        GPT.from_pretrained(tmp_path)
+    model.save_pretrained(tmp_path)
+    wider = config_to_hf(GPTConfig(**{**TINY, "n_embd": 16}))
+    (tmp_path / "config.json").write_text(json.dumps(wider))
+    with pytest.raises(ValueError, match=r"weights in .* do not fit its config.json .*mis-shaped "
+                                         r"keys \[transformer.wte.weight: checkpoint \(16, 8\) vs model \(16, 16\)"):
+        GPT.from_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**wider, "activation_function": "relu"}))
+    with pytest.raises(ValueError, match="activation_function='relu'"):
+        GPT.from_pretrained(tmp_path)
+
+
+def test_missing_and_unexpected_keys_are_named_with_the_folder(tmp_path):
+    from safetensors.numpy import save_file
+    model = tiny()
+    tensors = {name: p.data for name, p in model.named_parameters() if name != "transformer.ln_f.bias"}
+    save_file({**tensors, "h.0.attn.rotary": np.zeros(2, np.float32)}, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(config_to_hf(model.config)))
+    with pytest.raises(ValueError) as error:
+        GPT.from_pretrained(tmp_path)
+    message = str(error.value)
+    assert message.startswith(f"GPT.from_pretrained: the weights in {tmp_path} do not fit its config.json")
+    assert "missing keys ['transformer.ln_f.bias']" in message
+    assert "unexpected keys ['transformer.h.0.attn.rotary']" in message
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _failing_save_file(tensors, filename, metadata=None):
+    """Writes half a file, then fails: a full disk, or a kill in the middle of the write."""
+    with open(filename, "wb") as f:
+        f.write(b"\x00" * 100)
+    raise _Interrupted
+
+
+def test_an_interrupted_save_keeps_the_old_checkpoint(tmp_path, monkeypatch):
+    import safetensors.numpy
+    target = tmp_path / "ckpt"
+    tiny(seed=0).save_pretrained(target)
+    (target / "tokenizer.json").write_text("{}")  # other files in the folder are left alone
+    before = _files(target)
+    monkeypatch.setattr(safetensors.numpy, "save_file", _failing_save_file)
+    with pytest.raises(_Interrupted):
+        tiny(seed=1).save_pretrained(target)
+    assert _files(target) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    with pytest.raises(_Interrupted):
+        tiny(seed=1).save_pretrained(tmp_path / "fresh")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no half-made folder either
+    monkeypatch.undo()
+    tiny(seed=1).save_pretrained(target)  # a save that completes replaces both files
+    after = _files(target)
+    assert after["tokenizer.json"] == b"{}" and after["model.safetensors"] != before["model.safetensors"]
+    np.testing.assert_array_equal(GPT.from_pretrained(target).transformer.wte.weight.data,
+                                  tiny(seed=1).transformer.wte.weight.data)

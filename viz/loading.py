@@ -1,0 +1,46 @@
+"""The module a viz command names, loaded: `model.bigram` and `models/bigram.py` both mean models.bigram.
+
+`demo_loss_of(name)` imports it and returns the scalar loss of its
+`demo_loss()`, the graph that `python -m viz.graph` draws and
+`python -m viz.trace` prints; a name that cannot be used ends in one line
+saying what to pass instead.
+"""
+import importlib
+import os
+
+from autograd import Tensor
+
+
+def module_name(name):
+    """The importable dotted name for what a user typed: `model.bigram` and `models/bigram.py` mean `models.bigram`."""
+    name = name.strip()
+    if name.endswith(".py") or os.sep in name or "/" in name:
+        name = os.path.normpath(name[:-3] if name.endswith(".py") else name)
+        name = name.replace(os.sep, ".").replace("/", ".").lstrip(".")
+    if name == "model" or name.startswith("model."):
+        name = "models" + name[len("model"):]
+    return name
+
+
+def demo_loss_of(name):
+    """Import module `name` (see module_name) and run its demo_loss(): (dotted name, loss); errors say what to do."""
+    dotted = module_name(name)
+    try:
+        module = importlib.import_module(dotted)
+    except ModuleNotFoundError as exc:
+        if exc.name and dotted.startswith(exc.name):
+            raise SystemExit(
+                f"cannot import {dotted!r} ({exc}). Pass a dotted module name such as models.bigram "
+                "and run from the repository root (or pip install -e . first).") from None
+        raise
+    demo = getattr(module, "demo_loss", None)
+    if demo is None:
+        raise SystemExit(f"module {dotted} has no demo_loss(); every model module defines "
+                         "demo_loss() -> Tensor, the scalar loss of a small fixed batch")
+    loss = demo()
+    if not isinstance(loss, Tensor) or loss.data.size != 1:
+        raise SystemExit(f"{dotted}.demo_loss() must return a scalar Tensor, got {loss!r:.200}")
+    if not loss.requires_grad:
+        raise SystemExit(f"{dotted}.demo_loss() returned a tensor that does not require grad: "
+                         "there is no backward graph to show")
+    return dotted, loss

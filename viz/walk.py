@@ -1,0 +1,83 @@
+"""The graph below a tensor, as `viz.graph` and `viz.trace` read it: GraphWalk.
+
+`GraphWalk(root)` lists the tensors and ops reachable from `root` in the order
+`Tensor.backward` visits them, gives every tensor a short label (its `.name`,
+or t1, t2, … numbered in the order the forward pass made them), and records
+who consumes what and which arrays the ops saved for backward. It reads the
+engine's public face only (`Tensor.op`, `Tensor.inputs`, `topological_order`)
+and changes nothing in the graph.
+"""
+from autograd import Tensor, topological_order
+
+
+class GraphWalk:
+    """The graph below `root`, read once.
+
+    Attributes:
+        root      the tensor backward starts from.
+        order     tensors that need a gradient, root first: exactly `topological_order(root)`.
+        ops       the op nodes (Function objects) in the order backward runs them.
+        constants input tensors that need no gradient (data, Python numbers), in forward order.
+        tensors   every tensor above, in forward order (inputs before the results made from them).
+        freed     ops whose inputs a backward() without retain_graph has already let go of.
+    """
+
+    def __init__(self, root):
+        if not isinstance(root, Tensor):
+            raise TypeError(f"expected an autograd Tensor, got {type(root).__name__}")
+        self.root = root
+        self.order = topological_order(root) if root.requires_grad else [root]
+        self.ops = [t.op for t in self.order if t.op is not None]
+        self.freed = [op for op in self.ops if op.inputs is None]
+        self.output_of = {id(t.op): t for t in self.order if t.op is not None}
+        self.consumers = {}  # id(tensor) -> ops that take it as an input
+        self.constants = []
+        self.tensors = []
+        self.labels = {}
+        seen = set()
+        counter = 0
+
+        def visit(t):
+            nonlocal counter
+            if id(t) in seen:
+                return
+            seen.add(id(t))
+            counter += 1
+            self.tensors.append(t)
+            self.labels[id(t)] = t.name or f"t{counter}"
+            if not t.requires_grad:
+                self.constants.append(t)
+
+        for t in reversed(self.order):  # forward order: every input before its result
+            for x in t.inputs:
+                visit(x)
+                self.consumers.setdefault(id(x), []).append(t.op)
+            visit(t)
+
+        self._backward_ran = None
+        self.saved_arrays = {}  # id(array) -> the ops that keep it for backward
+        for op in self.ops:
+            for a in self.saved(op):
+                self.saved_arrays.setdefault(id(a), []).append(op)
+
+    @staticmethod
+    def saved(op):
+        """The arrays an op keeps for its backward (empty for ops that need none, or once freed)."""
+        return [a for a in (op.saved or ()) if a is not None and hasattr(a, "shape")]
+
+    def label(self, t):
+        return self.labels.get(id(t)) or t.name or "?"
+
+    def is_saved(self, t):
+        """Whether some op keeps this very tensor's data for backward."""
+        return id(t.data) in self.saved_arrays
+
+    def saved_by(self, t):
+        """The ops that keep this tensor's data for backward."""
+        return self.saved_arrays.get(id(t.data), [])
+
+    def backward_ran(self):
+        """Whether backward has been run here: a tensor holds a gradient, or backward freed an op."""
+        if self._backward_ran is None:
+            self._backward_ran = bool(self.freed) or any(t.grad is not None for t in self.tensors)
+        return self._backward_ran
