@@ -7,7 +7,8 @@ What this file promises:
   original hub layout (keys `h.0…` with `attn.bias` / `attn.masked_bias` mask
   buffers, which are dropped). Sharded weights (`model.safetensors.index.json`)
   load too. The weights go through `nn.Module.load_state_dict`, whose one check
-  names every missing, unexpected and mis-shaped key.
+  names every missing, unexpected and mis-shaped key; a file that is missing,
+  cut short, not JSON or not an object is named in one line as well.
 * `save(model, directory)`: config.json and model.safetensors as transformers
   writes them, atomically; `transformers.GPT2LMHeadModel` loads the folder with
   nothing missing.

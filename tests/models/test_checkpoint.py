@@ -305,6 +305,10 @@ BROKEN = {
     "tokenizer of another vocabulary": (edit_json("tokenizer.json", set_key("chars", "abc")),
                                         "tokenizer.json has 3 tokens but the model in"),
     "NaN weights": (nan_weights, "transformer.h.0.attn.c_attn.weight holds NaN or infinite values"),
+    "truncated weights": (lambda f: truncate(f / "model.safetensors"),
+                          "model.safetensors is not a whole safetensors file"),
+    "config a list": (lambda f: (f / "config.json").write_text("[]"),
+                      "config.json should hold a JSON object {...}, but holds an array"),
 }
 
 
@@ -361,7 +365,7 @@ TINY_RUN = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size",
 
 
 @pytest.mark.parametrize("name", ["truncated optimizer", "state lacks iter", "tokenizer of another vocabulary",
-                                  "NaN weights"])
+                                  "NaN weights", "truncated weights", "config a list"])
 def test_train_resume_and_sample_say_what_is_broken_in_one_line(tmp_path, small_text, name, capsys):
     from models import sample
     folder = tmp_path / "out"
@@ -373,10 +377,24 @@ def test_train_resume_and_sample_say_what_is_broken_in_one_line(tmp_path, small_
     err = capsys.readouterr().err
     assert code == 1 and err.startswith("train: error:") and BROKEN[name][1] in err and err.count("\n") == 1
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # nothing written over it
-    if name in ("tokenizer of another vocabulary", "NaN weights"):  # the files sample reads
+    if name not in ("truncated optimizer", "state lacks iter"):  # the files sample reads
         assert sample.main([str(folder)]) == 1
         err = capsys.readouterr().err
         assert err.startswith("sample: error:") and BROKEN[name][1] in err and err.count("\n") == 1
+
+
+@pytest.mark.interop
+def test_a_training_checkpoint_loads_in_transformers(tmp_path, small_text, capsys):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path / "out"
+    assert train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", "3", "--out-dir", str(folder)]) == 0
+    hf = transformers.GPT2LMHeadModel.from_pretrained(folder).eval()
+    ours, _ = checkpoint.load_model(folder)
+    ids = np.array([[1, 2, 3, 4, 5, 6]])
+    with torch.no_grad():
+        expected = hf(torch.from_numpy(ids)).logits.numpy()
+    np.testing.assert_allclose(ours(ids)[0].data, expected, atol=1e-5, rtol=0)
 
 
 # ---- killing real training runs -------------------------------------------------------------------
