@@ -87,17 +87,24 @@ def device(name):
     return name
 
 
+def _path(text):
+    if not text:
+        raise argparse.ArgumentTypeError("expected a path, got ''")
+    return Path(text)
+
+
 def input_file(text):
     """A `type=` function: a file that exists."""
-    path = Path(text)
+    path = _path(text)
     if not path.is_file():
-        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file" if path.is_dir() else f"no file {text}")
+        what = "is a folder, not a file" if path.is_dir() else "is not a regular file" if path.exists() else ""
+        raise argparse.ArgumentTypeError(f"{text} {what}" if what else f"no file {text}")
     return text
 
 
 def input_folder(text):
     """A `type=` function: a folder that exists."""
-    path = Path(text)
+    path = _path(text)
     if not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file, not a folder" if path.exists() else f"no folder {text}")
     return text
@@ -110,7 +117,7 @@ def output_folder(text):
     the folder and then takes its place; and the folder must not hold the
     current working directory, which that replacement would pull from under it.
     """
-    path = Path(text).absolute()
+    path = _path(text).absolute()
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
     if Path.cwd().resolve().is_relative_to(path.resolve()):

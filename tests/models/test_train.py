@@ -309,6 +309,7 @@ def test_bad_output_folders_are_one_line(tmp_path, capsys, monkeypatch):
     cases = [(str(a_file), f"{a_file} is a file, not a folder"),
              (str(a_file / "out"), f"cannot make {a_file / 'out'}: {a_file} is a file"),
              (".", ". is the current folder or holds it"),
+             ("", "argument --out-dir: expected a path, got ''"),
              (str(tmp_path / "empty"), f"--resume: no checkpoint to resume in {tmp_path / 'empty'}")]
     for out_dir, message in cases:
         assert parse_error(["--out-dir", out_dir, "--resume"]) == 2
