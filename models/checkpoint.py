@@ -58,7 +58,7 @@ _STATE_FIELDS = {"iter": int, "history": list, "evals": list, "val_loss": _NUMBE
 
 
 def _sibling(folder, role):
-    """The temporary folder beside `folder` that plays `role` ("tmp" or "prev") in a save."""
+    """The path beside `folder` that plays `role` in a save ("tmp", "prev") or a run ("lock")."""
     return folder.parent / f".{folder.name}.{role}"
 
 
