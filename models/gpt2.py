@@ -50,6 +50,9 @@ class GPTConfig:
                 f"gets n_embd // n_head features, so choose n_embd a multiple of n_head")
         if not 0 <= self.dropout < 1:
             raise ValueError(f"GPTConfig: dropout must be in [0, 1), got {self.dropout}")
+        eps = self.layer_norm_epsilon
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < math.inf:
+            raise ValueError(f"GPTConfig: layer_norm_epsilon must be a positive number, got {eps!r}")
 
 
 class CausalSelfAttention(nn.Module):
@@ -346,12 +349,13 @@ def sample(logits, temperature=1.0, top_k=None, top_p=None):
 def _check_sampling(max_new_tokens, temperature, top_k, top_p):
     if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
         raise ValueError(f"generate: max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
-    if temperature < 0:
-        raise ValueError(f"generate: temperature must be >= 0 (0 is greedy), got {temperature}")
-    if top_k is not None and (not isinstance(top_k, (int, np.integer)) or top_k < 1):
+    real = (int, float, np.integer, np.floating)
+    if isinstance(temperature, bool) or not isinstance(temperature, real) or not 0 <= temperature < math.inf:
+        raise ValueError(f"generate: temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1):
         raise ValueError(f"generate: top_k must be a positive integer or None, got {top_k!r}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"generate: top_p must be in (0, 1] or None, got {top_p}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, real) or not 0 < top_p <= 1):
+        raise ValueError(f"generate: top_p must be a number in (0, 1] or None, got {top_p!r}")
 
 
 def _as_batch(idx):

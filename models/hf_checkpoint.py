@@ -7,7 +7,8 @@ What this file promises:
   original hub layout (keys `h.0…` with `attn.bias` / `attn.masked_bias` mask
   buffers, which are dropped). Sharded weights (`model.safetensors.index.json`)
   load too. The weights go through `nn.Module.load_state_dict`, whose one check
-  names every missing, unexpected and mis-shaped key.
+  names every missing, unexpected and mis-shaped key; a file that is missing,
+  cut short, not JSON or not an object is named in one line as well.
 * `save(model, directory)`: config.json and model.safetensors as transformers
   writes them, atomically; `transformers.GPT2LMHeadModel` loads the folder with
   nothing missing.
@@ -28,7 +29,7 @@ import numpy as np
 
 import autograd as ag
 from models.gpt2 import GPTConfig
-from models.io import fsync, give_default_mode
+from models.io import fsync, give_default_mode, read_json
 
 _MASK_BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")  # the original layout's causal-mask buffers
 _TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # names transformers gives the tanh GELU
@@ -40,6 +41,8 @@ def config_from_hf(hf, dropout=0.0):
     if hf.get("model_type", "gpt2") != "gpt2":
         raise ValueError(f"from_pretrained: config.json describes a {hf['model_type']!r} model, not 'gpt2'")
     n_embd = hf.get("n_embd", 768)
+    if not isinstance(n_embd, int) or isinstance(n_embd, bool):
+        raise ValueError(f"from_pretrained: n_embd must be a positive integer, got {n_embd!r}")
     unsupported = []
     if hf.get("activation_function", "gelu_new") not in _TANH_GELUS:
         unsupported.append(f"activation_function={hf['activation_function']!r} (this model uses GPT-2's tanh GELU)")
@@ -104,7 +107,11 @@ def load(cls, directory, dropout=0.0):
     if not config_file.is_file():
         raise FileNotFoundError(f"GPT.from_pretrained: {config_file} is missing; a Hugging Face GPT-2 folder "
                                 "has config.json next to model.safetensors")
-    config = config_from_hf(json.loads(config_file.read_text()), dropout=dropout)
+    hf = read_json(config_file)
+    try:
+        config = config_from_hf(hf, dropout=dropout)
+    except ValueError as exc:
+        raise ValueError(f"{config_file}: {exc}") from None
     state, head = _state_and_head(_read_safetensors(directory))
     rng_state = ag.get_rng_state()
     try:
@@ -117,25 +124,39 @@ def load(cls, directory, dropout=0.0):
         raise ValueError(f"GPT.from_pretrained: the weights in {directory} do not fit its config.json "
                          f"({config}): {exc.args[0]}") from None
     if head is not None and not np.array_equal(head, state["transformer.wte.weight"]):
-        raise ValueError("GPT.from_pretrained: lm_head.weight differs from transformer.wte.weight; "
+        raise ValueError(f"GPT.from_pretrained: lm_head.weight differs from transformer.wte.weight in {directory}; "
                          "this model ties its LM head to the token embedding, as GPT-2 does")
     return model
 
 
 def _read_safetensors(directory):
     """Every tensor of model.safetensors (or of the shards its index names) as NumPy arrays."""
-    from safetensors.numpy import load_file
-
     single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
     if single.is_file():
-        return load_file(str(single))
+        return _load_file(single)
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return {k: v for shard in shards for k, v in load_file(str(directory / shard)).items()}
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(shard, str) for shard in weight_map.values()):
+            raise ValueError(f"GPT.from_pretrained: {index} should map tensor names to shard files in 'weight_map'")
+        return {k: v for shard in sorted(set(weight_map.values())) for k, v in _load_file(directory / shard).items()}
     others = sorted(p.name for p in directory.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".h5", ".msgpack"))
     hint = (f" (found {', '.join(others)}: convert them with transformers, "
             "`GPT2LMHeadModel.from_pretrained(folder).save_pretrained(folder)`)") if others else ""
     raise FileNotFoundError(f"GPT.from_pretrained: {single} is missing; only safetensors weights are read{hint}")
+
+
+def _load_file(path):
+    """The tensors of one safetensors file; a one-line error when it is missing, cut short or not safetensors."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    if not path.is_file():
+        raise FileNotFoundError(f"GPT.from_pretrained: {path} is missing")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, TypeError, ValueError) as exc:  # TypeError: a dtype NumPy lacks (bfloat16)
+        raise ValueError(f"GPT.from_pretrained: {path} is not a whole safetensors file ({exc}); "
+                         "save or download it again") from None
 
 
 def _state_and_head(tensors):

