@@ -6,6 +6,7 @@ numbers, copies to the host) live here and nowhere else. CuPy is imported only
 when a tensor first asks for "cuda". On the CPU, importing the engine also asks
 glibc to keep freed array memory for reuse (see _keep_freed_memory).
 """
+import contextlib
 import ctypes
 import os
 
@@ -83,6 +84,11 @@ def scatter_add(target, index, values):
     else:
         import cupyx
         cupyx.scatter_add(target, index, values)
+
+
+def quiet_overflow(array):
+    """A context in which NumPy does not warn that exp overflowed to inf (CuPy never warns)."""
+    return numpy.errstate(over="ignore") if isinstance(array, numpy.ndarray) else contextlib.nullcontext()
 
 
 def fused(name, array):
