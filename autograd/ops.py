@@ -604,31 +604,50 @@ class LayerNorm(Function):
     """y = x̂ ⊙ γ + β with x̂ = (x − μ) / √(σ² + ε) over the last axis.
 
     With ĝ = g ⊙ γ, the closed-form VJP is
-    dx = (ĝ − mean(ĝ) − x̂ ⊙ mean(ĝ ⊙ x̂)) / √(σ² + ε),  dγ = Σ g ⊙ x̂,  dβ = Σ g.
+    dx = (ĝ − mean(ĝ) − x̂ ⊙ mean(ĝ ⊙ x̂)) / √(σ² + ε),  dγ = Σ g ⊙ x̂,  dβ = Σ g,
+    γ's and β's sums running over every row. x̂ is kept from forward (cheaper
+    than rebuilding it), and ĝ ⊙ x̂ is γ times the g ⊙ x̂ that dγ sums.
     """
 
     rule = "dx = (ĝ − mean ĝ − x̂·mean(ĝx̂))/σ"
 
     def forward(self, x, weight, bias=None, eps=1e-5):
-        mean = x.mean(axis=-1, keepdims=True)
-        y = x - mean
-        rstd = 1 / self.xp.sqrt((y * y).mean(axis=-1, keepdims=True) + eps)
-        # x̂ is rebuilt in backward from x, which stays alive anyway, rather than kept as another array
-        self.save(x, mean, rstd, weight)
-        y *= rstd
-        y *= weight
+        xp, n = self.xp, x.shape[-1]
+        mean = x.sum(axis=-1, keepdims=True)
+        mean *= 1 / n
+        xhat = x - mean
+        y = xhat * xhat
+        rstd = y.sum(axis=-1, keepdims=True)
+        rstd *= 1 / n
+        rstd += eps
+        xp.sqrt(rstd, out=rstd)
+        xp.reciprocal(rstd, out=rstd)
+        xhat *= rstd
+        self.save(xhat, rstd, weight)
+        xp.multiply(xhat, weight, out=y)
         if bias is not None:
             y += bias
         return y
 
     def backward(self, g):
-        x, mean, rstd, weight = self.saved
-        xhat = (x - mean) * rstd
-        ghat = g * weight
-        dx = ghat - ghat.mean(axis=-1, keepdims=True) - xhat * (ghat * xhat).mean(axis=-1, keepdims=True)
+        xhat, rstd, weight = self.saved
+        n = xhat.shape[-1]
+        gxhat = g * xhat
+        dweight = gxhat.reshape(-1, n).sum(axis=0) if self.needs_grad[1] else None
+        dbias = g.reshape(-1, n).sum(axis=0) if len(self.needs_grad) == 3 and self.needs_grad[2] else None
+        if not self.needs_grad[0]:
+            return None, dweight, dbias
+        gxhat *= weight  # ĝ ⊙ x̂
+        dot = gxhat.sum(axis=-1, keepdims=True)
+        dot *= 1 / n
+        dx = g * weight  # ĝ
+        mean = dx.sum(axis=-1, keepdims=True)
+        mean *= 1 / n
+        dx -= mean
+        self.xp.multiply(xhat, dot, out=gxhat)
+        dx -= gxhat
         dx *= rstd
-        dweight = g * xhat if self.needs_grad[1] else None
-        return (dx, dweight, g) if len(self.needs_grad) == 3 else (dx, dweight)
+        return dx, dweight, dbias
 
 
 def _dropout_mask(x, p):
