@@ -478,22 +478,34 @@ class ToDevice(Function):
 # ---- the fused ops of a transformer --------------------------------------------
 
 
-def _softmax(xp, x, axis, mask=None):
-    """(p, log Σ exp x): p = exp(x − max) / Σ exp(x − max); masked entries (mask False) get exactly 0.
+def _mask_bias(xp, mask, dtype):
+    """0 where `mask` is True (visible), −∞ where it is False: added to scores, it hides them from softmax."""
+    return xp.where(mask, 0, -xp.inf).astype(dtype, copy=False)
 
-    An all-masked row gives p = 0 and a log-sum-exp of 0 instead of NaNs.
+
+def _softmax(xp, x, axis, mask=None, out=None):
+    """(p, lse): p = softmax(x) along `axis` and lse = log Σ exp x (axis kept): the one log-sum-exp of the ops.
+
+    Computed as exp(x − m) / Σ exp(x − m), m the row maximum, so nothing
+    overflows. Masked entries (mask False) get p = 0 exactly; a row with
+    nothing visible gives p = 0 and lse = 0 instead of NaNs. p is written into
+    `out` when given (x itself, when the caller owns x), else into a new array.
     """
     if mask is not None:
-        x = xp.where(mask, x, -xp.inf)
+        x = xp.add(x, _mask_bias(xp, mask, x.dtype), out=out)
+        out = x
     m = x.max(axis=axis, keepdims=True)
     if mask is not None:
         m[~xp.isfinite(m)] = 0  # an all-masked row: exp(−inf − 0) = 0 instead of a NaN
-    e = xp.exp(x - m)
-    s = e.sum(axis=axis, keepdims=True)
+    p = xp.subtract(x, m, out=out)
+    xp.exp(p, out=p)
+    s = p.sum(axis=axis, keepdims=True)
     if mask is not None:
         s[s == 0] = 1
-    e /= s
-    return e, m + xp.log(s)
+    p /= s
+    xp.log(s, out=s)
+    s += m
+    return p, s
 
 
 class Softmax(Function):
@@ -516,21 +528,18 @@ class Softmax(Function):
 
 
 class LogSoftmax(Function):
-    """y = z − log Σ exp z along `axis`.   ∂y/∂z = I − 1 pᵀ, so dz = g − p Σ g."""
+    """y = z − log Σ exp z along `axis`.   ∂y/∂z = I − 1 pᵀ, so dz = g − p Σ g (p = softmax z, kept from forward)."""
 
     rule = "dz = g − p·Σg"
 
     def forward(self, x, axis=-1):
-        m = x.max(axis=axis, keepdims=True)
-        shifted = x - m
-        y = shifted - self.xp.log(self.xp.exp(shifted).sum(axis=axis, keepdims=True))
-        self.save(y)
+        p, lse = _softmax(self.xp, x, axis)
+        self.save(p)
         self.axis = axis
-        return y
+        return x - lse
 
     def backward(self, g):
-        p = self.xp.exp(self.saved[0])
-        return g - p * g.sum(axis=self.axis, keepdims=True)
+        return g - self.saved[0] * g.sum(axis=self.axis, keepdims=True)
 
 
 class CrossEntropy(Function):
@@ -551,12 +560,9 @@ class CrossEntropy(Function):
         valid = None if ignore_index is None else t != ignore_index
         if valid is not None:
             t = xp.where(valid, t, 0)
-        m = z.max(axis=1, keepdims=True)
-        p = xp.exp(z - m)
-        s = p.sum(axis=1, keepdims=True)
-        p /= s
+        p, lse = _softmax(xp, z, 1)
         rows = xp.arange(len(t))
-        nll = (xp.log(s[:, 0]) + m[:, 0]) - z[rows, t]
+        nll = lse[:, 0] - z[rows, t]
         if valid is not None:
             nll *= valid
         count = len(t) if valid is None else xp.maximum(valid.sum(dtype=z.dtype), 1)  # stays on the device
@@ -677,36 +683,49 @@ class ScaledDotProductAttention(Function):
 
     Backward chains the pieces' VJPs: dV = Pᵀ G, dP = G Vᵀ,
     dS = P ⊙ (dP − Σⱼ dP ⊙ P) (softmax's diag(p) − ppᵀ), dQ = dS K / √D,
-    dK = dSᵀ Q / √D. Nothing of size T × T is kept between forward and
-    backward: P is rebuilt from S = Q Kᵀ/√D and the saved row log-sum-exps
-    (P = exp(S − lse)), one more matmul for far less memory, as FlashAttention does.
+    dK = dSᵀ Q / √D. The row sums Σⱼ dPᵢⱼ Pᵢⱼ equal Gᵢ · Oᵢ (O = P V), a
+    T × D product instead of a T × T one, as FlashAttention computes them.
+    P is kept for backward while it is no larger than Q, K, V and O together
+    (Tk ≤ 4D); a longer context keeps only the row log-sum-exps and rebuilds
+    P = exp(S − lse) with one more matmul, for far less memory.
     """
 
-    rule = "dV = PᵀG, dS = P·(GVᵀ − Σ), dQ = dS K/√D, dK = dSᵀQ/√D"
+    rule = "dV = PᵀG, dS = P·(GVᵀ − G·O), dQ = dS K/√D, dK = dSᵀQ/√D"
 
     def forward(self, q, k, v, mask=None, dropout_p=0.0):
         self.scale, self.mask = 1.0 / math.sqrt(q.shape[-1]), mask
-        p, lse = _softmax(self.xp, (q @ k.swapaxes(-1, -2)) * self.scale, -1, mask)  # (B, H, Tq, Tk)
+        scores = (q * self.scale) @ k.swapaxes(-1, -2)  # (B, H, Tq, Tk)
+        p, lse = _softmax(self.xp, scores, -1, mask, out=scores)
         drop = _dropout_mask(p, dropout_p) if dropout_p else None
-        self.save(q, k, v, lse, drop)
-        return (p if drop is None else p * drop) @ v  # (B, H, Tq, Dv)
+        out = (p if drop is None else p * drop) @ v  # (B, H, Tq, Dv)
+        if p.shape[-1] <= 4 * q.shape[-1]:
+            self.save(q, k, v, out, drop, p)
+        else:
+            self.save(q, k, v, out, drop, None, lse)
+        return out
 
     def backward(self, g):
-        q, k, v, lse, drop = self.saved
-        p = (q @ k.swapaxes(-1, -2)) * self.scale
-        if self.mask is not None:
-            p = self.xp.where(self.mask, p, -self.xp.inf)
-        p -= lse
-        self.xp.exp(p, out=p)  # P again, exactly 0 where masked
+        q, k, v, out, drop, p, *lse = self.saved
+        xp = self.xp
+        if p is None:
+            p = (q * self.scale) @ k.swapaxes(-1, -2)
+            if self.mask is not None:
+                p += _mask_bias(xp, self.mask, p.dtype)
+            p -= lse[0]
+            xp.exp(p, out=p)  # P again, exactly 0 where masked
         dq = dk = dv = None
         if self.needs_grad[2]:
             dv = (p if drop is None else p * drop).swapaxes(-1, -2) @ g
         if self.needs_grad[0] or self.needs_grad[1]:
-            dp = g @ v.swapaxes(-1, -2)
+            ds = g @ v.swapaxes(-1, -2)  # dP
             if drop is not None:
-                dp *= drop
-            ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
-            ds *= self.scale
-            dq = ds @ k if self.needs_grad[0] else None
-            dk = ds.swapaxes(-1, -2) @ q if self.needs_grad[1] else None
+                ds *= drop
+            ds -= (g * out).sum(axis=-1, keepdims=True)  # Σⱼ dPᵢⱼ Pᵢⱼ = Gᵢ · Oᵢ
+            ds *= p
+            if self.needs_grad[0]:
+                dq = ds @ k
+                dq *= self.scale
+            if self.needs_grad[1]:
+                dk = ds.swapaxes(-1, -2) @ q
+                dk *= self.scale
         return dq, dk, dv
