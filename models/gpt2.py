@@ -89,10 +89,8 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x, cache=None):
         B, T, C = x.shape
         nh, hs = self.n_head, C // self.n_head
-        q, k, v = ag.split(self.c_attn(x), 3, axis=2)  # 3 × (B, T, C)
-        q = q.reshape(B, T, nh, hs).transpose(0, 2, 1, 3)  # (B, nh, T, hs)
-        k = k.reshape(B, T, nh, hs).transpose(0, 2, 1, 3)  # (B, nh, T, hs)
-        v = v.reshape(B, T, nh, hs).transpose(0, 2, 1, 3)  # (B, nh, T, hs)
+        qkv = self.c_attn(x).reshape(B, T, 3, nh, hs).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs): [q | k | v]
+        q, k, v = qkv[0], qkv[1], qkv[2]  # (B, nh, T, hs) each
         if cache is not None:
             k, v = cache.append(k, v)  # (B, nh, T_seen + T, hs): every position so far
         # With fewer queries than keys, sdpa lines the queries up with the *last* keys.
