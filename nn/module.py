@@ -62,6 +62,8 @@ class Module:
         if not _running and not self._scope_name and self._named_at != _tree_version:
             self._name_tree()  # a root (a sub-module called alone keeps the names its root gave it)
             object.__setattr__(self, "_named_at", _tree_version)
+        if not ag.is_grad_enabled():  # nothing is recorded, so no op needs to know which module made it
+            return self.forward(*args, **kwargs)
         _running.append(self)
         try:
             with ag.name_scope(self._scope_name):
