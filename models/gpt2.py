@@ -143,7 +143,7 @@ class Transformer(nn.Module):
     def forward(self, idx, kv_cache=None):
         T = idx.shape[1]
         start = kv_cache.length if kv_cache is not None else 0  # the first new token's position
-        pos = backend.xp_for(self.wpe.weight.device).arange(start, start + T)  # (T,)
+        pos = ag.arange(start, start + T, device=self.wpe.weight.device)  # (T,)
         x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C) + (T, C) → (B, T, C)
         for i, block in enumerate(self.h):
             x = block(x, cache=kv_cache.layers[i] if kv_cache is not None else None)
@@ -161,9 +161,8 @@ class LayerCache:
     """
 
     def __init__(self, shape, dtype, device):
-        xp = backend.xp_for(device)
-        self.keys = xp.zeros(shape, dtype=dtype)
-        self.values = xp.zeros(shape, dtype=dtype)
+        self.keys = ag.zeros(shape, dtype=dtype, device=device).data
+        self.values = ag.zeros(shape, dtype=dtype, device=device).data
         self.length = 0
 
     def append(self, k, v):
@@ -305,9 +304,9 @@ class GPT(nn.Module):
         B, T = ids.shape
         self._check_ids(ids[:, -self.config.block_size:])
         wte = self.transformer.wte.weight
-        xp = backend.xp_for(wte.device)
-        out = xp.empty((B, T + max_new_tokens), dtype=xp.int64)  # on the model's device: no copy per token
-        out[:, :T] = xp.asarray(ids)
+        out = ag.zeros(B, T + max_new_tokens, dtype=np.int64, device=wte.device)  # no copy to the host per token
+        tokens = out.data
+        tokens[:, :T] = Tensor(ids, device=wte.device).data
         cache = KVCache(self.config, B, wte.dtype, wte.device) if use_cache else None
         cache_start = 0  # the token whose keys sit at cache position 0
         was_training = self.training
@@ -316,17 +315,17 @@ class GPT(nn.Module):
             for n in range(T, T + max_new_tokens):
                 start = max(0, n - self.config.block_size)  # the window the model sees: out[:, start:n]
                 if cache is None:
-                    window = out[:, start:n]
+                    window = tokens[:, start:n]
                 elif start == cache_start and cache.length == n - 1 - start:
-                    window = out[:, n - 1:n]  # only the newest token; the cache holds the rest
+                    window = tokens[:, n - 1:n]  # only the newest token; the cache holds the rest
                 else:  # first step, or the window slid: every position changed, so prefill again
                     cache.reset()
-                    cache_start, window = start, out[:, start:n]
+                    cache_start, window = start, tokens[:, start:n]
                 logits, _ = self(window, kv_cache=cache, last_only=True)  # (B, 1, V)
-                out[:, n] = sample(logits.data[:, -1], temperature, top_k, top_p)
+                tokens[:, n] = sample(logits.data[:, -1], temperature, top_k, top_p)
         finally:
             self.train(was_training)
-        return give_back(backend.to_host(out))
+        return give_back(out.numpy())
 
     # ---- checkpoints ----------------------------------------------------------------------------
 
@@ -424,7 +423,7 @@ def sample(logits, temperature=1.0, top_k=None, top_p=None):
         xp.put_along_axis(drop, order, mass_before >= top_p, axis=-1)  # back to vocabulary order
         probs = xp.where(drop, 0.0, probs)
     cdf = xp.cumsum(probs, axis=-1)  # (B, V)
-    u = backend.generator(device).random(len(cdf)) * cdf[:, -1]  # (B,): uniform in [0, total mass)
+    u = ag.rand(len(cdf), dtype=np.float64, device=device).data * cdf[:, -1]  # (B,): uniform in [0, total mass)
     picks = (cdf <= u[:, None]).sum(axis=-1)  # the first index whose cumulative mass passes u
     return xp.minimum(picks, cdf.shape[-1] - 1)
 
@@ -444,7 +443,7 @@ def _as_batch(idx):
     """`idx` as a (B, T) int64 host array, and a function that turns the output back into idx's kind."""
     if isinstance(idx, Tensor):
         device = idx.device
-        ids = backend.to_host(idx.data)
+        ids = idx.numpy()
         back = lambda out: Tensor((out if ids.ndim == 2 else out[0]).astype(ids.dtype), device=device)  # noqa: E731
     elif isinstance(idx, np.ndarray):
         ids = idx
