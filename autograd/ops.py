@@ -290,7 +290,7 @@ class GELU(Function):
         return x * s
 
     def backward(self, g):
-        if len(self.saved) == 1:
+        if len(self.saved) == 1:  # forward ran the fused CUDA kernel, which keeps x alone
             return backend.fused("gelu_backward", self.saved[0])(self.saved[0], g)
         x, s = self.saved
         dx = self.xp.multiply(x, x, out=self.xp.empty_like(x))
@@ -648,7 +648,7 @@ class LayerNorm(Function):
         dweight = gxhat.reshape(-1, n).sum(axis=0) if self.needs_grad[1] else None
         dbias = g.reshape(-1, n).sum(axis=0) if len(self.needs_grad) == 3 and self.needs_grad[2] else None
         if not self.needs_grad[0]:
-            return None, dweight, dbias
+            return (None, dweight, dbias)[:len(self.needs_grad)]
         gxhat *= weight  # ĝ ⊙ x̂
         dot = _sum_last(self.xp, gxhat)
         dot *= 1 / n
@@ -659,7 +659,7 @@ class LayerNorm(Function):
         self.xp.multiply(xhat, dot, out=gxhat)
         dx -= gxhat
         dx *= rstd
-        return dx, dweight, dbias
+        return (dx, dweight, dbias)[:len(self.needs_grad)]
 
 
 def _dropout_mask(x, p):
@@ -704,20 +704,18 @@ class ScaledDotProductAttention(Function):
         p, lse = _softmax(self.xp, scores, -1, mask, out=scores)
         drop = _dropout_mask(p, dropout_p) if dropout_p else None
         out = (p if drop is None else p * drop) @ v  # (B, H, Tq, Dv)
-        if p.shape[-1] <= 4 * q.shape[-1]:
-            self.save(q, k, v, out, drop, p)
-        else:
-            self.save(q, k, v, out, drop, None, lse)
+        keep_p = p.shape[-1] <= 4 * q.shape[-1]
+        self.save(q, k, v, out, drop, p if keep_p else None, lse)
         return out
 
     def backward(self, g):
-        q, k, v, out, drop, p, *lse = self.saved
+        q, k, v, out, drop, p, lse = self.saved
         xp = self.xp
         if p is None:
             p = (q * self.scale) @ k.swapaxes(-1, -2)
             if self.mask is not None:
                 p += _mask_bias(xp, self.mask, p.dtype)
-            p -= lse[0]
+            p -= lse
             xp.exp(p, out=p)  # P again, exactly 0 where masked
         dq = dk = dv = None
         if self.needs_grad[2]:
@@ -726,7 +724,7 @@ class ScaledDotProductAttention(Function):
             ds = g @ v.swapaxes(-1, -2)  # dP
             if drop is not None:
                 ds *= drop
-            ds -= (g * out).sum(axis=-1, keepdims=True)  # Σⱼ dPᵢⱼ Pᵢⱼ = Gᵢ · Oᵢ
+            ds -= _sum_last(xp, g * out)  # Σⱼ dPᵢⱼ Pᵢⱼ = Gᵢ · Oᵢ
             ds *= p
             if self.needs_grad[0]:
                 dq = ds @ k
