@@ -618,7 +618,8 @@ class LayerNorm(Function):
     With ĝ = g ⊙ γ, the closed-form VJP is
     dx = (ĝ − mean(ĝ) − x̂ ⊙ mean(ĝ ⊙ x̂)) / √(σ² + ε),  dγ = Σ g ⊙ x̂,  dβ = Σ g,
     γ's and β's sums running over every row. x̂ is kept from forward (cheaper
-    than rebuilding it), and ĝ ⊙ x̂ is γ times the g ⊙ x̂ that dγ sums.
+    than rebuilding it); the row means of ĝ and ĝ ⊙ x̂ are (g ⊙ x̂) γ / n and g γ / n,
+    matrix-vector products that reuse the g ⊙ x̂ dγ sums.
     """
 
     rule = "dx = (ĝ − mean ĝ − x̂·mean(ĝx̂))/σ"
@@ -649,12 +650,12 @@ class LayerNorm(Function):
         dbias = g.reshape(-1, n).sum(axis=0) if len(self.needs_grad) == 3 and self.needs_grad[2] else None
         if not self.needs_grad[0]:
             return (None, dweight, dbias)[:len(self.needs_grad)]
-        gxhat *= weight  # ĝ ⊙ x̂
-        dot = _sum_last(self.xp, gxhat)
-        dot *= 1 / n
-        dx = g * weight  # ĝ
-        mean = _sum_last(self.xp, dx)
-        mean *= 1 / n
+        # Row sums of ĝ = g ⊙ γ and of ĝ ⊙ x̂ as matrix-vector products with γ: ĝ itself is built once, for dx
+        dot = (gxhat @ weight)[..., None]
+        dot *= 1 / n  # mean(ĝ ⊙ x̂)
+        mean = (g @ weight)[..., None]
+        mean *= 1 / n  # mean(ĝ)
+        dx = g * weight
         dx -= mean
         self.xp.multiply(xhat, dot, out=gxhat)
         dx -= gxhat
