@@ -313,7 +313,7 @@ class GPT(nn.Module):
         self.eval()
         try:
             for n in range(T, T + max_new_tokens):
-                start = max(0, n - self.config.block_size)  # the window the model sees: out[:, start:n]
+                start = max(0, n - self.config.block_size)  # the window the model sees: tokens[:, start:n]
                 if cache is None:
                     window = tokens[:, start:n]
                 elif start == cache_start and cache.length == n - 1 - start:
