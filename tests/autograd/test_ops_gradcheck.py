@@ -111,6 +111,15 @@ def test_matmul_hand_values():
     np.testing.assert_array_equal(B.grad, [[4.0, 4.0], [6.0, 6.0]])
 
 
+@pytest.mark.parametrize("sa", [(3, 4), (2, 3, 4), (4,)], ids=str)
+def test_matmul_by_a_transposed_weight_gives_a_contiguous_gradient(rng, sa):
+    # x @ Wᵀ, as GPT-2's tied LM head: dB is built transposed, so W's gradient comes back in W's own order
+    x, w = rand(rng, *sa), rand(rng, 5, 4)
+    check(lambda x, w: x @ w.T, x, w)
+    (x @ w.T).sum().backward()
+    assert w.grad.flags.c_contiguous
+
+
 def test_matmul_with_constant_operand(rng):
     W = rng.normal(size=(3, 2))
     check(lambda x: x @ W, rand(rng, 4, 3))
