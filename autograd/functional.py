@@ -157,9 +157,9 @@ def scaled_dot_product_attention(q, k, v, causal=True, dropout_p=0.0):
     if not 0 <= dropout_p < 1:
         raise ValueError(f"scaled_dot_product_attention: dropout_p must lie in [0, 1), got {dropout_p}")
     mask = None
-    if causal:
+    tq, tk = q.shape[-2], k.shape[-2]
+    if causal and tq > 1:  # a single query is the newest position: it sees every key
         xp = backend.xp_for(q.device)
-        tq, tk = q.shape[-2], k.shape[-2]
         mask = xp.arange(tk)[None, :] <= xp.arange(tq)[:, None] + (tk - tq)  # (Tq, Tk)
     return ops.ScaledDotProductAttention.apply(q, k, v, mask=mask, dropout_p=dropout_p)
 

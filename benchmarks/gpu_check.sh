@@ -14,6 +14,6 @@ log="${OUT:-.}/gpu_check.log"
     timeout 240 python3 -m pytest --device cuda -q -p no:cacheprovider tests/test_devices.py tests/autograd tests/nn
     echo "pytest exit: $?"
     echo "== benchmark =="
-    timeout 200 python3 -m benchmarks.gpu --steps 10
+    timeout 200 python3 -m benchmarks.gpu --steps 5 --rounds 1
     echo "benchmark exit: $?"
 } 2>&1 | tee "$log"

@@ -69,10 +69,8 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x, cache=None):
         B, T, C = x.shape
         nh, hs = self.n_head, C // self.n_head
-        q, k, v = ag.split(self.c_attn(x), 3, axis=2)  # 3 × (B, T, C)
-        q = q.reshape(B, T, nh, hs).transpose(0, 2, 1, 3)  # (B, nh, T, hs)
-        k = k.reshape(B, T, nh, hs).transpose(0, 2, 1, 3)  # (B, nh, T, hs)
-        v = v.reshape(B, T, nh, hs).transpose(0, 2, 1, 3)  # (B, nh, T, hs)
+        qkv = self.c_attn(x).reshape(B, T, 3, nh, hs).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs): [q | k | v]
+        q, k, v = qkv[0], qkv[1], qkv[2]  # (B, nh, T, hs) each
         if cache is not None:
             k, v = cache.append(k, v)  # (B, nh, T_seen + T, hs): every position so far
         # With fewer queries than keys, sdpa lines the queries up with the *last* keys.
@@ -140,9 +138,8 @@ class LayerCache:
     """
 
     def __init__(self, shape, dtype, device):
-        xp = backend.xp_for(device)
-        self.keys = xp.zeros(shape, dtype=dtype)
-        self.values = xp.zeros(shape, dtype=dtype)
+        self.keys = ag.zeros(shape, dtype=dtype, device=device).data
+        self.values = ag.zeros(shape, dtype=dtype, device=device).data
         self.length = 0
 
     def append(self, k, v):
@@ -278,28 +275,28 @@ class GPT(nn.Module):
         B, T = ids.shape
         self._check_ids(ids[:, -self.config.block_size:])
         wte = self.transformer.wte.weight
-        xp = backend.xp_for(wte.device)
-        out = xp.empty((B, T + max_new_tokens), dtype=xp.int64)  # on the model's device: no copy per token
-        out[:, :T] = xp.asarray(ids)
+        out = ag.zeros(B, T + max_new_tokens, dtype=np.int64, device=wte.device)  # no copy to the host per token
+        tokens = out.data
+        tokens[:, :T] = Tensor(ids, device=wte.device).data
         cache = KVCache(self.config, B, wte.dtype, wte.device) if use_cache else None
         cache_start = 0  # the token whose keys sit at cache position 0
         was_training = self.training
         self.eval()
         try:
             for n in range(T, T + max_new_tokens):
-                start = max(0, n - self.config.block_size)  # the window the model sees: out[:, start:n]
+                start = max(0, n - self.config.block_size)  # the window the model sees: tokens[:, start:n]
                 if cache is None:
-                    window = out[:, start:n]
+                    window = tokens[:, start:n]
                 elif start == cache_start and cache.length == n - 1 - start:
-                    window = out[:, n - 1:n]  # only the newest token; the cache holds the rest
+                    window = tokens[:, n - 1:n]  # only the newest token; the cache holds the rest
                 else:  # first step, or the window slid: every position changed, so prefill again
                     cache.reset()
-                    cache_start, window = start, out[:, start:n]
+                    cache_start, window = start, tokens[:, start:n]
                 logits, _ = self(window, kv_cache=cache, last_only=True)  # (B, 1, V)
-                out[:, n] = sample(logits.data[:, -1], temperature, top_k, top_p)
+                tokens[:, n] = sample(logits.data[:, -1], temperature, top_k, top_p)
         finally:
             self.train(was_training)
-        return give_back(backend.to_host(out))
+        return give_back(out.numpy())
 
     @classmethod
     def from_pretrained(cls, directory, dropout=0.0):
@@ -341,7 +338,7 @@ def sample(logits, temperature=1.0, top_k=None, top_p=None):
         xp.put_along_axis(drop, order, mass_before >= top_p, axis=-1)  # back to vocabulary order
         probs = xp.where(drop, 0.0, probs)
     cdf = xp.cumsum(probs, axis=-1)  # (B, V)
-    u = backend.generator(device).random(len(cdf)) * cdf[:, -1]  # (B,): uniform in [0, total mass)
+    u = ag.rand(len(cdf), dtype=np.float64, device=device).data * cdf[:, -1]  # (B,): uniform in [0, total mass)
     picks = (cdf <= u[:, None]).sum(axis=-1)  # the first index whose cumulative mass passes u
     return xp.minimum(picks, cdf.shape[-1] - 1)
 
@@ -362,7 +359,7 @@ def _as_batch(idx):
     """`idx` as a (B, T) int64 host array, and a function that turns the output back into idx's kind."""
     if isinstance(idx, Tensor):
         device = idx.device
-        ids = backend.to_host(idx.data)
+        ids = idx.numpy()
         back = lambda out: Tensor((out if ids.ndim == 2 else out[0]).astype(ids.dtype), device=device)  # noqa: E731
     elif isinstance(idx, np.ndarray):
         ids = idx

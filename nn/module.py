@@ -12,6 +12,7 @@ import autograd as ag
 from autograd import Tensor
 
 _running = []  # modules whose forward is on the call stack, outermost first
+_tree_version = 0  # bumped whenever a module gains or loses an attribute: the names may have changed
 
 
 class Parameter(Tensor):
@@ -23,16 +24,23 @@ class Parameter(Tensor):
         super().__init__(data, requires_grad=requires_grad)
 
 
+def _tree_changed():
+    global _tree_version
+    _tree_version += 1
+
+
 class Module:
     def __init__(self):
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "training", True)
         object.__setattr__(self, "_scope_name", "")
+        object.__setattr__(self, "_named_at", None)  # the _tree_version at which this root last named its tree
 
     def __setattr__(self, name, value):
         if "_parameters" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__}: call super().__init__() before assigning attributes")
+        _tree_changed()
         self._parameters.pop(name, None)
         self._modules.pop(name, None)
         if isinstance(value, Parameter):
@@ -42,6 +50,7 @@ class Module:
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name):
+        _tree_changed()
         self._parameters.pop(name, None)
         self._modules.pop(name, None)
         object.__delattr__(self, name)
@@ -50,8 +59,11 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
 
     def __call__(self, *args, **kwargs):
-        if not _running and not self._scope_name:
+        if not _running and not self._scope_name and self._named_at != _tree_version:
             self._name_tree()  # a root (a sub-module called alone keeps the names its root gave it)
+            object.__setattr__(self, "_named_at", _tree_version)
+        if not ag.is_grad_enabled():  # nothing is recorded, so no op needs to know which module made it
+            return self.forward(*args, **kwargs)
         _running.append(self)
         try:
             with ag.name_scope(self._scope_name):

@@ -127,6 +127,10 @@ class AdamW(Optimizer):
 
     p ← p (1 − lr·λ);  m ← β₁m + (1−β₁)g;  v ← β₂v + (1−β₂)g²;
     p ← p − (lr / (1−β₁ᵗ)) · m / (√v / √(1−β₂ᵗ) + ε)
+
+    In place, piece by cache-sized piece (backend.pieces), with one scratch
+    array per piece; √(1−β₂ᵗ) moves from the denominator into ε and the step
+    size, which is the same update with one pass fewer.
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
@@ -141,23 +145,33 @@ class AdamW(Optimizer):
         _check_range("AdamW", "eps", group["eps"], 0, math.inf)
 
     def _update(self, p, grad, state, group):
+        xp = backend.xp_for(p.device)
         beta1, beta2 = group["betas"]
         if not state:
             state["step"] = 0
-            state["exp_avg"] = grad * 0
-            state["exp_avg_sq"] = grad * 0
+            state["exp_avg"] = xp.zeros(p.shape, dtype=p.dtype)
+            state["exp_avg_sq"] = xp.zeros(p.shape, dtype=p.dtype)
         state["step"] += 1
-        t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
-        if group["weight_decay"]:
-            p.data *= 1 - group["lr"] * group["weight_decay"]
-        m *= beta1
-        m += (1 - beta1) * grad
-        v *= beta2
-        v += (1 - beta2) * (grad * grad)
-        denom = v ** 0.5
-        denom /= math.sqrt(1 - beta2 ** t)
-        denom += group["eps"]
-        p.data -= (group["lr"] / (1 - beta1 ** t)) * (m / denom)
+        t, lr = state["step"], group["lr"]
+        decay = 1 - lr * group["weight_decay"]
+        root_bc2 = math.sqrt(1 - beta2 ** t)
+        eps = group["eps"] * root_bc2
+        step_size = -(lr / (1 - beta1 ** t)) * root_bc2
+        for w, g, m, v in backend.pieces(p.data, grad, state["exp_avg"], state["exp_avg_sq"]):
+            scratch = xp.subtract(g, m)
+            if decay != 1:
+                w *= decay
+            scratch *= 1 - beta1
+            m += scratch  # m + (1−β₁)(g − m), torch's lerp
+            xp.multiply(g, g, out=scratch)
+            scratch *= 1 - beta2
+            v *= beta2
+            v += scratch
+            xp.sqrt(v, out=scratch)
+            scratch += eps
+            xp.divide(m, scratch, out=scratch)
+            scratch *= step_size
+            w += scratch
 
 
 def clip_grad_norm_(params, max_norm):
@@ -166,7 +180,11 @@ def clip_grad_norm_(params, max_norm):
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return 0.0
-    total = math.sqrt(float(sum((g * g).sum() for g in grads)))  # one read back from a GPU, not one per tensor
+    xp = backend.xp_for(backend.device_of(grads[0]))
+    # A dot product per cache-sized piece (one pass, no temporary), summed in float64 for accuracy;
+    # one read back from a GPU, not one per tensor.
+    squares = xp.stack([xp.vdot(piece, piece) for g in grads for (piece,) in backend.pieces(g)])
+    total = math.sqrt(float(squares.sum(dtype=xp.float64)))
     scale = max_norm / (total + 1e-6)
     if scale < 1:
         for g in grads:

@@ -19,9 +19,9 @@ INPUT_ROLES = {
 SAVED_NAMES = {
     "Mul": ("x", "y"), "Div": ("y", "z"), "Pow": ("x", "y", "z"), "MatMul": ("A", "B"), "Linear": ("x", "W"),
     "Exp": ("z",), "Log": ("x",), "Sqrt": ("z",), "Tanh": ("z",), "Sigmoid": ("z",), "ReLU": ("z",),
-    "GELU": ("x",), "Max": ("1[x = max]", "#ties"), "Softmax": ("p",), "LogSoftmax": ("log p",),
-    "CrossEntropy": ("p", "targets", "kept"), "LayerNorm": ("x", "μ", "1/σ", "γ"), "Dropout": ("mask",),
-    "ScaledDotProductAttention": ("q", "k", "v", "logsumexp", "dropout mask"),
+    "GELU": ("x", "s = σ(2u)"), "Max": ("1[x = max]", "#ties"), "Softmax": ("p",), "LogSoftmax": ("log p",),
+    "CrossEntropy": ("p", "targets", "kept"), "LayerNorm": ("x̂", "1/σ", "γ"), "Dropout": ("mask",),
+    "ScaledDotProductAttention": ("q", "k", "v", "O", "dropout mask", "P", "logsumexp"),
 }
 
 
@@ -58,13 +58,13 @@ def reduction_note(op):
 def saved_values(op):
     """The forward values an op's rule reads, by name: [(name, array)].
 
-    LayerNorm keeps x, μ and 1/σ; its rule reads x̂ = (x − μ)/σ and σ, so those are
-    what is shown. Arrays the op kept under another name come out as saved[i].
+    LayerNorm keeps x̂ and 1/σ; its rule reads x̂ and σ, so those are what is
+    shown. Arrays the op kept under another name come out as saved[i].
     """
     saved = op.saved or ()
     names = SAVED_NAMES.get(op.name, ())
-    if op.name == "LayerNorm" and len(saved) == 4:
-        x, mean, rstd, weight = saved
-        return [("x̂", (x - mean) * rstd), ("σ", 1 / rstd), ("γ", weight)]
+    if op.name == "LayerNorm" and len(saved) == 3:
+        xhat, rstd, weight = saved
+        return [("x̂", xhat), ("σ", 1 / rstd), ("γ", weight)]
     return [(names[i] if i < len(names) else f"saved[{i}]", a) for i, a in enumerate(saved)
             if a is not None and hasattr(a, "shape")]

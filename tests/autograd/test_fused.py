@@ -84,3 +84,15 @@ def test_attention_with_fully_masked_rows_gives_zeros_and_finite_grads(rng):
     out.sum().backward()
     assert all(np.isfinite(t.grad).all() for t in (q, k, v))
     check(lambda q, k, v: ag.ops.ScaledDotProductAttention.apply(q, k, v, mask=mask), q, k, v)
+
+
+def test_attention_rebuilds_p_for_contexts_longer_than_four_head_sizes(rng):
+    # Tk = 6 keys of D = 1 feature: P is not kept but rebuilt from the row log-sum-exps in backward
+    q, k, v = rand(rng, 2, 2, 6, 1), rand(rng, 2, 2, 6, 1), rand(rng, 2, 2, 6, 2)
+    out = ag.scaled_dot_product_attention(q, k, v)
+    np.testing.assert_allclose(out.data, attention_reference(q.data, k.data, v.data, True), rtol=1e-12)
+    check(lambda q, k, v: ag.scaled_dot_product_attention(q, k, v), q, k, v)
+    check(seeded_attention(0.5), q, k, v)
+    mask = np.tril(np.ones((6, 6), dtype=bool))
+    mask[2] = False  # a row that sees nothing: zeros, finite gradients
+    check(lambda q, k, v: ag.ops.ScaledDotProductAttention.apply(q, k, v, mask=mask), q, k, v)

@@ -1,5 +1,6 @@
 """Every differentiable op against central finite differences in float64, on several shapes, broadcast pairs included."""
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -110,6 +111,15 @@ def test_matmul_hand_values():
     np.testing.assert_array_equal(B.grad, [[4.0, 4.0], [6.0, 6.0]])
 
 
+@pytest.mark.parametrize("sa", [(3, 4), (2, 3, 4), (4,)], ids=str)
+def test_matmul_by_a_transposed_weight_gives_a_contiguous_gradient(rng, sa):
+    # x @ Wᵀ, as GPT-2's tied LM head: dB is built transposed, so W's gradient comes back in W's own order
+    x, w = rand(rng, *sa), rand(rng, 5, 4)
+    check(lambda x, w: x @ w.T, x, w)
+    (x @ w.T).sum().backward()
+    assert w.grad.flags.c_contiguous
+
+
 def test_matmul_with_constant_operand(rng):
     W = rng.normal(size=(3, 2))
     check(lambda x: x @ W, rand(rng, 4, 3))
@@ -164,10 +174,22 @@ def test_gelu_matches_the_tanh_approximation_formula():
     np.testing.assert_allclose(out.data, expected, rtol=1e-14, atol=1e-15)
     out.sum().backward()
     derivative = 0.5 * (1 + np.tanh(u)) + 0.5 * a * (1 - np.tanh(u) ** 2) * c * (1 + 3 * 0.044715 * a ** 2)
-    np.testing.assert_allclose(x.grad, derivative, rtol=1e-12, atol=1e-15)
+    # atol 1e-14: where tanh u ≈ −1 this reference loses digits to cancellation (the op's σ form does not)
+    np.testing.assert_allclose(x.grad, derivative, rtol=1e-12, atol=1e-14)
     # GPT-2's gelu is the tanh form, not the exact erf form: they differ visibly at x = 1.5
     erf_form = 0.5 * 1.5 * (1 + math.erf(1.5 / math.sqrt(2)))
     assert abs(leaf([1.5]).gelu().item() - erf_form) > 1e-5
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gelu_far_below_zero_is_zero_without_overflow_warnings(dtype):
+    x = Tensor(np.array([-1e4, -100.0, -30.0], dtype=dtype), requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e^(−2u) overflows to inf here: σ(2u) = 0, silently
+        out = x.gelu()
+        out.sum().backward()
+    np.testing.assert_array_equal(out.data, [0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(x.grad, [0.0, 0.0, 0.0])
 
 
 # reductions

@@ -304,6 +304,18 @@ def test_parameters_are_named_after_their_dotted_path_when_the_model_runs():
     assert model.head.weight.name == "wte.weight"
 
 
+def test_a_module_added_after_a_run_is_named_at_the_next_run():
+    seq = nn.Sequential(nn.Linear(2, 2))
+    x = ag.Tensor(np.ones((1, 2), dtype=np.float32))
+    seq(x)
+    seq.append(nn.Linear(2, 2))  # the root named its tree once; a new attribute makes it name it again
+    seq(x)
+    assert [p.name for p in seq.parameters()] == ["0.weight", "0.bias", "1.weight", "1.bias"]
+    seq[1].weight = Parameter(np.ones((2, 2), dtype=np.float32))
+    seq(x)
+    assert seq[1].weight.name == "1.weight"
+
+
 def test_an_error_in_forward_leaves_no_scope_behind():
     class Broken(Module):
         def forward(self, x):

@@ -142,6 +142,20 @@ def test_adamw_second_step_uses_both_moments_with_bias_correction():
     np.testing.assert_allclose(p.numpy(), expected, rtol=1e-14)
 
 
+@pytest.mark.parametrize("order", ["C", "F"], ids=["contiguous", "transposed"])
+def test_adamw_on_a_parameter_larger_than_one_cache_piece(order):
+    # 300 × 250 = 75,000 elements: more than one of the pieces the update runs over (2¹⁶); a Fortran-ordered
+    # parameter is updated whole instead
+    rng = np.random.default_rng(0)
+    p0, grads = rng.normal(size=(300, 250)), [rng.normal(size=(300, 250)) for _ in range(3)]
+    p = Parameter(np.array(p0, order=order))
+    opt = AdamW([p], lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)
+    for g in grads:
+        p.grad = np.array(g, order=order)
+        opt.step()
+    np.testing.assert_allclose(p.numpy(), adamw_by_hand(p0, grads, 0.01, 0.8, 0.99, 1e-6, 0.1), rtol=1e-12)
+
+
 def test_adamw_weight_decay_is_decoupled_from_the_gradient():
     """With a zero gradient Adam's step is 0: only the decay moves the weights, by the factor 1 − lr·λ."""
     p = param(P0, grad=np.zeros(3))
@@ -170,6 +184,17 @@ def test_clip_grad_norm_returns_the_norm_before_clipping_and_scales_every_gradie
     np.testing.assert_allclose(b.grad, [[12 * scale]], rtol=1e-15)
     assert math.sqrt((a.grad ** 2).sum() + (b.grad ** 2).sum()) == pytest.approx(1.0, rel=1e-6)
     assert idle.grad is None
+
+
+def test_clip_grad_norm_of_float32_gradients_larger_than_one_cache_piece():
+    rng = np.random.default_rng(0)
+    grads = [rng.normal(size=(400, 300)).astype(np.float32) * 1e-3, rng.normal(size=7).astype(np.float32)]
+    params = [Parameter(np.zeros(g.shape, dtype=np.float32)) for g in grads]
+    for p, g in zip(params, grads):
+        p.grad = g.copy()
+    exact = math.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads))
+    assert clip_grad_norm_(params, max_norm=0.5) == pytest.approx(exact, rel=1e-6)
+    np.testing.assert_allclose(params[0].grad, grads[0] * (0.5 / (exact + 1e-6)), rtol=1e-6)
 
 
 def test_clip_grad_norm_leaves_small_gradients_alone():
