@@ -8,6 +8,8 @@ at val loss 1.80 instead of 1.91 in the same 2000 iterations.
 It writes a checkpoint folder (weights and config in Hugging Face's GPT-2
 format, tokenizer, optimizer and random-generator state), from which
 `--resume` continues exactly, a loss-curve PNG, and prints a sample.
+`mpiexec -n N python -m models.train` trains data-parallel on N processes
+(see models/parallel.py): the same checkpoints, any N.
 """
 import json
 import math
@@ -20,11 +22,13 @@ import numpy as np
 import autograd as ag
 import nn
 from autograd import backend
+from models import parallel
 from models.cli import Parser
 from models.data import TokenData, load_text
 from models.gpt2 import GPT, GPTConfig
 from models.io import atomic_path, write_json
 from models.tokenizer import CharTokenizer, GPT2Tokenizer, tokenizer_from_dict
+from nn import distributed as dist
 
 STATE_FILE = "train_state.json"
 OPTIMIZER_FILE = "optimizer.npz"
@@ -47,7 +51,9 @@ def parse_args(argv=None):
     g.add_argument("--init-from", default=None, metavar="DIR",
                    help="fine-tune a Hugging Face GPT-2 folder (config.json + model.safetensors)")
     g = p.add_argument_group("optimisation")
-    g.add_argument("--batch-size", type=int, default=12)
+    g.add_argument("--batch-size", type=int, default=12, help="rows per micro-batch on each process")
+    g.add_argument("--grad-accum", type=int, default=1,
+                   help="micro-batches per optimizer step; the step sees batch x grad-accum x processes rows")
     g.add_argument("--max-iters", type=int, default=2000)
     g.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
     g.add_argument("--min-lr", type=float, default=1e-4)
@@ -69,7 +75,8 @@ def parse_args(argv=None):
     g.add_argument("--sample-tokens", type=int, default=300, help="length of the sample printed at the end")
     g.add_argument("--no-progress", action="store_true", help="no progress bar (logs still print)")
     args = p.parse_args(argv)
-    for name in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "eval_interval", "eval_iters"):
+    for name in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "grad_accum", "eval_interval",
+                 "eval_iters"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.max_iters < 0 or args.warmup_iters < 0:
@@ -118,19 +125,48 @@ def build(args, out_dir):
 
 
 def estimate_loss(model, data, args, it):
-    """Mean loss over `eval_iters` batches per split, from a generator of its own (training's stays untouched)."""
+    """Mean loss over `eval_iters` batches per split, from a generator of its own (training's stays untouched).
+
+    A batch has an iteration's rows, each rank evaluating its micro-batches as in training; the mean is over all.
+    """
+    rows_per_iter = parallel.rows(parallel.batch_layout(args))
+
+    def local_means():
+        means = []
+        with ag.no_grad():
+            for split in ("train", "val"):
+                rng = np.random.default_rng([args.seed, it, split == "val"])
+                total = 0.0
+                for _ in range(args.eval_iters):
+                    x, y = data.batch(split, rows_per_iter, args.block_size, rng)
+                    for xb, yb in parallel.micro_batches(x, y, args.batch_size, args.grad_accum):
+                        _, loss = model(ag.Tensor(xb, device=args.device), ag.Tensor(yb, device=args.device))
+                        total += loss.item()
+                means.append(total / (args.eval_iters * args.grad_accum))
+        return means
+
     model.eval()
-    losses = {}
-    with ag.no_grad():
-        for split in ("train", "val"):
-            rng = np.random.default_rng([args.seed, it, split == "val"])
-            total = 0.0
-            for _ in range(args.eval_iters):
-                x, y = data.batch(split, args.batch_size, args.block_size, rng)
-                total += model(ag.Tensor(x, device=args.device), ag.Tensor(y, device=args.device))[1].item()
-            losses[split] = total / args.eval_iters
+    train_loss, val_loss = parallel.mean_over_ranks(parallel.agree(local_means))
     model.train()
-    return losses
+    return {"train": train_loss, "val": val_loss}
+
+
+def accumulate_gradients(model, x, y, args, it, lr):
+    """Forward and backward over this rank's micro-batches of (x, y); their mean loss.
+
+    Each micro-batch's loss is scaled by 1/grad_accum, so the gradients the
+    backward passes add up are those of the mean loss.
+    """
+    total = 0.0
+    for xb, yb in parallel.micro_batches(x, y, args.batch_size, args.grad_accum):
+        _, loss = model(ag.Tensor(xb, device=args.device), ag.Tensor(yb, device=args.device))
+        (loss / args.grad_accum).backward()
+        total += loss.item()
+    loss_value = total / args.grad_accum
+    if not math.isfinite(loss_value):
+        raise ValueError(f"the loss became {loss_value} at iteration {it} (lr {lr:.2e}); "
+                         "try a smaller --lr or a --grad-clip")
+    return loss_value
 
 
 def save_checkpoint(out_dir, model, tokenizer, optimizer, state):
@@ -196,13 +232,12 @@ def sample_prompt(tokenizer, data):
         return data.splits["train"][:1].tolist()
 
 
-def train(args):
-    out_dir = Path(args.out_dir)
+def prepare(args, out_dir):
+    """Model, tokenizer, data, optimizer, data generator and run state: fresh, or as the checkpoint left them."""
     if args.resume and not (out_dir / STATE_FILE).is_file():
         raise FileNotFoundError(f"--resume: no checkpoint in {out_dir} (expected {out_dir / STATE_FILE})")
     model, tokenizer, data = build(args, out_dir)
-    cfg = model.config
-    decay_iters = args.lr_decay_iters or args.max_iters
+    parallel.seed_followers(args.seed)
     optimizer = nn.optim.AdamW(model.optimizer_groups(args.weight_decay), lr=args.lr,
                                betas=(args.beta1, args.beta2))
     data_rng = np.random.default_rng(args.seed)
@@ -211,21 +246,39 @@ def train(args):
         state = json.loads((out_dir / STATE_FILE).read_text(encoding="utf-8"))
         load_optimizer_state(out_dir, optimizer, state.pop("optimizer"))
         data_rng.bit_generator.state = state["data_rng"]
-        ag.set_rng_state(state["model_rng"])
+        parallel.restore_rng(state, args.seed)
+        change = parallel.layout_change(state.get("batch"), args)
+        if change:
+            print(change)
+    return model, tokenizer, data, optimizer, data_rng, state
+
+
+def train(args):
+    out_dir = Path(args.out_dir)
+    dist.init(args.device)
+    model, tokenizer, data, optimizer, data_rng, state = parallel.agree(lambda: prepare(args, out_dir))
+    dist.broadcast_parameters(model)  # every rank starts from rank 0's weights
+    cfg = model.config
+    decay_iters = args.lr_decay_iters or args.max_iters
     n_params = model.num_parameters()
-    tokens_per_iter = args.batch_size * args.block_size
+    rows_per_iter = parallel.rows(parallel.batch_layout(args))
+    tokens_per_iter = rows_per_iter * args.block_size
     flops_per_iter = (6 * n_params + 12 * cfg.n_layer * cfg.n_embd * args.block_size) * tokens_per_iter
     peak = args.peak_tflops * 1e12 if args.peak_tflops else measure_peak_flops(args.device)
+    peak = dist.all_reduce([peak])[0]  # the job's: the sum of every process's
+    rows_note = (f" ({args.batch_size} x grad-accum {args.grad_accum} x {dist.world_size} processes)"
+                 if rows_per_iter != args.batch_size else "")
     print(f"model: {cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, block {args.block_size}, "
           f"vocab {cfg.vocab_size}: {n_params:,} parameters on {args.device}")
     print(f"data: {len(data.splits['train']):,} train / {len(data.splits['val']):,} val tokens; "
-          f"{tokens_per_iter} tokens per iteration; peak {peak / 1e9:.1f} GFLOP/s for MFU")
+          f"{tokens_per_iter} tokens per iteration{rows_note}; peak {peak / 1e9:.1f} GFLOP/s for MFU")
 
     from tqdm import tqdm
-    bar = tqdm(total=args.max_iters, initial=state["iter"], disable=args.no_progress, unit="it",
+    bar = tqdm(total=args.max_iters, initial=state["iter"], disable=args.no_progress or dist.rank > 0, unit="it",
                dynamic_ncols=True, file=sys.stderr)
     log = bar.write if not args.no_progress else print
     start_iter = state["iter"]
+    step_seconds = comm_seconds = 0.0
     for it in range(start_iter, args.max_iters + 1):
         lr = nn.optim.warmup_cosine(it, args.lr, args.warmup_iters, decay_iters, args.min_lr)
         for group in optimizer.param_groups:
@@ -235,31 +288,38 @@ def train(args):
             state["evals"].append({"iter": it, **losses})
             log(f"iter {it:5d}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
             if it > 0:
-                state.update(iter=it, data_rng=data_rng.bit_generator.state, model_rng=ag.get_rng_state())
-                save_checkpoint(out_dir, model, tokenizer, optimizer, state)
+                state.update(iter=it, data_rng=data_rng.bit_generator.state, batch=parallel.batch_layout(args),
+                             **parallel.rng_states())
+                parallel.on_root(lambda: save_checkpoint(out_dir, model, tokenizer, optimizer, state))
         if it == args.max_iters:
             break
-        t0 = time.perf_counter()
-        x, y = data.batch("train", args.batch_size, args.block_size, data_rng)
-        _, loss = model(ag.Tensor(x, device=args.device), ag.Tensor(y, device=args.device))
+        t0, comm0 = time.perf_counter(), dist.comm_seconds
+        x, y = data.batch("train", rows_per_iter, args.block_size, data_rng)  # the iteration's rows, alike on all ranks
         optimizer.zero_grad()
-        loss.backward()
+        local_loss = parallel.agree(lambda: accumulate_gradients(model, x, y, args, it, lr))
+        loss_value = parallel.mean_over_ranks([local_loss])[0]
+        dist.all_reduce_gradients(model)
         if args.grad_clip:
             nn.optim.clip_grad_norm_(model.parameters(), args.grad_clip)
         optimizer.step()
-        loss_value = loss.item()
-        if not math.isfinite(loss_value):
-            raise ValueError(f"the loss became {loss_value} at iteration {it} (lr {lr:.2e}); "
-                             "try a smaller --lr or a --grad-clip")
         state["history"].append(loss_value)
         dt = time.perf_counter() - t0
+        step_seconds += dt
+        comm_seconds += dist.comm_seconds - comm0
         bar.set_postfix_str(f"loss {loss_value:.4f}, {tokens_per_iter / dt:,.0f} tok/s, {dt * 1e3:.0f} ms/it, "
                             f"mfu {flops_per_iter / dt / peak:.1%}", refresh=False)
         bar.update(1)
     bar.close()
+    if dist.rank > 0:
+        return  # rank 0 alone plots, reports and samples
 
     plot_losses(out_dir / "loss.png", state["history"], state["evals"])
     print(f"wrote the checkpoint to {out_dir}/ and the loss curve to {out_dir / 'loss.png'}")
+    steps = args.max_iters - start_iter
+    if steps > 0:
+        comm_note = f", {comm_seconds / steps * 1e3:.1f} ms of it communicating" if dist.world_size > 1 else ""
+        print(f"speed: {steps * tokens_per_iter / step_seconds:,.0f} tokens/s over {steps} iterations "
+              f"({step_seconds / steps * 1e3:.1f} ms each{comm_note}; evaluations not counted)")
     if state["evals"]:
         final = state["evals"][-1]
         print(f"final (iter {final['iter']}): train loss {final['train']:.4f}, val loss {final['val']:.4f}")
@@ -271,15 +331,22 @@ def train(args):
 
 
 def main(argv=None):
-    args = parse_args(argv)
+    with parallel.followers_quiet(stderr=True):  # --help and option errors once, from rank 0
+        args = parse_args(argv)
     try:
-        train(args)
-    except (ValueError, FileNotFoundError, KeyError) as exc:
+        with parallel.followers_quiet():  # rank 0 speaks for all; a rank that fails says why
+            train(args)
+    except parallel.PeerFailed:
+        return 1  # the rank that failed has said why
+    except (ValueError, FileNotFoundError, KeyError, dist.DistributedError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"train: error: {message}", file=sys.stderr)
+        prefix = parallel.error_prefix(exc)
+        if prefix is not None:
+            print(f"train: error: {prefix}{message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("\ntrain: interrupted; the last checkpoint is intact", file=sys.stderr)
+        if dist.rank == 0:
+            print("\ntrain: interrupted; the last checkpoint is intact", file=sys.stderr)
         return 130
     return 0
 

@@ -1,0 +1,139 @@
+"""The main job's data parallelism, on nn.distributed: this rank's rows, failures all ranks agree on, who speaks.
+
+Each iteration draws one batch of batch_size x grad_accum x world_size rows
+from one generator, alike on every rank, and rank r trains on rows
+[r·B·K, (r+1)·B·K) of it, in K micro-batches of B rows. So N ranks consume
+exactly the batches one process with N times the batch (or N times the
+accumulation) would, and a run resumed on another number of ranks continues
+the same stream whenever B·K·N is unchanged.
+
+A rank that fails must not leave the others waiting in a collective. The work
+between two collectives runs inside agree(), which ends in one collective of
+failure flags: every rank learns of a failure at the same point and stops,
+and exactly one of them, the first that failed, says why.
+"""
+import contextlib
+import os
+
+import numpy as np
+
+import autograd as ag
+from nn import distributed as dist
+
+
+class PeerFailed(Exception):
+    """Another rank failed and says why; this rank stops without a word."""
+
+
+_own_failure = None  # what this rank raised out of agree(): it alone reports that
+
+
+def batch_layout(args):
+    """How an iteration's rows are made: batch_size x grad_accum micro-batch rows on each of `ranks`."""
+    return {"batch_size": args.batch_size, "grad_accum": args.grad_accum, "ranks": dist.world_size}
+
+
+def rows(layout):
+    return layout["batch_size"] * layout["grad_accum"] * layout["ranks"]
+
+
+def micro_batches(x, y, batch_size, grad_accum):
+    """This rank's grad_accum slices of batch_size rows, from the whole iteration's (x, y)."""
+    first = dist.rank * grad_accum * batch_size
+    for k in range(grad_accum):
+        part = slice(first + k * batch_size, first + (k + 1) * batch_size)
+        yield x[part], y[part]
+
+
+def agree(work):
+    """work()'s result on every rank; if it raised on any rank, every rank raises.
+
+    The first rank that failed raises its own exception, the others PeerFailed.
+    """
+    global _own_failure
+    if dist.world_size == 1:
+        return work()
+    result, error = None, None
+    try:
+        result = work()
+    except Exception as exc:  # whatever it is, the other ranks must hear of it before anyone stops
+        error = exc
+    flags = [0.0] * dist.world_size
+    flags[dist.rank] = float(error is not None)
+    failed = [r for r, flag in enumerate(dist.all_reduce(flags)) if flag]
+    if not failed:
+        return result
+    if failed[0] == dist.rank:
+        _own_failure = error
+        raise error
+    raise PeerFailed(f"rank {failed[0]} failed")
+
+
+def on_root(work):
+    """work() on rank 0 alone (writing files), every rank agreeing on whether it failed."""
+    return agree(lambda: work() if dist.rank == 0 else None)
+
+
+def mean_over_ranks(values):
+    return [v / dist.world_size for v in dist.all_reduce(values)]
+
+
+def error_prefix(error):
+    """How this rank's line about `error` starts, or None when another rank reports it.
+
+    What only this rank met it reports, naming itself; what every rank met
+    alike, rank 0 reports.
+    """
+    if dist.world_size > 1 and error is _own_failure:
+        return f"rank {dist.rank}: "
+    return "" if dist.rank == 0 else None
+
+
+@contextlib.contextmanager
+def followers_quiet(stderr=False):
+    """Inside, ranks other than 0 print nothing to stdout (nor to stderr if asked): rank 0 speaks for all."""
+    with contextlib.ExitStack() as stack:
+        if dist.rank > 0:
+            devnull = stack.enter_context(open(os.devnull, "w"))
+            stack.enter_context(contextlib.redirect_stdout(devnull))
+            if stderr:
+                stack.enter_context(contextlib.redirect_stderr(devnull))
+        yield
+
+
+def _rank_seed(seed, step):
+    return int(np.random.SeedSequence([seed, step, dist.rank]).generate_state(1)[0])
+
+
+def seed_followers(seed):
+    """Ranks after 0 draw their dropout masks from streams of their own; rank 0 keeps the single process's."""
+    if dist.rank > 0:
+        ag.manual_seed(_rank_seed(seed, 0))
+
+
+def rng_states():
+    """The model generators' states for a checkpoint: rank 0's as model_rng, and in a job every rank's."""
+    states = dist.all_gather(ag.get_rng_state())
+    return {"model_rng": states[0], **({"model_rngs": states} if dist.world_size > 1 else {})}
+
+
+def restore_rng(state, seed):
+    """Each rank takes back its stream from the checkpoint; a rank it did not have starts a fresh one."""
+    states = state.get("model_rngs", [state["model_rng"]])
+    if dist.rank < len(states):
+        ag.set_rng_state(states[dist.rank])
+    else:
+        ag.manual_seed(_rank_seed(seed, state["iter"]))
+
+
+def layout_change(saved, args):
+    """One line on how the rows per iteration differ from the checkpoint's, or None when they do not."""
+    now = batch_layout(args)
+    if saved is None or rows(saved) == rows(now):
+        return None
+
+    def spell(layout):
+        return (f"{rows(layout)} (batch {layout['batch_size']} x grad-accum {layout['grad_accum']} "
+                f"x {layout['ranks']} rank{'s' if layout['ranks'] > 1 else ''})")
+    return (f"resume: {spell(now)} rows per iteration instead of the checkpoint's {spell(saved)}: "
+            "training goes on, with other batches and updates than the first run would have made")
