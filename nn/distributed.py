@@ -48,14 +48,14 @@ def _launched():
 
 rank, world_size = _launched()
 local_rank = 0  # this rank's number among the ranks on its machine (its GPU), known after init()
-comm_seconds = 0.0  # wall time spent in this module's collectives, waiting for the other ranks included
+comm_seconds = 0.0  # wall time in this module's collectives, waiting for other ranks included (NCCL: launching)
 _mpi = None  # mpi4py's COMM_WORLD, after init() in a job of several processes
 _host = None  # MPICollectives: sums and broadcasts host arrays
 _collectives = None  # the same for the model's arrays: _host on the CPU, NCCLCollectives on GPUs
 
 
 def init(device="cpu"):
-    """Join the job mpiexec started: rank 0..world_size-1, and collectives for arrays on `device`.
+    """Join the job mpiexec started: rank 0..world_size-1, and collectives for the model's arrays on `device`.
 
     Without a launcher, or with one process, there is nothing to join and
     mpi4py is not imported. In a job, an exception no one catches on any rank
@@ -72,8 +72,9 @@ def init(device="cpu"):
     try:
         from mpi4py import MPI
     except ImportError:
-        raise DistributedError(f"nn.distributed: this is rank {rank} of {world_size} processes, but mpi4py is not "
-                           "installed; install it with `pip install -e \".[dist]\"` (mpi4py and MPICH)") from None
+        raise DistributedError(f"nn.distributed: this is rank {rank} of {world_size} processes, but mpi4py is "
+                               "not installed; install it with `pip install -e \".[dist]\"` (mpi4py and MPICH)"
+                               ) from None
     _connect(MPI.COMM_WORLD, device, MPI.COMM_TYPE_SHARED, MPI.IN_PLACE)
     previous_hook = sys.excepthook
 
@@ -89,8 +90,8 @@ def _connect(comm, device, shared_memory_type, in_place):
     global rank, local_rank, _mpi, _host, _collectives
     if comm.Get_size() != world_size:
         raise DistributedError(f"nn.distributed: the launcher started {world_size} processes but MPI sees "
-                           f"{comm.Get_size()}: the mpiexec on PATH belongs to another MPI than mpi4py's; "
-                           "use the one `pip install mpich` put beside this Python")
+                               f"{comm.Get_size()}: the mpiexec on PATH belongs to another MPI than mpi4py's; "
+                               "use the one `pip install mpich` put beside this Python")
     rank = comm.Get_rank()
     machine = comm.Split_type(shared_memory_type)  # the ranks that share this one's memory
     local_rank = machine.Get_rank()
