@@ -126,14 +126,16 @@ def restore_rng(state, seed):
         ag.manual_seed(_rank_seed(seed, state["iter"]))
 
 
+def describe(layout):
+    ranks = layout["ranks"]
+    return f"batch {layout['batch_size']} x grad-accum {layout['grad_accum']} x {ranks} rank{'s' * (ranks > 1)}"
+
+
 def layout_change(saved, args):
     """One line on how the rows per iteration differ from the checkpoint's, or None when they do not."""
     now = batch_layout(args)
     if saved is None or rows(saved) == rows(now):
         return None
-
-    def spell(layout):
-        return (f"{rows(layout)} (batch {layout['batch_size']} x grad-accum {layout['grad_accum']} "
-                f"x {layout['ranks']} rank{'s' if layout['ranks'] > 1 else ''})")
-    return (f"resume: {spell(now)} rows per iteration instead of the checkpoint's {spell(saved)}: "
-            "training goes on, with other batches and updates than the first run would have made")
+    return (f"resume: {rows(now)} ({describe(now)}) rows per iteration instead of the checkpoint's "
+            f"{rows(saved)} ({describe(saved)}): training goes on, with other batches and updates than the "
+            "first run would have made")

@@ -261,13 +261,13 @@ def train(args):
     cfg = model.config
     decay_iters = args.lr_decay_iters or args.max_iters
     n_params = model.num_parameters()
-    rows_per_iter = parallel.rows(parallel.batch_layout(args))
+    layout = parallel.batch_layout(args)
+    rows_per_iter = parallel.rows(layout)
     tokens_per_iter = rows_per_iter * args.block_size
     flops_per_iter = (6 * n_params + 12 * cfg.n_layer * cfg.n_embd * args.block_size) * tokens_per_iter
     peak = args.peak_tflops * 1e12 if args.peak_tflops else measure_peak_flops(args.device)
     peak = dist.all_reduce([peak])[0]  # the job's: the sum of every process's
-    rows_note = (f" ({args.batch_size} x grad-accum {args.grad_accum} x {dist.world_size} processes)"
-                 if rows_per_iter != args.batch_size else "")
+    rows_note = f" ({parallel.describe(layout)})" if rows_per_iter != args.batch_size else ""
     print(f"model: {cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, block {args.block_size}, "
           f"vocab {cfg.vocab_size}: {n_params:,} parameters on {args.device}")
     print(f"data: {len(data.splits['train']):,} train / {len(data.splits['val']):,} val tokens; "
@@ -288,8 +288,7 @@ def train(args):
             state["evals"].append({"iter": it, **losses})
             log(f"iter {it:5d}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
             if it > 0:
-                state.update(iter=it, data_rng=data_rng.bit_generator.state, batch=parallel.batch_layout(args),
-                             **parallel.rng_states())
+                state.update(iter=it, data_rng=data_rng.bit_generator.state, batch=layout, **parallel.rng_states())
                 parallel.on_root(lambda: save_checkpoint(out_dir, model, tokenizer, optimizer, state))
         if it == args.max_iters:
             break

@@ -81,6 +81,7 @@ def init(device="cpu"):
     def abort_on_uncaught_exception(kind, value, traceback):
         previous_hook(kind, value, traceback)
         sys.stderr.flush()
+        time.sleep(0.5)  # the launcher relays output through pipes that the abort tears down: let it pass first
         _mpi.Abort(1)
     sys.excepthook = abort_on_uncaught_exception
 

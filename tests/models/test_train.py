@@ -89,6 +89,7 @@ def test_errors_are_one_line(tmp_path, capsys, argv, message):
 
 @pytest.mark.parametrize("argv, message", [
     (["--eval-interval", "0"], "--eval-interval must be at least 1, got 0"),
+    (["--grad-accum", "0"], "--grad-accum must be at least 1, got 0"),
     (["--dropout", "1.5"], "--dropout must lie in [0, 1), got 1.5"),
     (["--lr", "-1"], "--lr must be positive"),
 ])
