@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+TARGET = 1.6
 SETUPS = [("1 rank, 1 thread", 1, 1), ("2 ranks, 1 thread each", 2, 1), ("1 process, 2 threads", 1, 2)]
 SPEED = re.compile(r"speed: ([\d,]+) tokens/s over \d+ iterations "
                    r"\(([\d.]+) ms each(?:, ([\d.]+) ms of it communicating)?")
@@ -65,6 +66,7 @@ def main(argv=None):
         ms = statistics.median(m for _, m, _ in results[name])
         comm = f"{statistics.median(c for _, _, c in results[name]):.1f}" if ranks > 1 else "-"
         print(f"{name:<24} {tokens:>10,.0f} {ms:>8.1f} {comm:>13} {tokens / base:>8.2f}x")
+    print(f"target: 2 ranks at least {TARGET}x the tokens/s of 1 rank with 1 thread")
 
 
 if __name__ == "__main__":

@@ -146,6 +146,9 @@ class NCCLCollectives:
     DTYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32", "float64": "NCCL_FLOAT64"}
 
     def __init__(self, mpi_comm, nccl, current_stream):
+        if not nccl.available:
+            raise DistributedError("nn.distributed: CuPy finds no NCCL (cupy.cuda.nccl.available is False); "
+                                   "install NCCL for your CUDA, e.g. `pip install nvidia-nccl-cu12`")
         unique_id = nccl.get_unique_id() if mpi_comm.Get_rank() == 0 else None
         unique_id = mpi_comm.bcast(unique_id, root=0)
         self.comm = nccl.NcclCommunicator(mpi_comm.Get_size(), unique_id, mpi_comm.Get_rank())

@@ -57,6 +57,7 @@ def as_array(pointer, count, dtype):
 
 
 class FakeNCCL:
+    available = True
     NCCL_SUM, NCCL_FLOAT16, NCCL_FLOAT32, NCCL_FLOAT64 = 0, 6, 7, 8
     TYPES = {6: np.float16, 7: np.float32, 8: np.float64}
 
@@ -195,6 +196,25 @@ def test_nccl_refuses_integer_buffers(job):
     collectives = dist.NCCLCollectives(FakeMPI(rank=0), FakeNCCL([]), lambda: SimpleNamespace(ptr=0))
     with pytest.raises(TypeError, match="NCCL reduces .* got int64"):
         collectives.sum(np.zeros(3, dtype=np.int64))
+
+
+def test_a_cupy_without_nccl_says_how_to_get_it(job):
+    nccl = FakeNCCL([])
+    nccl.available = False
+    with pytest.raises(dist.DistributedError, match="CuPy finds no NCCL .* `pip install nvidia-nccl-cu12`"):
+        dist.NCCLCollectives(FakeMPI(rank=0), nccl, lambda: SimpleNamespace(ptr=0))
+
+
+def test_nccl_calls_run_on_a_real_gpu(device):
+    """One rank alone: its sum and broadcast change nothing, but pointers, counts, types and stream are real."""
+    cupy = dist.backend.xp_for(device)
+    if not cupy.cuda.nccl.available:
+        pytest.skip("CuPy finds no NCCL: pip install nvidia-nccl-cu12")
+    collectives = dist.NCCLCollectives(FakeMPI(rank=0, size=1), cupy.cuda.nccl, cupy.cuda.get_current_stream)
+    flat = cupy.arange(6, dtype=cupy.float32)
+    collectives.sum(flat)
+    collectives.broadcast(flat, 0)
+    assert cupy.asnumpy(flat).tolist() == list(range(6))
 
 
 def test_init_without_mpi4py_says_how_to_install_it(job, monkeypatch):
