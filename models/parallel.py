@@ -13,10 +13,14 @@ failure flags: every rank learns of a failure at the same point and stops,
 and exactly one of them, the first that failed, says why. The options, too,
 are parsed on every rank and agreed on (parse_alike), since a file may be
 missing on one machine only; rank 0 alone holds the checkpoint folder's lock.
+Ctrl-C, which mpiexec passes to every rank, is agreed on the same way
+(interrupts_agreed): a rank that stopped where the signal found it would leave
+another waiting for ever in a collective it was already inside.
 """
 import contextlib
 import io
 import os
+import signal
 import sys
 
 import numpy as np
@@ -30,6 +34,7 @@ class PeerFailed(Exception):
 
 
 _own_failure = None  # what this rank raised out of agree(): it alone reports that
+_interrupted = False  # Ctrl-C came while interrupts_agreed() held it back for the next agree()
 
 
 def batch_layout(args):
@@ -53,8 +58,9 @@ def agree(work):
     """work()'s result on every rank; if it raised on any rank, every rank raises.
 
     The first rank that failed raises its own exception, the others PeerFailed.
+    If none failed but Ctrl-C reached any rank, every rank raises KeyboardInterrupt.
     """
-    global _own_failure
+    global _own_failure, _interrupted
     if dist.world_size == 1:
         return work()
     result, error = None, None
@@ -62,15 +68,61 @@ def agree(work):
         result = work()
     except Exception as exc:  # whatever it is, the other ranks must hear of it before anyone stops
         error = exc
-    flags = [0.0] * dist.world_size
+    flags = [0.0] * (dist.world_size + 1)  # one per rank, whether it failed; then whether any was interrupted
     flags[dist.rank] = float(error is not None)
-    failed = [r for r, flag in enumerate(dist.all_reduce(flags)) if flag]
+    flags[-1] = float(_interrupted)
+    *failures, interrupted = dist.all_reduce(flags)
+    failed = [r for r, flag in enumerate(failures) if flag]
     if not failed:
+        if interrupted:
+            _interrupted = False  # delivered, on every rank at once
+            raise KeyboardInterrupt
         return result
     if failed[0] == dist.rank:
         _own_failure = error
         raise error
     raise PeerFailed(f"rank {failed[0]} failed")
+
+
+@contextlib.contextmanager
+def interrupts_agreed():
+    """Inside, in a job, Ctrl-C stops every rank together, at the next agree(), instead of where it finds each.
+
+    Leave it (or call separate()) where the ranks go separate ways: there
+    Ctrl-C interrupts at once again.
+    """
+    global _interrupted
+    if dist.world_size == 1:
+        yield
+        return
+
+    def note(signum, frame):
+        global _interrupted
+        _interrupted = True
+
+    previous = signal.signal(signal.SIGINT, note)
+    try:
+        yield
+    except BaseException:
+        signal.signal(signal.SIGINT, previous)
+        _interrupted = False  # on its way out already: an interrupt held back is spent
+        raise
+    separate(previous)
+
+
+def separate(handler=signal.default_int_handler):
+    """From here on no rank waits for another: Ctrl-C interrupts at once, and one held back interrupts now.
+
+    Ranks after 0 have nothing left to do then but wait at the exit for rank 0
+    to finish: they ignore Ctrl-C, which rank 0 answers for all.
+    """
+    global _interrupted
+    if dist.world_size == 1:
+        return
+    signal.signal(signal.SIGINT, handler if dist.rank == 0 else signal.SIG_IGN)
+    if _interrupted:
+        _interrupted = False
+        raise KeyboardInterrupt
 
 
 def on_root(work):

@@ -330,6 +330,7 @@ def train(args):
         bar.update(1)
         schedule.step()
     bar.close()
+    parallel.separate()  # no rank waits for another from here: Ctrl-C stops each at once
     if dist.rank > 0:
         return  # rank 0 alone plots, reports and samples
 
@@ -392,7 +393,7 @@ def main(argv=None):
         with warnings.catch_warnings(), parallel.followers_quiet():  # rank 0 speaks for all; a rank that fails says why
             warnings.simplefilter("ignore", RuntimeWarning)  # overflow on the way to a NaN: check_finite says it once
             dist.init(args.device)
-            with parallel.held_on_root(checkpoint.writer_lock(args.out_dir)):
+            with parallel.interrupts_agreed(), parallel.held_on_root(checkpoint.writer_lock(args.out_dir)):
                 train(args)
     except parallel.PeerFailed:
         return 1  # the rank that failed has said why

@@ -5,6 +5,8 @@ and a fake all_gather that adds its parsing outcome;
 tests/models/test_train_mpi.py runs the same code in real two-rank jobs.
 """
 import contextlib
+import os
+import signal
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,14 +17,18 @@ from models.cli import Parser, input_file
 from nn import distributed as dist
 
 
-def as_rank(monkeypatch, rank, world_size=2, other_failed=False, other_status=None):
-    """This process plays `rank` of `world_size`; the other ranks failed or not, and exited parsing with other_status."""
+def as_rank(monkeypatch, rank, world_size=2, other_failed=False, other_status=None, other_interrupted=False):
+    """This process plays `rank` of `world_size`; the others failed or not, were interrupted or not (Ctrl-C),
+    and left parsing with other_status."""
     monkeypatch.setattr(dist, "rank", rank)
     monkeypatch.setattr(dist, "world_size", world_size)
     monkeypatch.setattr(parallel, "_own_failure", None)
+    monkeypatch.setattr(parallel, "_interrupted", False)
 
-    def all_reduce(flags):
-        return [1.0 if other_failed and r != rank else flag for r, flag in enumerate(flags)]
+    def all_reduce(flags):  # a flag per rank, whether it failed, then whether any rank was interrupted
+        *failures, interrupted = flags
+        return [1.0 if other_failed and r != rank else flag for r, flag in enumerate(failures)] + \
+            [float(interrupted or other_interrupted)]
     monkeypatch.setattr(dist, "all_reduce", all_reduce)
     monkeypatch.setattr(dist, "all_gather", lambda obj: [obj if r == rank else other_status for r in range(world_size)])
 
@@ -77,6 +83,29 @@ def test_when_all_fail_only_the_first_reports(monkeypatch):
     as_rank(monkeypatch, 0, other_failed=True)
     with pytest.raises(ValueError):
         parallel.agree(fail)
+
+
+def test_ctrl_c_on_any_rank_stops_every_rank_at_the_same_agreement(monkeypatch):
+    as_rank(monkeypatch, 1, other_interrupted=True)
+    with pytest.raises(KeyboardInterrupt):
+        parallel.agree(lambda: 42)
+    as_rank(monkeypatch, 0, other_interrupted=True, other_failed=True)  # a failure is the stronger news
+    with pytest.raises(parallel.PeerFailed):
+        parallel.agree(lambda: 42)
+
+
+def test_ctrl_c_is_held_back_until_the_ranks_agree_or_separate(monkeypatch):
+    as_rank(monkeypatch, 0)
+    with parallel.interrupts_agreed():
+        os.kill(os.getpid(), signal.SIGINT)  # noted, not raised: this rank may be inside a collective
+        with pytest.raises(KeyboardInterrupt):
+            parallel.agree(lambda: 42)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt):
+        with parallel.interrupts_agreed():
+            os.kill(os.getpid(), signal.SIGINT)
+            parallel.separate()  # rank 0 alone from here: the interrupt held back comes now
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and not parallel._interrupted
 
 
 def test_what_every_rank_meets_alike_rank_0_reports(monkeypatch):

@@ -17,6 +17,7 @@ and say so.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -239,6 +240,30 @@ def test_a_second_job_into_the_same_folder_is_refused_by_rank_0s_lock(tmp_path):
     assert code == 1 and seconds < 30
     assert err == (f"train: error: rank 0: another training run (process {os.getpid()}) is writing to "
                    f"{tmp_path / 'o'}; wait for it to end or choose another --out-dir\n")
+
+
+@needs_mpi
+def test_ctrl_c_stops_every_rank_and_says_which_checkpoint_the_folder_holds(tmp_path):
+    """mpiexec passes Ctrl-C to every rank, each somewhere else; none may be left waiting in a collective."""
+    job = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "tests.models.mpi_train", *TINY,
+                            "--batch-size", str(B), "--max-iters", "100000", "--out-dir", str(tmp_path / "o")],
+                           cwd=ROOT, env=environment(PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        for line in job.stdout:  # training, past its first save
+            if line.startswith("iter    10:"):
+                break
+        job.send_signal(signal.SIGINT)
+        start = time.perf_counter()
+        out, err = job.communicate(timeout=30)
+        assert job.returncode == 130 and time.perf_counter() - start < 30
+    finally:
+        if job.poll() is None:  # a rank hangs: end the whole job, launcher and ranks
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    iteration = checkpoint.load_state(tmp_path / "o")["iter"]
+    assert iteration >= 10
+    assert err == f"\ntrain: interrupted; {tmp_path / 'o'} holds the checkpoint of iteration {iteration}\n"
 
 
 @pytest.mark.parametrize("launcher", [{}, {"PMI_RANK": "0", "PMI_SIZE": "1"}], ids=["alone", "mpiexec-n-1"])
