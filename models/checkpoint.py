@@ -6,7 +6,9 @@ A checkpoint folder (models.train's --out-dir) holds, all from one iteration:
     tokenizer.json                   the tokenizer whose ids the model reads and writes
     optimizer.npz                    AdamW's moment estimates by parameter position, and the iteration
     train_state.json                 the iteration, the losses so far, the checkpoint's val loss, both random
-                                     generators' states, the run's options and AdamW's step counts
+                                     generators' states, the run's options and AdamW's step counts; how an
+                                     iteration's rows were made (batch x grad-accum x ranks) and, from a job
+                                     of several ranks, every rank's dropout generator
     loss.png                         the loss curve, which models.train redraws at the end of a run
 
 `save` writes a whole new checkpoint into `.NAME.tmp/` beside the folder, flushes
@@ -55,6 +57,9 @@ _NUMBER = (int, float)
 _TYPE_NAMES = {int: "an integer", _NUMBER: "a number", list: "an array", dict: "an object"}
 _STATE_FIELDS = {"iter": int, "history": list, "evals": list, "val_loss": _NUMBER, "data_rng": dict,
                  "model_rng": dict, "options": dict, "optimizer": dict}
+# What models.parallel adds: how an iteration's rows were made, and in a job of several ranks each one's generator.
+_JOB_FIELDS = {"batch": dict, "model_rngs": list}
+_LAYOUT_FIELDS = {"batch_size": int, "grad_accum": int, "ranks": int}
 
 
 def _sibling(folder, role):
@@ -218,6 +223,11 @@ def load_state(folder):
     state = read_json(path)
     _require_fields(path, state, _STATE_FIELDS)
     _require_fields(path, state["optimizer"], {"steps": int, "param_steps": dict}, "optimizer.")
+    _require_fields(path, state, {key: kind for key, kind in _JOB_FIELDS.items() if key in state})
+    if "batch" in state:
+        _require_fields(path, state["batch"], _LAYOUT_FIELDS, "batch.")
+        if min(state["batch"][key] for key in _LAYOUT_FIELDS) < 1:
+            raise ValueError(f"{path}: 'batch' should hold counts of at least 1, not {json.dumps(state['batch'])}")
     history, evals = state["history"], state["evals"]
     if len(history) != state["iter"] or not all(_is(x, _NUMBER) for x in history):
         raise ValueError(f"{path}: 'history' should list {state['iter']} losses, one per iteration "
@@ -229,9 +239,11 @@ def load_state(folder):
     if state["optimizer"]["steps"] != state["iter"]:
         raise ValueError(f"{path}: the optimizer took {state['optimizer']['steps']} steps but 'iter' is "
                          f"{state['iter']}; the file mixes two checkpoints")
-    for key in ("data_rng", "model_rng"):
+    streams = {"data_rng": state["data_rng"], "model_rng": state["model_rng"],
+               **{f"model_rngs[{i}]": s for i, s in enumerate(state.get("model_rngs", []))}}
+    for key, stream in streams.items():
         try:
-            np.random.PCG64().state = state[key]  # the generator both streams use: does the state fit it?
+            np.random.PCG64().state = stream  # the generator all streams use: does the state fit it?
         except (TypeError, ValueError, KeyError) as exc:
             raise ValueError(f"{path}: {key!r} is not a random generator's state ({exc})") from None
     return state
@@ -317,13 +329,15 @@ def load_model(folder, dropout=0.0):
     return model, tokenizer
 
 
-def resume_options(args, state, given, fixed, check, folder):
+def resume_options(args, state, given, fixed, check, folder, more=None):
     """Put the options of a checkpoint's run into `args` wherever the command line did not set them; say what differs.
 
     `state` is load_state's, `given` names the options the command line set,
     options in `fixed` (the model's shape) always come from the checkpoint, and
-    `check(name, value)` vets a saved value as if it had been typed. Returns up
-    to two lines to print.
+    `check(name, value)` vets a saved value as if it had been typed. `more(args)`,
+    asked once the options are in, adds what else changed (a list, such as the
+    number of processes) and a remark on it (or None) to the same line. Returns
+    up to two lines to print.
     """
     changed, ignored = [], []
     for name, old in state["options"].items():
@@ -342,9 +356,12 @@ def resume_options(args, state, given, fixed, check, folder):
             except ValueError as exc:
                 raise ValueError(f"{_current(folder) / STATE_FILE}: the saved option {exc}") from None
         setattr(args, name, old)
+    also, remark = more(args) if more else ([], None)
+    changed += also
     lines = []
     if changed:
-        lines.append("resume: the command line changes " + ", ".join(changed) + "; all else as the checkpoint had it")
+        lines.append("resume: the command line changes " + ", ".join(changed) + "; all else as the checkpoint had it"
+                     + (f"; {remark}" if remark else ""))
     if ignored:
         lines.append("resume: the checkpoint fixes the model, so it ignores " + ", ".join(ignored))
     return lines

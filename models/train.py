@@ -11,6 +11,8 @@ whenever the val loss improves (or at every evaluation with --always-save), from
 which `--resume` continues exactly, a loss-curve PNG, and prints a sample.
 Options are checked as they are parsed; a folder that holds a checkpoint is
 only continued (--resume) or replaced (--overwrite), never overwritten unasked.
+`mpiexec -n N python -m models.train` trains data-parallel on N processes
+(see models/parallel.py): the same checkpoints, any N.
 """
 import math
 import sys
@@ -22,12 +24,13 @@ import numpy as np
 
 import autograd as ag
 import nn
-from models import checkpoint
+from models import checkpoint, parallel
 from models.cli import Parser, device, input_file, input_folder, interval, output_folder
 from models.data import TokenData, load_text
 from models.gpt2 import GPT, GPTConfig
 from models.io import atomic_path
 from models.tokenizer import CharTokenizer, GPT2Tokenizer
+from nn import distributed as dist
 
 # What a checkpoint fixes for good (its model) and what it does not store (how this run is carried out);
 # every other option is stored with the checkpoint and, on --resume, used again unless the command line changes it.
@@ -54,7 +57,9 @@ def make_parser():
     g.add_argument("--init-from", type=input_folder, default=None, metavar="DIR",
                    help="fine-tune a Hugging Face GPT-2 folder (config.json + model.safetensors) or a checkpoint")
     g = p.add_argument_group("optimisation")
-    g.add_argument("--batch-size", type=POSITIVE, default=12)
+    g.add_argument("--batch-size", type=POSITIVE, default=12, help="rows per micro-batch on each process")
+    g.add_argument("--grad-accum", type=POSITIVE, default=1,
+                   help="micro-batches per optimizer step; the step sees batch x grad-accum x processes rows")
     g.add_argument("--max-iters", type=COUNT, default=2000)
     g.add_argument("--lr", type=interval(float, "(0, inf)"), default=2e-3, help="peak learning rate")
     g.add_argument("--min-lr", type=interval(float, "[0, inf)"), default=1e-4)
@@ -149,19 +154,44 @@ def build(args, out_dir):
 
 
 def estimate_loss(model, data, args, it):
-    """Mean loss over `eval_iters` batches per split, from a generator of its own (training's stays untouched)."""
+    """Mean loss over `eval_iters` batches per split, from a generator of its own (training's stays untouched).
+
+    A batch has an iteration's rows, each rank evaluating its micro-batches as in training; the mean is over all.
+    """
+    rows_per_iter = parallel.rows(parallel.batch_layout(args))
+
+    def local_means():
+        means = []
+        with ag.no_grad():
+            for split in ("train", "val"):
+                rng = np.random.default_rng([args.seed, it, split == "val"])
+                total = 0.0
+                for _ in range(args.eval_iters):
+                    x, y = data.batch(split, rows_per_iter, args.block_size, rng)
+                    for xb, yb in parallel.micro_batches(x, y, args.batch_size, args.grad_accum):
+                        _, loss = model(ag.Tensor(xb, device=args.device), ag.Tensor(yb, device=args.device))
+                        total += loss.item()
+                means.append(total / (args.eval_iters * args.grad_accum))
+        return means
+
     model.eval()
-    losses = {}
-    with ag.no_grad():
-        for split in ("train", "val"):
-            rng = np.random.default_rng([args.seed, it, split == "val"])
-            total = 0.0
-            for _ in range(args.eval_iters):
-                x, y = data.batch(split, args.batch_size, args.block_size, rng)
-                total += model(ag.Tensor(x, device=args.device), ag.Tensor(y, device=args.device))[1].item()
-            losses[split] = total / args.eval_iters
+    train_loss, val_loss = parallel.mean_over_ranks(parallel.agree(local_means))
     model.train()
-    return losses
+    return {"train": train_loss, "val": val_loss}
+
+
+def accumulate_gradients(model, x, y, args):
+    """Forward and backward over this rank's micro-batches of (x, y); their mean loss.
+
+    Each micro-batch's loss is scaled by 1/grad_accum, so the gradients the
+    backward passes add up are those of the mean loss.
+    """
+    total = 0.0
+    for xb, yb in parallel.micro_batches(x, y, args.batch_size, args.grad_accum):
+        _, loss = model(ag.Tensor(xb, device=args.device), ag.Tensor(yb, device=args.device))
+        (loss / args.grad_accum).backward()
+        total += loss.item()
+    return total / args.grad_accum
 
 
 def plot_losses(path, history, evals):
@@ -202,47 +232,67 @@ def sample_prompt(tokenizer, data):
         return data.splits["train"][:1].tolist()
 
 
-def train(args):
-    out_dir = Path(args.out_dir)
-    checkpoint.recover(out_dir)
+def prepare(args, out_dir):
+    """Model, tokenizer, data, optimizer, data generator and run state: fresh, or as the checkpoint left them.
+
+    None when the checkpoint to resume is already at --max-iters.
+    """
     state = {"iter": 0, "history": [], "evals": [], "val_loss": math.inf}
     if args.resume:
         state = checkpoint.load_state(out_dir)
-        for line in checkpoint.resume_options(args, state, args.given, MODEL_OPTIONS, make_parser().check, out_dir):
+        for line in checkpoint.resume_options(args, state, args.given, MODEL_OPTIONS, make_parser().check, out_dir,
+                                              more=lambda now: parallel.layout_change(state.get("batch"), now)):
             print(line)
         check_combinations(args)
         if state["iter"] >= args.max_iters:
             print(f"train: the checkpoint in {out_dir} is at iteration {state['iter']} and --max-iters is "
                   f"{args.max_iters}: nothing to do (raise --max-iters to train on)")
-            return
+            return None
     model, tokenizer, data = build(args, out_dir)
-    cfg = model.config
+    parallel.seed_followers(args.seed)
     optimizer = nn.optim.AdamW(model.optimizer_groups(args.weight_decay), lr=args.lr,
                                betas=(args.beta1, args.beta2))
     data_rng = np.random.default_rng(args.seed)
     if args.resume:
         checkpoint.restore_optimizer(out_dir, optimizer, state)
         data_rng.bit_generator.state = state["data_rng"]
-        ag.set_rng_state(state["model_rng"])
+        parallel.restore_rng(state, args.seed)
         print(f"resume: from iteration {state['iter']} of {out_dir} (val loss {state['val_loss']:.4f})")
+    return model, tokenizer, data, optimizer, data_rng, state
+
+
+def train(args):
+    out_dir = Path(args.out_dir)
+    parallel.on_root(lambda: checkpoint.recover(out_dir))  # the other ranks read the checkpoint once it is whole
+    prepared = parallel.agree(lambda: prepare(args, out_dir))
+    if prepared is None:
+        return
+    model, tokenizer, data, optimizer, data_rng, state = prepared
+    dist.broadcast_parameters(model)  # every rank starts from rank 0's weights
+    cfg = model.config
     saved = {"iter": state["iter"] if args.resume else None, "val_loss": state["val_loss"]}
     options = {k: v for k, v in vars(args).items() if k not in RUN_OPTIONS and k != "given"}
     n_params = model.num_parameters()
-    tokens_per_iter = args.batch_size * args.block_size
+    layout = parallel.batch_layout(args)
+    rows_per_iter = parallel.rows(layout)
+    tokens_per_iter = rows_per_iter * args.block_size
     flops_per_iter = (6 * n_params + 12 * cfg.n_layer * cfg.n_embd * args.block_size) * tokens_per_iter
     peak = args.peak_tflops * 1e12 if args.peak_tflops else measure_peak_flops(args.device)
+    peak = dist.all_reduce([peak])[0]  # the job's: the sum of every process's
+    rows_note = f" ({parallel.describe(layout)})" if rows_per_iter != args.batch_size else ""
     print(f"model: {cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, block {args.block_size}, "
           f"vocab {cfg.vocab_size}: {n_params:,} parameters on {args.device}")
     print(f"data: {len(data.splits['train']):,} train / {len(data.splits['val']):,} val tokens; "
-          f"{tokens_per_iter} tokens per iteration; peak {peak / 1e9:.1f} GFLOP/s for MFU")
+          f"{tokens_per_iter} tokens per iteration{rows_note}; peak {peak / 1e9:.1f} GFLOP/s for MFU")
 
     from tqdm import tqdm
-    bar = tqdm(total=args.max_iters, initial=state["iter"], disable=args.no_progress, unit="it",
+    bar = tqdm(total=args.max_iters, initial=state["iter"], disable=args.no_progress or dist.rank > 0, unit="it",
                dynamic_ncols=True, file=sys.stderr)
     log = bar.write if not args.no_progress else print
     start_iter = state["iter"]
     schedule = nn.optim.WarmupCosineLR(optimizer, args.warmup_iters, args.lr_decay_iters or args.max_iters,
                                        args.min_lr, max_lr=args.lr, last_step=start_iter - 1)
+    step_seconds = comm_seconds = 0.0
     for it in range(start_iter, args.max_iters + 1):
         if (it % args.eval_interval == 0 or it == args.max_iters) and not (args.resume and it == start_iter):
             losses = estimate_loss(model, data, args, it)
@@ -251,9 +301,9 @@ def train(args):
             state["evals"].append({"iter": it, **losses})
             note = ""
             if it > 0 and (losses["val"] < saved["val_loss"] or args.always_save):
-                state.update(iter=it, val_loss=losses["val"], data_rng=data_rng.bit_generator.state,
-                             model_rng=ag.get_rng_state(), options=options)
-                checkpoint.save(out_dir, model, tokenizer, optimizer, state)
+                state.update(iter=it, val_loss=losses["val"], data_rng=data_rng.bit_generator.state, batch=layout,
+                             options=options, **parallel.rng_states())
+                parallel.on_root(lambda: checkpoint.save(out_dir, model, tokenizer, optimizer, state))
                 saved.update(iter=it, val_loss=losses["val"])
                 note = "; saved"
             elif it > 0:
@@ -261,28 +311,38 @@ def train(args):
             log(f"iter {it:5d}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}{note}")
         if it == args.max_iters:
             break
-        t0 = time.perf_counter()
-        x, y = data.batch("train", args.batch_size, args.block_size, data_rng)
-        _, loss = model(ag.Tensor(x, device=args.device), ag.Tensor(y, device=args.device))
+        t0, comm0 = time.perf_counter(), dist.comm_seconds
+        x, y = data.batch("train", rows_per_iter, args.block_size, data_rng)  # the iteration's rows, alike on all ranks
         optimizer.zero_grad()
-        loss.backward()
+        local_loss = parallel.agree(lambda: accumulate_gradients(model, x, y, args))
+        loss_value = parallel.mean_over_ranks([local_loss])[0]
+        check_finite(loss_value, it, optimizer, saved, out_dir)  # every rank alike, before the update
+        dist.all_reduce_gradients(model)
         if args.grad_clip:
             nn.optim.clip_grad_norm_(model.parameters(), args.grad_clip)
         optimizer.step()
-        loss_value = loss.item()
-        check_finite(loss_value, it, optimizer, saved, out_dir)
         state["history"].append(loss_value)
         dt = time.perf_counter() - t0
+        step_seconds += dt
+        comm_seconds += dist.comm_seconds - comm0
         bar.set_postfix_str(f"loss {loss_value:.4f}, {tokens_per_iter / dt:,.0f} tok/s, {dt * 1e3:.0f} ms/it, "
                             f"mfu {flops_per_iter / dt / peak:.1%}", refresh=False)
         bar.update(1)
         schedule.step()
     bar.close()
+    parallel.separate()  # no rank waits for another from here: Ctrl-C stops each at once
+    if dist.rank > 0:
+        return  # rank 0 alone plots, reports and samples
 
     print(saved_summary(saved, args.max_iters, out_dir))
     if state["history"]:
         plot_losses(out_dir / checkpoint.PLOT_FILE, state["history"], state["evals"])
         print(f"wrote the loss curve to {out_dir / checkpoint.PLOT_FILE}")
+    steps = args.max_iters - start_iter
+    if steps > 0:
+        comm_note = f", {comm_seconds / steps * 1e3:.1f} ms of it communicating" if dist.world_size > 1 else ""
+        print(f"speed: {steps * tokens_per_iter / step_seconds:,.0f} tokens/s over {steps} iterations "
+              f"({step_seconds / steps * 1e3:.1f} ms each{comm_note}; evaluations not counted)")
     if state["evals"]:
         final = state["evals"][-1]
         print(f"final (iter {final['iter']}): train loss {final['train']:.4f}, val loss {final['val']:.4f}")
@@ -312,23 +372,39 @@ def saved_summary(saved, max_iters, out_dir):
     return line
 
 
+def report(error):
+    """Print this rank's line about `error`, if it owes one (see parallel.error_prefix); the exit status."""
+    message = error.args[0] if isinstance(error, KeyError) and error.args else error
+    if isinstance(error, MemoryError):
+        message = f"out of memory ({error or 'MemoryError'}); try a smaller model or --batch-size"
+    prefix = parallel.error_prefix(error)
+    if prefix is not None:
+        print(f"train: error: {prefix}{message}", file=sys.stderr)
+    return 1
+
+
 def main(argv=None):
-    args = parse_args(argv)
     try:
-        with warnings.catch_warnings(), checkpoint.writer_lock(args.out_dir):
+        dist.init()  # a job is joined first: its ranks must agree on the options (alone, nothing to join)
+    except dist.DistributedError as exc:
+        return report(exc)
+    args = parallel.parse_alike(lambda: parse_args(argv))
+    try:
+        with warnings.catch_warnings(), parallel.followers_quiet():  # rank 0 speaks for all; a rank that fails says why
             warnings.simplefilter("ignore", RuntimeWarning)  # overflow on the way to a NaN: check_finite says it once
-            train(args)
-    except (ValueError, OSError, KeyError, MemoryError) as exc:
-        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        if isinstance(exc, MemoryError):
-            message = f"out of memory ({exc or 'MemoryError'}); try a smaller model or --batch-size"
-        print(f"train: error: {message}", file=sys.stderr)
-        return 1
+            dist.init(args.device)
+            with parallel.interrupts_agreed(), parallel.held_on_root(checkpoint.writer_lock(args.out_dir)):
+                train(args)
+    except parallel.PeerFailed:
+        return 1  # the rank that failed has said why
+    except (ValueError, OSError, KeyError, MemoryError, dist.DistributedError) as exc:
+        return report(exc)
     except KeyboardInterrupt:
-        iteration = checkpoint.saved_iteration(args.out_dir)
-        kept = (f"{args.out_dir} holds the checkpoint of iteration {iteration}" if iteration is not None
-                else "no checkpoint was written")
-        print(f"\ntrain: interrupted; {kept}", file=sys.stderr)
+        if dist.rank == 0:
+            iteration = checkpoint.saved_iteration(args.out_dir)
+            kept = (f"{args.out_dir} holds the checkpoint of iteration {iteration}" if iteration is not None
+                    else "no checkpoint was written")
+            print(f"\ntrain: interrupted; {kept}", file=sys.stderr)
         return 130
     return 0
 

@@ -1,7 +1,7 @@
 """nn: modules, layers and optimizers, built only on autograd's public API."""
-from . import optim
+from . import distributed, optim
 from .module import Module, Parameter
 from .layers import Linear, Embedding, LayerNorm, Dropout, GELU, ReLU, Sequential, ModuleList
 
 __all__ = ["Module", "Parameter", "Linear", "Embedding", "LayerNorm", "Dropout", "GELU", "ReLU",
-           "Sequential", "ModuleList", "optim"]
+           "Sequential", "ModuleList", "optim", "distributed"]

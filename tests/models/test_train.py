@@ -101,6 +101,24 @@ def test_resume_says_which_options_change_and_which_it_ignores(tmp_path, capsys)
     assert options["beta1"] == 0.8 and options["n_layer"] == 1
 
 
+def test_resume_says_in_the_same_line_whether_the_rows_per_iteration_stay(tmp_path, capsys):
+    assert run(capsys, "--max-iters", "10", "--out-dir", str(tmp_path), "--grad-accum", "2", "--always-save")[0] == 0
+    assert json.loads((tmp_path / "train_state.json").read_text())["batch"] == {"batch_size": 4, "grad_accum": 2,
+                                                                                 "ranks": 1}
+    code, out, err = run(capsys, "--max-iters", "11", "--out-dir", str(tmp_path), "--resume", "--batch-size", "8",
+                         "--grad-accum", "1")
+    assert code == 0, err
+    assert ("resume: the command line changes --batch-size 4 → 8, --grad-accum 2 → 1, --max-iters 10 → 11; "
+            "all else as the checkpoint had it; still 8 rows per iteration (batch 8 x grad-accum 1 x 1 rank), "
+            "so the same batches\n") in out
+    code, out, err = run(capsys, "--max-iters", "12", "--out-dir", str(tmp_path), "--resume", "--batch-size", "2")
+    assert code == 0, err
+    assert ("resume: the command line changes --batch-size 8 → 2, --max-iters 11 → 12; all else as the checkpoint "
+            "had it; 2 rows per iteration (batch 2 x grad-accum 1 x 1 rank) instead of the checkpoint's 8 "
+            "(batch 8 x grad-accum 1 x 1 rank): other batches and updates than the first run would have made\n") in out
+    assert "32 tokens per iteration;" in out
+
+
 @pytest.mark.parametrize("name, value, message", [
     ("lr", -1, "the saved option --lr must be in (0, inf), got -1"),
     ("seed", "often", "the saved option --seed expected an integer in [0, 4294967295], got 'often'"),
@@ -266,6 +284,7 @@ def parse_error(argv):
     (["--n-embd", "30", "--n-head", "4"], "--n-embd 30 is not a multiple of --n-head 4"),
     (["--eval-interval", "0"], "argument --eval-interval: must be in [1, inf), got 0"),
     (["--batch-size", "1.5"], "argument --batch-size: expected an integer in [1, inf), got '1.5'"),
+    (["--grad-accum", "0"], "argument --grad-accum: must be in [1, inf), got 0"),
     (["--max-iters", "-1"], "argument --max-iters: must be in [0, inf), got -1"),
     (["--dropout", "1.5"], "argument --dropout: must be in [0, 1), got 1.5"),
     (["--lr", "-1"], "argument --lr: must be in (0, inf), got -1"),

@@ -1,0 +1,276 @@
+"""The main job under `mpiexec -n 2`: the same training as one process, exact resume, and no hang when a rank fails.
+
+Every job runs tests.models.mpi_train (models.train, optionally in float64
+or with a failure injected) on a tiny model. In float64 a two-rank run, a
+run with twice the batch and a run accumulating two micro-batches add the
+same numbers in a different order, so they agree to rounding (about 1e-16),
+far inside the 1e-10 asserted. Weights are compared per tensor (the norm of
+the difference over the norm of the tensor): a few entries are zero in exact
+arithmetic, such as the attention key biases (softmax ignores a constant
+added to all of a row's scores, so their gradient is exactly 0), and there
+each run keeps its own rounding noise of about 1e-17, so entry-by-entry
+relative differences are meaningless there. The runs save at every
+evaluation (--always-save), so each checkpoint is of its last iteration.
+These tests need the dist extra (mpi4py and MPICH); without it they skip
+and say so.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from models import checkpoint
+from nn import distributed as dist
+from tests.models import mpi_train
+
+ROOT = Path(__file__).resolve().parents[2]
+MPIEXEC = shutil.which("mpiexec", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+B = 4
+TINY = ["--float64", "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+        "--eval-interval", "5", "--eval-iters", "2", "--warmup-iters", "2", "--lr-decay-iters", "10",
+        "--peak-tflops", "1", "--no-progress", "--sample-tokens", "0", "--always-save"]
+
+
+def have_mpi():
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return False
+    return MPIEXEC is not None
+
+
+needs_mpi = pytest.mark.skipif(not have_mpi(), reason="needs the dist extra (mpi4py and an mpiexec): "
+                                                     "pip install -e \".[dist]\"")
+
+
+def environment(**extra):
+    """This checkout first on the path; no launcher variables inherited from whoever runs the tests."""
+    env = {k: v for k, v in os.environ.items() if not any(k in names for names in dist.LAUNCHER_VARIABLES)}
+    return {**env, "PYTHONPATH": str(ROOT), **extra}
+
+
+def mpiexec(*argv, timeout=120):
+    """Two ranks of mpi_train; (exit code, stdout, stderr, seconds)."""
+    start = time.perf_counter()
+    done = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-m", "tests.models.mpi_train", *argv],
+                          cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=timeout)
+    return done.returncode, done.stdout, done.stderr, time.perf_counter() - start
+
+
+def one_process(capsys, *argv):
+    code = mpi_train.main([*TINY, *argv])
+    out = capsys.readouterr().out
+    assert code == 0
+    return out
+
+
+def state(folder):
+    return json.loads((folder / "train_state.json").read_text())
+
+
+def weights(folder):
+    from safetensors.numpy import load_file
+    return load_file(str(folder / "model.safetensors"))
+
+
+def assert_same_training(folder, reference, rtol=1e-10):
+    got, want = state(folder), state(reference)
+    assert len(got["history"]) == len(want["history"]) == 10
+    np.testing.assert_allclose(got["history"], want["history"], rtol=rtol, atol=0)
+    np.testing.assert_allclose([[e["train"], e["val"]] for e in got["evals"]],
+                               [[e["train"], e["val"]] for e in want["evals"]], rtol=rtol, atol=0)
+    got_w, want_w = weights(folder), weights(reference)
+    assert got_w.keys() == want_w.keys()
+    for name in want_w:
+        assert got_w[name].dtype == np.float64
+        difference = np.linalg.norm(got_w[name] - want_w[name]) / np.linalg.norm(want_w[name])
+        assert difference <= rtol, f"{name}: relative difference {difference:.1e}"
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """Two-rank runs with batch B each: 10 iterations, and 5 (its checkpoint kept as `half`);
+    with dropout (each rank its own random stream), 10 iterations, and 5 resumed to 10."""
+    root = tmp_path_factory.mktemp("mpi")
+    runs = SimpleNamespace(**{name: root / name for name in ("straight", "half", "dropout", "resumed")})
+    dropout = ["--dropout", "0.2"]
+    results = [mpiexec(*TINY, "--batch-size", str(B), "--max-iters", "10", "--out-dir", str(runs.straight)),
+               mpiexec(*TINY, "--batch-size", str(B), "--max-iters", "5", "--out-dir", str(runs.half)),
+               mpiexec(*TINY, *dropout, "--batch-size", str(B), "--max-iters", "10", "--out-dir", str(runs.dropout)),
+               mpiexec(*TINY, *dropout, "--batch-size", str(B), "--max-iters", "5", "--out-dir", str(runs.resumed))]
+    results.append(mpiexec(*TINY, *dropout, "--batch-size", str(B), "--max-iters", "10",
+                           "--out-dir", str(runs.resumed), "--resume"))
+    for code, out, err, _ in results:
+        assert code == 0, err
+    runs.stdout = results[0][1]
+    return runs
+
+
+@pytest.fixture(scope="module")
+def twice_the_batch(tmp_path_factory):
+    """One process, batch 2B, 10 iterations: the run the others must match."""
+    folder = tmp_path_factory.mktemp("one") / "twice"
+    assert mpi_train.main([*TINY, "--batch-size", str(2 * B), "--max-iters", "10", "--out-dir", str(folder)]) == 0
+    return folder
+
+
+def test_two_micro_batches_train_as_twice_the_batch(twice_the_batch, tmp_path, capsys):
+    out = one_process(capsys, "--batch-size", str(B), "--grad-accum", "2", "--max-iters", "10",
+                      "--out-dir", str(tmp_path))
+    assert_same_training(tmp_path, twice_the_batch)
+    assert f"{2 * B * 16} tokens per iteration (batch {B} x grad-accum 2 x 1 rank)" in out
+
+
+@needs_mpi
+def test_two_ranks_train_as_one_process_with_twice_the_batch(two_ranks, twice_the_batch):
+    assert_same_training(two_ranks.straight, twice_the_batch)
+    # one checkpoint folder, as a single process writes it; rank 0 alone printed
+    assert sorted(os.listdir(two_ranks.straight)) == sorted(os.listdir(twice_the_batch))
+    assert two_ranks.stdout.count("iter     0: train loss") == 1
+    assert f"{2 * B * 16} tokens per iteration (batch {B} x grad-accum 1 x 2 ranks)" in two_ranks.stdout
+    assert "ms of it communicating" in two_ranks.stdout
+
+
+@needs_mpi
+def test_resume_on_two_ranks_is_exact_even_with_dropout(two_ranks):
+    assert state(two_ranks.resumed)["history"] == state(two_ranks.dropout)["history"]
+    streams = state(two_ranks.dropout)["model_rngs"]
+    assert len(streams) == 2 and streams[0] != streams[1]  # the ranks drop different units
+    resumed, straight = weights(two_ranks.resumed), weights(two_ranks.dropout)
+    for name in straight:
+        np.testing.assert_array_equal(resumed[name], straight[name], err_msg=name)
+
+
+@needs_mpi
+def test_resume_on_one_process_with_the_same_rows_continues_the_run(two_ranks, tmp_path, capsys):
+    shutil.copytree(two_ranks.half, tmp_path / "same")
+    out = one_process(capsys, "--batch-size", str(2 * B), "--max-iters", "10", "--out-dir", str(tmp_path / "same"),
+                      "--resume")
+    assert (f"resume: the command line changes --batch-size {B} → {2 * B}, --max-iters 5 → 10, mpiexec -n 2 → 1; "
+            f"all else as the checkpoint had it; still {2 * B} rows per iteration (batch {2 * B} x grad-accum 1 x "
+            "1 rank), so the same batches\n") in out
+    assert_same_training(tmp_path / "same", two_ranks.straight)
+
+
+@needs_mpi
+def test_resume_with_other_rows_per_iteration_says_what_changed(two_ranks, tmp_path, capsys):
+    shutil.copytree(two_ranks.half, tmp_path / "other")
+    out = one_process(capsys, "--batch-size", str(B), "--max-iters", "6", "--out-dir", str(tmp_path / "other"),
+                      "--resume")
+    assert ("resume: the command line changes --max-iters 5 → 6, mpiexec -n 2 → 1; all else as the checkpoint "
+            f"had it; {B} rows per iteration (batch {B} x grad-accum 1 x 1 rank) instead of the checkpoint's {2 * B} "
+            f"(batch {B} x grad-accum 1 x 2 ranks): other batches and updates than the first run would have made\n"
+            ) in out
+
+
+@needs_mpi
+def test_a_rank_that_fails_in_a_step_ends_the_job_with_one_line(tmp_path):
+    code, out, err, seconds = mpiexec("--fail-rank", "1", "--fail-at", "3", *TINY, "--batch-size", str(B),
+                                      "--max-iters", "10", "--out-dir", str(tmp_path), timeout=60)
+    assert code == 1 and seconds < 30
+    assert err == "train: error: rank 1: injected failure\n"
+
+
+@needs_mpi
+def test_an_uncaught_exception_on_one_rank_aborts_the_job(tmp_path):
+    code, out, err, seconds = mpiexec("--fail-rank", "1", "--fail-at", "3", "--fail-how", "reduce", *TINY,
+                                      "--batch-size", str(B), "--max-iters", "10", "--out-dir", str(tmp_path),
+                                      timeout=60)
+    assert code != 0 and seconds < 30
+    assert "RuntimeError: injected failure" in err
+
+
+@needs_mpi
+@pytest.mark.parametrize("when", ["parsing", "loading"])
+def test_data_only_one_rank_cannot_read_ends_the_job_with_its_line(tmp_path, when):
+    """A --data file missing on one machine is refused as the options are parsed, one not UTF-8 as it is read."""
+    data = tmp_path / "data.txt"
+    if when == "loading":
+        data.write_bytes(b"caf\xe9 au lait " * 100)
+    out_dir = tmp_path / "out"
+    train = [sys.executable, "-m", "models.train", *TINY[1:], "--max-iters", "2", "--out-dir", str(out_dir)]
+    done = subprocess.run([MPIEXEC, "-n", "1", *train, ":", "-n", "1", *train, "--data", str(data)],
+                          cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=60)
+    if when == "parsing":
+        assert done.returncode == 2
+        assert done.stderr == f"python -m models.train: error: rank 1: argument --data: no file {data} (see --help)\n"
+    else:
+        assert done.returncode == 1
+        assert done.stderr == (f"train: error: rank 1: data file {data} is not UTF-8 text (byte 0xe9 at offset 3); "
+                               "convert it first, e.g. `iconv -t utf-8`\n")
+    assert not out_dir.exists()
+
+
+@needs_mpi
+def test_a_folder_with_a_checkpoint_is_refused_once_and_at_once(two_ranks):
+    before = {p.name: p.read_bytes() for p in two_ranks.straight.iterdir()}
+    code, out, err, seconds = mpiexec(*TINY, "--batch-size", str(B), "--max-iters", "20",
+                                      "--out-dir", str(two_ranks.straight), timeout=60)
+    assert code == 2 and seconds < 30
+    assert err == (f"python -m models.train: error: {two_ranks.straight} already holds the checkpoint of iteration "
+                   "10; pass --resume to continue it or --overwrite to replace it (see --help)\n")
+    assert {p.name: p.read_bytes() for p in two_ranks.straight.iterdir()} == before
+
+
+@needs_mpi
+def test_a_diverging_job_stops_on_every_rank_before_writing(two_ranks, tmp_path):
+    shutil.copytree(two_ranks.half, tmp_path / "o")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "o").iterdir()}
+    code, out, err, _ = mpiexec(*TINY[1:], "--batch-size", str(B), "--max-iters", "30", "--out-dir",
+                                str(tmp_path / "o"), "--resume", "--lr", "1e30", "--grad-clip", "0", timeout=60)
+    assert code == 1
+    assert err.startswith("train: error: the loss became nan at iteration ") and err.count("\n") == 1
+    assert f"stopped, and {tmp_path / 'o'} keeps the checkpoint of iteration 5" in err
+    assert {p.name: p.read_bytes() for p in (tmp_path / "o").iterdir()} == before
+
+
+@needs_mpi
+def test_a_second_job_into_the_same_folder_is_refused_by_rank_0s_lock(tmp_path):
+    with checkpoint.writer_lock(tmp_path / "o"):
+        code, out, err, seconds = mpiexec(*TINY, "--batch-size", str(B), "--max-iters", "2",
+                                          "--out-dir", str(tmp_path / "o"), timeout=60)
+    assert code == 1 and seconds < 30
+    assert err == (f"train: error: rank 0: another training run (process {os.getpid()}) is writing to "
+                   f"{tmp_path / 'o'}; wait for it to end or choose another --out-dir\n")
+
+
+@needs_mpi
+def test_ctrl_c_stops_every_rank_and_says_which_checkpoint_the_folder_holds(tmp_path):
+    """mpiexec passes Ctrl-C to every rank, each somewhere else; none may be left waiting in a collective."""
+    job = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "tests.models.mpi_train", *TINY,
+                            "--batch-size", str(B), "--max-iters", "100000", "--out-dir", str(tmp_path / "o")],
+                           cwd=ROOT, env=environment(PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        for line in job.stdout:  # training, past its first save
+            if line.startswith("iter    10:"):
+                break
+        job.send_signal(signal.SIGINT)
+        start = time.perf_counter()
+        out, err = job.communicate(timeout=30)
+        assert job.returncode == 130 and time.perf_counter() - start < 30
+    finally:
+        if job.poll() is None:  # a rank hangs: end the whole job, launcher and ranks
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    iteration = checkpoint.load_state(tmp_path / "o")["iter"]
+    assert iteration >= 10
+    assert err == f"\ntrain: interrupted; {tmp_path / 'o'} holds the checkpoint of iteration {iteration}\n"
+
+
+@pytest.mark.parametrize("launcher", [{}, {"PMI_RANK": "0", "PMI_SIZE": "1"}], ids=["alone", "mpiexec-n-1"])
+def test_one_process_never_imports_mpi4py(tmp_path, launcher):
+    code = ("import sys; from models import train; "
+            f"code = train.main({[*TINY[1:], '--max-iters', '2', '--out-dir', str(tmp_path)]!r}); "
+            "print(code, 'mpi4py' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=environment(**launcher),
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines()[-1] == "0 False", done.stderr
