@@ -204,7 +204,7 @@ class GPT(nn.Module):
         """
         idx = self._check_ids(idx, kv_cache)
         x = self.transformer(idx, kv_cache)  # (B, T, C)
-        if last_only:
+        if last_only and x.shape[1] > 1:  # a cached step's one position is already the last
             x = x[:, -1:, :]  # (B, 1, C)
         logits = self._lm_head(x)  # (B, T, V)
         loss = None
