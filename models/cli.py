@@ -10,8 +10,6 @@ import math
 import os
 from pathlib import Path
 
-from autograd import backend
-
 _NOT_GIVEN = object()
 
 
@@ -78,6 +76,7 @@ def interval(kind, bounds):
 
 def device(name):
     """A `type=` function: "cpu", or "cuda" where CuPy and a GPU are there to run it."""
+    from autograd import backend  # here, not above: the benchmarks' PyTorch peer parses with this module alone
     if name not in backend.DEVICES:
         raise argparse.ArgumentTypeError(f"must be one of {', '.join(backend.DEVICES)}, got {name!r}")
     try:
