@@ -8,7 +8,8 @@ What this file promises:
 * `model(idx, targets=None) -> (logits, loss)`: logits (B, T, V) for every
   position; the mean cross-entropy against targets (-1 = ignored), else None.
 * `model.generate(...)`: greedy, temperature, top-k and top-p sampling with a
-  key/value cache, seeded by `autograd.manual_seed`; cached and uncached
+  key/value cache, seeded by `autograd.manual_seed` (the token choice is in
+  models/sampling.py); cached and uncached
   decoding give the same tokens, also past block_size.
 * `GPT.from_pretrained(folder)` / `model.save_pretrained(folder)`: Hugging
   Face's folder format (in models/hf_checkpoint.py), which transformers reads.
@@ -23,7 +24,8 @@ import numpy as np
 
 import autograd as ag
 import nn
-from autograd import Tensor, backend
+from autograd import Tensor
+from models import sampling
 
 
 @dataclass
@@ -270,8 +272,8 @@ class GPT(nn.Module):
         rebuilt from the cropped window, which keeps the result identical to
         `use_cache=False`.
         """
-        _check_sampling(max_new_tokens, temperature, top_k, top_p)
-        ids, give_back = _as_batch(idx)
+        sampling.check_arguments(max_new_tokens, temperature, top_k, top_p)
+        ids, give_back = sampling.as_batch(idx)
         B, T = ids.shape
         self._check_ids(ids[:, -self.config.block_size:])
         wte = self.transformer.wte.weight
@@ -293,7 +295,7 @@ class GPT(nn.Module):
                     cache.reset()
                     cache_start, window = start, tokens[:, start:n]
                 logits, _ = self(window, kv_cache=cache, last_only=True)  # (B, 1, V)
-                tokens[:, n] = sample(logits.data[:, -1], temperature, top_k, top_p)
+                tokens[:, n] = sampling.sample(logits.data[:, -1], temperature, top_k, top_p)
         finally:
             self.train(was_training)
         return give_back(out.numpy())
@@ -308,69 +310,6 @@ class GPT(nn.Module):
         """Write config.json and model.safetensors as transformers does, atomically (see models.hf_checkpoint)."""
         from models import hf_checkpoint
         hf_checkpoint.save(self, directory)
-
-
-def sample(logits, temperature=1.0, top_k=None, top_p=None):
-    """One token id per row of `logits` (B, V): greedy, or drawn from the filtered softmax.
-
-    Order as in transformers: divide by the temperature, keep the top_k highest
-    logits, then keep the smallest set of most likely tokens whose probability
-    reaches top_p (the most likely token always stays). Draws one uniform
-    number per row from autograd's generator of the device `logits` live on,
-    and stays there: on a GPU nothing is copied back to the host.
-    """
-    device = backend.device_of(logits) or "cpu"
-    xp = backend.xp_for(device)
-    logits = xp.asarray(logits, dtype=xp.float64)
-    if temperature == 0 or top_k == 1:
-        return logits.argmax(axis=-1)
-    logits = logits / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = xp.partition(logits, -top_k, axis=-1)[:, -top_k, None]  # (B, 1): the k-th largest
-        logits = xp.where(logits < kth, -xp.inf, logits)
-    probs = xp.exp(logits - logits.max(axis=-1, keepdims=True))
-    probs /= probs.sum(axis=-1, keepdims=True)  # (B, V)
-    if top_p is not None and top_p < 1:
-        order = xp.argsort(-probs, axis=-1, kind="stable")  # most likely first; ties by id, as argmax
-        sorted_probs = xp.take_along_axis(probs, order, axis=-1)
-        mass_before = xp.cumsum(sorted_probs, axis=-1) - sorted_probs
-        drop = xp.empty_like(probs, dtype=bool)
-        xp.put_along_axis(drop, order, mass_before >= top_p, axis=-1)  # back to vocabulary order
-        probs = xp.where(drop, 0.0, probs)
-    cdf = xp.cumsum(probs, axis=-1)  # (B, V)
-    u = ag.rand(len(cdf), dtype=np.float64, device=device).data * cdf[:, -1]  # (B,): uniform in [0, total mass)
-    picks = (cdf <= u[:, None]).sum(axis=-1)  # the first index whose cumulative mass passes u
-    return xp.minimum(picks, cdf.shape[-1] - 1)
-
-
-def _check_sampling(max_new_tokens, temperature, top_k, top_p):
-    if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
-        raise ValueError(f"generate: max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
-    real = (int, float, np.integer, np.floating)
-    if isinstance(temperature, bool) or not isinstance(temperature, real) or not 0 <= temperature < math.inf:
-        raise ValueError(f"generate: temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1):
-        raise ValueError(f"generate: top_k must be a positive integer or None, got {top_k!r}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, real) or not 0 < top_p <= 1):
-        raise ValueError(f"generate: top_p must be a number in (0, 1] or None, got {top_p!r}")
-
-
-def _as_batch(idx):
-    """`idx` as a (B, T) int64 host array, and a function that turns the output back into idx's kind."""
-    if isinstance(idx, Tensor):
-        device = idx.device
-        ids = idx.numpy()
-        back = lambda out: Tensor((out if ids.ndim == 2 else out[0]).astype(ids.dtype), device=device)  # noqa: E731
-    elif isinstance(idx, np.ndarray):
-        ids = idx
-        back = lambda out: (out if ids.ndim == 2 else out[0]).astype(ids.dtype)  # noqa: E731
-    else:
-        ids = np.asarray(idx)
-        back = lambda out: (out if ids.ndim == 2 else out[0]).tolist()  # noqa: E731
-    if ids.dtype.kind not in "iu" or ids.ndim not in (1, 2) or ids.shape[-1] == 0:
-        raise ValueError(f"generate: idx must be non-empty integer token ids of shape (B, T) or (T,), "
-                         f"got dtype {ids.dtype} and shape {ids.shape}")
-    return (ids if ids.ndim == 2 else ids[None]).astype(np.int64), back
 
 
 def demo_loss():

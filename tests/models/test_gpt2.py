@@ -12,7 +12,8 @@ import nn
 from autograd import Tensor
 from autograd import topological_order
 from models import gpt2
-from models.gpt2 import GPT, GPTConfig, sample
+from models.gpt2 import GPT, GPTConfig
+from models.sampling import sample
 from models.gpt2_params import parameter_shapes
 
 TINY = dict(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=8)

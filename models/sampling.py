@@ -1,0 +1,76 @@
+"""Choosing the next token: greedy, temperature, top-k and top-p, as GPT.generate uses them.
+
+`sample` works on the raw logits array where the model left it (NumPy or CuPy),
+so a GPU run never copies logits to the host per token. `check_arguments`
+vets generate's options before any work; `as_batch` turns the prompt a user
+passes (list, ndarray or Tensor) into a (B, T) batch and back.
+"""
+import math
+
+import numpy as np
+
+import autograd as ag
+from autograd import Tensor, backend
+
+
+def sample(logits, temperature=1.0, top_k=None, top_p=None):
+    """One token id per row of `logits` (B, V): greedy, or drawn from the filtered softmax.
+
+    Order as in transformers: divide by the temperature, keep the top_k highest
+    logits, then keep the smallest set of most likely tokens whose probability
+    reaches top_p (the most likely token always stays). Draws one uniform
+    number per row from autograd's generator of the device `logits` live on,
+    and stays there: on a GPU nothing is copied back to the host.
+    """
+    device = backend.device_of(logits) or "cpu"
+    xp = backend.xp_for(device)
+    logits = xp.asarray(logits, dtype=xp.float64)
+    if temperature == 0 or top_k == 1:
+        return logits.argmax(axis=-1)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = xp.partition(logits, -top_k, axis=-1)[:, -top_k, None]  # (B, 1): the k-th largest
+        logits = xp.where(logits < kth, -xp.inf, logits)
+    probs = xp.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)  # (B, V)
+    if top_p is not None and top_p < 1:
+        order = xp.argsort(-probs, axis=-1, kind="stable")  # most likely first; ties by id, as argmax
+        sorted_probs = xp.take_along_axis(probs, order, axis=-1)
+        mass_before = xp.cumsum(sorted_probs, axis=-1) - sorted_probs
+        drop = xp.empty_like(probs, dtype=bool)
+        xp.put_along_axis(drop, order, mass_before >= top_p, axis=-1)  # back to vocabulary order
+        probs = xp.where(drop, 0.0, probs)
+    cdf = xp.cumsum(probs, axis=-1)  # (B, V)
+    u = ag.rand(len(cdf), dtype=np.float64, device=device).data * cdf[:, -1]  # (B,): uniform in [0, total mass)
+    picks = (cdf <= u[:, None]).sum(axis=-1)  # the first index whose cumulative mass passes u
+    return xp.minimum(picks, cdf.shape[-1] - 1)
+
+
+def check_arguments(max_new_tokens, temperature, top_k, top_p):
+    if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
+        raise ValueError(f"generate: max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
+    real = (int, float, np.integer, np.floating)
+    if isinstance(temperature, bool) or not isinstance(temperature, real) or not 0 <= temperature < math.inf:
+        raise ValueError(f"generate: temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1):
+        raise ValueError(f"generate: top_k must be a positive integer or None, got {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, real) or not 0 < top_p <= 1):
+        raise ValueError(f"generate: top_p must be a number in (0, 1] or None, got {top_p!r}")
+
+
+def as_batch(idx):
+    """`idx` as a (B, T) int64 host array, and a function that turns the output back into idx's kind."""
+    if isinstance(idx, Tensor):
+        device = idx.device
+        ids = idx.numpy()
+        back = lambda out: Tensor((out if ids.ndim == 2 else out[0]).astype(ids.dtype), device=device)  # noqa: E731
+    elif isinstance(idx, np.ndarray):
+        ids = idx
+        back = lambda out: (out if ids.ndim == 2 else out[0]).astype(ids.dtype)  # noqa: E731
+    else:
+        ids = np.asarray(idx)
+        back = lambda out: (out if ids.ndim == 2 else out[0]).tolist()  # noqa: E731
+    if ids.dtype.kind not in "iu" or ids.ndim not in (1, 2) or ids.shape[-1] == 0:
+        raise ValueError(f"generate: idx must be non-empty integer token ids of shape (B, T) or (T,), "
+                         f"got dtype {ids.dtype} and shape {ids.shape}")
+    return (ids if ids.ndim == 2 else ids[None]).astype(np.int64), back
