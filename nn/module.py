@@ -130,8 +130,10 @@ class Module:
         if wrong:
             problems.append(f"mis-shaped keys [{'; '.join(wrong)}]")
         if problems:
+            # strict=False skips missing and unexpected keys only: a mis-shaped key never loads
+            hint = "" if wrong else " (or pass strict=False to load the keys both have)"
             raise KeyError(f"load_state_dict into {type(self).__name__}: " + ", ".join(problems)
-                           + "; check the model's config matches the checkpoint's (or pass strict=False)")
+                           + f"; check the model's config matches the checkpoint's{hint}")
         # Convert every array before assigning any, so a value that cannot be converted changes nothing;
         # copied, because the model must not share memory with the dict it loaded.
         arrays = {name: Tensor(state_dict[name], dtype=param.dtype, device=param.device).data.copy()
