@@ -49,6 +49,13 @@ def xp_for(device):
     return _load_cupy()
 
 
+def nccl():
+    """CuPy's NCCL binding, cupy.cuda.nccl: a submodule CuPy does not import by itself. Its `available` says whether NCCL was found."""
+    _load_cupy()
+    import cupy.cuda.nccl
+    return cupy.cuda.nccl
+
+
 def device_of(array):
     """'cpu' for a NumPy array, 'cuda' for a CuPy one."""
     if isinstance(array, numpy.ndarray):

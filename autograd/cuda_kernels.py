@@ -24,4 +24,12 @@ GELU_BACKWARD = ("T x, T g", "T dx", """
     dx = g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * c * (T(1) + T(3) * a * x * x));
 """)
 
-KERNELS = {"gelu_forward": GELU_FORWARD, "gelu_backward": GELU_BACKWARD}
+# nn.optim.AdamW's update in one pass instead of a dozen (its docstring has the formula; w, m, v in place):
+# m ← m + (1−β₁)(g − m);  v ← β₂v + (1−β₂)g²;  w ← w·decay + step_size · m / (√v + eps)
+ADAMW = ("T g, T decay, T beta1, T beta2, T eps, T step_size", "T w, T m, T v", """
+    m += (T(1) - beta1) * (g - m);
+    v = beta2 * v + (T(1) - beta2) * g * g;
+    w = w * decay + step_size * m / (sqrt(v) + eps);
+""")
+
+KERNELS = {"gelu_forward": GELU_FORWARD, "gelu_backward": GELU_BACKWARD, "adamw": ADAMW}

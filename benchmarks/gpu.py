@@ -9,8 +9,8 @@ Run on a machine with a GPU, CuPy and PyTorch for CUDA, from the repository root
     utilisation (target: ours at least 50 % of PyTorch's throughput).
 (2) Greedy generation with the KV cache, 256 new tokens after 16:
     benchmarks.generate --model gpt2 --device cuda.
-(3) Each fused CUDA kernel against the composed version of its op
-    (AUTOGRAD_FUSED=0), forward + backward: two variants of our own code, so
+(3) Each fused CUDA kernel (GELU forward + backward, the AdamW step) against
+    the composed version of its op (AUTOGRAD_FUSED=0): two variants of our own code, so
     these are interleaved in this one process. A kernel stays only if it wins.
 Prints; asserts nothing.
 """
@@ -54,24 +54,41 @@ def interleaved(runs, repeats):
 
 def kernels():
     import autograd as ag
+    import nn
     from autograd import backend
     cp = backend.xp_for("cuda")
+
+    def switched(fused, run):
+        def timed():
+            os.environ["AUTOGRAD_FUSED"] = fused
+            return run()
+        return timed
+
     x = ag.Tensor(cp.random.standard_normal((8 * 1024, 3072), dtype=cp.float32), requires_grad=True)
     g = cp.ones(x.shape, dtype=cp.float32)
 
-    def gelu(fused):
-        def run():
-            os.environ["AUTOGRAD_FUSED"] = fused
-            x.grad = None
-            x.gelu().backward(g)
-            return x.grad[0, 0].item()
-        return run
-    medians = interleaved({"fused": gelu("1"), "composed": gelu("0")}, 20)
+    def gelu():
+        x.grad = None
+        x.gelu().backward(g)
+        return x.grad[0, 0].item()
+    # GPT-2 small's parameter shapes, one layer's worth twelve times over: 85M weights
+    shapes = [(768, 2304), (2304,), (768, 768), (768,), (768, 3072), (3072,), (3072, 768), (768,)] * 12
+    params = [nn.Parameter(cp.random.standard_normal(shape, dtype=cp.float32)) for shape in shapes]
+    for p in params:
+        p.grad = cp.random.standard_normal(p.shape, dtype=cp.float32)
+    opt = nn.optim.AdamW(params, lr=1e-4)
+
+    def adamw():
+        opt.step()
+        return params[0].data[0, 0].item()
+    for name, run, what in (("GELU", gelu, "forward + backward on (8192, 3072) float32"),
+                            ("AdamW", adamw, f"step over {sum(p.size for p in params) / 1e6:.0f}M parameters")):
+        medians = interleaved({"fused": switched("1", run), "composed": switched("0", run)}, 20)
+        print(f"(3) {name} {what}, our two variants interleaved in one process")
+        for variant, seconds in medians.items():
+            print(f"    {variant:<9} {seconds * 1e3:7.2f} ms")
+        print(f"    fused kernel speed-up: {medians['composed'] / medians['fused']:.2f}x (keep it only if > 1)")
     os.environ["AUTOGRAD_FUSED"] = "1"
-    print("(3) GELU forward + backward on (8192, 3072) float32, our two variants interleaved in one process")
-    for name, seconds in medians.items():
-        print(f"    {name:<9} {seconds * 1e3:7.2f} ms")
-    print(f"    fused kernel speed-up: {medians['composed'] / medians['fused']:.2f}x (keep it only if > 1)")
 
 
 def main(argv=None):

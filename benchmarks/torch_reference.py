@@ -49,8 +49,8 @@ class Block(torch.nn.Module):
 class LayerCache:
     """One layer's keys and values in preallocated (B, nh, block_size, hs) buffers."""
 
-    def __init__(self, shape):
-        self.keys, self.values, self.length = torch.zeros(shape), torch.zeros(shape), 0
+    def __init__(self, shape, device):
+        self.keys, self.values, self.length = torch.zeros(shape, device=device), torch.zeros(shape, device=device), 0
 
     def append(self, k, v):
         end = self.length + k.shape[2]
@@ -109,7 +109,7 @@ class GPT(torch.nn.Module):
             elif caches is not None and start == cache_start:
                 window = idx[:, -1:]
             else:  # first step, or the window slid: prefill again
-                caches = [LayerCache(shape) for _ in self.transformer.h]
+                caches = [LayerCache(shape, idx.device) for _ in self.transformer.h]
                 cache_start, window = start, idx[:, start:]
             logits, _ = self(window, caches=caches if use_cache else None, last_only=True)
             logits = logits[:, -1]

@@ -98,14 +98,14 @@ class TinyTransformer(nn.Module):
 
         d = self.E.shape[1]
         x = keep("X", ag.embedding(self.E, ids))
-        pe = keep("PE", ag.Tensor(sinusoidal_positions(len(ids), d)))
+        pe = keep("PE", ag.Tensor(sinusoidal_positions(len(ids), d), device=self.E.device))
         h0 = keep("H0", x + pe)
         # Attention and FFN hold no sub-modules of their own (their weights keep the article's names),
         # so their ops are tagged here as a sub-module's would be.
         with ag.name_scope("attn"):
             q, k, v = keep("Q", h0 @ self.W_Q), keep("K", h0 @ self.W_K), keep("V", h0 @ self.W_V)
             scores = keep("scores", (q @ k.T) / math.sqrt(d))
-            causal = keep("mask", ag.Tensor(np.tril(np.ones((len(ids), len(ids)), dtype=bool))))
+            causal = keep("mask", ag.Tensor(np.tril(np.ones((len(ids), len(ids)), dtype=bool)), device=self.E.device))
             weights = keep("attn_weights", ag.softmax(scores, mask=causal))
             attn = keep("attn_out", weights @ v)
         h1 = keep("H1", self.ln1(keep("H0+attn", h0 + attn)))

@@ -16,7 +16,7 @@ process never imports it. Gradients and weights travel in flat contiguous
 buckets of about BUCKET_BYTES, one collective call per bucket rather than one
 per parameter. On the CPU the collectives are MPI's (mpi4py, on NumPy arrays);
 with init("cuda") each rank takes the GPU of its local rank on its machine and
-the collectives are NCCL's (CuPy's cupy.cuda.nccl, on GPU arrays), after rank 0
+the collectives are NCCL's (CuPy's cupy.cuda.nccl, through backend.nccl(), on GPU arrays), after rank 0
 has sent NCCL's unique id to the others over MPI, as llm.c bootstraps it.
 """
 import os
@@ -114,7 +114,7 @@ def _use_gpu():
     global _collectives
     cupy = backend.xp_for("cuda")
     cupy.cuda.Device(local_rank % cupy.cuda.runtime.getDeviceCount()).use()
-    _collectives = NCCLCollectives(_mpi, cupy.cuda.nccl, cupy.cuda.get_current_stream)
+    _collectives = NCCLCollectives(_mpi, backend.nccl(), cupy.cuda.get_current_stream)
 
 
 def _share_cores(ranks_here):

@@ -178,9 +178,9 @@ def test_cuda_takes_the_gpu_of_its_local_rank_and_reduces_with_nccl(job, monkeyp
     cupy = SimpleNamespace(cuda=SimpleNamespace(
         Device=lambda i: SimpleNamespace(use=lambda: used.append(i)),
         runtime=SimpleNamespace(getDeviceCount=lambda: 2),
-        nccl=nccl,
         get_current_stream=lambda: SimpleNamespace(ptr=1234)))
     monkeypatch.setattr(dist.backend, "xp_for", lambda device: cupy if device == "cuda" else np)
+    monkeypatch.setattr(dist.backend, "nccl", lambda: nccl)
     unique_id = nccl.get_unique_id()
     comm = FakeMPI(rank=1, size=2, unique_id=unique_id)
     if joined_on_the_cpu_first:
@@ -217,10 +217,10 @@ def test_a_cupy_without_nccl_says_how_to_get_it(job):
 
 def test_nccl_calls_run_on_a_real_gpu(device):
     """One rank alone: its sum and broadcast change nothing, but pointers, counts, types and stream are real."""
-    cupy = dist.backend.xp_for(device)
-    if not cupy.cuda.nccl.available:
+    cupy, nccl = dist.backend.xp_for(device), dist.backend.nccl()
+    if not nccl.available:
         pytest.skip("CuPy finds no NCCL: pip install nvidia-nccl-cu12")
-    collectives = dist.NCCLCollectives(FakeMPI(rank=0, size=1), cupy.cuda.nccl, cupy.cuda.get_current_stream)
+    collectives = dist.NCCLCollectives(FakeMPI(rank=0, size=1), nccl, cupy.cuda.get_current_stream)
     flat = cupy.arange(6, dtype=cupy.float32)
     collectives.sum(flat)
     collectives.broadcast(flat, 0)
