@@ -68,17 +68,17 @@ class Value:
 
     def topological_order(self):
         """Every Value below self, each after all of its inputs (self last): the order of the forward pass."""
-        order, entered, done, stack = [], set(), set(), [self]
+        order, seen, stack = [], {self}, [(self, iter(self.inputs))]
         while stack:  # depth-first, iterative: long chains need no recursion
-            v = stack[-1]
-            if v not in entered:  # first visit: its inputs go on top, to be finished first
-                entered.add(v)
-                stack.extend(child for child in v.inputs if child not in entered)
-            else:                 # back again: every input is in `order` already
+            v, inputs = stack[-1]
+            for child in inputs:  # resume v's inputs where we left off
+                if child not in seen:  # descend into the first one not yet visited
+                    seen.add(child)
+                    stack.append((child, iter(child.inputs)))
+                    break
+            else:  # v's inputs are all in `order`: v can follow them
                 stack.pop()
-                if v not in done:
-                    done.add(v)
-                    order.append(v)
+                order.append(v)
         return order
 
     def backward(self):
