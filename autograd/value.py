@@ -55,8 +55,9 @@ class Value:
         return Value(s, (self,), (s * (1 - s),), "sigmoid")
 
     def relu(self):  # 1 where x > 0, else 0
-        positive = self.data > 0
-        return Value(self.data if positive else 0.0, (self,), (1.0 if positive else 0.0,), "relu")
+        if self.data > 0:
+            return Value(self.data, (self,), (1.0,), "relu")
+        return Value(0.0, (self,), (0.0,), "relu")
 
     def __neg__(self): return self * -1
     def __sub__(self, other): return self + (-other)
