@@ -55,8 +55,9 @@ class Value:
         return Value(s, (self,), (s * (1 - s),), "sigmoid")
 
     def relu(self):  # 1 where x > 0, else 0
-        positive = self.data > 0
-        return Value(self.data if positive else 0.0, (self,), (1.0 if positive else 0.0,), "relu")
+        if self.data > 0:
+            return Value(self.data, (self,), (1.0,), "relu")
+        return Value(0.0, (self,), (0.0,), "relu")
 
     def __neg__(self): return self * -1
     def __sub__(self, other): return self + (-other)
@@ -68,17 +69,17 @@ class Value:
 
     def topological_order(self):
         """Every Value below self, each after all of its inputs (self last): the order of the forward pass."""
-        order, entered, done, stack = [], set(), set(), [self]
+        order, seen, stack = [], {self}, [(self, iter(self.inputs))]
         while stack:  # depth-first, iterative: long chains need no recursion
-            v = stack[-1]
-            if v not in entered:  # first visit: its inputs go on top, to be finished first
-                entered.add(v)
-                stack.extend(child for child in v.inputs if child not in entered)
-            else:                 # back again: every input is in `order` already
+            v, inputs = stack[-1]
+            for child in inputs:  # resume v's inputs where we left off
+                if child not in seen:  # descend into the first one not yet visited
+                    seen.add(child)
+                    stack.append((child, iter(child.inputs)))
+                    break
+            else:  # v's inputs are all in `order`: v can follow them
                 stack.pop()
-                if v not in done:
-                    done.add(v)
-                    order.append(v)
+                order.append(v)
         return order
 
     def backward(self):

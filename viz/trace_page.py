@@ -68,7 +68,7 @@ def write_page(loss, path, title, max_values=16, decimals=6):
     if shutil.which("dot") is None:
         raise RuntimeError(f"the trace page shows the graph's picture, which needs Graphviz's `dot`: {INSTALL_DOT}")
     data = page_steps(loss, max_values, decimals)
-    svg = draw(loss, title=title).pipe(format="svg").decode("utf-8")
+    svg = draw(loss).pipe(format="svg").decode("utf-8")  # the title goes above the picture, never scrolled away
     svg = svg[svg.index("<svg"):]  # drop the XML prolog and DOCTYPE: the SVG goes inline
     page = PAGE.replace("{{title}}", html.escape(title)).replace("{{svg}}", svg).replace(
         "{{data}}", json.dumps(data, ensure_ascii=False).replace("</", "<\\/"))
@@ -85,7 +85,9 @@ PAGE = """<!DOCTYPE html>
 <title>{{title}}</title>
 <style>
   body { margin: 0; font: 14px/1.4 Helvetica, Arial, sans-serif; color: #1f1f1f; display: flex; height: 100vh; }
-  #graph { flex: 1 1 60%; overflow: auto; border-right: 1px solid #ccc; background: #fafafa; }
+  #picture { flex: 1 1 60%; min-width: 0; display: flex; flex-direction: column; border-right: 1px solid #ccc; }
+  #caption { padding: 8px 12px; border-bottom: 1px solid #eee; }
+  #graph { flex: 1 1 auto; overflow: auto; background: #fafafa; }
   #graph svg { display: block; }
   #panel { flex: 1 1 40%; overflow: auto; padding: 12px 16px; }
   #controls { position: sticky; top: 0; background: #fff; padding-bottom: 8px; border-bottom: 1px solid #eee; }
@@ -105,7 +107,10 @@ PAGE = """<!DOCTYPE html>
 </style>
 </head>
 <body>
-<div id="graph">{{svg}}</div>
+<div id="picture">
+  <div id="caption">{{title}}</div>
+  <div id="graph">{{svg}}</div>
+</div>
 <div id="panel">
   <div id="controls">
     <button id="first" title="Home">first</button><button id="prev" title="←">◀ back</button><button id="next" title="→">forward ▶</button><button id="last" title="End">last</button>
@@ -164,7 +169,8 @@ function show(i) {
     `<h3>rule</h3><pre id="rule">${esc(s.rule)}</pre>` +
     (s.saved.length ? `<h3>saved forward values it uses</h3>` + s.saved.map(v => block(v.name, v)).join("") : "") +
     `<h3>outgoing gradients</h3>` + out;
-  if (nodes[s.op]) nodes[s.op].scrollIntoView({block: "center", inline: "center"});
+  // the op mid-height, its inputs below it in view; sideways only as far as it takes (centring pushed the legend off)
+  if (nodes[s.op]) nodes[s.op].scrollIntoView({block: "center", inline: "nearest"});
 }
 document.getElementById("first").onclick = () => show(0);
 document.getElementById("prev").onclick = () => show(current - 1);

@@ -74,6 +74,15 @@ def numbers(text):
     return np.array([float(x) for x in re.findall(r"-?\d+\.\d+(?:e[-+]\d+)?|-?\d+", text)])
 
 
+IN_VIEW = """title => {  // whether the graph node with this <title> lies wholly inside the picture's visible area
+  const pane = document.getElementById("graph"), box = pane.getBoundingClientRect();
+  const node = [...pane.querySelectorAll("g.node")].find(g => g.querySelector("title").textContent === title);
+  const r = node.getBoundingClientRect();
+  return r.left >= box.left && r.top >= box.top &&
+         r.right <= box.left + pane.clientWidth && r.bottom <= box.top + pane.clientHeight;
+}"""
+
+
 def test_page_steps_through_backward_in_chromium(page_file):
     if CHROMIUM is None:
         pytest.skip("Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)")
@@ -92,12 +101,15 @@ def test_page_steps_through_backward_in_chromium(page_file):
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.goto(page_file.as_uri())
             assert page.inner_text("#position") == f"step 1 of {len(steps) + 1}"
+            assert page.evaluate(IN_VIEW, "legend")  # the first view keeps the legend whole, not scrolled past
+            assert page.inner_text("#caption") == page.title()
             for n, step in enumerate(steps):
                 if n:
                     page.keyboard.press("ArrowRight")
                 assert page.inner_text("#op-name") == step.name
                 assert page.get_attribute("g.node.current", "id") is not None
                 assert page.text_content("g.node.current > title") == f"op{n + 1}"  # ops drawn in backward's order
+                assert page.evaluate(IN_VIEW, f"op{n + 1}")
                 blocks = page.locator("#step pre").all_inner_texts()
                 np.testing.assert_allclose(numbers(blocks[0]), np.ravel(step.grad), atol=5e-7)  # incoming g
                 assert blocks[1] == step.rule
