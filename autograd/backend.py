@@ -50,10 +50,29 @@ def xp_for(device):
 
 
 def nccl():
-    """CuPy's NCCL binding, cupy.cuda.nccl: a submodule CuPy does not import by itself. Its `available` says whether NCCL was found."""
+    """CuPy's NCCL binding, cupy.cuda.nccl: a submodule CuPy does not import by itself.
+
+    Its `available` says whether NCCL was found.
+    """
     _load_cupy()
     import cupy.cuda.nccl
     return cupy.cuda.nccl
+
+
+def use_gpu(index):
+    """Compute on GPU number `index`, modulo the GPUs present (a rank's local rank picks its GPU)."""
+    cupy = xp_for("cuda")
+    cupy.cuda.Device(index % cupy.cuda.runtime.getDeviceCount()).use()
+
+
+def current_stream():
+    """The CUDA stream CuPy queues work on now: NCCL must queue its calls on the same one."""
+    return xp_for("cuda").cuda.get_current_stream()
+
+
+def pointer(array):
+    """The address of a contiguous array's first element, on the host or on the GPU."""
+    return array.data.ptr if device_of(array) == "cuda" else array.ctypes.data
 
 
 def device_of(array):

@@ -24,7 +24,7 @@ import numpy as np
 import autograd as ag
 import nn
 from models.cli import Parser
-from models.numbers import fixed
+from models.numbers import fixed, section
 
 CORPUS = "我吃苹果。你吃米饭。我喝水。他吃苹果。苹果很甜。米饭很香。我爱你。他喝水。"
 LESSON_LOSSES = {0: 2.7320, 100: 0.6808, 500: 0.6557}  # the losses lesson 000 prints for d = 8, lr 1.0, seed 0
@@ -132,11 +132,6 @@ def demo_loss():
     return loss
 
 
-def _section(lesson_section, title):
-    """A heading: lesson 000's section (in its words), then what follows."""
-    print(f"\n── {lesson_section} · {title}")
-
-
 def main(argv=None):
     parser = Parser("python -m models.bigram", __doc__.split("\n")[0])
     parser.add_argument("--dim", type=int, default=8, help="embedding size d")
@@ -154,10 +149,10 @@ def main(argv=None):
     model, chars, cur, nxt = lesson_setup(args.dim, args.seed)
     vocab_size = len(chars)
     lessons_setup = (args.dim, args.lr, args.seed) == (8, 1.0, 0)
-    _section("语料与词表", "corpus, vocabulary and pairs")
+    section("语料与词表", "corpus, vocabulary and pairs")
     print(f"  corpus: {CORPUS}")
     print(f"  V = {vocab_size} characters, B = {len(cur)} (current, next) pairs")
-    _section("训练", f"d = {args.dim}, lr = {args.lr}, {args.steps} full-batch SGD steps, seed {args.seed}")
+    section("训练", f"d = {args.dim}, lr = {args.lr}, {args.steps} full-batch SGD steps, seed {args.seed}")
     try:
         losses = train(model, cur, nxt, args.lr, args.steps,
                        on_log=lambda step, loss: print(f"  step {step:4d}  loss {loss:.4f}"))
@@ -174,11 +169,12 @@ def main(argv=None):
 
     bound = counting_lower_bound(cur, nxt, vocab_size)
     final = losses[args.steps]
-    _section("计数下界", "the best any bigram model can do on this corpus")
+    section("计数下界", "the best any bigram model can do on this corpus")
     print(f"  counting lower bound {bound:.4f}  (H(next | current) from the bigram counts)")
     print(f"  ln V                 {math.log(vocab_size):.5f}  (guessing uniformly among {vocab_size})")
     print(f"  the loss ends {final - bound:.4f} above the bound", end="")
-    if final > bound + 0.1:
+    reached = final <= bound + 0.1
+    if not reached:
         print(f": with d = {args.dim}, E·W_U has rank at most {args.dim} and cannot hold the bigram table"
               + (" (or train longer)" if args.dim > 1 else ""))
     else:
@@ -188,11 +184,11 @@ def main(argv=None):
     learned = next_distribution(model, eat)
     counts = bigram_counts(cur, nxt, vocab_size)[eat]
     counted = counts / counts.sum()
-    _section("预测", "p(next | 吃): what it learned beside the counts")
+    section("预测", "p(next | 吃): what it learned beside the counts")
     print("  next   learned  counted")
     for j in np.argsort(-learned)[:4]:
         print(f"  {chars[j]}      {fixed(learned[j], 4)}   {fixed(counted[j], 4)}")
-    if final <= bound + 0.1:
+    if reached:
         gap = np.abs(learned - counted).max()
         print(f"  learned and counted differ by at most {fixed(gap, 4)}: the counted frequencies minimise the loss;")
         print(f"  training approaches them but, {final - bound:.4f} above the bound, has not reached them")

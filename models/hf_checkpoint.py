@@ -40,9 +40,12 @@ def config_from_hf(hf, dropout=0.0):
     """A GPTConfig from a transformers GPT-2 config.json dict; refuses what this model cannot compute."""
     if hf.get("model_type", "gpt2") != "gpt2":
         raise ValueError(f"from_pretrained: config.json describes a {hf['model_type']!r} model, not 'gpt2'")
-    n_embd = hf.get("n_embd", 768)
-    if not isinstance(n_embd, int) or isinstance(n_embd, bool):
-        raise ValueError(f"from_pretrained: n_embd must be a positive integer, got {n_embd!r}")
+    config = GPTConfig(vocab_size=hf.get("vocab_size", 50257),
+                       block_size=hf.get("n_positions", hf.get("n_ctx", 1024)),
+                       n_layer=hf.get("n_layer", 12), n_head=hf.get("n_head", 12), n_embd=hf.get("n_embd", 768),
+                       dropout=dropout, bias=hf.get("bias", True),  # "bias" is ours: only bias=False folders have it
+                       layer_norm_epsilon=hf.get("layer_norm_epsilon", 1e-5))  # checks every size first
+    n_embd = config.n_embd
     unsupported = []
     if hf.get("activation_function", "gelu_new") not in _TANH_GELUS:
         unsupported.append(f"activation_function={hf['activation_function']!r} (this model uses GPT-2's tanh GELU)")
@@ -59,11 +62,7 @@ def config_from_hf(hf, dropout=0.0):
     if unsupported:
         raise ValueError("from_pretrained: config.json asks for what this GPT-2 does not implement: "
                          + "; ".join(unsupported))
-    return GPTConfig(vocab_size=hf.get("vocab_size", 50257),
-                     block_size=hf.get("n_positions", hf.get("n_ctx", 1024)),
-                     n_layer=hf.get("n_layer", 12), n_head=hf.get("n_head", 12), n_embd=n_embd,
-                     dropout=dropout, bias=hf.get("bias", True),  # "bias" is ours: only bias=False folders have it
-                     layer_norm_epsilon=hf.get("layer_norm_epsilon", 1e-5))
+    return config
 
 
 def config_to_hf(config, dtype="float32"):

@@ -27,6 +27,12 @@ def text_width(text):
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
+def section(source, title):
+    """A heading: the lesson's or article's section (in its words), then what follows, ruled to a common width."""
+    heading = f"{source} · {title}"
+    print(f"\n── {heading} " + "─" * max(4, 76 - text_width(heading)))
+
+
 def _pad(text, width, right=False):
     gap = " " * max(0, width - text_width(text))
     return gap + text if right else text + gap

@@ -14,7 +14,7 @@ import numpy as np
 
 import autograd as ag
 from models.cli import Parser
-from models.numbers import fixed, format_table
+from models.numbers import fixed, format_table, section
 
 LESSON_Z = (2.0, 1.0, 0.0)
 
@@ -42,7 +42,7 @@ def main(argv=None):
     e = np.exp(z - shift)
     names = [f"z{j}" for j in range(len(z))]
     rows = [f"p{i}" for i in range(len(z))]
-    print(f"── softmax 的雅可比 · lesson 000: ∂p/∂z for z = ({', '.join(f'{v:g}' for v in z)})")
+    section("softmax 的雅可比", f"lesson 000: ∂p/∂z for z = ({', '.join(f'{v:g}' for v in z)})")
     shifted = f" (z shifted by {shift:g}: the same p, no overflow)" if shift else ""
     print(f"  p = e^z / Σ e^z = ({', '.join(fixed(v) for v in e)}) / {fixed(e.sum())}{shifted}")
     print(f"    = ({', '.join(fixed(v) for v in p)})")

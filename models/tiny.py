@@ -31,7 +31,7 @@ import numpy as np
 import autograd as ag
 import nn
 from models.cli import Parser
-from models.numbers import fixed, format_table, text_width
+from models.numbers import fixed, format_table, section
 
 VOCAB = ["<pad>", "<bos>", "我", "爱", "你", "他"]
 INPUT_IDS = [2, 3]   # 我爱
@@ -169,14 +169,8 @@ ARTICLE = {
 }
 
 
-def _section(article_section, title):
-    """A heading: the article's section (in its words), then what the table holds."""
-    heading = f"{article_section} · {title}"
-    print(f"\n── {heading} " + "─" * max(4, 76 - text_width(heading)))
-
-
 def _table(article_section, title, tensor, rows, cols, note=None):
-    _section(article_section, title)
+    section(article_section, title)
     values = tensor.numpy() if isinstance(tensor, ag.Tensor) else tensor
     print(format_table(values, rows, cols))
     if note:
@@ -270,7 +264,7 @@ def main(argv=None):
     print(f"A one-layer transformer by hand: {''.join(tokens)} → {target}, every number computed by the engine.")
     print("Each heading names the article's section first. Where the article's figure differs, a line marked")
     print("'≠ article' says by how much and why. Values below 1e-4 print as 1.23e-05: tiny is not zero.")
-    _section("输入", "tokens")
+    section("输入", "tokens")
     for label, token_id in zip(positions, INPUT_IDS):
         print(f"  {label}  id {token_id}")
     print(f"  target: {target} (id {TARGET_ID}), predicted from the last position")
@@ -315,7 +309,7 @@ def main(argv=None):
     _table("Softmax", "probabilities = softmax(logits)", probs, [last], VOCAB,
            note=f"p({target}) = {fixed(p[TARGET_ID])} (the article rounds it to {ARTICLE['p(你)']:.3f})")
 
-    _section("采样", "sampling the next token")
+    section("采样", "sampling the next token")
     greedy = int(np.argmax(z))
     print(f"  greedy (argmax): {VOCAB[greedy]}")
     temperatures = [0.5, 1.0, 2.0]
@@ -331,14 +325,14 @@ def main(argv=None):
     print("  top-p = 0.5: keep the likeliest tokens until their mass reaches 0.5, renormalise")
     print(format_table(top_p_probs(last_logits, 0.5).numpy(), ["top-p 0.5"], VOCAB))
 
-    _section("损失函数", "loss")
+    section("损失函数", "loss")
     print(f"  L = −log p({target}) = {fixed(loss.item())}")
     _article(f"{ARTICLE['loss']:.3f} = −ln {ARTICLE['p(你)']:.3f} = {-math.log(ARTICLE['p(你)']):.6f}: it rounded "
              f"p({target}) before the log; −ln {fixed(p[TARGET_ID])} = {fixed(loss.item())} "
              f"({_signed(loss.item() - ARTICLE['loss'])})")
 
     onehot_target = np.eye(len(VOCAB))[TARGET_ID]
-    _section("反向传播", "∂L/∂logits = p − y (the softmax and the log cancel)")
+    section("反向传播", "∂L/∂logits = p − y (the softmax and the log cancel)")
     print(format_table(np.stack([p, onehot_target, logits.grad[-1]]),
                        ["p", "y", "p − y = ∂L/∂logits"], VOCAB))
     print("\n  Every parameter's gradient follows. Those of the layers below the last LayerNorm are tiny:")
@@ -364,7 +358,7 @@ def main(argv=None):
 
     old_row = model.E.numpy()[TARGET_ID].copy()
     old_logit = z[TARGET_ID]
-    before = {name: param.numpy().copy() for name, param in model.named_parameters()}
+    before = {name: param.numpy().copy() for name, param in model.named_parameters() if name.startswith("ln")}
     nn.optim.SGD(model.parameters(), lr=LR).step()
     with ag.no_grad():
         new_logit = (steps["H2"][-1] @ model.E[TARGET_ID]).item()
@@ -373,7 +367,7 @@ def main(argv=None):
             if name.startswith("ln"):
                 param.data[...] = before[name]
         without_layer_norm_step = model(INPUT_IDS)[-1].numpy()[TARGET_ID]
-    _section("参数更新", f"one SGD step, lr = {LR:g}: E[{target}] ← E[{target}] − lr · ∂L/∂E[{target}]")
+    section("参数更新", f"one SGD step, lr = {LR:g}: E[{target}] ← E[{target}] − lr · ∂L/∂E[{target}]")
     print(format_table(np.stack([old_row, model.E.grad[TARGET_ID], model.E.numpy()[TARGET_ID]]),
                        [f"E[{target}] before", f"∂L/∂E[{target}]", f"E[{target}] after"], dims))
     print(f"  logit({target}) = h · E[{target}] for the same last hidden state h: "

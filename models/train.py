@@ -168,8 +168,7 @@ def estimate_loss(model, data, args, it):
                 total = 0.0
                 for _ in range(args.eval_iters):
                     x, y = data.batch(split, rows_per_iter, args.block_size, rng)
-                    for xb, yb in parallel.micro_batches(x, y, args.batch_size, args.grad_accum):
-                        _, loss = model(ag.Tensor(xb, device=args.device), ag.Tensor(yb, device=args.device))
+                    for loss in micro_batch_losses(model, x, y, args):
                         total += loss.item()
                 means.append(total / (args.eval_iters * args.grad_accum))
         return means
@@ -180,6 +179,12 @@ def estimate_loss(model, data, args, it):
     return {"train": train_loss, "val": val_loss}
 
 
+def micro_batch_losses(model, x, y, args):
+    """The loss of each of this rank's micro-batches of (x, y), one forward pass each."""
+    for xb, yb in parallel.micro_batches(x, y, args.batch_size, args.grad_accum):
+        yield model(ag.Tensor(xb, device=args.device), ag.Tensor(yb, device=args.device))[1]
+
+
 def accumulate_gradients(model, x, y, args):
     """Forward and backward over this rank's micro-batches of (x, y); their mean loss.
 
@@ -187,8 +192,7 @@ def accumulate_gradients(model, x, y, args):
     backward passes add up are those of the mean loss.
     """
     total = 0.0
-    for xb, yb in parallel.micro_batches(x, y, args.batch_size, args.grad_accum):
-        _, loss = model(ag.Tensor(xb, device=args.device), ag.Tensor(yb, device=args.device))
+    for loss in micro_batch_losses(model, x, y, args):
         (loss / args.grad_accum).backward()
         total += loss.item()
     return total / args.grad_accum

@@ -16,8 +16,9 @@ process never imports it. Gradients and weights travel in flat contiguous
 buckets of about BUCKET_BYTES, one collective call per bucket rather than one
 per parameter. On the CPU the collectives are MPI's (mpi4py, on NumPy arrays);
 with init("cuda") each rank takes the GPU of its local rank on its machine and
-the collectives are NCCL's (CuPy's cupy.cuda.nccl, through backend.nccl(), on GPU arrays), after rank 0
-has sent NCCL's unique id to the others over MPI, as llm.c bootstraps it.
+the collectives are NCCL's (CuPy's cupy.cuda.nccl, from backend.nccl(), on GPU
+arrays), after rank 0 has sent NCCL's unique id to the others over MPI, as
+llm.c bootstraps it.
 """
 import os
 import sys
@@ -112,9 +113,8 @@ def _connect(comm, device, shared_memory_type, in_place):
 def _use_gpu():
     """This rank takes the GPU of its local rank, and the model's collectives become NCCL's there."""
     global _collectives
-    cupy = backend.xp_for("cuda")
-    cupy.cuda.Device(local_rank % cupy.cuda.runtime.getDeviceCount()).use()
-    _collectives = NCCLCollectives(_mpi, backend.nccl(), cupy.cuda.get_current_stream)
+    backend.use_gpu(local_rank)
+    _collectives = NCCLCollectives(_mpi, backend.nccl(), backend.current_stream)
 
 
 def _share_cores(ranks_here):
@@ -172,17 +172,12 @@ class NCCLCollectives:
         return getattr(self.nccl, self.DTYPES[flat.dtype.name])
 
     def sum(self, flat):
-        pointer = _pointer(flat)
+        pointer = backend.pointer(flat)
         self.comm.allReduce(pointer, pointer, flat.size, self._type(flat), self.nccl.NCCL_SUM,
                             self.current_stream().ptr)
 
     def broadcast(self, flat, root):
-        self.comm.bcast(_pointer(flat), flat.size, self._type(flat), root, self.current_stream().ptr)
-
-
-def _pointer(array):
-    """The address of a contiguous array's first element, on the host or the GPU."""
-    return array.data.ptr if backend.device_of(array) == "cuda" else array.ctypes.data
+        self.comm.bcast(backend.pointer(flat), flat.size, self._type(flat), root, self.current_stream().ptr)
 
 
 def _ready(what):

@@ -93,6 +93,8 @@ class Optimizer:
                     raise ValueError(f"{type(self).__name__}.load_state_dict: {key} of parameter {i} has shape "
                                      f"{value.shape}, the parameter {params[int(i)].shape}")
         for group, saved in zip(self.param_groups, state_dict["param_groups"]):
+            self._check_group({**group, **saved})  # a checkpoint's hyper-parameters pass the constructor's checks
+        for group, saved in zip(self.param_groups, state_dict["param_groups"]):
             group.update(saved)
         self.steps = state_dict["steps"]
         self.state = {id(params[int(i)]): {k: _device_copy(v, params[int(i)].device) for k, v in s.items()}

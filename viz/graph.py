@@ -207,8 +207,9 @@ def _op_node(op, walk):
     lines = [f"<B>{op.name}</B>"]
     if op.rule:
         lines.append(_small(op.rule, 9, "#1f3c6e"))
-    if reduction_note(op):
-        lines.append(_small(reduction_note(op), 9, "#1f3c6e"))
+    note = reduction_note(op)
+    if note:
+        lines.append(_small(note, 9, "#1f3c6e"))
     saved = _saved_line(walk.saved(op))
     if saved:
         lines.append(saved)

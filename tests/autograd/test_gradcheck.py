@@ -63,6 +63,24 @@ def test_only_failing_inputs_and_entries_are_listed_and_the_rest_counted():
     assert "… and 7 more" in message
 
 
+class NaNGradient(ag.Function):
+    """z = 2x with a VJP that returns NaN: a NaN never passes a tolerance test."""
+
+    def forward(self, x):
+        return 2 * x
+
+    def backward(self, g):
+        return g * np.nan
+
+
+def test_a_nan_gradient_fails_the_check():
+    with pytest.raises(ag.GradcheckError) as info:
+        ag.gradcheck(lambda t: NaNGradient.apply(t), [Tensor(np.array([1.0, -2.0]), requires_grad=True)])
+    rows = table_rows(str(info.value))
+    assert [r[1] for r in rows] == ["[0]", "[1]"] and all(np.isnan(r[2]) for r in rows)
+    np.testing.assert_allclose([r[3] for r in rows], 2 * np.random.default_rng(0).standard_normal(2), rtol=1e-6)
+
+
 def test_passing_check_returns_true_and_leaves_inputs_unchanged():
     data = np.array([[0.3, -1.2], [2.0, 0.7]])
     x = Tensor(data.copy(), requires_grad=True)

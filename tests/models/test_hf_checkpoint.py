@@ -152,7 +152,7 @@ def _shard(folder, weight_map):
     (_edit_config(lambda hf: {**hf, "n_layer": "2"}),
      "config.json: GPTConfig: n_layer must be a positive integer, got '2'"),
     (_edit_config(lambda hf: {**hf, "n_embd": None}),
-     "config.json: from_pretrained: n_embd must be a positive integer, got None"),
+     "config.json: GPTConfig: n_embd must be a positive integer, got None"),
     (_edit_config(lambda hf: {**hf, "layer_norm_epsilon": "small"}),
      "config.json: GPTConfig: layer_norm_epsilon must be a positive number, got 'small'"),
     (lambda f: _shard(f, ["model-00001-of-00001.safetensors"]),

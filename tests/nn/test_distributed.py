@@ -220,7 +220,7 @@ def test_nccl_calls_run_on_a_real_gpu(device):
     cupy, nccl = dist.backend.xp_for(device), dist.backend.nccl()
     if not nccl.available:
         pytest.skip("CuPy finds no NCCL: pip install nvidia-nccl-cu12")
-    collectives = dist.NCCLCollectives(FakeMPI(rank=0, size=1), nccl, cupy.cuda.get_current_stream)
+    collectives = dist.NCCLCollectives(FakeMPI(rank=0, size=1), nccl, dist.backend.current_stream)
     flat = cupy.arange(6, dtype=cupy.float32)
     collectives.sum(flat)
     collectives.broadcast(flat, 0)

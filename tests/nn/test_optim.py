@@ -328,5 +328,14 @@ def test_load_state_dict_of_other_parameters_is_a_clear_error():
         two.load_state_dict(state)
 
 
+def test_load_state_dict_refuses_hyper_parameters_the_constructor_refuses():
+    opt = AdamW([param([1.0])], lr=1e-3)
+    state = opt.state_dict()
+    state["param_groups"][0]["betas"] = (0.9, 1.0)
+    with pytest.raises(ValueError, match=r"AdamW: betas\[1\]"):
+        opt.load_state_dict(state)
+    assert opt.param_groups[0]["betas"] == (0.9, 0.999)  # left as it was
+
+
 def test_nn_exposes_optim():
     assert nn.optim.SGD is SGD and nn.optim.AdamW is AdamW
