@@ -1,0 +1,17 @@
+"""models: what the engine is for, in three families, each a folder of its own.
+
+    lessons/    the seeds' lessons, number for number: bigram, softmax, tiny, neuron
+    gpt/        the GPT-2 library: gpt2 (the model), gpt2_params, hf_checkpoint, sampling, tokenizer
+    training/   the training application: train and sample (the CLIs), checkpoint, parallel (MPI), data
+
+Beside them, at this level, what all three and viz share: cli (the command
+lines' parser and checks), numbers (how numbers are written), io (atomic files).
+
+A module keeps its short name whichever folder holds it: `models.bigram`,
+`models.gpt2`, `models.train` (so `python -m models.train` and
+`from models.gpt2 import GPT` read as they always have). The folders are
+searched as parts of this one package, in the order above; no name occurs twice.
+"""
+from pathlib import Path
+
+__path__ += [str(Path(__file__).parent / family) for family in ("lessons", "gpt", "training")]

@@ -130,7 +130,7 @@ def test_exchange_swaps_two_folders(tmp_path):
 
 
 def crash_at_line(k, action):
-    """Run `action` in a forked child that dies, as a kill would, at the k-th line it runs in models/checkpoint.py.
+    """Run `action` in a forked child that dies, as a kill would, at the k-th line it runs in models/training/checkpoint.py.
 
     Lines inside comprehensions count as their enclosing line. Returns True if
     the child died there, False if `action` finished before its k-th line.

@@ -230,6 +230,7 @@ def test_module_names_as_users_write_them():
     assert module_name("model.bigram") == "models.bigram"
     assert module_name("models.bigram") == "models.bigram"
     assert module_name("models/bigram.py") == "models.bigram"
+    assert module_name("models/lessons/bigram.py") == "models.bigram"  # the file where it lives
     assert module_name("model/tiny.py") == "models.tiny"
     assert module_name(MODULE) == MODULE
 

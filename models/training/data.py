@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-DEFAULT_CORPUS = Path(__file__).resolve().parent / "corpus" / "tinyshakespeare.txt"
+DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "tinyshakespeare.txt"
 
 
 def load_text(path=None):

@@ -9,10 +9,10 @@ What this file promises:
   position; the mean cross-entropy against targets (-1 = ignored), else None.
 * `model.generate(...)`: greedy, temperature, top-k and top-p sampling with a
   key/value cache, seeded by `autograd.manual_seed` (the token choice is in
-  models/sampling.py); cached and uncached
+  models/gpt/sampling.py); cached and uncached
   decoding give the same tokens, also past block_size.
 * `GPT.from_pretrained(folder)` / `model.save_pretrained(folder)`: Hugging
-  Face's folder format (in models/hf_checkpoint.py), which transformers reads.
+  Face's folder format (in models/gpt/hf_checkpoint.py), which transformers reads.
 * `demo_loss()`: a tiny GPT's deterministic loss, for viz.
 
 Shapes: B batch, T time, C = n_embd, nh heads of hs = C / nh features, V = vocab_size.

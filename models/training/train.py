@@ -6,13 +6,13 @@ warmup + cosine decay and gradient clipping; train and val loss every 250),
 except a peak learning rate of 2e-3 instead of 1e-3: measured here, it ends
 at val loss 1.80 instead of 1.91 in the same 2000 iterations.
 It writes a checkpoint folder (weights and config in Hugging Face's GPT-2
-format, tokenizer, optimizer and random-generator state; see models/checkpoint.py)
+format, tokenizer, optimizer and random-generator state; see models/training/checkpoint.py)
 whenever the val loss improves (or at every evaluation with --always-save), from
 which `--resume` continues exactly, a loss-curve PNG, and prints a sample.
 Options are checked as they are parsed; a folder that holds a checkpoint is
 only continued (--resume) or replaced (--overwrite), never overwritten unasked.
 `mpiexec -n N python -m models.train` trains data-parallel on N processes
-(see models/parallel.py): the same checkpoints, any N.
+(see models/training/parallel.py): the same checkpoints, any N.
 """
 import math
 import sys
