@@ -8,6 +8,7 @@ is wrong and how (missing, not JSON, not an object) instead of a traceback.
 import contextlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 
@@ -34,7 +35,11 @@ def give_default_mode(path):
 
 @contextlib.contextmanager
 def atomic_path(path):
-    """Yield a temporary path beside `path`; it becomes `path` on success and is removed on failure."""
+    """Yield a temporary path beside `path`; it becomes `path` on success and is removed on failure.
+
+    The caller makes a file there, or a new folder (whose own files it wrote
+    through atomic_path, so they are on the disk): either appears whole or not at all.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -44,7 +49,10 @@ def atomic_path(path):
         fsync(tmp)
         os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp.is_dir():
+            shutil.rmtree(tmp)
+        else:
+            tmp.unlink(missing_ok=True)
 
 
 def read_json(path):

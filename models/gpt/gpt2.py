@@ -19,13 +19,14 @@ Shapes: B batch, T time, C = n_embd, nh heads of hs = C / nh features, V = vocab
 """
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
 import autograd as ag
 import nn
 from autograd import Tensor
-from models import sampling
+from models import hf_checkpoint, sampling
 
 
 @dataclass
@@ -303,12 +304,25 @@ class GPT(nn.Module):
     @classmethod
     def from_pretrained(cls, directory, dropout=0.0):
         """Load a Hugging Face GPT-2 folder (config.json, model.safetensors) in either layout: models.hf_checkpoint."""
-        from models import hf_checkpoint  # imported here: it builds on this module
-        return hf_checkpoint.load(cls, directory, dropout)
+        fields, weights = hf_checkpoint.read(directory)
+        try:
+            config = GPTConfig(**fields, dropout=dropout)
+        except ValueError as exc:
+            raise ValueError(f"{Path(directory) / 'config.json'}: {exc}") from None
+        rng_state = ag.get_rng_state()
+        try:
+            model = cls(config)  # its random initialisation is overwritten at once
+        finally:
+            ag.set_rng_state(rng_state)  # so loading does not move the caller's random stream
+        try:
+            model.load_state_dict(weights)
+        except KeyError as exc:  # load_state_dict names the keys and shapes; say which folder they came from
+            raise ValueError(f"GPT.from_pretrained: the weights in {directory} do not fit its config.json "
+                             f"({config}): {exc.args[0]}") from None
+        return model
 
     def save_pretrained(self, directory):
-        """Write config.json and model.safetensors as transformers does, atomically (see models.hf_checkpoint)."""
-        from models import hf_checkpoint
+        """Write config.json and model.safetensors as transformers does, each file atomically (models.hf_checkpoint)."""
         hf_checkpoint.save(self, directory)
 
 

@@ -2,55 +2,50 @@
 
 What this file promises:
 
-* `load(cls, directory)`: a GPT built from a folder that transformers wrote
-  (keys `transformer.h.0…`, perhaps a tied `lm_head.weight`) or from the
-  original hub layout (keys `h.0…` with `attn.bias` / `attn.masked_bias` mask
-  buffers, which are dropped). Sharded weights (`model.safetensors.index.json`)
-  load too. The weights go through `nn.Module.load_state_dict`, whose one check
-  names every missing, unexpected and mis-shaped key; a file that is missing,
-  cut short, not JSON or not an object is named in one line as well.
+* `read(directory)`: the GPTConfig fields and the weights (under this model's
+  parameter names) of a folder that transformers wrote (keys `transformer.h.0…`,
+  perhaps a tied `lm_head.weight`) or of the original hub layout (keys `h.0…`
+  with `attn.bias` / `attn.masked_bias` mask buffers, which are dropped).
+  Sharded weights (`model.safetensors.index.json`) load too. Every size in
+  config.json is checked against the weights' shapes before a model is built
+  from them; a file that is missing, cut short, not JSON or not an object is
+  named in one line.
 * `save(model, directory)`: config.json and model.safetensors as transformers
-  writes them, atomically; `transformers.GPT2LMHeadModel` loads the folder with
-  nothing missing.
-* `config_from_hf` / `config_to_hf`: GPTConfig to and from transformers' GPT-2
-  config.json, refusing what this model cannot compute.
+  writes them, each file atomically; `transformers.GPT2LMHeadModel` loads the
+  folder with nothing missing.
+* `config_fields` / `config_to_hf`: GPTConfig's fields from transformers' GPT-2
+  config.json, refusing what this model cannot compute, and back.
 
-`GPT.from_pretrained` and `GPT.save_pretrained` are the way in; this module is
-their implementation.
+`GPT.from_pretrained` and `GPT.save_pretrained` (models/gpt/gpt2.py) build on
+this module, which knows the files and nothing of the model's code.
 """
 import json
-import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-import autograd as ag
-from models.gpt2 import GPTConfig
-from models.io import fsync, give_default_mode, read_json
+from models.io import atomic_path, read_json
 
 _MASK_BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")  # the original layout's causal-mask buffers
 _TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # names transformers gives the tanh GELU
-_FILES = ("model.safetensors", "config.json")
 
 
-def config_from_hf(hf, dropout=0.0):
-    """A GPTConfig from a transformers GPT-2 config.json dict; refuses what this model cannot compute."""
+def config_fields(hf):
+    """GPTConfig's fields (all but dropout) from a transformers GPT-2 config.json dict; refuses what this model
+    cannot compute. GPTConfig checks the values themselves."""
     if hf.get("model_type", "gpt2") != "gpt2":
         raise ValueError(f"from_pretrained: config.json describes a {hf['model_type']!r} model, not 'gpt2'")
-    config = GPTConfig(vocab_size=hf.get("vocab_size", 50257),
-                       block_size=hf.get("n_positions", hf.get("n_ctx", 1024)),
-                       n_layer=hf.get("n_layer", 12), n_head=hf.get("n_head", 12), n_embd=hf.get("n_embd", 768),
-                       dropout=dropout, bias=hf.get("bias", True),  # "bias" is ours: only bias=False folders have it
-                       layer_norm_epsilon=hf.get("layer_norm_epsilon", 1e-5))  # checks every size first
-    n_embd = config.n_embd
+    fields = {"vocab_size": hf.get("vocab_size", 50257), "block_size": hf.get("n_positions", hf.get("n_ctx", 1024)),
+              "n_layer": hf.get("n_layer", 12), "n_head": hf.get("n_head", 12), "n_embd": hf.get("n_embd", 768),
+              "bias": hf.get("bias", True),  # "bias" is ours: only bias=False folders have it
+              "layer_norm_epsilon": hf.get("layer_norm_epsilon", 1e-5)}
+    n_embd = fields["n_embd"]
     unsupported = []
     if hf.get("activation_function", "gelu_new") not in _TANH_GELUS:
         unsupported.append(f"activation_function={hf['activation_function']!r} (this model uses GPT-2's tanh GELU)")
-    if hf.get("n_inner") not in (None, 4 * n_embd):
-        unsupported.append(f"n_inner={hf['n_inner']} (the MLP here is 4 × n_embd = {4 * n_embd})")
+    if hf.get("n_inner") is not None and not (isinstance(n_embd, int) and hf["n_inner"] == 4 * n_embd):
+        unsupported.append(f"n_inner={hf['n_inner']} (the MLP here is 4 × n_embd)")
     if not hf.get("scale_attn_weights", True):
         unsupported.append("scale_attn_weights=false (attention here scales by 1/√head_size)")
     if hf.get("scale_attn_by_inverse_layer_idx", False):
@@ -62,7 +57,7 @@ def config_from_hf(hf, dropout=0.0):
     if unsupported:
         raise ValueError("from_pretrained: config.json asks for what this GPT-2 does not implement: "
                          + "; ".join(unsupported))
-    return config
+    return fields
 
 
 def config_to_hf(config, dtype="float32"):
@@ -96,8 +91,8 @@ def config_to_hf(config, dtype="float32"):
     }
 
 
-def load(cls, directory, dropout=0.0):
-    """A `cls` (GPT) with the config and weights of the Hugging Face folder `directory`."""
+def read(directory):
+    """(GPTConfig fields, weights under this model's parameter names) of the Hugging Face folder `directory`."""
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"GPT.from_pretrained: no folder {directory}; give the folder that holds "
@@ -106,26 +101,34 @@ def load(cls, directory, dropout=0.0):
     if not config_file.is_file():
         raise FileNotFoundError(f"GPT.from_pretrained: {config_file} is missing; a Hugging Face GPT-2 folder "
                                 "has config.json next to model.safetensors")
-    hf = read_json(config_file)
     try:
-        config = config_from_hf(hf, dropout=dropout)
+        fields = config_fields(read_json(config_file))
     except ValueError as exc:
         raise ValueError(f"{config_file}: {exc}") from None
     state, head = _state_and_head(_read_safetensors(directory))
-    rng_state = ag.get_rng_state()
-    try:
-        model = cls(config)  # its random initialisation is overwritten at once
-    finally:
-        ag.set_rng_state(rng_state)  # so loading does not move the caller's random stream
-    try:
-        model.load_state_dict(state)
-    except KeyError as exc:  # load_state_dict names the keys and shapes; say which folder they came from
-        raise ValueError(f"GPT.from_pretrained: the weights in {directory} do not fit its config.json "
-                         f"({config}): {exc.args[0]}") from None
-    if head is not None and not np.array_equal(head, state["transformer.wte.weight"]):
+    if head is not None and not np.array_equal(head, state.get("transformer.wte.weight")):
         raise ValueError(f"GPT.from_pretrained: lm_head.weight differs from transformer.wte.weight in {directory}; "
                          "this model ties its LM head to the token embedding, as GPT-2 does")
-    return model
+    _check_sizes(fields, state, config_file)
+    return fields, state
+
+
+def _check_sizes(fields, state, config_file):
+    """config.json's sizes against the weights' shapes, before anything is built from them (an untrusted folder
+    could ask for a billion layers)."""
+    found = {"vocab_size": None, "block_size": None, "n_embd": None}
+    if "transformer.wte.weight" in state and state["transformer.wte.weight"].ndim == 2:
+        found["vocab_size"], found["n_embd"] = state["transformer.wte.weight"].shape
+    if "transformer.wpe.weight" in state and state["transformer.wpe.weight"].ndim == 2:
+        found["block_size"] = state["transformer.wpe.weight"].shape[0]
+    layers = {int(m.group(1)) for key in state if (m := re.match(r"transformer\.h\.(\d+)\.", key))}
+    found["n_layer"] = len(layers)
+    wrong = [f"{name} {fields[name]!r} (the weights have {size})" for name, size in found.items()
+             if size is not None and isinstance(fields[name], int) and fields[name] != size]  # GPTConfig vets types
+    if layers != set(range(len(layers))):
+        wrong.append(f"layers numbered {sorted(layers)[:8]}… (the weights skip some)")
+    if wrong:
+        raise ValueError(f"{config_file} does not describe the weights beside it: " + "; ".join(wrong))
 
 
 def _read_safetensors(directory):
@@ -173,34 +176,31 @@ def _state_and_head(tensors):
 def save(model, directory):
     """Write config.json and model.safetensors into `directory` as transformers does, atomically.
 
-    Both files are written completely into a temporary sibling folder first,
-    then moved into place with os.replace (a rename, atomic on one file
-    system): an interrupted save leaves the previous files, never half a file.
-    Other files in `directory` (a tokenizer, say) are left alone. A model with
-    bias=False is saved too, marked "bias": false in config.json: load reads it
-    back, but transformers' GPT-2 always has biases and cannot.
+    A new folder is made under a temporary name and appears whole or not at all;
+    into a folder that is there, each file is written whole under a temporary
+    name and then takes its own (models.io.atomic_path, for both): an
+    interrupted save leaves the previous files, never half a file. Other files
+    in `directory` (a tokenizer, say) are left alone. A model with bias=False is
+    saved too, marked "bias": false in config.json: `read` reads it back, but
+    transformers' GPT-2 always has biases and cannot.
     """
-    from safetensors.numpy import save_file
-
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise NotADirectoryError(f"save_pretrained: {directory} exists and is not a folder")
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".partial", dir=directory.parent))
-    try:
-        tensors = {name: np.ascontiguousarray(p.numpy())  # names are transformer.…
-                   for name, p in model.named_parameters()}
-        save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
-        dtype = str(model.transformer.wte.weight.dtype)
-        (staging / "config.json").write_text(json.dumps(config_to_hf(model.config, dtype), indent=2) + "\n")
-        for path in (staging, *(staging / name for name in _FILES)):
-            give_default_mode(path)
-        for name in _FILES:
-            fsync(staging / name)
-        if not directory.exists():
-            os.replace(staging, directory)  # a new folder appears whole, or not at all
-            return
-        for name in _FILES:  # each file is swapped whole
-            os.replace(staging / name, directory / name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    if directory.exists():
+        _write(model, directory)
+        return
+    with atomic_path(directory) as staging:
+        staging.mkdir()
+        _write(model, staging)
+
+
+def _write(model, directory):
+    from safetensors.numpy import save_file
+
+    tensors = {name: np.ascontiguousarray(p.numpy()) for name, p in model.named_parameters()}  # transformer.…
+    with atomic_path(directory / "model.safetensors") as tmp:
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
+    dtype = str(model.transformer.wte.weight.dtype)
+    with atomic_path(directory / "config.json") as tmp:
+        tmp.write_text(json.dumps(config_to_hf(model.config, dtype), indent=2) + "\n")

@@ -1,14 +1,14 @@
-"""Training checkpoints: a folder that always holds one complete, consistent checkpoint.
+"""Training checkpoints: a folder that always holds one complete, consistent checkpoint, and the run's state.
 
 A checkpoint folder (models.train's --out-dir) holds, all from one iteration:
 
     config.json, model.safetensors   the weights, in Hugging Face's GPT-2 format (transformers loads the folder)
     tokenizer.json                   the tokenizer whose ids the model reads and writes
-    optimizer.npz                    AdamW's moment estimates by parameter position, and the iteration
-    train_state.json                 the iteration, the losses so far, the checkpoint's val loss, both random
-                                     generators' states, the run's options and AdamW's step counts; how an
-                                     iteration's rows were made (batch x grad-accum x ranks) and, from a job
-                                     of several ranks, every rank's dropout generator
+    optimizer.npz                    the optimizer's own state_dict: its step count, hyper-parameters and buffers
+    train_state.json                 the `RunState`: the iteration, the losses so far, the evaluations, the
+                                     checkpoint's val loss, the run's options, how an iteration's rows were
+                                     made (batch x grad-accum x ranks) and the random generators' states
+                                     (the batches', and every rank's dropout generator)
     loss.png                         the loss curve, which models.train redraws at the end of a run
 
 `save` writes a whole new checkpoint into `.NAME.tmp/` beside the folder, flushes
@@ -23,23 +23,29 @@ Nothing else is left beside the folder: `.NAME.tmp/` is always safe to delete,
 and every save deletes what an interrupted one left. While a run trains, it
 holds `.NAME.lock`, so that a second run into the same folder is refused.
 
-The loaders check what they read and name the file and what is wrong with it
-in one line: a missing file, damaged JSON or npz, a field of the wrong type,
-an optimizer of another model, a tokenizer that does not fit the weights.
+`resume` is the one way back in: it reads the run state, puts the checkpoint's
+options into the command line's, and loads the model, tokenizer and optimizer
+state. The loaders check what they read and name the file and what is wrong
+with it in one line: a missing file, damaged JSON or npz, a field of the wrong
+type, an optimizer of another model, a tokenizer that does not fit the weights.
 """
 import contextlib
 import ctypes
 import errno
 import fnmatch
 import json
+import math
 import os
 import shutil
 import sys
 import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+import autograd as ag
+from models.data import Layout
 from models.gpt2 import GPT
 from models.io import fsync, json_type, read_json
 from models.tokenizer import GPT2Tokenizer, tokenizer_from_dict
@@ -53,12 +59,16 @@ PLOT_FILE = "loss.png"
 FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, OPTIMIZER_FILE, STATE_FILE)
 _PLOT_DEBRIS = f".{PLOT_FILE}.tmp-*"  # what models.io.atomic_path leaves of a plot when killed
 
+# What a checkpoint fixes for good (its model) and what it does not store (how this run is carried out);
+# every other option is stored with the checkpoint and, on --resume, used again unless the command line changes it.
+MODEL_OPTIONS = ("tokenizer", "n_layer", "n_head", "n_embd", "no_bias", "init_from")
+RUN_OPTIONS = ("out_dir", "resume", "overwrite", "device", "peak_tflops", "sample_tokens", "no_progress")
+
+FORMAT = 2  # train_state.json's layout; 1 (no "format" field) kept the optimizer's step counts apart from its buffers
 _NUMBER = (int, float)
 _TYPE_NAMES = {int: "an integer", _NUMBER: "a number", list: "an array", dict: "an object"}
-_STATE_FIELDS = {"iter": int, "history": list, "evals": list, "val_loss": _NUMBER, "data_rng": dict,
-                 "model_rng": dict, "options": dict, "optimizer": dict}
-# What models.parallel adds: how an iteration's rows were made, and in a job of several ranks each one's generator.
-_JOB_FIELDS = {"batch": dict, "model_rngs": list}
+_STATE_FIELDS = {"format": int, "iter": int, "history": list, "evals": list, "val_loss": _NUMBER, "options": dict,
+                 "batch": dict, "data_rng": dict, "model_rngs": list}
 _LAYOUT_FIELDS = {"batch_size": int, "grad_accum": int, "ranks": int}
 
 
@@ -146,8 +156,8 @@ def check_out_dir(folder, resume, overwrite):
                          "or --overwrite to replace it")
 
 
-def save(folder, model, tokenizer, optimizer, state):
-    """Write a complete checkpoint of `state` (see _STATE_FIELDS) and put it in `folder`'s place in one step."""
+def save(folder, model, tokenizer, optimizer, run):
+    """Write a complete checkpoint of the `run` (a RunState) and put it in `folder`'s place in one step."""
     folder = _real(folder)
     recover(folder)
     scratch = _sibling(folder, "tmp")
@@ -156,12 +166,8 @@ def save(folder, model, tokenizer, optimizer, state):
     try:
         model.save_pretrained(new)
         (new / TOKENIZER_FILE).write_text(json.dumps(tokenizer.to_dict(), indent=2), encoding="utf-8")
-        opt_state = optimizer.state_dict()
-        arrays = {f"{i}.{k}": v for i, s in opt_state["state"].items() for k, v in s.items() if k != "step"}
-        with open(new / OPTIMIZER_FILE, "wb") as f:
-            np.savez(f, iter=np.int64(state["iter"]), **arrays)
-        meta = {"steps": opt_state["steps"], "param_steps": {str(i): s["step"] for i, s in opt_state["state"].items()}}
-        (new / STATE_FILE).write_text(json.dumps({**state, "optimizer": meta}, indent=2), encoding="utf-8")
+        _save_optimizer(new / OPTIMIZER_FILE, optimizer.state_dict())
+        (new / STATE_FILE).write_text(json.dumps(run.to_json(), indent=2), encoding="utf-8")
         if (folder / PLOT_FILE).is_file():
             _link_or_copy(folder / PLOT_FILE, new / PLOT_FILE)
         for path in new.iterdir():
@@ -209,44 +215,102 @@ def _exchange(a, b):
     raise OSError(code, os.strerror(code), str(b))
 
 
-def saved_iteration(folder):
-    """The iteration of the checkpoint in `folder`, or None where there is no readable one."""
-    try:
-        return load_state(folder)["iter"]
-    except (OSError, ValueError):
-        return None
+@dataclass
+class RunState:
+    """Everything of a training run that is neither the model nor the optimizer; a checkpoint saves it whole.
 
+    `iter` counts the iterations done, `history` holds each one's training loss
+    and `evals` each evaluation's ({"iter", "train", "val"}); `val_loss` and
+    `saved_iter` are those of the checkpoint in the folder, which a save must
+    beat. `data_rng` draws the batches (alike on every rank), and `model_rngs`
+    holds every rank's dropout generator as of the last save or resume.
+    """
 
-def load_state(folder):
-    """train_state.json of the checkpoint in `folder`, checked field by field against what a save writes."""
-    path = _current(folder) / STATE_FILE
-    state = read_json(path)
-    _require_fields(path, state, _STATE_FIELDS)
-    _require_fields(path, state["optimizer"], {"steps": int, "param_steps": dict}, "optimizer.")
-    _require_fields(path, state, {key: kind for key, kind in _JOB_FIELDS.items() if key in state})
-    if "batch" in state:
+    options: dict
+    layout: Layout
+    data_rng: np.random.Generator
+    iter: int = 0
+    history: list = field(default_factory=list)
+    evals: list = field(default_factory=list)
+    val_loss: float = math.inf
+    saved_iter: int | None = None
+    model_rngs: list = field(default_factory=list)
+
+    @classmethod
+    def start(cls, options, layout, seed, world):
+        """A new run's state. Ranks after 0 draw their dropout masks from streams of their own, rank 0 keeps the
+        single process's; every rank draws the same batches."""
+        if not world.is_root:
+            ag.manual_seed(_rank_seed(seed, 0, world.rank))
+        return cls(options=options, layout=layout, data_rng=np.random.default_rng(seed))
+
+    def record(self, loss):
+        """One more iteration done, with its training loss."""
+        self.history.append(loss)
+        self.iter += 1
+
+    def mark_saved(self, val_loss, world):
+        """This iteration becomes the checkpoint's: its val loss, and every rank's generator (a collective)."""
+        self.val_loss, self.saved_iter = val_loss, self.iter
+        self.model_rngs = world.gather(ag.get_rng_state())
+
+    def restore_rngs(self, seed, world):
+        """Each rank takes back its dropout stream from the checkpoint; a rank it did not have starts a fresh one."""
+        if world.rank < len(self.model_rngs):
+            ag.set_rng_state(self.model_rngs[world.rank])
+        else:
+            ag.manual_seed(_rank_seed(seed, self.iter, world.rank))
+
+    def to_json(self):
+        return {"format": FORMAT, "iter": self.iter, "history": self.history, "evals": self.evals,
+                "val_loss": self.val_loss, "options": self.options, "batch": self.layout.to_dict(),
+                "data_rng": self.data_rng.bit_generator.state, "model_rngs": self.model_rngs}
+
+    @classmethod
+    def load(cls, folder):
+        """train_state.json of the checkpoint in `folder`, checked field by field against what a save writes."""
+        path = _current(folder) / STATE_FILE
+        state = read_json(path)
+        if state.get("format") != FORMAT:
+            raise ValueError(f"{path} was written by an older models.train (format {state.get('format', 1)}, this "
+                             f"one reads {FORMAT}); resume it with that version, or start again with --overwrite")
+        _require_fields(path, state, _STATE_FIELDS)
         _require_fields(path, state["batch"], _LAYOUT_FIELDS, "batch.")
         if min(state["batch"][key] for key in _LAYOUT_FIELDS) < 1:
             raise ValueError(f"{path}: 'batch' should hold counts of at least 1, not {json.dumps(state['batch'])}")
-    history, evals = state["history"], state["evals"]
-    if len(history) != state["iter"] or not all(_is(x, _NUMBER) for x in history):
-        raise ValueError(f"{path}: 'history' should list {state['iter']} losses, one per iteration "
-                         f"up to 'iter', but has {len(history)} entries")
-    for entry in evals:
-        if not (isinstance(entry, dict) and all(_is(entry.get(k), _NUMBER) for k in ("iter", "train", "val"))):
-            raise ValueError(f"{path}: every entry of 'evals' should be an object with numbers 'iter', "
-                             f"'train' and 'val', but one is {json.dumps(entry)[:60]}")
-    if state["optimizer"]["steps"] != state["iter"]:
-        raise ValueError(f"{path}: the optimizer took {state['optimizer']['steps']} steps but 'iter' is "
-                         f"{state['iter']}; the file mixes two checkpoints")
-    streams = {"data_rng": state["data_rng"], "model_rng": state["model_rng"],
-               **{f"model_rngs[{i}]": s for i, s in enumerate(state.get("model_rngs", []))}}
-    for key, stream in streams.items():
-        try:
-            np.random.PCG64().state = stream  # the generator all streams use: does the state fit it?
-        except (TypeError, ValueError, KeyError) as exc:
-            raise ValueError(f"{path}: {key!r} is not a random generator's state ({exc})") from None
-    return state
+        history, evals = state["history"], state["evals"]
+        if len(history) != state["iter"] or not all(_is(x, _NUMBER) for x in history):
+            raise ValueError(f"{path}: 'history' should list {state['iter']} losses, one per iteration "
+                             f"up to 'iter', but has {len(history)} entries")
+        for entry in evals:
+            if not (isinstance(entry, dict) and all(_is(entry.get(k), _NUMBER) for k in ("iter", "train", "val"))):
+                raise ValueError(f"{path}: every entry of 'evals' should be an object with numbers 'iter', "
+                                 f"'train' and 'val', but one is {json.dumps(entry)[:60]}")
+        data_rng = np.random.default_rng()
+        streams = {"data_rng": state["data_rng"], **{f"model_rngs[{i}]": s for i, s in enumerate(state["model_rngs"])}}
+        for key, stream in streams.items():
+            try:
+                np.random.PCG64().state = stream  # the generator all streams use: does the state fit it?
+            except (TypeError, ValueError, KeyError) as exc:
+                raise ValueError(f"{path}: {key!r} is not a random generator's state ({exc})") from None
+        if not state["model_rngs"]:
+            raise ValueError(f"{path}: 'model_rngs' is empty; it holds rank 0's dropout generator at least")
+        data_rng.bit_generator.state = state["data_rng"]
+        return cls(options=state["options"], layout=Layout(**state["batch"]), data_rng=data_rng, iter=state["iter"],
+                   history=history, evals=evals, val_loss=state["val_loss"], saved_iter=state["iter"],
+                   model_rngs=state["model_rngs"])
+
+
+def _rank_seed(seed, step, rank):
+    return int(np.random.SeedSequence([seed, step, rank]).generate_state(1)[0])
+
+
+def saved_iteration(folder):
+    """The iteration of the checkpoint in `folder`, or None where there is no readable one."""
+    try:
+        return RunState.load(folder).iter
+    except (OSError, ValueError):
+        return None
 
 
 def _is(value, kinds):
@@ -261,37 +325,38 @@ def _require_fields(path, obj, fields, prefix=""):
             raise ValueError(f"{path}: {prefix}{key!r} should be {_TYPE_NAMES[kinds]}, not {json_type(obj[key])}")
 
 
-def restore_optimizer(folder, optimizer, state):
-    """Load optimizer.npz into `optimizer` (hyper-parameters stay as `optimizer` has them); `state` from load_state."""
+def _save_optimizer(path, state_dict):
+    """An optimizer's state_dict as one npz: its step count, its groups' hyper-parameters (JSON) and every buffer."""
+    arrays = {f"state.{i}.{name}": np.asarray(value) for i, buffers in state_dict["state"].items()
+              for name, value in buffers.items()}
+    with open(path, "wb") as f:
+        np.savez(f, steps=np.int64(state_dict["steps"]), param_groups=np.str_(json.dumps(state_dict["param_groups"])),
+                 **arrays)
+
+
+def read_optimizer(folder, iteration):
+    """The optimizer state_dict in `folder`'s optimizer.npz; it must have taken `iteration` steps."""
     path = _current(folder) / OPTIMIZER_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing")
     try:
         with np.load(path) as f:
             arrays = {key: f[key] for key in f.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        groups = json.loads(str(arrays.pop("param_groups")))
+        steps = int(arrays.pop("steps"))
+    except (OSError, ValueError, EOFError, KeyError, TypeError, zipfile.BadZipFile) as exc:
         raise ValueError(f"{path} is damaged ({type(exc).__name__}: {exc})") from None
-    saved_iter = arrays.pop("iter", None)
-    if saved_iter is None or saved_iter.shape != () or int(saved_iter) != state["iter"]:
-        raise ValueError(f"{path} belongs to iteration {saved_iter} but {STATE_FILE} to {state['iter']}; "
+    if steps != iteration:
+        raise ValueError(f"{path} took {steps} steps but {STATE_FILE} is at iteration {iteration}; "
                          "the folder mixes two checkpoints")
-    buffers = {}
+    state = {}
     for key, array in arrays.items():
-        index, _, name = key.partition(".")
-        if not index.isdigit() or not name:
-            raise ValueError(f"{path} holds an entry {key!r}; expected '<parameter index>.<buffer name>'")
-        buffers.setdefault(int(index), {})[name] = array
-    steps = {int(i): n for i, n in state["optimizer"]["param_steps"].items() if i.isdigit()}
-    if set(steps) != set(buffers) or not all(_is(n, int) for n in steps.values()):
-        raise ValueError(f"{path} has buffers for parameters {sorted(buffers)} but {STATE_FILE} counts steps "
-                         f"for {sorted(steps)}; the folder mixes two checkpoints")
-    for index, n in steps.items():
-        buffers[index]["step"] = n
-    groups = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
-    try:
-        optimizer.load_state_dict({"steps": state["optimizer"]["steps"], "param_groups": groups, "state": buffers})
-    except ValueError as exc:
-        raise ValueError(f"{path} does not fit this model: {exc}") from None
+        _, index, name = (key.split(".", 2) + ["", ""])[:3]
+        if not key.startswith("state.") or not index.isdigit() or not name:
+            raise ValueError(f"{path} holds an entry {key!r}; expected 'state.<parameter index>.<buffer name>'")
+        is_count = array.shape == () and array.dtype.kind in "iu"  # AdamW's step; buffers are float arrays
+        state.setdefault(int(index), {})[name] = int(array) if is_count else array
+    return {"steps": steps, "param_groups": groups, "state": state}
 
 
 def load_model(folder, dropout=0.0):
@@ -329,39 +394,56 @@ def load_model(folder, dropout=0.0):
     return model, tokenizer
 
 
-def resume_options(args, state, given, fixed, check, folder, more=None):
-    """Put the options of a checkpoint's run into `args` wherever the command line did not set them; say what differs.
+def restore_optimizer(optimizer, state_dict, folder):
+    """Load a checkpoint's optimizer `state_dict` into `optimizer`, which keeps its own hyper-parameters (the
+    options, as the command line may have changed them); a one-line error names the file where it does not fit."""
+    groups = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    try:
+        optimizer.load_state_dict({**state_dict, "param_groups": groups})
+    except ValueError as exc:
+        raise ValueError(f"{_current(folder) / OPTIMIZER_FILE} does not fit this model: {exc}") from None
 
-    `state` is load_state's, `given` names the options the command line set,
-    options in `fixed` (the model's shape) always come from the checkpoint, and
-    `check(name, value)` vets a saved value as if it had been typed. `more(args)`,
-    asked once the options are in, adds what else changed (a list, such as the
-    number of processes) and a remark on it (or None) to the same line. Returns
-    up to two lines to print.
+
+def resume(folder, args, check, world):
+    """Continue the checkpoint in `folder`: (model, tokenizer, optimizer state_dict, RunState).
+
+    The checkpoint's options go into `args` wherever the command line did not
+    set them (`args.given` names those it did); the options that shape the
+    model (MODEL_OPTIONS) always come from the checkpoint; `check(name, value)`
+    vets a saved value as if it had been typed. Prints up to two lines saying
+    what the command line changed (and the number of ranks, from `world`) and
+    what it could not. The dropout generators are restored; the optimizer
+    state goes into the optimizer the caller builds from `args`, through
+    `restore_optimizer`.
     """
+    run = RunState.load(folder)
     changed, ignored = [], []
-    for name, old in state["options"].items():
+    for name, old in run.options.items():
         if not hasattr(args, name):
             continue
         new = getattr(args, name)
         flag = "--" + name.replace("_", "-")
-        if name in given and new != old:
-            if name not in fixed:
+        if name in args.given and new != old:
+            if name not in MODEL_OPTIONS:
                 changed.append(f"{flag} {old} → {new}")
                 continue
             ignored.append(f"{flag} {new} (keeping {old})")
-        if name not in fixed:
+        if name not in MODEL_OPTIONS:
             try:
                 old = check(name, old)
             except ValueError as exc:
                 raise ValueError(f"{_current(folder) / STATE_FILE}: the saved option {exc}") from None
         setattr(args, name, old)
-    also, remark = more(args) if more else ([], None)
+    layout = Layout(args.batch_size, args.grad_accum, world.size)
+    also, remark = layout.change_from(run.layout)
     changed += also
-    lines = []
     if changed:
-        lines.append("resume: the command line changes " + ", ".join(changed) + "; all else as the checkpoint had it"
-                     + (f"; {remark}" if remark else ""))
+        print("resume: the command line changes " + ", ".join(changed) + "; all else as the checkpoint had it"
+              + (f"; {remark}" if remark else ""))
     if ignored:
-        lines.append("resume: the checkpoint fixes the model, so it ignores " + ", ".join(ignored))
-    return lines
+        print("resume: the checkpoint fixes the model, so it ignores " + ", ".join(ignored))
+    run.layout = layout
+    model, tokenizer = load_model(folder, dropout=args.dropout)
+    optimizer_state = read_optimizer(folder, run.iter)
+    run.restore_rngs(args.seed, world)
+    return model, tokenizer, optimizer_state, run

@@ -1,8 +1,16 @@
 """Training data: a text file, tokenised once, split 90 % / 10 %, served as random contiguous blocks.
 
+An iteration's rows are made by one `Layout`: batch_size x grad_accum x ranks
+rows drawn at once from one generator, alike on every rank; rank r trains on
+rows [r·B·K, (r+1)·B·K) of them, in K micro-batches of B rows. So N ranks
+consume exactly the batches one process with N times the batch (or N times the
+accumulation) would, and a run resumed on another number of ranks continues the
+same stream whenever B·K·N is unchanged.
+
 The default corpus is Tiny Shakespeare, shipped with the package (see
 models/corpus/README.md), so the main job runs offline.
 """
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -48,3 +56,46 @@ class TokenData:
         starts = rng.integers(0, len(data) - block_size, size=batch_size)
         rows = starts[:, None] + np.arange(block_size)  # (B, T)
         return data[rows], data[rows + 1]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How an iteration's rows are made: `batch_size` x `grad_accum` micro-batch rows on each of `ranks`."""
+
+    batch_size: int
+    grad_accum: int
+    ranks: int
+
+    @property
+    def rows(self):
+        return self.batch_size * self.grad_accum * self.ranks
+
+    def micro_batches(self, x, y, rank):
+        """Rank `rank`'s grad_accum slices of batch_size rows, from the whole iteration's (x, y)."""
+        first = rank * self.grad_accum * self.batch_size
+        for k in range(self.grad_accum):
+            part = slice(first + k * self.batch_size, first + (k + 1) * self.batch_size)
+            yield x[part], y[part]
+
+    def describe(self):
+        return (f"batch {self.batch_size} x grad-accum {self.grad_accum} x {self.ranks} "
+                f"rank{'s' * (self.ranks > 1)}")
+
+    def to_dict(self):
+        return asdict(self)
+
+    def change_from(self, saved):
+        """How this layout differs from a checkpoint's (`saved`), for resume's one line: (changes, remark).
+
+        `changes` lists what no option says (the number of ranks), `remark` whether
+        the rows per iteration, and so the batches, stay those of the checkpoint's
+        run; ([], None) when nothing changed.
+        """
+        if saved == self:
+            return [], None
+        changes = [f"mpiexec -n {saved.ranks} → {self.ranks}"] if saved.ranks != self.ranks else []
+        if saved.rows == self.rows:
+            return changes, f"still {self.rows} rows per iteration ({self.describe()}), so the same batches"
+        return changes, (f"{self.rows} rows per iteration ({self.describe()}) instead of the checkpoint's "
+                         f"{saved.rows} ({saved.describe()}): other batches and updates than the first run "
+                         "would have made")

@@ -6,13 +6,16 @@ warmup + cosine decay and gradient clipping; train and val loss every 250),
 except a peak learning rate of 2e-3 instead of 1e-3: measured here, it ends
 at val loss 1.80 instead of 1.91 in the same 2000 iterations.
 It writes a checkpoint folder (weights and config in Hugging Face's GPT-2
-format, tokenizer, optimizer and random-generator state; see models/training/checkpoint.py)
+format, tokenizer, optimizer and run state; see models/training/checkpoint.py)
 whenever the val loss improves (or at every evaluation with --always-save), from
 which `--resume` continues exactly, a loss-curve PNG, and prints a sample.
 Options are checked as they are parsed; a folder that holds a checkpoint is
 only continued (--resume) or replaced (--overwrite), never overwritten unasked.
 `mpiexec -n N python -m models.train` trains data-parallel on N processes
 (see models/training/parallel.py): the same checkpoints, any N.
+
+Read `train` first: the loop, as nanoGPT's, batch → forward/backward → clip →
+step, with an evaluation (and perhaps a save) every --eval-interval.
 """
 import math
 import sys
@@ -24,18 +27,14 @@ import numpy as np
 
 import autograd as ag
 import nn
-from models import checkpoint, parallel
+from models import checkpoint
 from models.cli import Parser, device, input_file, input_folder, interval, output_folder
-from models.data import TokenData, load_text
+from models.data import Layout, TokenData, load_text
 from models.gpt2 import GPT, GPTConfig
 from models.io import atomic_path
+from models.parallel import PeerFailed, World
 from models.tokenizer import CharTokenizer, GPT2Tokenizer
 from nn import distributed as dist
-
-# What a checkpoint fixes for good (its model) and what it does not store (how this run is carried out);
-# every other option is stored with the checkpoint and, on --resume, used again unless the command line changes it.
-MODEL_OPTIONS = ("tokenizer", "n_layer", "n_head", "n_embd", "no_bias", "init_from")
-RUN_OPTIONS = ("out_dir", "resume", "overwrite", "device", "peak_tflops", "sample_tokens", "no_progress")
 
 POSITIVE, COUNT = interval(int, "[1, inf)"), interval(int, "[0, inf)")
 
@@ -122,13 +121,58 @@ def measure_peak_flops(device):
     return 2 * 1024 ** 3 / best
 
 
-def build(args, out_dir):
-    """Model, tokenizer and token data, fresh, fine-tuned from --init-from, or resumed from --out-dir."""
-    text = load_text(args.data)
+def train(args, world):
+    out_dir = Path(args.out_dir)
+    world.on_root(checkpoint.recover, out_dir)  # the other ranks read the checkpoint once it is whole
+    with world.together():
+        started = start(args, world)
+    if started is None:
+        return
+    model, tokenizer, data, optimizer, run = started
+    world.broadcast_parameters(model)  # every rank starts from rank 0's weights
+    progress = Progress(args, world, model, data, run)
+    schedule = nn.optim.WarmupCosineLR(optimizer, args.warmup_iters, args.lr_decay_iters or args.max_iters,
+                                       args.min_lr, max_lr=args.lr, last_step=run.iter - 1)
+    resumed_at = run.iter if args.resume else None  # that evaluation is the checkpoint's own
+    for it in range(run.iter, args.max_iters + 1):
+        if (it % args.eval_interval == 0 or it == args.max_iters) and it != resumed_at:
+            evaluate(model, tokenizer, optimizer, data, run, args, world, progress.say)
+        if it == args.max_iters:
+            break
+        progress.begin()
+        x, y = data.batch("train", run.layout.rows, args.block_size, run.data_rng)  # alike on every rank
+        optimizer.zero_grad()
+        with world.together():
+            local_loss = accumulate_gradients(model, x, y, run.layout, world.rank, args)
+        loss = world.mean([local_loss])[0]
+        check_finite(loss, run, optimizer, out_dir)  # every rank alike, before the update
+        world.all_reduce_gradients(model)
+        if args.grad_clip:
+            nn.optim.clip_grad_norm_(model.parameters(), args.grad_clip)
+        optimizer.step()
+        schedule.step()
+        run.record(loss)
+        progress.end(loss)
+    progress.close()
+    world.separate()  # no rank waits for another from here: Ctrl-C stops each at once
+    if world.is_root:  # rank 0 alone plots, reports and samples
+        finish(model, tokenizer, data, run, args, progress)
+
+
+def start(args, world):
+    """Model, tokenizer, data, optimizer and run state: fresh, fine-tuned from --init-from, or as the checkpoint
+    in --out-dir left them (`checkpoint.resume`). None when that checkpoint is already at --max-iters."""
+    out_dir = Path(args.out_dir)
+    text = None
     if args.resume:
-        model, tokenizer = checkpoint.load_model(out_dir, dropout=args.dropout)
+        model, tokenizer, optimizer_state, run = checkpoint.resume(out_dir, args, make_parser().check, world)
+        check_combinations(args)
+        if run.iter >= args.max_iters:
+            print(f"train: the checkpoint in {out_dir} is at iteration {run.iter} and --max-iters is "
+                  f"{args.max_iters}: nothing to do (raise --max-iters to train on)")
+            return None
     elif args.init_from:
-        ignored = [f"--{name.replace('_', '-')}" for name in MODEL_OPTIONS
+        ignored = [f"--{name.replace('_', '-')}" for name in checkpoint.MODEL_OPTIONS
                    if name in args.given and name != "init_from"]
         if ignored:
             print(f"init-from: the model and its tokenizer come from {args.init_from}, so {', '.join(ignored)} "
@@ -137,6 +181,7 @@ def build(args, out_dir):
         if args.block_size < model.config.block_size:
             model.crop_block_size(args.block_size)
     else:
+        text = load_text(args.data)
         tokenizer = GPT2Tokenizer() if args.tokenizer == "gpt2" else CharTokenizer(text)
         config = GPTConfig(vocab_size=tokenizer.vocab_size, block_size=args.block_size, n_layer=args.n_layer,
                            n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout, bias=not args.no_bias)
@@ -145,57 +190,165 @@ def build(args, out_dir):
     if args.block_size > model.config.block_size:
         raise ValueError(f"--block-size {args.block_size} exceeds the model's block_size {model.config.block_size}")
     try:
-        data = TokenData(tokenizer.encode(text))
+        data = TokenData(tokenizer.encode(text if text is not None else load_text(args.data)))
     except ValueError as exc:  # a character the checkpoint's tokenizer never saw
         source = out_dir if args.resume else args.init_from
         raise ValueError(f"the data does not fit the tokenizer of {source}: {exc}") from None
     data.check_fits(args.block_size)
-    return model.to(args.device), tokenizer, data
+    model.to(args.device)
+    options = {k: v for k, v in vars(args).items() if k not in checkpoint.RUN_OPTIONS and k != "given"}
+    optimizer = nn.optim.AdamW(model.optimizer_groups(args.weight_decay), lr=args.lr,
+                               betas=(args.beta1, args.beta2))
+    if args.resume:
+        checkpoint.restore_optimizer(optimizer, optimizer_state, out_dir)
+        run.options = options  # the next save keeps what this run trains with
+        print(f"resume: from iteration {run.iter} of {out_dir} (val loss {run.val_loss:.4f})")
+    else:
+        run = checkpoint.RunState.start(options, Layout(args.batch_size, args.grad_accum, world.size),
+                                        args.seed, world)
+    return model, tokenizer, data, optimizer, run
 
 
-def estimate_loss(model, data, args, it):
+def evaluate(model, tokenizer, optimizer, data, run, args, world, say):
+    """Both losses; a save when the val loss beats the checkpoint's (or at every one with --always-save); one line."""
+    it, out_dir = run.iter, Path(args.out_dir)
+    losses = estimate_loss(model, data, run.layout, args, world, it)
+    for value in losses.values():
+        check_finite(value, run, optimizer, out_dir)
+    run.evals.append({"iter": it, **losses})
+    note = ""
+    if it > 0 and (losses["val"] < run.val_loss or args.always_save):
+        run.mark_saved(losses["val"], world)
+        world.on_root(checkpoint.save, out_dir, model, tokenizer, optimizer, run)
+        note = "; saved"
+    elif it > 0:
+        note = f"; not saved: the checkpoint's val loss (iteration {run.saved_iter}) is {run.val_loss:.4f}"
+    say(f"iter {it:5d}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}{note}")
+
+
+def estimate_loss(model, data, layout, args, world, it):
     """Mean loss over `eval_iters` batches per split, from a generator of its own (training's stays untouched).
 
     A batch has an iteration's rows, each rank evaluating its micro-batches as in training; the mean is over all.
     """
-    rows_per_iter = parallel.rows(parallel.batch_layout(args))
-
-    def local_means():
-        means = []
-        with ag.no_grad():
-            for split in ("train", "val"):
-                rng = np.random.default_rng([args.seed, it, split == "val"])
-                total = 0.0
-                for _ in range(args.eval_iters):
-                    x, y = data.batch(split, rows_per_iter, args.block_size, rng)
-                    for loss in micro_batch_losses(model, x, y, args):
-                        total += loss.item()
-                means.append(total / (args.eval_iters * args.grad_accum))
-        return means
-
+    means = []
     model.eval()
-    train_loss, val_loss = parallel.mean_over_ranks(parallel.agree(local_means))
+    with world.together(), ag.no_grad():
+        for split in ("train", "val"):
+            rng = np.random.default_rng([args.seed, it, split == "val"])
+            total = 0.0
+            for _ in range(args.eval_iters):
+                x, y = data.batch(split, layout.rows, args.block_size, rng)
+                for loss in micro_batch_losses(model, x, y, layout, world.rank, args):
+                    total += loss.item()
+            means.append(total / (args.eval_iters * args.grad_accum))
     model.train()
+    train_loss, val_loss = world.mean(means)
     return {"train": train_loss, "val": val_loss}
 
 
-def micro_batch_losses(model, x, y, args):
+def micro_batch_losses(model, x, y, layout, rank, args):
     """The loss of each of this rank's micro-batches of (x, y), one forward pass each."""
-    for xb, yb in parallel.micro_batches(x, y, args.batch_size, args.grad_accum):
+    for xb, yb in layout.micro_batches(x, y, rank):
         yield model(ag.Tensor(xb, device=args.device), ag.Tensor(yb, device=args.device))[1]
 
 
-def accumulate_gradients(model, x, y, args):
+def accumulate_gradients(model, x, y, layout, rank, args):
     """Forward and backward over this rank's micro-batches of (x, y); their mean loss.
 
     Each micro-batch's loss is scaled by 1/grad_accum, so the gradients the
     backward passes add up are those of the mean loss.
     """
     total = 0.0
-    for loss in micro_batch_losses(model, x, y, args):
+    for loss in micro_batch_losses(model, x, y, layout, rank, args):
         (loss / args.grad_accum).backward()
         total += loss.item()
     return total / args.grad_accum
+
+
+def check_finite(loss, run, optimizer, out_dir):
+    """Stop, before anything of this iteration is saved, when a loss is NaN or infinite."""
+    if not math.isfinite(loss):
+        kept = (f"{out_dir} keeps the checkpoint of iteration {run.saved_iter}" if run.saved_iter is not None
+                else "no checkpoint was written")
+        raise ValueError(f"the loss became {loss} at iteration {run.iter} (lr {optimizer.param_groups[0]['lr']:.2e}); "
+                         f"stopped, and {kept}; try a smaller --lr or a --grad-clip")
+
+
+class Progress:
+    """What a run prints as it goes: the model and data, a progress bar with tokens/s and MFU, the speed at the end."""
+
+    def __init__(self, args, world, model, data, run):
+        cfg, n_params = model.config, model.num_parameters()
+        self.tokens_per_iter = run.layout.rows * args.block_size
+        self.flops_per_iter = (6 * n_params + 12 * cfg.n_layer * cfg.n_embd * args.block_size) * self.tokens_per_iter
+        peak = args.peak_tflops * 1e12 if args.peak_tflops else measure_peak_flops(args.device)
+        self.peak = world.sum([peak])[0]  # the job's: the sum of every process's
+        self.world, self.steps, self.step_seconds, self.comm_seconds = world, 0, 0.0, 0.0
+        rows_note = f" ({run.layout.describe()})" if run.layout.rows != args.batch_size else ""
+        print(f"model: {cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, block {args.block_size}, "
+              f"vocab {cfg.vocab_size}: {n_params:,} parameters on {args.device}")
+        print(f"data: {len(data.splits['train']):,} train / {len(data.splits['val']):,} val tokens; "
+              f"{self.tokens_per_iter} tokens per iteration{rows_note}; peak {self.peak / 1e9:.1f} GFLOP/s for MFU")
+
+        from tqdm import tqdm
+        self.bar = tqdm(total=args.max_iters, initial=run.iter, disable=args.no_progress or not world.is_root,
+                        unit="it", dynamic_ncols=True, file=sys.stderr)
+        self.say = self.bar.write if not args.no_progress else print
+
+    def begin(self):
+        self.t0, self.comm0 = time.perf_counter(), self.world.comm_seconds
+
+    def end(self, loss):
+        dt = time.perf_counter() - self.t0
+        self.steps += 1
+        self.step_seconds += dt
+        self.comm_seconds += self.world.comm_seconds - self.comm0
+        self.bar.set_postfix_str(f"loss {loss:.4f}, {self.tokens_per_iter / dt:,.0f} tok/s, {dt * 1e3:.0f} ms/it, "
+                                 f"mfu {self.flops_per_iter / dt / self.peak:.1%}", refresh=False)
+        self.bar.update(1)
+
+    def close(self):
+        self.bar.close()
+
+    def speed(self):
+        """One line: tokens/s over this run's iterations (and the share spent communicating), or None."""
+        if not self.steps:
+            return None
+        comm = self.comm_seconds / self.steps
+        comm_note = f", {comm * 1e3:.1f} ms of it communicating" if self.world.size > 1 else ""
+        return (f"speed: {self.steps * self.tokens_per_iter / self.step_seconds:,.0f} tokens/s over {self.steps} "
+                f"iterations ({self.step_seconds / self.steps * 1e3:.1f} ms each{comm_note}; evaluations not counted)")
+
+
+def finish(model, tokenizer, data, run, args, progress):
+    """What rank 0 says at the end: which checkpoint the folder holds, the loss curve, the speed, a sample."""
+    out_dir = Path(args.out_dir)
+    print(saved_summary(run, args.max_iters, out_dir))
+    if run.history:
+        plot_losses(out_dir / checkpoint.PLOT_FILE, run.history, run.evals)
+        print(f"wrote the loss curve to {out_dir / checkpoint.PLOT_FILE}")
+    speed = progress.speed()
+    if speed:
+        print(speed)
+    if run.evals:
+        final = run.evals[-1]
+        print(f"final (iter {final['iter']}): train loss {final['train']:.4f}, val loss {final['val']:.4f}")
+    if args.sample_tokens:
+        model.eval()
+        prompt = sample_prompt(tokenizer, data)
+        out = model.generate(ag.Tensor([prompt], device=args.device), args.sample_tokens, temperature=0.8, top_k=200)
+        print("sample:\n" + tokenizer.decode(out.numpy()[0].tolist()))
+
+
+def saved_summary(run, max_iters, out_dir):
+    """One line: which checkpoint the folder holds after this run, and why."""
+    if run.saved_iter is None:
+        return "no checkpoint written" + (": --max-iters 0 trains nothing" if max_iters == 0 else "")
+    line = f"{out_dir}/ holds the checkpoint of iteration {run.saved_iter} (val loss {run.val_loss:.4f})"
+    if run.saved_iter < max_iters:
+        line += "; later evaluations did not improve on it (--always-save saves every one)"
+    return line
 
 
 def plot_losses(path, history, evals):
@@ -236,152 +389,12 @@ def sample_prompt(tokenizer, data):
         return data.splits["train"][:1].tolist()
 
 
-def prepare(args, out_dir):
-    """Model, tokenizer, data, optimizer, data generator and run state: fresh, or as the checkpoint left them.
-
-    None when the checkpoint to resume is already at --max-iters.
-    """
-    state = {"iter": 0, "history": [], "evals": [], "val_loss": math.inf}
-    if args.resume:
-        state = checkpoint.load_state(out_dir)
-        for line in checkpoint.resume_options(args, state, args.given, MODEL_OPTIONS, make_parser().check, out_dir,
-                                              more=lambda now: parallel.layout_change(state.get("batch"), now)):
-            print(line)
-        check_combinations(args)
-        if state["iter"] >= args.max_iters:
-            print(f"train: the checkpoint in {out_dir} is at iteration {state['iter']} and --max-iters is "
-                  f"{args.max_iters}: nothing to do (raise --max-iters to train on)")
-            return None
-    model, tokenizer, data = build(args, out_dir)
-    parallel.seed_followers(args.seed)
-    optimizer = nn.optim.AdamW(model.optimizer_groups(args.weight_decay), lr=args.lr,
-                               betas=(args.beta1, args.beta2))
-    data_rng = np.random.default_rng(args.seed)
-    if args.resume:
-        checkpoint.restore_optimizer(out_dir, optimizer, state)
-        data_rng.bit_generator.state = state["data_rng"]
-        parallel.restore_rng(state, args.seed)
-        print(f"resume: from iteration {state['iter']} of {out_dir} (val loss {state['val_loss']:.4f})")
-    return model, tokenizer, data, optimizer, data_rng, state
-
-
-def train(args):
-    out_dir = Path(args.out_dir)
-    parallel.on_root(lambda: checkpoint.recover(out_dir))  # the other ranks read the checkpoint once it is whole
-    prepared = parallel.agree(lambda: prepare(args, out_dir))
-    if prepared is None:
-        return
-    model, tokenizer, data, optimizer, data_rng, state = prepared
-    dist.broadcast_parameters(model)  # every rank starts from rank 0's weights
-    cfg = model.config
-    saved = {"iter": state["iter"] if args.resume else None, "val_loss": state["val_loss"]}
-    options = {k: v for k, v in vars(args).items() if k not in RUN_OPTIONS and k != "given"}
-    n_params = model.num_parameters()
-    layout = parallel.batch_layout(args)
-    rows_per_iter = parallel.rows(layout)
-    tokens_per_iter = rows_per_iter * args.block_size
-    flops_per_iter = (6 * n_params + 12 * cfg.n_layer * cfg.n_embd * args.block_size) * tokens_per_iter
-    peak = args.peak_tflops * 1e12 if args.peak_tflops else measure_peak_flops(args.device)
-    peak = dist.all_reduce([peak])[0]  # the job's: the sum of every process's
-    rows_note = f" ({parallel.describe(layout)})" if rows_per_iter != args.batch_size else ""
-    print(f"model: {cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, block {args.block_size}, "
-          f"vocab {cfg.vocab_size}: {n_params:,} parameters on {args.device}")
-    print(f"data: {len(data.splits['train']):,} train / {len(data.splits['val']):,} val tokens; "
-          f"{tokens_per_iter} tokens per iteration{rows_note}; peak {peak / 1e9:.1f} GFLOP/s for MFU")
-
-    from tqdm import tqdm
-    bar = tqdm(total=args.max_iters, initial=state["iter"], disable=args.no_progress or dist.rank > 0, unit="it",
-               dynamic_ncols=True, file=sys.stderr)
-    log = bar.write if not args.no_progress else print
-    start_iter = state["iter"]
-    schedule = nn.optim.WarmupCosineLR(optimizer, args.warmup_iters, args.lr_decay_iters or args.max_iters,
-                                       args.min_lr, max_lr=args.lr, last_step=start_iter - 1)
-    step_seconds = comm_seconds = 0.0
-    for it in range(start_iter, args.max_iters + 1):
-        if (it % args.eval_interval == 0 or it == args.max_iters) and not (args.resume and it == start_iter):
-            losses = estimate_loss(model, data, args, it)
-            for value in losses.values():
-                check_finite(value, it, optimizer, saved, out_dir)
-            state["evals"].append({"iter": it, **losses})
-            note = ""
-            if it > 0 and (losses["val"] < saved["val_loss"] or args.always_save):
-                state.update(iter=it, val_loss=losses["val"], data_rng=data_rng.bit_generator.state, batch=layout,
-                             options=options, **parallel.rng_states())
-                parallel.on_root(lambda: checkpoint.save(out_dir, model, tokenizer, optimizer, state))
-                saved.update(iter=it, val_loss=losses["val"])
-                note = "; saved"
-            elif it > 0:
-                note = f"; not saved: the checkpoint's val loss (iteration {saved['iter']}) is {saved['val_loss']:.4f}"
-            log(f"iter {it:5d}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}{note}")
-        if it == args.max_iters:
-            break
-        t0, comm0 = time.perf_counter(), dist.comm_seconds
-        x, y = data.batch("train", rows_per_iter, args.block_size, data_rng)  # the iteration's rows, alike on all ranks
-        optimizer.zero_grad()
-        local_loss = parallel.agree(lambda: accumulate_gradients(model, x, y, args))
-        loss_value = parallel.mean_over_ranks([local_loss])[0]
-        check_finite(loss_value, it, optimizer, saved, out_dir)  # every rank alike, before the update
-        dist.all_reduce_gradients(model)
-        if args.grad_clip:
-            nn.optim.clip_grad_norm_(model.parameters(), args.grad_clip)
-        optimizer.step()
-        state["history"].append(loss_value)
-        dt = time.perf_counter() - t0
-        step_seconds += dt
-        comm_seconds += dist.comm_seconds - comm0
-        bar.set_postfix_str(f"loss {loss_value:.4f}, {tokens_per_iter / dt:,.0f} tok/s, {dt * 1e3:.0f} ms/it, "
-                            f"mfu {flops_per_iter / dt / peak:.1%}", refresh=False)
-        bar.update(1)
-        schedule.step()
-    bar.close()
-    parallel.separate()  # no rank waits for another from here: Ctrl-C stops each at once
-    if dist.rank > 0:
-        return  # rank 0 alone plots, reports and samples
-
-    print(saved_summary(saved, args.max_iters, out_dir))
-    if state["history"]:
-        plot_losses(out_dir / checkpoint.PLOT_FILE, state["history"], state["evals"])
-        print(f"wrote the loss curve to {out_dir / checkpoint.PLOT_FILE}")
-    steps = args.max_iters - start_iter
-    if steps > 0:
-        comm_note = f", {comm_seconds / steps * 1e3:.1f} ms of it communicating" if dist.world_size > 1 else ""
-        print(f"speed: {steps * tokens_per_iter / step_seconds:,.0f} tokens/s over {steps} iterations "
-              f"({step_seconds / steps * 1e3:.1f} ms each{comm_note}; evaluations not counted)")
-    if state["evals"]:
-        final = state["evals"][-1]
-        print(f"final (iter {final['iter']}): train loss {final['train']:.4f}, val loss {final['val']:.4f}")
-    if args.sample_tokens:
-        model.eval()
-        prompt = sample_prompt(tokenizer, data)
-        out = model.generate(ag.Tensor([prompt], device=args.device), args.sample_tokens, temperature=0.8, top_k=200)
-        print("sample:\n" + tokenizer.decode(out.numpy()[0].tolist()))
-
-
-def check_finite(loss, it, optimizer, saved, out_dir):
-    """Stop, before anything of this iteration is saved, when a loss is NaN or infinite."""
-    if not math.isfinite(loss):
-        kept = (f"{out_dir} keeps the checkpoint of iteration {saved['iter']}" if saved["iter"] is not None
-                else "no checkpoint was written")
-        raise ValueError(f"the loss became {loss} at iteration {it} (lr {optimizer.param_groups[0]['lr']:.2e}); "
-                         f"stopped, and {kept}; try a smaller --lr or a --grad-clip")
-
-
-def saved_summary(saved, max_iters, out_dir):
-    """One line: which checkpoint the folder holds after this run, and why."""
-    if saved["iter"] is None:
-        return "no checkpoint written" + (": --max-iters 0 trains nothing" if max_iters == 0 else "")
-    line = f"{out_dir}/ holds the checkpoint of iteration {saved['iter']} (val loss {saved['val_loss']:.4f})"
-    if saved["iter"] < max_iters:
-        line += "; later evaluations did not improve on it (--always-save saves every one)"
-    return line
-
-
-def report(error):
-    """Print this rank's line about `error`, if it owes one (see parallel.error_prefix); the exit status."""
+def report(error, world):
+    """Print this rank's line about `error`, if it owes one (see World.error_prefix); the exit status."""
     message = error.args[0] if isinstance(error, KeyError) and error.args else error
     if isinstance(error, MemoryError):
         message = f"out of memory ({error or 'MemoryError'}); try a smaller model or --batch-size"
-    prefix = parallel.error_prefix(error)
+    prefix = world.error_prefix(error)
     if prefix is not None:
         print(f"train: error: {prefix}{message}", file=sys.stderr)
     return 1
@@ -391,20 +404,22 @@ def main(argv=None):
     try:
         dist.init()  # a job is joined first: its ranks must agree on the options (alone, nothing to join)
     except dist.DistributedError as exc:
-        return report(exc)
-    args = parallel.parse_alike(lambda: parse_args(argv))
+        print(f"train: error: {exc}", file=sys.stderr)
+        return 1
+    world = World()
+    args = world.parse(parse_args, argv)
     try:
-        with warnings.catch_warnings(), parallel.followers_quiet():  # rank 0 speaks for all; a rank that fails says why
+        with warnings.catch_warnings(), world.followers_quiet():  # rank 0 speaks for all; a rank that fails says why
             warnings.simplefilter("ignore", RuntimeWarning)  # overflow on the way to a NaN: check_finite says it once
             dist.init(args.device)
-            with parallel.interrupts_agreed(), parallel.held_on_root(checkpoint.writer_lock(args.out_dir)):
-                train(args)
-    except parallel.PeerFailed:
+            with world.interrupts_agreed(), world.held_on_root(checkpoint.writer_lock(args.out_dir)):
+                train(args, world)
+    except PeerFailed:
         return 1  # the rank that failed has said why
     except (ValueError, OSError, KeyError, MemoryError, dist.DistributedError) as exc:
-        return report(exc)
+        return report(exc, world)
     except KeyboardInterrupt:
-        if dist.rank == 0:
+        if world.is_root:
             iteration = checkpoint.saved_iteration(args.out_dir)
             kept = (f"{args.out_dir} holds the checkpoint of iteration {iteration}" if iteration is not None
                     else "no checkpoint was written")

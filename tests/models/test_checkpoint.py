@@ -22,6 +22,7 @@ import autograd as ag
 import models.io
 import nn
 from models import checkpoint, train
+from models.data import Layout
 from models.gpt2 import GPT, GPTConfig
 from models.tokenizer import CharTokenizer
 
@@ -53,21 +54,26 @@ class Run:
         return it
 
     def state(self):
-        return {"iter": len(self.history), "history": list(self.history), "evals": [], "val_loss": 1.0,
-                "data_rng": self.rng.bit_generator.state, "model_rng": ag.get_rng_state(), "options": {}}
+        return checkpoint.RunState(options={}, layout=Layout(2, 1, 1), data_rng=self.rng, iter=len(self.history),
+                                   history=list(self.history), val_loss=1.0, model_rngs=[ag.get_rng_state()])
 
     def save(self, folder):
         checkpoint.save(folder, self.model, self.tokenizer, self.optimizer, self.state())
 
 
+def restore_optimizer(folder, optimizer, state):
+    """The optimizer of the checkpoint in `folder` (whose RunState is `state`) loaded into `optimizer`."""
+    checkpoint.restore_optimizer(optimizer, checkpoint.read_optimizer(folder, state.iter), folder)
+
+
 def held_iteration(folder, run):
     """Load everything in `folder` afresh; assert it all equals one iteration's snapshot, and return that iteration."""
-    state = checkpoint.load_state(folder)
+    state = checkpoint.RunState.load(folder)
     model, tokenizer = checkpoint.load_model(folder)
     optimizer = nn.optim.AdamW(model.optimizer_groups(0.1), lr=1e-2)
-    checkpoint.restore_optimizer(folder, optimizer, state)
-    snapshot = run.snapshots[state["iter"]]
-    assert state["history"] == run.history[:state["iter"]]
+    restore_optimizer(folder, optimizer, state)
+    snapshot = run.snapshots[state.iter]
+    assert state.history == run.history[:state.iter]
     for name, array in model.state_dict().items():
         np.testing.assert_array_equal(array, snapshot["params"][name], err_msg=name)
     restored = optimizer.state_dict()["state"]
@@ -76,7 +82,7 @@ def held_iteration(folder, run):
         for key, value in buffers.items():
             np.testing.assert_array_equal(restored[i][key], value, err_msg=f"{i}.{key}")
     assert tokenizer.to_dict() == run.tokenizer.to_dict()
-    return state["iter"]
+    return state.iter
 
 
 def siblings(tmp_path):
@@ -204,12 +210,12 @@ def test_an_interruption_at_any_line_of_a_save_leaves_one_whole_checkpoint(tmp_p
             break
         if exchange:
             assert folder.is_dir(), f"line {k}: the folder was missing"
-        state = checkpoint.load_state(folder)  # as the crash left it, before anything tidies up
-        assert contents(checkpoint._current(folder)) == whole[state["iter"]], f"line {k}: a mixed checkpoint"
-        held.append(state["iter"])
+        state = checkpoint.RunState.load(folder)  # as the crash left it, before anything tidies up
+        assert contents(checkpoint._current(folder)) == whole[state.iter], f"line {k}: a mixed checkpoint"
+        held.append(state.iter)
         checkpoint.recover(folder)
         assert siblings(tmp_path) == ["new", "old", "out"], f"line {k}: left behind"
-        assert contents(folder) == whole[state["iter"]]
+        assert contents(folder) == whole[state.iter]
         shutil.rmtree(folder)
     assert held_iteration(folder, run) == 2  # the save that ran to the end
     assert len(held) > 20 and set(held) == {1, 2}
@@ -268,6 +274,15 @@ def drop_key(key):
     return lambda obj: {k: v for k, v in obj.items() if k != key}
 
 
+def rewrite_npz(path, drop=None, add=None):
+    with np.load(path) as f:
+        arrays = {key: f[key] for key in f.files if key != drop}
+    if add:
+        arrays[add] = np.zeros(2)
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+
+
 def other_optimizer(folder):
     """optimizer.npz from the iteration before: the mix the folder swap rules out."""
     run = Run()
@@ -291,6 +306,14 @@ BROKEN = {
     "state a list": (lambda f: (f / "train_state.json").write_text("[1, 2]"),
                      "train_state.json should hold a JSON object {...}, but holds an array"),
     "state lacks iter": (edit_json("train_state.json", drop_key("iter")), "train_state.json lacks 'iter'"),
+    "state of an older format": (edit_json("train_state.json", drop_key("format")),
+                                 "train_state.json was written by an older models.train (format 1"),
+    "state without a dropout generator": (edit_json("train_state.json", set_key("model_rngs", [])),
+                                          "'model_rngs' is empty"),
+    "optimizer without its groups": (lambda f: rewrite_npz(f / "optimizer.npz", drop="param_groups"),
+                                     "optimizer.npz is damaged (KeyError"),
+    "optimizer with a stray entry": (lambda f: rewrite_npz(f / "optimizer.npz", add="moments"),
+                                     "optimizer.npz holds an entry 'moments'"),
     "state iter a string": (edit_json("train_state.json", set_key("iter", "2")),
                             "'iter' should be an integer, not a string"),
     "state history too short": (edit_json("train_state.json", set_key("history", [1.0])),
@@ -304,7 +327,7 @@ BROKEN = {
     "state batch of 0 rows": (edit_json("train_state.json", set_key("batch", {"batch_size": 0, "grad_accum": 1,
                                                                                 "ranks": 2})),
                               "'batch' should hold counts of at least 1"),
-    "state rank rng garbage": (edit_json("train_state.json", lambda obj: {**obj, "model_rngs": [obj["model_rng"], 7]}),
+    "state rank rng garbage": (edit_json("train_state.json", lambda obj: {**obj, "model_rngs": [obj["model_rngs"][0], 7]}),
                                "'model_rngs[1]' is not a random generator's state"),
     "tokenizer not JSON": (lambda f: (f / "tokenizer.json").write_text("{chars"), "tokenizer.json is not valid JSON"),
     "tokenizer lacks chars": (edit_json("tokenizer.json", drop_key("chars")),
@@ -331,9 +354,9 @@ def saved(tmp_path):
 
 
 def load_all(folder):
-    state = checkpoint.load_state(folder)
+    state = checkpoint.RunState.load(folder)
     model, _ = checkpoint.load_model(folder)
-    checkpoint.restore_optimizer(folder, nn.optim.AdamW(model.optimizer_groups(0.1)), state)
+    restore_optimizer(folder, nn.optim.AdamW(model.optimizer_groups(0.1)), state)
 
 
 @pytest.mark.parametrize("name", BROKEN)
@@ -354,7 +377,7 @@ def test_an_optimizer_of_another_model_does_not_load(saved, tmp_path):
     optimizer = nn.optim.AdamW(other.optimizer_groups(0.1))
     with pytest.raises(ValueError, match=r"optimizer.npz does not fit this model: AdamW.load_state_dict: "
                                          r"exp_avg of parameter 0 has shape \(8, 8\), the parameter \(8, 16\)"):
-        checkpoint.restore_optimizer(folder, optimizer, checkpoint.load_state(folder))
+        restore_optimizer(folder, optimizer, checkpoint.RunState.load(folder))
 
 
 def test_a_hugging_face_folder_whose_vocabulary_gpt2s_tokenizer_overflows_is_refused(tmp_path):
@@ -436,11 +459,11 @@ def test_killing_training_at_random_moments_never_loses_or_mixes_the_checkpoint(
         if sig == signal.SIGINT and process.returncode == 130:
             assert b"train: interrupted;" in err and b"holds the checkpoint of iteration" in err
         landed_mid_save += (tmp_path / f".run{trial}.tmp").exists() or (tmp_path / f".run{trial}.prev").exists()
-        state = checkpoint.load_state(folder)  # as the kill left it, before anything tidies up
-        assert state["history"] == expected[:state["iter"]]
+        state = checkpoint.RunState.load(folder)  # as the kill left it, before anything tidies up
+        assert state.history == expected[:state.iter]
         model, _ = checkpoint.load_model(folder)
-        checkpoint.restore_optimizer(folder, nn.optim.AdamW(model.optimizer_groups(0.1)), state)
-        until = state["iter"] + 2  # the second step reads the restored optimizer moments
+        restore_optimizer(folder, nn.optim.AdamW(model.optimizer_groups(0.1)), state)
+        until = state.iter + 2  # the second step reads the restored optimizer moments
         assert train.main([*args, "--resume", "--max-iters", str(until), "--out-dir", str(folder)]) == 0
         capsys.readouterr()
         assert json.loads((folder / "train_state.json").read_text())["history"] == expected[:until]

@@ -3,6 +3,7 @@ both Hugging Face layouts, sharded weights, the tied head, clear errors, atomic 
 transformers itself reads and writes these folders in test_gpt2_interop.py."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -103,11 +104,26 @@ def test_checkpoint_errors_are_clear(tmp_path):
     model.save_pretrained(tmp_path)
     wider = config_to_hf(GPTConfig(**{**TINY, "n_embd": 16}))
     (tmp_path / "config.json").write_text(json.dumps(wider))
-    with pytest.raises(ValueError, match=r"weights in .* do not fit its config.json .*mis-shaped "
-                                         r"keys \[transformer.wte.weight: checkpoint \(16, 8\) vs model \(16, 16\)"):
+    with pytest.raises(ValueError, match=r"config.json does not describe the weights beside it: "
+                                         r"n_embd 16 \(the weights have 8\)"):
         GPT.from_pretrained(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({**wider, "activation_function": "relu"}))
     with pytest.raises(ValueError, match="activation_function='relu'"):
+        GPT.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("n_layer", 1_000_000_000, "n_layer 1000000000 (the weights have 2)"),
+    ("n_positions", 10**12, "block_size 1000000000000 (the weights have 8)"),
+    ("vocab_size", 7, "vocab_size 7 (the weights have 16)"),
+])
+def test_config_sizes_are_checked_against_the_weights_before_a_model_is_built(tmp_path, monkeypatch, field, value,
+                                                                              said):
+    tiny().save_pretrained(tmp_path)
+    hf = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**hf, field: value}))
+    monkeypatch.setattr(GPT, "__init__", lambda self, config: pytest.fail("a model was built"))
+    with pytest.raises(ValueError, match=re.escape(said)):
         GPT.from_pretrained(tmp_path)
 
 

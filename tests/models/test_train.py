@@ -222,10 +222,10 @@ def test_a_second_run_into_the_same_folder_is_refused_while_the_first_writes(tmp
 def test_an_interruption_says_which_checkpoint_the_folder_holds(tmp_path, capsys, monkeypatch):
     estimate = train.estimate_loss
 
-    def interrupt_at_iteration_20(model, data, args, it):
+    def interrupt_at_iteration_20(model, data, layout, args, world, it):
         if it == 20:
             raise KeyboardInterrupt
-        return estimate(model, data, args, it)
+        return estimate(model, data, layout, args, world, it)
 
     monkeypatch.setattr(train, "estimate_loss", interrupt_at_iteration_20)
     code, out, err = run(capsys, "--max-iters", "30", "--out-dir", str(tmp_path))

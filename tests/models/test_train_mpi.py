@@ -261,7 +261,7 @@ def test_ctrl_c_stops_every_rank_and_says_which_checkpoint_the_folder_holds(tmp_
         if job.poll() is None:  # a rank hangs: end the whole job, launcher and ranks
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
-    iteration = checkpoint.load_state(tmp_path / "o")["iter"]
+    iteration = checkpoint.RunState.load(tmp_path / "o").iter
     assert iteration >= 10
     assert err == f"\ntrain: interrupted; {tmp_path / 'o'} holds the checkpoint of iteration {iteration}\n"
 
