@@ -163,7 +163,6 @@ def start(args, world):
     """Model, tokenizer, data, optimizer and run state: fresh, fine-tuned from --init-from, or as the checkpoint
     in --out-dir left them (`checkpoint.resume`). None when that checkpoint is already at --max-iters."""
     out_dir = Path(args.out_dir)
-    text = None
     if args.resume:
         model, tokenizer, optimizer_state, run = checkpoint.resume(out_dir, args, make_parser().check, world)
         check_combinations(args)
@@ -171,26 +170,14 @@ def start(args, world):
             print(f"train: the checkpoint in {out_dir} is at iteration {run.iter} and --max-iters is "
                   f"{args.max_iters}: nothing to do (raise --max-iters to train on)")
             return None
-    elif args.init_from:
-        ignored = [f"--{name.replace('_', '-')}" for name in checkpoint.MODEL_OPTIONS
-                   if name in args.given and name != "init_from"]
-        if ignored:
-            print(f"init-from: the model and its tokenizer come from {args.init_from}, so {', '.join(ignored)} "
-                  "does not apply")
-        model, tokenizer = checkpoint.load_model(args.init_from, dropout=args.dropout)
-        if args.block_size < model.config.block_size:
-            model.crop_block_size(args.block_size)
+        text = load_text(args.data)
     else:
         text = load_text(args.data)
-        tokenizer = GPT2Tokenizer() if args.tokenizer == "gpt2" else CharTokenizer(text)
-        config = GPTConfig(vocab_size=tokenizer.vocab_size, block_size=args.block_size, n_layer=args.n_layer,
-                           n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout, bias=not args.no_bias)
-        ag.manual_seed(args.seed)
-        model = GPT(config)
+        model, tokenizer = new_model(args, text)
     if args.block_size > model.config.block_size:
         raise ValueError(f"--block-size {args.block_size} exceeds the model's block_size {model.config.block_size}")
     try:
-        data = TokenData(tokenizer.encode(text if text is not None else load_text(args.data)))
+        data = TokenData(tokenizer.encode(text))
     except ValueError as exc:  # a character the checkpoint's tokenizer never saw
         source = out_dir if args.resume else args.init_from
         raise ValueError(f"the data does not fit the tokenizer of {source}: {exc}") from None
@@ -207,6 +194,25 @@ def start(args, world):
         run = checkpoint.RunState.start(options, Layout(args.batch_size, args.grad_accum, world.size),
                                         args.seed, world)
     return model, tokenizer, data, optimizer, run
+
+
+def new_model(args, text):
+    """A model and its tokenizer: fresh (a character tokenizer built from `text`, or GPT-2's), or --init-from's."""
+    if args.init_from:
+        ignored = [f"--{name.replace('_', '-')}" for name in checkpoint.MODEL_OPTIONS
+                   if name in args.given and name != "init_from"]
+        if ignored:
+            print(f"init-from: the model and its tokenizer come from {args.init_from}, so {', '.join(ignored)} "
+                  "does not apply")
+        model, tokenizer = checkpoint.load_model(args.init_from, dropout=args.dropout)
+        if args.block_size < model.config.block_size:
+            model.crop_block_size(args.block_size)
+        return model, tokenizer
+    tokenizer = GPT2Tokenizer() if args.tokenizer == "gpt2" else CharTokenizer(text)
+    config = GPTConfig(vocab_size=tokenizer.vocab_size, block_size=args.block_size, n_layer=args.n_layer,
+                       n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout, bias=not args.no_bias)
+    ag.manual_seed(args.seed)
+    return GPT(config), tokenizer
 
 
 def evaluate(model, tokenizer, optimizer, data, run, args, world, say):
