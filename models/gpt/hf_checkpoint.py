@@ -15,6 +15,11 @@ What this file promises:
   folder with nothing missing.
 * `config_fields` / `config_to_hf`: GPTConfig's fields from transformers' GPT-2
   config.json, refusing what this model cannot compute, and back.
+* `save_tokenizer(tokenizer, directory, max_length)`: tokenizer.json and
+  tokenizer_config.json in the `tokenizers` library's format, so that
+  `transformers.AutoTokenizer.from_pretrained(directory)` gives the same ids:
+  GPT-2's byte-level BPE as GPT-2's own files, a character tokenizer as a BPE
+  with one token per character and no merges.
 
 `GPT.from_pretrained` and `GPT.save_pretrained` (models/gpt/gpt2.py) build on
 this module, which knows the files and nothing of the model's code.
@@ -26,7 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from models.io import atomic_path, read_json
+from models.tokenizer import END_OF_TEXT, CharTokenizer, GPT2Tokenizer
 
+HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 _MASK_BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")  # the original layout's causal-mask buffers
 _TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # names transformers gives the tanh GELU
 
@@ -204,3 +211,36 @@ def _write(model, directory):
     dtype = str(model.transformer.wte.weight.dtype)
     with atomic_path(directory / "config.json") as tmp:
         tmp.write_text(json.dumps(config_to_hf(model.config, dtype), indent=2) + "\n")
+
+
+def save_tokenizer(tokenizer, directory, max_length):
+    """Write Hugging Face's tokenizer.json and tokenizer_config.json for `tokenizer` into `directory`, each file
+    atomically; False (nothing written) for a tokenizer they have no form for here (a lesson's own byte BPE)."""
+    if isinstance(tokenizer, GPT2Tokenizer):
+        tokens, merges = tokenizer.tokens_and_merges()
+        byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+        special = [{"id": tokenizer.eot_token, "content": END_OF_TEXT, "single_word": False, "lstrip": False,
+                    "rstrip": False, "normalized": False, "special": True}] if tokenizer.eot_token is not None else []
+        model = {"vocab": {token: i for i, token in tokens.items()}, "merges": [f"{a} {b}" for a, b in merges]}
+        files = {"tokenizer.json": {"added_tokens": special, "pre_tokenizer": byte_level, "decoder": byte_level,
+                                    "model": model},
+                 "tokenizer_config.json": {"tokenizer_class": "GPT2Tokenizer", "add_prefix_space": False,
+                                           **{name: END_OF_TEXT for name in ("bos_token", "eos_token", "unk_token")
+                                              if special}}}
+    elif isinstance(tokenizer, CharTokenizer):
+        model = {"vocab": {ch: i for i, ch in enumerate(tokenizer.chars)}, "merges": []}
+        files = {"tokenizer.json": {"added_tokens": [], "pre_tokenizer": None, "decoder": {"type": "Fuse"},
+                                    "model": model},  # no pre-tokenizer: the whole text is one word of characters
+                 "tokenizer_config.json": {"tokenizer_class": "PreTrainedTokenizerFast"}}
+    else:
+        return False
+    bpe = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+           "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False}
+    files["tokenizer.json"] = {"version": "1.0", "truncation": None, "padding": None, "normalizer": None,
+                               "post_processor": None, **files["tokenizer.json"],
+                               "model": {**bpe, **files["tokenizer.json"]["model"]}}
+    files["tokenizer_config.json"]["model_max_length"] = max_length
+    for name, content in files.items():
+        with atomic_path(Path(directory) / name) as tmp:
+            tmp.write_text(json.dumps(content, ensure_ascii=False, indent=1), encoding="utf-8")
+    return True

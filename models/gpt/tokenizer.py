@@ -253,6 +253,14 @@ class _ByteLevelBPE:
             ids = _merge_pair(ids, pair, self._merged_ids[pair])
         return ids
 
+    def tokens_and_merges(self):
+        """This vocabulary in GPT-2's file form (encoder.json, vocab.bpe): each id's token written in the
+        bytes → unicode alphabet, and the merges in rank order as pairs of such tokens."""
+        alphabet = bytes_to_unicode()
+        tokens = {i: "".join(alphabet[b] for b in token) for i, token in self._token_bytes.items()}
+        merges = [(tokens[a], tokens[b]) for (a, b), _ in sorted(self._ranks.items(), key=lambda item: item[1])]
+        return tokens, merges
+
     def encode_ordinary(self, text):
         """Encode `text` treating every character as plain text (no special tokens)."""
         ids = []

@@ -3,7 +3,8 @@
 A checkpoint folder (models.train's --out-dir) holds, all from one iteration:
 
     config.json, model.safetensors   the weights, in Hugging Face's GPT-2 format (transformers loads the folder)
-    tokenizer.json                   the tokenizer whose ids the model reads and writes
+    gptgrad_tokenizer.json           the tokenizer whose ids the model reads and writes (this project's record)
+    tokenizer.json, tokenizer_config.json   the same tokenizer in Hugging Face's format (AutoTokenizer loads it)
     optimizer.npz                    the optimizer's own state_dict: its step count, hyper-parameters and buffers
     train_state.json                 the `RunState`: the iteration, the losses so far, the evaluations, the
                                      checkpoint's val loss, the run's options, how an iteration's rows were
@@ -45,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 import autograd as ag
+from models import hf_checkpoint
 from models.data import Layout
 from models.gpt2 import GPT
 from models.io import fsync, json_type, read_json
@@ -52,11 +54,11 @@ from models.tokenizer import GPT2Tokenizer, tokenizer_from_dict
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
-TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_FILE = "gptgrad_tokenizer.json"  # this project's record; tokenizer.json is Hugging Face's
 OPTIMIZER_FILE = "optimizer.npz"
 STATE_FILE = "train_state.json"
 PLOT_FILE = "loss.png"
-FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, OPTIMIZER_FILE, STATE_FILE)
+FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, *hf_checkpoint.HF_TOKENIZER_FILES, OPTIMIZER_FILE, STATE_FILE)
 _PLOT_DEBRIS = f".{PLOT_FILE}.tmp-*"  # what models.io.atomic_path leaves of a plot when killed
 
 # What a checkpoint fixes for good (its model) and what it does not store (how this run is carried out);
@@ -166,6 +168,7 @@ def save(folder, model, tokenizer, optimizer, run):
     try:
         model.save_pretrained(new)
         (new / TOKENIZER_FILE).write_text(json.dumps(tokenizer.to_dict(), indent=2), encoding="utf-8")
+        hf_checkpoint.save_tokenizer(tokenizer, new, model.config.block_size)  # for transformers' AutoTokenizer
         _save_optimizer(new / OPTIMIZER_FILE, optimizer.state_dict())
         (new / STATE_FILE).write_text(json.dumps(run.to_json(), indent=2), encoding="utf-8")
         if (folder / PLOT_FILE).is_file():

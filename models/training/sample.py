@@ -1,7 +1,7 @@
 """python -m models.sample: continue a prompt with a trained model.
 
 Reads a checkpoint folder written by `python -m models.train` (its
-tokenizer.json says how to tokenise) or any Hugging Face GPT-2 folder
+gptgrad_tokenizer.json says how to tokenise) or any Hugging Face GPT-2 folder
 (config.json + model.safetensors; GPT-2's own tokenizer then).
 """
 import sys

