@@ -6,8 +6,10 @@
     x.grad
 
 For tools that read the recorded graph (viz): `t.op` is the Function that made
-t (its `name`, `rule`, `scope`, `inputs`, `saved`), `topological_order(t)` lists
-the tensors backward visits, and `backward_steps` is backward's own walk.
+t (its `name`, `rule`, `input_names`, `saved_names`, `scope`, `inputs`, `saved`),
+`topological_order(t)` lists the tensors backward visits, in its order, and
+`backward_steps` is backward's own walk. A Value says the same with the same
+words: `v.name`, `v.op.name`, `v.op.rule`, `v.inputs`, `v.topological_order()`.
 """
 from .backend import manual_seed, get_rng_state, set_rng_state
 from .tensor import (Tensor, Function, ShapeError, no_grad, name_scope, is_grad_enabled,

@@ -5,7 +5,9 @@ how it is applied as a vector-Jacobian product: `g` is the gradient of the
 loss with respect to the op's output, and `backward` returns the gradients
 with respect to its inputs. No Jacobian matrix is ever built. Gradients may be
 returned in the broadcast shape: the engine sums them back (tensor.py).
-`rule` is the short form that `viz` writes on the graph.
+`rule` is the short form that `viz` writes on the graph; beside it,
+`input_names` and `saved_names` name the inputs and the saved arrays as the
+rule does (an op that declares none has one input, x, and saves nothing).
 """
 import math
 
@@ -19,6 +21,7 @@ class Add(Function):
     """z = x + y.   ∂z/∂x = ∂z/∂y = I, so dx = g and dy = g."""
 
     rule = "dx = g, dy = g"
+    input_names = ("x", "y")
 
     def forward(self, x, y):
         return x + y
@@ -31,6 +34,7 @@ class Sub(Function):
     """z = x − y.   ∂z/∂x = I, ∂z/∂y = −I, so dx = g and dy = −g."""
 
     rule = "dx = g, dy = −g"
+    input_names = ("x", "y")
 
     def forward(self, x, y):
         return x - y
@@ -55,6 +59,7 @@ class Mul(Function):
     """z = x ⊙ y.   ∂z/∂x = diag(y), ∂z/∂y = diag(x), so dx = g ⊙ y and dy = g ⊙ x."""
 
     rule = "dx = g·y, dy = g·x"
+    input_names, saved_names = ("x", "y"), ("x", "y")
 
     def forward(self, x, y):
         self.save(x, y)
@@ -70,6 +75,7 @@ class Div(Function):
     """z = x / y.   ∂z/∂x = diag(1/y), ∂z/∂y = diag(−x/y²), so dx = g / y and dy = −g ⊙ z / y."""
 
     rule = "dx = g/y, dy = −g·z/y"
+    input_names, saved_names = ("x", "y"), ("y", "z")
 
     def forward(self, x, y):
         z = x / y
@@ -87,6 +93,7 @@ class Pow(Function):
     """z = x ** y.   ∂z/∂x = diag(y x^(y−1)), ∂z/∂y = diag(z ln x)."""
 
     rule = "dx = g·y·x^(y−1), dy = g·z·ln x"
+    input_names, saved_names = ("x", "y"), ("x", "y", "z")
 
     def forward(self, x, y):
         z = x ** y
@@ -107,6 +114,7 @@ class MatMul(Function):
     """
 
     rule = "dA = G Bᵀ, dB = Aᵀ G"
+    input_names, saved_names = ("A", "B"), ("A", "B")
 
     def forward(self, a, b):
         if a.ndim == 0 or b.ndim == 0:
@@ -162,6 +170,7 @@ class Linear(Function):
     """
 
     rule = "dx = G Wᵀ, dW = xᵀ G, db = Σ G"
+    input_names, saved_names = ("x", "W", "b"), ("x", "W")
 
     def forward(self, x, weight, bias=None):
         self.save(x, weight)
@@ -187,6 +196,7 @@ class Exp(Function):
     """z = eˣ.   ∂z/∂x = diag(z), so dx = g ⊙ z."""
 
     rule = "dx = g·z"
+    saved_names = ("z",)
 
     def forward(self, x):
         z = self.xp.exp(x)
@@ -201,6 +211,7 @@ class Log(Function):
     """z = ln x.   ∂z/∂x = diag(1/x), so dx = g / x."""
 
     rule = "dx = g/x"
+    saved_names = ("x",)
 
     def forward(self, x):
         self.save(x)
@@ -214,6 +225,7 @@ class Sqrt(Function):
     """z = √x.   ∂z/∂x = diag(1/(2z)), so dx = g / (2z)."""
 
     rule = "dx = g/(2z)"
+    saved_names = ("z",)
 
     def forward(self, x):
         z = self.xp.sqrt(x)
@@ -228,6 +240,7 @@ class Tanh(Function):
     """z = tanh x.   ∂z/∂x = diag(1 − z²), so dx = g ⊙ (1 − z²)."""
 
     rule = "dx = g·(1 − z²)"
+    saved_names = ("z",)
 
     def forward(self, x):
         z = self.xp.tanh(x)
@@ -243,6 +256,7 @@ class Sigmoid(Function):
     """z = 1 / (1 + e⁻ˣ).   ∂z/∂x = diag(z (1 − z)), so dx = g ⊙ z ⊙ (1 − z)."""
 
     rule = "dx = g·z·(1 − z)"
+    saved_names = ("z",)
 
     def forward(self, x):
         # tanh form: never overflows, unlike exp(−x) for very negative x
@@ -259,6 +273,7 @@ class ReLU(Function):
     """z = max(x, 0).   ∂z/∂x = diag(1[x > 0]), so dx = g where x > 0, else 0."""
 
     rule = "dx = g·1[x > 0]"
+    saved_names = ("z",)
 
     def forward(self, x):
         z = self.xp.maximum(x, 0)
@@ -279,13 +294,14 @@ class GELU(Function):
     """
 
     rule = "dx = g·s·(1 + x(1−s)·2u′), s = σ(2u)"
+    saved_names = ("x", "s")
     C = math.sqrt(2 / math.pi)
     A = 0.044715
 
     def forward(self, x):
         kernel = backend.fused("gelu_forward", x)
         if kernel is not None:
-            self.save(x)
+            self.save(x, None)  # the CUDA kernel rebuilds s in backward
             return kernel(x)
         s = self.xp.multiply(x, x, out=self.xp.empty_like(x))  # out=: an array even for 0-d x
         s *= -2 * self.C * self.A
@@ -299,9 +315,9 @@ class GELU(Function):
         return x * s
 
     def backward(self, g):
-        if len(self.saved) == 1:  # forward ran the fused CUDA kernel, which keeps x alone
-            return backend.fused("gelu_backward", self.saved[0])(self.saved[0], g)
         x, s = self.saved
+        if s is None:  # forward ran the fused CUDA kernel
+            return backend.fused("gelu_backward", x)(x, g)
         dx = self.xp.multiply(x, x, out=self.xp.empty_like(x))
         dx *= 6 * self.C * self.A
         dx += 2 * self.C  # 2u′
@@ -352,6 +368,7 @@ class Max(Function):
     """z = max x over `axis`.   ∂z/∂x picks the arg-max; tied maxima share the gradient equally."""
 
     rule = "dx = g·1[x = max]/#ties"
+    saved_names = ("1[x = max]", "#ties")
 
     def forward(self, x, axis=None, keepdims=False):
         if x.size == 0:
@@ -454,6 +471,7 @@ class Where(Function):
     """z = a where cond else b.   da = g where cond (else 0), db = g where not cond."""
 
     rule = "da = g·cond, db = g·¬cond"
+    input_names = ("a", "b")
 
     def forward(self, a, b, cond):
         self.cond = cond
@@ -530,6 +548,7 @@ class Softmax(Function):
     """
 
     rule = "diag(p) − ppᵀ: dz = p·(g − Σg·p)"
+    input_names, saved_names = ("z",), ("p",)
 
     def forward(self, x, axis=-1, mask=None):
         p, _ = _softmax(self.xp, x, axis, mask)
@@ -546,6 +565,7 @@ class LogSoftmax(Function):
     """y = z − log Σ exp z along `axis`.   ∂y/∂z = I − 1 pᵀ, so dz = g − p Σ g (p = softmax z, kept from forward)."""
 
     rule = "dz = g − p·Σg"
+    input_names, saved_names = ("z",), ("p",)
 
     def forward(self, x, axis=-1):
         p, lse = _softmax(self.xp, x, axis)
@@ -566,6 +586,7 @@ class CrossEntropy(Function):
     """
 
     rule = "dz = p − y"
+    input_names, saved_names = ("logits",), ("p", "targets", "kept")
 
     def forward(self, logits, targets, ignore_index=None, reduction="mean"):
         xp = self.xp
@@ -610,6 +631,7 @@ class Embedding(Function):
     """
 
     rule = "dW = scatter-add rows"
+    input_names = ("W",)
 
     def forward(self, weight, ids):
         self.ids, self.weight_shape = ids, weight.shape
@@ -632,6 +654,7 @@ class LayerNorm(Function):
     """
 
     rule = "dx = (ĝ − mean ĝ − x̂·mean(ĝx̂))/σ"
+    input_names, saved_names = ("x", "γ", "β"), ("x̂", "1/σ", "γ")
 
     def forward(self, x, weight, bias=None, eps=1e-5):
         xp, n = self.xp, x.shape[-1]
@@ -684,6 +707,7 @@ class Dropout(Function):
     """Inverted dropout: z = x ⊙ m, m = 1[u ≥ p] / (1 − p).   dx = g ⊙ m (the same mask)."""
 
     rule = "dx = g·mask/(1−p)"
+    saved_names = ("mask",)
 
     def forward(self, x, p):
         mask = _dropout_mask(x, p)
@@ -707,6 +731,7 @@ class ScaledDotProductAttention(Function):
     """
 
     rule = "dV = PᵀG, dS = P·(GVᵀ − G·O), dQ = dS K/√D, dK = dSᵀQ/√D"
+    input_names, saved_names = ("q", "k", "v"), ("q", "k", "v", "O", "dropout mask", "P", "logsumexp")
 
     def forward(self, q, k, v, mask=None, dropout_p=0.0):
         self.scale, self.mask = 1.0 / math.sqrt(q.shape[-1]), mask

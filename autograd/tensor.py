@@ -76,19 +76,27 @@ class Function:
     """One op: `forward` on arrays, `backward` maps the output's gradient to the inputs' (the VJP).
 
     A subclass states its local Jacobian in its docstring and in `rule`, the
-    one-line label `viz` draws. `forward` keeps what backward needs with
-    `self.save(...)`; non-array settings are plain attributes. `backward`
-    returns one gradient per input (None where `self.needs_grad` says none is
-    wanted), in the broadcast shape if it likes: the engine sums it back.
+    one-line label `viz` draws, and beside `rule` the names that rule uses:
+    `input_names`, one per input tensor in order (optional ones, a bias,
+    included; an op taking any number, `forward(self, *xs)`, gives one name
+    for them all), and `saved_names`, one per array its forward hands to
+    `self.save(...)`, in order (a call with nothing for a slot saves None
+    there). `forward` keeps what backward needs with `save`; non-array
+    settings are plain attributes. `backward` returns one gradient
+    per input (None where `self.needs_grad` says none is wanted), in the
+    broadcast shape if it likes: the engine sums it back.
 
-    What tools read from a recorded op (`tensor.op`): `name`, `rule`, `scope`
-    (the dotted name of the module that recorded it, "" outside any), `inputs`
-    (the input tensors), `params` (the keyword arguments it was applied with:
-    targets, ids, masks, settings) and `saved` (the arrays kept for backward). A
-    backward() without retain_graph sets `inputs`, `params` and `saved` to None once the op has run.
+    What tools read from a recorded op (`tensor.op`): `name`, `rule`,
+    `input_names`, `saved_names`, `scope` (the dotted name of the module that
+    recorded it, "" outside any), `inputs` (the input tensors), `params` (the
+    keyword arguments it was applied with: targets, ids, masks, settings) and
+    `saved` (the arrays kept for backward). A backward() without retain_graph
+    sets `inputs`, `params` and `saved` to None once the op has run.
     """
 
     rule = ""
+    input_names = ("x",)  # the one-input op's x; every other op declares its own
+    saved_names = ()
     scope = ""
     inputs = None
     params = {}

@@ -27,12 +27,11 @@ import sys
 from collections import Counter, deque
 from pathlib import Path
 
-from autograd import Value
+from autograd import Function, Value, backend
 
 from .loading import demo_loss_of
 from .numbers import host, norm, number, shape_text
-from .roles import VALUE_RULES, constants, input_roles, reduction_note
-from .walk import GraphWalk
+from .walk import GraphWalk, input_names
 
 INSTALL_PYTHON = 'pip install -e ".[viz]"  (or: pip install graphviz)'
 INSTALL_DOT = ("install Graphviz, which provides `dot`: sudo apt-get install graphviz (Debian/Ubuntu), "
@@ -196,6 +195,29 @@ def _tensor_tooltip(t, walk, name):
     return "\n".join(lines)
 
 
+def _constants(op):
+    """The arrays an op was given as keyword data, not as tensors: [(name, array)], e.g. targets, ids, masks."""
+    return [(name, value) for name, value in (op.params or {}).items() if backend.device_of(value) is not None]
+
+
+def _reduction_note(op):
+    """For a mean over rows (cross-entropy's default): "mean over B rows: × 1/B"; otherwise ""."""
+    params = op.params or {}
+    if op.name != "CrossEntropy" or params.get("reduction") != "mean":  # also when backward freed params
+        return ""
+    targets = params["targets"]
+    ignore = params.get("ignore_index")
+    rows = int(targets.size if ignore is None else (targets != ignore).sum())
+    return f"mean over {rows} row{'s' if rows != 1 else ''}: × 1/{rows}"
+
+
+def _edge_labels(op, count):
+    """What the arrows from an op to its `count` inputs say: their names, unless the op has one input
+    with the generic name x (a label there would say nothing)."""
+    names = input_names(op, count)
+    return names if count > 1 or tuple(names) != Function.input_names else [""] * count
+
+
 def _saved_line(arrays):
     if not arrays:
         return None
@@ -207,7 +229,7 @@ def _op_node(op, walk):
     lines = [f"<B>{op.name}</B>"]
     if op.rule:
         lines.append(_small(op.rule, 9, "#1f3c6e"))
-    note = reduction_note(op)
+    note = _reduction_note(op)
     if note:
         lines.append(_small(note, 9, "#1f3c6e"))
     saved = _saved_line(walk.saved(op))
@@ -242,12 +264,12 @@ def _expanded(walk):
         out = walk.output_of[id(op)]
         pic.nodes[okey[id(op)]] = _op_node(op, walk)
         pic.edge(tkey[id(out)], okey[id(op)], {})
-        for x, role in zip(out.inputs, input_roles(op, len(out.inputs))):
+        for x, role in zip(out.inputs, _edge_labels(op, len(out.inputs))):
             attrs = dict(_NO_GRAD_EDGE) if not x.requires_grad else {}
             if role:
                 attrs.update(label=role, fontsize="10", fontcolor=OP[1])
             pic.edge(okey[id(op)], tkey[id(x)], attrs)
-        for i, (name, array) in enumerate(constants(op)):
+        for i, (name, array) in enumerate(_constants(op)):
             key = f"{okey[id(op)]}c{i}"
             pic.nodes[key] = _constant_node(name, array, op.scope)
             pic.edge(okey[id(op)], key, _NO_GRAD_EDGE)
@@ -321,7 +343,7 @@ def _collapsed(walk, pic, tkey, okey, collapse):
         if m and t.is_leaf and t.requires_grad:
             contents[m]["params"].append(t)
     for op in walk.ops:  # an op's targets, ids or mask fold into the module the op folds into
-        for i, _ in enumerate(constants(op)):
+        for i, _ in enumerate(_constants(op)):
             if module[id(op)]:
                 rep[f"{okey[id(op)]}c{i}"] = rep[okey[id(op)]]
 
@@ -480,27 +502,26 @@ def _digraph(title):
 def draw_value(root, title=None):
     """Chapter one's picture, as micrograd's draw_dot: every Value with its data and grad, every op with
     its local derivatives, and on each arrow from an op to an input the factor its gradient is multiplied by."""
-    order = root.topological_order()[::-1]  # root first
-    key = {id(v): f"v{i}" for i, v in enumerate(reversed(order), 1)}  # v1 … in the order they were made
+    order = root.topological_order()  # root first
+    key = {id(v): f"v{i}" for i, v in enumerate(reversed(order), 1)}  # v1 … in forward order: inputs before results
     pic = _Picture()
-    for i, v in enumerate(order):
+    for v in order:
         if v is root:
             legend, (fill, border) = "output", LOSS
         elif v.inputs:
             legend, (fill, border) = "computed", INTERMEDIATE
         else:
             legend, (fill, border) = "leaf", PARAMETER
-        name = f"<B>{html.escape(v.label, quote=False)}</B>" if v.label else f"<I>{key[id(v)]}</I>"
+        name = f"<B>{html.escape(v.name, quote=False)}</B>" if v.name else f"<I>{key[id(v)]}</I>"
         label = f"<{name}<BR/>{_small(f'data {v.data:.4f}', 10, '#1f1f1f')}<BR/>{_small(f'grad {v.grad:.4f}', 10, OP[1])}>"
         pic.nodes[key[id(v)]] = _Node("tensor", label, {"shape": "box", "style": "filled", "fillcolor": fill,
                                                          "color": border, "penwidth": "1.2"}, legend={legend})
         if not v.inputs:
             continue
         op = f"op{key[id(v)][1:]}"
-        rule = VALUE_RULES.get(v.op, VALUE_RULES["**"] if v.op.startswith("**") else "")
-        pic.nodes[op] = _Node("op", f"<<B>{html.escape(v.op, quote=False)}</B><BR/>{_small(rule, 9, OP[1])}>",
-                              {"shape": "box", "style": "rounded,filled", "fillcolor": OP[0], "color": OP[1]},
-                              legend={"value op"})
+        text = f"<B>{html.escape(v.op.name, quote=False)}</B><BR/>{_small(v.op.rule, 9, OP[1])}"
+        pic.nodes[op] = _Node("op", f"<{text}>", {"shape": "box", "style": "rounded,filled", "fillcolor": OP[0],
+                                                  "color": OP[1]}, legend={"value op"})
         pic.edge(key[id(v)], op, {})
         for x, local in zip(v.inputs, v.local_grads):
             pic.edge(op, key[id(x)], {"label": f"× {local:.4g}", "fontsize": "10", "fontcolor": OP[1]})

@@ -25,11 +25,11 @@ from pathlib import Path
 from autograd import backend
 from autograd import Tensor, backward_steps, root_grad
 
-from .graph import INSTALL_DOT
+from .graph import INSTALL_DOT, keep_gradients
 from .loading import demo_loss_of
 from .numbers import host, norm, number, shape_text, values_text
-from .roles import saved_values
-from .walk import GraphWalk
+from .trace_page import write_page
+from .walk import GraphWalk, input_names, saved_values
 
 
 @dataclass
@@ -37,6 +37,7 @@ class InputGrad:
     """What one step hands to one input: the gradient the engine adds into that input's total."""
     tensor: Tensor
     label: str
+    role: str                      # the input's name in the op's rule: A or B of A @ B, x, W or b of a linear
     grad: object = None            # reduced to the input's shape and dtype; None when no gradient flows
     returned_shape: tuple = None   # the shape the op returned, when the engine had to sum it back
     reason: str = ""               # why no gradient flows (a constant input)
@@ -55,7 +56,7 @@ class Step:
     grad: object                   # g: the gradient of the loss with respect to the output
     contributions: int             # how many ops added into g (a tensor used twice gets two)
     inputs: list = field(default_factory=list)  # one InputGrad per input, in the op's input order
-    saved: list = field(default_factory=list)   # (name, array): the forward values the rule reads
+    saved: list = field(default_factory=list)   # (name, array): the forward values the op saved, by its names
 
 
 @dataclass
@@ -98,13 +99,14 @@ def trace(tensor, grad=None):
             continue
         step = Step(len(steps) + 1, t.op.name, t.op.scope, t.op.rule, t.op, t, walk.label(t), g, arrivals[id(t)],
                     saved=saved_values(t.op))
-        for x, xg, returned in sent:
+        for (x, xg, returned), role in zip(sent, input_names(t.op, len(sent))):
             if xg is None:
                 reason = "constant: needs no gradient" if not x.requires_grad else "the op returned none"
-                step.inputs.append(InputGrad(x, walk.label(x), reason=reason))
+                step.inputs.append(InputGrad(x, walk.label(x), role, reason=reason))
                 continue
             arrivals[id(x)] = arrivals.get(id(x), 0) + 1
-            step.inputs.append(InputGrad(x, walk.label(x), xg, returned if returned != x.data.shape else None))
+            step.inputs.append(InputGrad(x, walk.label(x), role, xg,
+                                         returned if returned != x.data.shape else None))
         steps.append(step)
     return Trace(steps, tensor, walk.label(tensor), leaves)
 
@@ -195,10 +197,9 @@ def main(argv=None):
         raise SystemExit(f"{name}.demo_loss() is a Value: viz.trace follows Tensor graphs; "
                          f"draw it with python -m viz.graph {name}")
     if args.html:
-        from .graph import keep_gradients
-        from .trace_page import write_page
+        steps = trace(loss)
         keep_gradients(loss)  # so that the picture shows each tensor's final gradient beside the steps
-        write_page(loss, Path(args.html), f"{name}.demo_loss() = {number(loss.item(), 6)} · backward, step by step",
+        write_page(steps, Path(args.html), f"{name}.demo_loss() = {number(loss.item(), 6)} · backward, step by step",
                    args.max_values, args.decimals)
         print(f"wrote {args.html}: open it in a browser; ← and → step through backward")
         return 0

@@ -2,9 +2,11 @@
 
     python -m viz.trace models.tiny --html trace.html
 
-`write_page(loss, path)` renders the backward graph (Graphviz's `dot`, as
+`write_page(steps, path)` takes a trace, `viz.trace.trace(loss)` (this
+module reads a trace and never makes one: viz.trace imports it, not the
+other way round), and renders the backward graph (Graphviz's `dot`, as
 viz.graph draws it) as SVG inside a single HTML file with its own CSS and
-script: nothing is fetched from the network. Each step of `viz.trace` is one
+script: nothing is fetched from the network. Each step of the trace is one
 view: the op being run is highlighted, with the tensor whose gradient comes
 in and the inputs it sends gradients to; a side panel shows the incoming
 gradient g, the rule with the saved forward values it reads, and every
@@ -16,12 +18,8 @@ import json
 import shutil
 from pathlib import Path
 
-from autograd import Tensor
-
 from .graph import INSTALL_DOT, draw, node_keys
 from .numbers import host, norm, number, shape_text, values_text
-from .roles import input_roles
-from .trace import trace
 from .walk import GraphWalk
 
 
@@ -35,16 +33,16 @@ def _array(array, max_values, decimals):
     return {"shape": shape, "text": values_text(array, decimals)}
 
 
-def page_steps(loss, max_values=16, decimals=6):
-    """The trace of `loss` as the page's data: one dict per step, node keys as the SVG names them."""
-    walk = GraphWalk(loss)
-    tkey, okey = node_keys(walk)
-    steps = trace(loss)
+def page_steps(steps, max_values=16, decimals=6):
+    """A trace (viz.trace.trace) as the page's data: one dict per step, node keys as the SVG names them."""
+    if not hasattr(steps, "leaves"):
+        raise TypeError(f"trace page: expected a trace, viz.trace.trace(loss), got {type(steps).__name__}")
+    tkey, okey = node_keys(GraphWalk(steps.root))
     data = []
     for s in steps:
         inputs = []
-        for inp, role in zip(s.inputs, input_roles(s.op, len(s.inputs))):
-            entry = {"key": tkey[id(inp.tensor)], "label": inp.label, "role": role}
+        for inp in s.inputs:
+            entry = {"key": tkey[id(inp.tensor)], "label": inp.label, "role": inp.role}
             if inp.grad is None:
                 entry["reason"] = inp.reason
             else:
@@ -61,14 +59,12 @@ def page_steps(loss, max_values=16, decimals=6):
     return {"loss": steps.root_label, "steps": data, "leaves": leaves}
 
 
-def write_page(loss, path, title, max_values=16, decimals=6):
-    """Write the page for `loss` (a scalar Tensor whose graph is still there) to `path`."""
-    if not isinstance(loss, Tensor):
-        raise TypeError(f"trace page: expected an autograd Tensor, got {type(loss).__name__}")
+def write_page(steps, path, title, max_values=16, decimals=6):
+    """Write the page for a trace (viz.trace.trace(loss), the loss's graph still there) to `path`."""
     if shutil.which("dot") is None:
         raise RuntimeError(f"the trace page shows the graph's picture, which needs Graphviz's `dot`: {INSTALL_DOT}")
-    data = page_steps(loss, max_values, decimals)
-    svg = draw(loss).pipe(format="svg").decode("utf-8")  # the title goes above the picture, never scrolled away
+    data = page_steps(steps, max_values, decimals)
+    svg = draw(steps.root).pipe(format="svg").decode("utf-8")  # the title sits above the picture, not in it
     svg = svg[svg.index("<svg"):]  # drop the XML prolog and DOCTYPE: the SVG goes inline
     page = PAGE.replace("{{title}}", html.escape(title)).replace("{{svg}}", svg).replace(
         "{{data}}", json.dumps(data, ensure_ascii=False).replace("</", "<\\/"))

@@ -6,8 +6,31 @@ or t1, t2, … numbered in the order the forward pass made them), and records
 who consumes what and which arrays the ops saved for backward. It reads the
 engine's public face only (`Tensor.op`, `Tensor.inputs`, `topological_order`)
 and changes nothing in the graph. A `Value`'s graph needs no walk: `value.topological_order()`.
+
+`input_names(op, count)` and `saved_values(op)` put the names an op declares
+(`input_names`, `saved_names`, beside its `rule`) on its inputs and on the
+arrays it saved, so that the picture and the trace say what the rule says.
 """
 from autograd import Tensor, topological_order
+
+SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+
+
+def input_names(op, count):
+    """A name for each of an op's `count` inputs: the ones it declares, numbered (x₁, x₂, …) when it
+    declares one name for any number of inputs (concat, stack)."""
+    names = op.input_names
+    if len(names) == 1 and count > 1:
+        return [f"{names[0]}{str(i).translate(SUBSCRIPTS)}" for i in range(1, count + 1)]
+    return [names[i] if i < len(names) else f"input[{i}]" for i in range(count)]
+
+
+def saved_values(op):
+    """The arrays an op keeps for backward, by the names it declares: [(name, array)]; a slot it left
+    empty (None) is skipped, and an array it did not name (an op defined outside autograd) is saved[i]."""
+    names = op.saved_names
+    return [(names[i] if i < len(names) else f"saved[{i}]", a) for i, a in enumerate(op.saved or ())
+            if a is not None and hasattr(a, "shape")]
 
 
 class GraphWalk:

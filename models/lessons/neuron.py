@@ -2,7 +2,7 @@
 
 What this file promises:
 
-* `neuron()`: the lecture's graph, every node labelled as in the lecture:
+* `neuron()`: the lecture's graph, every node named as in the lecture:
   inputs x₁ = 2, x₂ = 0, weights w₁ = −3, w₂ = 1, bias b = 6.8813735870195432
   (chosen so that n = x₁w₁ + x₂w₂ + b = 0.8813735870…, where tanh n = 1/√2).
 * After `o.backward()`, the lecture's gradients: do/dn = 1 − o² = 0.5, so
@@ -19,12 +19,12 @@ LECTURE = {"x1": 2.0, "x2": 0.0, "w1": -3.0, "w2": 1.0, "b": 6.8813735870195432}
 
 
 def neuron():
-    """The lecture's nodes by label, from the inputs to o = tanh(n); nothing is backpropagated yet."""
-    nodes = {name: Value(value, label=name) for name, value in LECTURE.items()}
+    """The lecture's nodes by name, from the inputs to o = tanh(n); nothing is backpropagated yet."""
+    nodes = {name: Value(value, name=name) for name, value in LECTURE.items()}
 
-    def keep(label, value):
-        value.label = label
-        nodes[label] = value
+    def keep(name, value):
+        value.name = name
+        nodes[name] = value
         return value
 
     x1w1 = keep("x1*w1", nodes["x1"] * nodes["w1"])

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from autograd import Value
+from autograd import Tensor, Value, topological_order
 
 
 def approx(x):
@@ -197,10 +197,54 @@ def test_node_records_inputs_op_and_local_derivatives():
     # out = a·b at (3, −2): inputs (a, b), ∂out/∂a = b = −2, ∂out/∂b = a = 3; tanh' = 1 − tanh²
     a, b = Value(3.0), Value(-2.0)
     out = a * b
-    assert out.inputs == (a, b) and out.op == "*" and out.local_grads == (-2.0, 3.0)
+    assert out.inputs == (a, b) and out.local_grads == (-2.0, 3.0)
+    assert out.op.name == "*" and out.op.rule == "∂out/∂a = b, ∂out/∂b = a"
     t = a.tanh()
-    assert t.inputs == (a,) and t.op == "tanh" and t.local_grads == (1 - math.tanh(3.0) ** 2,)
-    assert a.inputs == () and a.local_grads == () and a.op == ""
+    assert t.inputs == (a,) and t.op.name == "tanh" and t.local_grads == (1 - math.tanh(3.0) ** 2,)
+    assert (a / b).inputs[1].op.name == "**-1"  # x / y is x · y⁻¹
+    assert a.inputs == () and a.local_grads == () and a.op is None  # a leaf, as a Tensor leaf's op is None
+
+
+def test_name_is_the_tensors_word_and_label_micrographs():
+    # micrograd writes Value(2.0, label="x"); the attribute is `name`, as on a Tensor, and `label` reads and writes it
+    x = Value(2.0, label="x")
+    assert x.name == "x" and x.label == "x"
+    x.label = "x1"
+    assert x.name == "x1"
+    y = Value(3.0, name="y")
+    y.name = "w"
+    assert y.label == "w" and Value(1.0).name is None and Tensor([1.0]).name is None
+
+
+def test_topological_order_is_backwards_order_as_for_a_tensor():
+    # d = (a + 1)·(a·a): d first, each node before its inputs, a last; the same graph on Tensors gives the same order
+    a = Value(2.0)
+    b, c = a + 1, a * a
+    d = b * c
+    order = d.topological_order()
+    assert [id(v) for v in order] == [id(d), id(b), id(b.inputs[1]), id(c), id(a)]  # b.inputs[1]: the constant 1
+    ta = Tensor([2.0], requires_grad=True)
+    tb, tc = ta + 1, ta * ta
+    td = tb * tc
+    # the Tensor's sort lists only what needs a gradient: the constant 1 is left out, the rest agrees node for node
+    assert [id(t) for t in topological_order(td)] == [id(td), id(tb), id(tc), id(ta)]
+
+
+def test_topological_order_agrees_with_the_tensor_sort_on_a_tangled_graph():
+    # the same expression on both engines, each intermediate reused: every node sits at the same position
+    def tangled(a, b):
+        u = a * b
+        v = (u + a).tanh()
+        w = v * u + b * v
+        return (w * a + u).exp() * (v + w)
+
+    value_order = tangled(Value(0.3), Value(-0.7)).topological_order()
+    tensor_order = topological_order(tangled(Tensor(0.3, requires_grad=True, dtype="float64"),
+                                             Tensor(-0.7, requires_grad=True, dtype="float64")))
+    assert len(value_order) == len(tensor_order) == 13  # a, b and 11 results
+    assert [v.data for v in value_order] == pytest.approx([t.item() for t in tensor_order], rel=1e-12)
+    assert [v.op.name if v.op else None for v in value_order] == \
+           [{"Add": "+", "Mul": "*", "Tanh": "tanh", "Exp": "exp"}[t.op.name] if t.op else None for t in tensor_order]
 
 
 def test_graph_has_no_reference_cycles():

@@ -18,8 +18,9 @@ def test_forward_is_the_lectures():
     assert nodes["x1*w1"].data == -6.0 and nodes["x2*w2"].data == 0.0
     assert nodes["n"].data == pytest.approx(math.asinh(1.0), abs=1e-15)
     assert nodes["o"].data == pytest.approx(1 / math.sqrt(2), abs=1e-15)
-    assert all(v.label == name for name, v in nodes.items())
-    assert nodes["o"].op == "tanh" and nodes["n"].op == "+" and nodes["x1*w1"].op == "*"
+    assert all(v.name == name for name, v in nodes.items())
+    assert nodes["o"].op.name == "tanh" and nodes["n"].op.name == "+" and nodes["x1*w1"].op.name == "*"
+    assert nodes["x1"].op is None
 
 
 def test_backward_gives_the_lectures_gradients():

@@ -363,6 +363,26 @@ def test_matmul_inputs_are_labelled_a_and_b_and_targets_and_ids_are_constant_nod
     assert "mean over 36 rows: × 1/36" in g.source  # cross-entropy's 1/B
 
 
+def test_arrows_carry_the_input_names_each_op_declares():
+    # a - b names x and y; concat numbers its one name x₁, x₂; softmax names z; exp's one generic x goes unsaid
+    a, b = Tensor(np.ones(2), requires_grad=True), Tensor(np.ones(2), requires_grad=True)
+    loss = ag.concat([(a - b).exp(), b.softmax()]).sum()
+    g = vg.draw(loss)
+    walk = GraphWalk(loss)
+    tkey, okey = vg.node_keys(walk)
+    op = {o.name: o for o in walk.ops}
+    labels = {(m.group(1), m.group(2)): m.group(4) or "" for line in g.body
+              if (m := re.match(r'\s*(\w+) -> (\w+)(?: \[.*?label=("?)([^\s"]+)\3)?', line))}
+
+    def arrow(name, x):
+        return labels[(okey[id(op[name])], tkey[id(x)])]
+
+    assert arrow("Sub", a) == "x" and arrow("Sub", b) == "y"
+    assert [arrow("Concat", x) for x in walk.output_of[id(op["Concat"])].inputs] == ["x₁", "x₂"]
+    assert arrow("Softmax", b) == "z"
+    assert arrow("Exp", walk.output_of[id(op["Sub"])]) == ""
+
+
 def test_legend_lists_only_what_the_picture_holds():
     from models import bigram
     before = vg.draw(bigram.demo_loss()).source   # no module boxes, no gradients yet

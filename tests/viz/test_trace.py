@@ -228,7 +228,7 @@ def test_each_step_prints_the_saved_forward_values_its_rule_uses():
     assert f"uses  z = (1, 3)  {vt.values_text(z)}" in blocks["Tanh"]
 
 
-def test_layer_norm_step_shows_x_hat_and_sigma():
+def test_layer_norm_step_shows_what_it_saved_x_hat_and_one_over_sigma():
     # rows (1, 3) and (2, 6): μ = 2, 4; deviations ±1, ±2; σ = √(1 + ε), √(4 + ε); x̂ = ±1/σ, ±2/σ
     x = Tensor(np.array([[1.0, 3.0], [2.0, 6.0]]), requires_grad=True)
     w = Tensor(np.ones(2), requires_grad=True)
@@ -236,10 +236,23 @@ def test_layer_norm_step_shows_x_hat_and_sigma():
     step = next(s for s in vt.trace(loss) if s.name == "LayerNorm")
     saved = dict(step.saved)
     sigma = np.sqrt(np.array([[1.0], [4.0]]) + 1e-5)
-    np.testing.assert_allclose(saved["σ"], sigma, rtol=1e-12)
+    assert list(saved) == ["x̂", "1/σ", "γ"]
+    np.testing.assert_allclose(saved["1/σ"], 1 / sigma, rtol=1e-12)
     np.testing.assert_allclose(saved["x̂"], np.array([[-1.0, 1.0], [-2.0, 2.0]]) / sigma, rtol=1e-12)
+    assert saved["γ"] is w.data
     text = vt.format_trace(vt.trace(loss))
-    assert "uses  x̂ = (2, 2)" in text and "σ = (2, 1)" in text
+    assert "uses  x̂ = (2, 2)" in text and "1/σ = (2, 1)" in text
+
+
+def test_log_softmax_step_shows_p_the_probabilities_it_saved():
+    # log_softmax keeps p = softmax(z), not log p: its rule dz = g − p·Σg reads p; z = (0, ln 3) gives p = (¼, ¾)
+    z = Tensor(np.array([[0.0, np.log(3.0)]]), requires_grad=True)
+    loss = (z.log_softmax() * Tensor(np.array([[1.0, 2.0]]))).sum()
+    step = next(s for s in vt.trace(loss) if s.name == "LogSoftmax")
+    assert [name for name, _ in step.saved] == ["p"]
+    np.testing.assert_allclose(step.saved[0][1], [[0.25, 0.75]], rtol=1e-12)
+    assert f"uses  p = (1, 2)  {vt.values_text(np.array([[0.25, 0.75]]))}" in vt.format_trace(vt.trace(loss))
+    assert [i.role for i in step.inputs] == ["z"]
 
 
 def test_values_below_1e_4_print_in_scientific_notation():

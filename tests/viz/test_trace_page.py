@@ -47,15 +47,27 @@ def engine_steps():
 
 
 def test_page_data_is_the_engines_walk():
-    loss = tiny.demo_loss()
-    data = page_steps(loss)
-    steps = vt.trace(loss)
+    steps = vt.trace(tiny.demo_loss())
+    data = page_steps(steps)
     assert [s["name"] for s in data["steps"]] == [s.name for s in steps]
     for shown, step in zip(data["steps"], steps):
         assert shown["grad"]["text"] == values_text(step.grad)
         assert [i["grad"]["text"] for i in shown["inputs"] if "grad" in i] == \
                [values_text(i.grad) for i in step.inputs if i.grad is not None]
         assert [v["name"] for v in shown["saved"]] == [name for name, _ in step.saved]
+        assert [i["role"] for i in shown["inputs"]] == [i.role for i in step.inputs]
+    matmul = next(s for s in data["steps"] if s["name"] == "MatMul")
+    assert [i["role"] for i in matmul["inputs"]] == ["A", "B"]
+    with pytest.raises(TypeError, match=r"expected a trace, viz.trace.trace\(loss\), got Tensor"):
+        page_steps(tiny.demo_loss())
+
+
+def test_the_page_reads_a_trace_and_never_imports_the_trace_module():
+    # imports go one way: viz.trace writes the page through viz.trace_page, never the other way round
+    code = "import sys, viz.trace_page; print('viz.trace' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "False"
 
 
 @needs_dot
