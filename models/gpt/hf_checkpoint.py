@@ -112,11 +112,8 @@ def load(cls, directory, dropout=0.0):
     except ValueError as exc:
         raise ValueError(f"{config_file}: {exc}") from None
     state, head = _state_and_head(_read_safetensors(directory))
-    rng_state = ag.get_rng_state()
-    try:
-        model = cls(config)  # its random initialisation is overwritten at once
-    finally:
-        ag.set_rng_state(rng_state)  # so loading does not move the caller's random stream
+    with ag.seeded(0):  # its random initialisation is overwritten at once; the caller's streams stay as they were
+        model = cls(config)
     try:
         model.load_state_dict(state)
     except KeyError as exc:  # load_state_dict names the keys and shapes; say which folder they came from
