@@ -11,7 +11,7 @@ t (its `name`, `rule`, `input_names`, `saved_names`, `scope`, `inputs`, `saved`)
 `backward_steps` is backward's own walk. A Value says the same with the same
 words: `v.name`, `v.op.name`, `v.op.rule`, `v.inputs`, `v.topological_order()`.
 """
-from .backend import manual_seed, get_rng_state, set_rng_state
+from .backend import manual_seed, get_rng_state, set_rng_state, seeded, keep_freed_memory
 from .tensor import (Tensor, Function, ShapeError, no_grad, name_scope, is_grad_enabled,
                      set_default_dtype, get_default_dtype, topological_order, backward_steps, root_grad)
 from .value import Value
@@ -22,6 +22,7 @@ from .gradcheck import gradcheck, GradcheckError, jacobian
 __all__ = [
     "Tensor", "Value", "Function", "ShapeError", "no_grad", "name_scope", "is_grad_enabled",
     "set_default_dtype", "get_default_dtype", "manual_seed", "get_rng_state", "set_rng_state",
+    "seeded", "keep_freed_memory",
     "concat", "stack", "split", "where", "softmax", "log_softmax", "cross_entropy", "embedding",
     "layer_norm", "dropout", "scaled_dot_product_attention", "linear", "zeros", "ones", "randn", "rand", "arange",
     "gradcheck", "GradcheckError", "topological_order", "backward_steps", "root_grad", "jacobian",

@@ -3,8 +3,9 @@
 Ops compute through the array module (`xp`) of their inputs' device; the few
 calls whose spelling differs between NumPy and CuPy (scatter-add, random
 numbers, copies to the host) live here and nowhere else. CuPy is imported only
-when a tensor first asks for "cuda". On the CPU, importing the engine also asks
-glibc to keep freed array memory for reuse (see _keep_freed_memory).
+when a tensor first asks for "cuda". `keep_freed_memory()` asks glibc to keep
+freed array memory for reuse: a setting for the whole process, made only when
+a program calls it (the training and sampling commands do).
 """
 import contextlib
 import ctypes
@@ -166,32 +167,50 @@ def fused(name, array):
     return _kernels[name]
 
 
-def _keep_freed_memory():
-    """Have glibc keep freed array memory for reuse instead of handing it back to the OS.
+def keep_freed_memory():
+    """Have glibc keep freed array memory for reuse instead of handing it back to the OS; True if it now does.
 
-    By default glibc serves a large block with a fresh mmap() and trims the
-    free top of its heap; a training step allocates and frees hundreds of
-    arrays of a few hundred KB, so every step the kernel faults in and zeroes
-    pages again (9,000–12,000 page faults, a fifth of the main job's step
-    time). With blocks up to 32 MB served from the heap and its top kept,
-    freed arrays are reused. The price is resident memory that no longer
-    shrinks after a peak: the main job's whole-process peak goes from about
-    108 to 138 MB (PyTorch's is about 380 MB). Not done where the C library
-    has no mallopt (it is glibc's), nor when MALLOC_MMAP_THRESHOLD_ or
-    MALLOC_TRIM_THRESHOLD_ are set: those choose for themselves.
+    A process-wide setting of the C library, so the engine never makes it by
+    itself: the commands that train or generate (`python -m models.train`,
+    `python -m models.sample`) and the benchmarks call this first.
+
+    What it buys: glibc serves a block above its mmap threshold (128 KB at
+    first) with a fresh mmap() and trims the free top of its heap, while a
+    training step allocates and frees hundreds of arrays of a few hundred KB;
+    so every step the kernel faults in and zeroes pages again. The main job's
+    step (benchmarks.train_step's model, measured 2026-12-01) takes about
+    10,300 page faults and 120 ms without the call, 8 and 80 ms with it.
+    glibc raises both thresholds by itself once the process frees a large
+    block (models.train's data loading happens to), so the call makes that
+    speed hold whatever the process did before. What it costs: freed memory
+    stays resident for reuse (blocks up to 32 MB come from the heap, and up
+    to 1 GB of free heap top is kept), so the resident size no longer shrinks
+    after a peak. Against glibc at its first thresholds
+    (MALLOC_MMAP_THRESHOLD_=131072) the main job's whole-process peak is
+    about 108 MB rather than 135 MB (PyTorch's is about 380 MB).
+
+    Does nothing (False) where the C library has no mallopt (it is glibc's),
+    when MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ are set (those choose
+    for themselves), or with AUTOGRAD_KEEP_FREED_MEMORY=0. With
+    AUTOGRAD_KEEP_FREED_MEMORY=1, importing autograd makes the call, for a
+    program that imports the engine and cannot be changed to call it.
     """
+    if os.environ.get("AUTOGRAD_KEEP_FREED_MEMORY") == "0":
+        return False
     if any(name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
-        return
+        return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
-        return
+        return False
     m_trim_threshold, m_mmap_threshold = -1, -3
     mallopt(m_mmap_threshold, 32 << 20)  # glibc's largest allowed value on 64-bit
     mallopt(m_trim_threshold, 1 << 30)
+    return True
 
 
-_keep_freed_memory()
+if os.environ.get("AUTOGRAD_KEEP_FREED_MEMORY") == "1":
+    keep_freed_memory()
 
 
 def manual_seed(seed):
@@ -215,3 +234,22 @@ def get_rng_state():
 
 def set_rng_state(state):
     generator("cpu").bit_generator.state = state
+
+
+@contextlib.contextmanager
+def seeded(seed):
+    """A block with random streams of its own, as after manual_seed(seed); the caller's come back untouched.
+
+    Every device's generator inside starts from `seed`; on leaving, the
+    caller's seed and generators are back as they were, neither advanced nor
+    reseeded, so a generator first asked for afterwards still starts from the
+    caller's seed. For work that must be reproducible whatever the caller
+    seeded (a demo model's initialisation), or whose draws are thrown away.
+    """
+    global _seed, _generators
+    callers = _seed, _generators
+    _seed, _generators = seed, {}
+    try:
+        yield
+    finally:
+        _seed, _generators = callers

@@ -32,6 +32,7 @@ def generator(peer, shape, prompt, device):
     if peer == "ours":
         import autograd as ag
         from models.gpt2 import GPT, GPTConfig
+        ag.keep_freed_memory()  # as models.sample does
         ag.manual_seed(0)
         model = GPT(GPTConfig(**shape)).to(device)
         ids = ag.Tensor(prompt, device=device)

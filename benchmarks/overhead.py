@@ -34,6 +34,7 @@ def chain(peer, rounds):
         return forward
     if peer == "ours":
         import autograd as ag
+        ag.keep_freed_memory()  # as models.train does
         tensors = [ag.Tensor(a, requires_grad=True) for a in arrays]
     else:
         import torch

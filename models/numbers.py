@@ -1,8 +1,9 @@
-"""How the lesson commands print numbers and tables.
+"""How the lesson commands (and viz's text) print numbers and tables.
 
-A number has fixed decimals, but below 1e-4 it is written in scientific
-notation, so that a tiny value never reads as zero; a table labels its rows and
-columns and keeps CJK labels aligned.
+A number has fixed decimals, but a nonzero below TINY (1e-4) is written in
+scientific notation, so that a tiny value never reads as zero: `is_tiny` and
+`fixed` are that rule, the one copy of it. A table labels its rows and columns
+and keeps CJK labels aligned.
 """
 import math
 import unicodedata
@@ -10,14 +11,22 @@ import unicodedata
 import numpy as np
 
 
+TINY = 1e-4  # a nonzero value smaller than this is written 1.23e-05
+
+
+def is_tiny(values):
+    """Whether each value is nonzero and smaller than TINY in size (a number, or elementwise for an array)."""
+    return (values != 0) & (np.abs(values) < TINY)
+
+
 def fixed(value, decimals=6):
-    """`decimals` places; 0 < |value| < 1e-4 as 1.23e-05; exact zero as 0.000000 (never -0.000000); -inf as -inf."""
+    """`decimals` places; a tiny value (is_tiny) as 1.23e-05; exact zero as 0.000000 (never -0.000000); -inf as -inf."""
     value = float(value)
     if math.isinf(value):
         return "-inf" if value < 0 else "inf"
     if value == 0:
         return f"{0.0:.{decimals}f}"
-    if abs(value) < 1e-4:
+    if is_tiny(value):
         return f"{value:.2e}"
     return f"{value:.{decimals}f}"
 

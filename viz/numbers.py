@@ -2,9 +2,7 @@
 import numpy as np
 
 from autograd import backend
-
-
-TINY = 1e-4  # below this a nonzero value is written 1.23e-05
+from models.numbers import fixed, is_tiny
 
 
 def host(array):
@@ -28,23 +26,23 @@ def number(x, digits=4):
 
 def values_text(array, decimals=6):
     """An array's values in NumPy's layout (one line per row): `decimals` places, but 1.23e-05 for a nonzero
-    value below 1e-4 (as the lesson commands print), so that tiny never reads as zero; integers as integers."""
+    value below 1e-4 (the lesson commands' rule, models.numbers), so that tiny never reads as zero; integers as
+    integers."""
     a = host(array)
     if a.dtype.kind in "iub":
         return str(a.astype(np.int64).item()) if a.ndim == 0 else np.array2string(a.astype(np.int64), separator=", ")
     a = a.astype(np.float64) + 0.0  # + 0.0 turns −0.0 into 0.0
-    tiny = (a != 0) & (np.abs(a) < TINY)
+    tiny = is_tiny(a)
     if a.ndim == 0:
         if tiny:
-            return f"{float(a):.2e}"
+            return fixed(a, decimals)
         a = np.round(a, decimals) + 0.0
         return np.format_float_positional(float(a), precision=decimals, unique=True, trim=".").rstrip(".") \
             if float(a) != int(a) else f"{float(a):.1f}"
     if tiny.any():
         width = decimals + 3
         return np.array2string(a, separator=", ", max_line_width=100, threshold=10**9, formatter={
-            "float_kind": lambda x: (f"{x:.2e}" if x != 0 and abs(x) < TINY
-                                     else f"{x:.{decimals}f}").rjust(width)})
+            "float_kind": lambda x: fixed(x, decimals).rjust(width)})
     a = np.round(a, decimals) + 0.0
     return np.array2string(a, separator=", ", precision=decimals, floatmode="fixed", suppress_small=True,
                            max_line_width=100, threshold=10**9)

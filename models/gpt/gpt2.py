@@ -309,11 +309,8 @@ class GPT(nn.Module):
             config = GPTConfig(**fields, dropout=dropout)
         except ValueError as exc:
             raise ValueError(f"{Path(directory) / 'config.json'}: {exc}") from None
-        rng_state = ag.get_rng_state()
-        try:
-            model = cls(config)  # its random initialisation is overwritten at once
-        finally:
-            ag.set_rng_state(rng_state)  # so loading does not move the caller's random stream
+        with ag.seeded(0):  # its random initialisation is overwritten at once; the caller's streams stay as they were
+            model = cls(config)
         try:
             model.load_state_dict(weights)
         except KeyError as exc:  # load_state_dict names the keys and shapes; say which folder they came from
@@ -328,12 +325,8 @@ class GPT(nn.Module):
 
 def demo_loss():
     """A tiny GPT's loss on a fixed batch: deterministic, small enough to draw (`python -m viz.graph models.gpt2`)."""
-    state = ag.get_rng_state()
-    ag.manual_seed(0)
-    try:
+    with ag.seeded(0):  # the same weights whatever the caller seeded, and the caller's streams untouched
         model = GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=8))
-    finally:
-        ag.set_rng_state(state)  # leave the caller's random stream where it was
     tokens = np.array([[3, 1, 4, 1, 5, 9, 2, 6, 5],
                        [2, 7, 1, 8, 2, 8, 1, 8, 2]])
     logits, loss = model(tokens[:, :-1], targets=tokens[:, 1:])  # predict each next token

@@ -1,9 +1,11 @@
 """Choosing the next token: greedy, temperature, top-k and top-p, as GPT.generate uses them.
 
 `sample` works on the raw logits array where the model left it (NumPy or CuPy),
-so a GPU run never copies logits to the host per token. `check_arguments`
-vets generate's options before any work; `as_batch` turns the prompt a user
-passes (list, ndarray or Tensor) into a (B, T) batch and back.
+so a GPU run never copies logits to the host per token. `top_k_mask` and
+`top_p_mask` are its two filters, the one copy of each (the tiny lesson's
+tables use them too). `check_arguments` vets generate's options before any
+work; `as_batch` turns the prompt a user passes (list, ndarray or Tensor) into
+a (B, T) batch and back.
 """
 import math
 
@@ -11,6 +13,32 @@ import numpy as np
 
 import autograd as ag
 from autograd import Tensor, backend
+
+
+def top_k_mask(logits, k):
+    """True where a logit is among the k highest of its row (last axis); ties with the k-th highest all stay.
+
+    `logits` is a NumPy or CuPy array of any leading shape; the mask is on its device.
+    """
+    xp = backend.xp_for(backend.device_of(logits) or "cpu")
+    kth = xp.partition(logits, -k, axis=-1)[..., -k, None]  # (..., 1): the k-th largest
+    return logits >= kth
+
+
+def top_p_mask(probs, top_p):
+    """True for the smallest set of most likely tokens of each row (last axis) whose probability reaches top_p.
+
+    A token stays while the mass of the likelier ones before it is below top_p,
+    so the most likely token always stays; ties are ordered by id, as argmax
+    orders them. `probs` is a NumPy or CuPy array; the mask is on its device.
+    """
+    xp = backend.xp_for(backend.device_of(probs) or "cpu")
+    order = xp.argsort(-probs, axis=-1, kind="stable")  # most likely first
+    sorted_probs = xp.take_along_axis(probs, order, axis=-1)
+    mass_before = xp.cumsum(sorted_probs, axis=-1) - sorted_probs
+    keep = xp.empty_like(probs, dtype=bool)
+    xp.put_along_axis(keep, order, mass_before < top_p, axis=-1)  # back to vocabulary order
+    return keep
 
 
 def sample(logits, temperature=1.0, top_k=None, top_p=None):
@@ -29,17 +57,11 @@ def sample(logits, temperature=1.0, top_k=None, top_p=None):
         return logits.argmax(axis=-1)
     logits = logits / temperature
     if top_k is not None and top_k < logits.shape[-1]:
-        kth = xp.partition(logits, -top_k, axis=-1)[:, -top_k, None]  # (B, 1): the k-th largest
-        logits = xp.where(logits < kth, -xp.inf, logits)
+        logits = xp.where(top_k_mask(logits, top_k), logits, -xp.inf)
     probs = xp.exp(logits - logits.max(axis=-1, keepdims=True))
     probs /= probs.sum(axis=-1, keepdims=True)  # (B, V)
     if top_p is not None and top_p < 1:
-        order = xp.argsort(-probs, axis=-1, kind="stable")  # most likely first; ties by id, as argmax
-        sorted_probs = xp.take_along_axis(probs, order, axis=-1)
-        mass_before = xp.cumsum(sorted_probs, axis=-1) - sorted_probs
-        drop = xp.empty_like(probs, dtype=bool)
-        xp.put_along_axis(drop, order, mass_before >= top_p, axis=-1)  # back to vocabulary order
-        probs = xp.where(drop, 0.0, probs)
+        probs = xp.where(top_p_mask(probs, top_p), probs, 0.0)
     cdf = xp.cumsum(probs, axis=-1)  # (B, V)
     u = ag.rand(len(cdf), dtype=np.float64, device=device).data * cdf[:, -1]  # (B,): uniform in [0, total mass)
     picks = (cdf <= u[:, None]).sum(axis=-1)  # the first index whose cumulative mass passes u

@@ -30,6 +30,7 @@ import numpy as np
 
 import autograd as ag
 import nn
+from models import sampling
 from models.cli import Parser
 from models.numbers import fixed, format_table, section
 
@@ -140,21 +141,13 @@ def temperature_probs(logits, temperature):
 
 
 def top_k_probs(logits, k):
-    """softmax over the k largest logits only; every other token gets probability 0."""
-    order = np.argsort(-logits.numpy(), kind="stable")
-    keep = np.zeros(logits.shape, dtype=bool)
-    keep[order[:k]] = True
-    return ag.softmax(logits, mask=keep)
+    """softmax over the k largest logits only (GPT.generate's filter); every other token gets probability 0."""
+    return ag.softmax(logits, mask=sampling.top_k_mask(logits.data, k))
 
 
 def top_p_probs(logits, top_p):
-    """Nucleus sampling: the most likely tokens until their probability reaches top_p, renormalised."""
-    probs = ag.softmax(logits).numpy()
-    order = np.argsort(-probs, kind="stable")
-    mass_before = np.cumsum(probs[order]) - probs[order]
-    keep = np.zeros(logits.shape, dtype=bool)
-    keep[order[mass_before < top_p]] = True
-    return ag.softmax(logits, mask=keep)
+    """Nucleus sampling (GPT.generate's filter): the likeliest tokens until their mass reaches top_p, renormalised."""
+    return ag.softmax(logits, mask=sampling.top_p_mask(ag.softmax(logits).data, top_p))
 
 
 # Figures the article prints that exact arithmetic does not give; main() says by how much and why.

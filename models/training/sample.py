@@ -30,6 +30,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    ag.keep_freed_memory()  # each token reuses freed arrays rather than faulting in fresh pages (see its docstring)
     args = parse_args(argv)
     try:
         model, tokenizer = checkpoint.load_model(args.checkpoint)

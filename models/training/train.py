@@ -407,6 +407,7 @@ def report(error, world):
 
 
 def main(argv=None):
+    ag.keep_freed_memory()  # each step reuses freed arrays rather than faulting in fresh pages (see its docstring)
     try:
         dist.init()  # a job is joined first: its ranks must agree on the options (alone, nothing to join)
     except dist.DistributedError as exc:

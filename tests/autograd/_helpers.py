@@ -1,8 +1,9 @@
-"""Small helpers for the autograd tests: float64 leaves and a gradcheck that fails the test loudly."""
+"""Small helpers for the autograd tests: float64 leaves, a gradcheck that fails the test loudly, and what a call
+does to the random streams (also for the model tests that promise to leave them alone)."""
 import numpy as np
 
 import autograd as ag
-from autograd import Tensor
+from autograd import Tensor, backend
 
 
 def leaf(array, requires_grad=True):
@@ -41,3 +42,28 @@ def unbroadcast_reference(grad, shape):
         source = tuple(0 if n == 1 else i for i, n in zip(index[offset:], shape))
         out[source] += grad[index]
     return out
+
+
+def draws_after(call, monkeypatch, draw_first):
+    """After manual_seed(7) (and a CPU draw if `draw_first`), run `call()`; return every draw made before and after.
+
+    After: the CPU generator's next numbers, and those of a generator first made
+    after the call, a second device's. NumPy stands in for CuPy there, so that a
+    machine without a GPU sees whether that generator still starts from seed 7.
+    """
+    monkeypatch.setattr(backend, "xp_for", lambda device: np)
+    monkeypatch.setattr(backend, "_generators", {})  # the stand-in device's generator goes when the test ends
+    monkeypatch.setattr(backend, "_seed", None)
+    ag.manual_seed(7)
+    draws = [ag.randn(4).numpy()] if draw_first else []
+    call()
+    return draws + [ag.randn(4).numpy(), backend.generator("cuda").standard_normal(4)]
+
+
+def assert_streams_untouched(call, monkeypatch):
+    """Every draw after `call()` is the one it would be without the call, whether or not the CPU had drawn before."""
+    for draw_first in (False, True):
+        untouched = draws_after(lambda: None, monkeypatch, draw_first)
+        after_call = draws_after(call, monkeypatch, draw_first)
+        for expected, got in zip(untouched, after_call, strict=True):
+            np.testing.assert_array_equal(got, expected)

@@ -13,8 +13,9 @@ from autograd import Tensor
 from autograd import topological_order
 from models import gpt2
 from models.gpt2 import GPT, GPTConfig
-from models.sampling import sample
+from models.sampling import sample, top_k_mask, top_p_mask
 from models.gpt2_params import parameter_shapes
+from tests.autograd._helpers import assert_streams_untouched
 
 TINY = dict(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=8)
 
@@ -218,6 +219,10 @@ def test_adamw_overfits_one_batch():
     assert losses[-1] < 0.5 * losses[0]
 
 
+def test_demo_loss_leaves_the_callers_seed_and_every_random_stream_as_they_were(monkeypatch):
+    assert_streams_untouched(gpt2.demo_loss, monkeypatch)  # after manual_seed(7), as if it had not been called
+
+
 def test_demo_loss_is_deterministic_named_and_scoped():
     state = ag.get_rng_state()
     first, second = gpt2.demo_loss(), gpt2.demo_loss()
@@ -331,4 +336,17 @@ def test_sample_filters_top_k_and_top_p():
     np.testing.assert_array_equal(sample(logits[:2], temperature=0), [1, 1])
     cold = sample(logits, temperature=0.05)  # temperature → 0 approaches greedy
     assert (cold == 1).mean() > 0.95
+
+
+def test_the_filters_work_row_by_row_on_any_leading_shape():
+    logits = np.array([[[0.0, 2.0, 1.0, 1.0, -1.0],
+                        [3.0, 0.0, 0.0, 0.0, 0.0]]])  # (1, 2, 5)
+    np.testing.assert_array_equal(top_k_mask(logits, 2), [[[0, 1, 1, 1, 0], [1, 1, 1, 1, 1]]])  # ties stay
+    np.testing.assert_array_equal(top_k_mask(logits[0, 0], 1), [0, 1, 0, 0, 0])
+    probs = np.array([0.1, 0.4, 0.3, 0.15, 0.05])
+    np.testing.assert_array_equal(top_p_mask(probs, 0.7), [0, 1, 1, 0, 0])  # mass before token 3 is 0.7
+    np.testing.assert_array_equal(top_p_mask(probs, 0.71), [0, 1, 1, 1, 0])
+    np.testing.assert_array_equal(top_p_mask(probs, 1e-9), [0, 1, 0, 0, 0])  # the likeliest always stays
+    even = np.full((2, 4), 0.25)
+    np.testing.assert_array_equal(top_p_mask(even, 0.5), [[1, 1, 0, 0]] * 2)  # ties by id, as argmax
 

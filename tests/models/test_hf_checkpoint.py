@@ -11,6 +11,7 @@ import pytest
 from models.gpt2 import GPT, GPTConfig
 from models.gpt2_params import parameter_shapes
 from models.hf_checkpoint import config_to_hf
+from tests.autograd._helpers import assert_streams_untouched
 from tests.models.test_gpt2 import TINY, batch, tiny
 
 
@@ -46,6 +47,11 @@ def test_a_bias_free_model_round_trips(tmp_path):
     assert loaded.config == model.config
     x, _ = batch(model.config)
     np.testing.assert_array_equal(model(x)[0].data, loaded(x)[0].data)
+
+
+def test_loading_leaves_the_callers_seed_and_every_random_stream_as_they_were(tmp_path, monkeypatch):
+    tiny().save_pretrained(tmp_path)
+    assert_streams_untouched(lambda: GPT.from_pretrained(tmp_path), monkeypatch)
 
 
 def test_original_hub_layout_loads(tmp_path):

@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 import autograd as ag
 from autograd import Tensor, topological_order
+from models.numbers import fixed
 from tests.viz import demo_module
 from viz import trace as vt
 
@@ -198,12 +199,12 @@ def test_cli_mistakes_cost_one_line_before_any_work(argv, message, capsys):
     assert err.startswith(f"python -m viz.trace: error: {message}") and err.count("\n") == 1
 
 
-def test_the_tools_need_nothing_from_models():
+def test_the_tools_need_nothing_from_models_but_its_shared_number_rule():
     code = ("import sys, viz.graph, viz.trace, viz.walk, viz.numbers, viz.loading; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'models'))")
     run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "[]"
+    assert run.stdout.strip() == "['models', 'models.numbers']"  # no family; models.cli only when a command runs
 
 
 def test_python_dash_m_entry_point():
@@ -259,3 +260,9 @@ def test_values_below_1e_4_print_in_scientific_notation():
     assert vt.values_text(np.array([0.5, 3e-11, 0.0])) == "[ 0.500000,  3.00e-11,  0.000000]"
     assert vt.values_text(np.array(2.5e-7)) == "2.50e-07"
     assert vt.values_text(np.array([4, 1])) == "[4, 1]"
+
+
+def test_each_value_is_written_as_the_lesson_commands_write_it():
+    values = np.array([0.5, 3e-11, 0.0, -2.5e-7, 1e-4, -0.125, -np.inf])
+    assert [cell.strip() for cell in vt.values_text(values).strip("[]").split(",")] == [fixed(v) for v in values]
+    assert vt.values_text(np.array(-2.5e-7)) == fixed(-2.5e-7)

@@ -1,0 +1,67 @@
+"""glibc's allocator setting (autograd.keep_freed_memory) is made only by a call: importing the engine leaves it alone,
+the training and sampling commands make the call, and AUTOGRAD_KEEP_FREED_MEMORY switches it on at import or off.
+
+Each check runs in a fresh process and asks glibc (mallinfo2) whether a 16 MB array came from a fresh mmap(), as
+glibc's first threshold (128 KB) has it, or from the heap, as the setting's 32 MB threshold has it.
+"""
+import ctypes
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BLOCK = 16 << 20
+
+PROBE = """
+import ctypes, sys
+import numpy
+class Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+mallinfo2 = ctypes.CDLL(None).mallinfo2
+mallinfo2.restype = Mallinfo2
+{before}
+mapped = mallinfo2().hblkhd
+block = numpy.empty({size}, dtype=numpy.uint8)
+print(mallinfo2().hblkhd - mapped)
+"""
+
+pytestmark = pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallinfo2"),
+                                reason="mallinfo2 is glibc's (2.33 and later): nothing to observe elsewhere")
+
+
+def mmapped_bytes(before, switch=None):
+    """How many bytes of a 16 MB array glibc served by mmap() in a fresh process, after running `before`."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("AUTOGRAD_KEEP_FREED_MEMORY", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")}
+    if switch is not None:
+        env["AUTOGRAD_KEEP_FREED_MEMORY"] = switch
+    done = subprocess.run([sys.executable, "-c", PROBE.format(before=before, size=BLOCK)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.split()[-1])
+
+
+def test_without_the_setting_glibc_maps_the_block_and_with_it_serves_it_from_the_heap():
+    assert mmapped_bytes("") >= BLOCK  # the probe sees glibc's own behaviour
+    assert mmapped_bytes("import autograd; assert autograd.keep_freed_memory() is True") == 0
+
+
+def test_importing_the_engine_changes_no_allocator_setting():
+    assert mmapped_bytes("import autograd, nn, models.gpt2, models.sampling") >= BLOCK
+
+
+def test_the_environment_switch_makes_the_call_at_import_or_turns_it_off():
+    assert mmapped_bytes("import autograd", switch="1") == 0
+    assert mmapped_bytes("import autograd; assert autograd.keep_freed_memory() is False", switch="0") >= BLOCK
+
+
+@pytest.mark.parametrize("command", [
+    "from models.train import main\ntry:\n    main(['--data', 'no such file.txt'])\nexcept SystemExit:\n    pass",
+    "from models.sample import main\nassert main(['no such folder']) == 1",
+], ids=["models.train", "models.sample"])
+def test_the_commands_make_the_setting_first_even_when_they_fail_at_once(command):
+    assert mmapped_bytes(command) == 0
