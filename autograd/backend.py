@@ -8,6 +8,7 @@ freed array memory for reuse: a setting for the whole process, made only when
 a program calls it (the training and sampling commands do).
 """
 import contextlib
+import copy
 import ctypes
 import os
 
@@ -253,3 +254,20 @@ def seeded(seed):
         yield
     finally:
         _seed, _generators = callers
+
+
+def snapshot_rng(device):
+    """A copy of `device`'s generator as it stands now: `replaying` it draws the same numbers again."""
+    return copy.deepcopy(generator(device))
+
+
+@contextlib.contextmanager
+def replaying(device, snapshot):
+    """Inside, `device` draws from a copy of `snapshot` (from snapshot_rng); the live generator comes back after,
+    neither advanced nor reseeded. Recomputing a forward pass this way redraws its dropout masks exactly."""
+    live = generator(device)
+    _generators[device] = copy.deepcopy(snapshot)
+    try:
+        yield
+    finally:
+        _generators[device] = live

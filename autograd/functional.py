@@ -7,7 +7,7 @@ math and the VJPs live in ops.py.
 import numpy as np
 
 from . import backend, ops
-from .tensor import Tensor, ShapeError, _as_array, get_default_dtype
+from .tensor import Tensor, ShapeError, _as_array, get_default_dtype, is_grad_enabled
 
 
 def _tensor(x, like=None):
@@ -176,6 +176,23 @@ def linear(x, weight, bias=None):
 
 
 # ---- constructors ---------------------------------------------------------------------
+
+
+def checkpoint(fn, *inputs):
+    """fn(*inputs) without keeping fn's activations: backward recomputes them (ops.Checkpoint), bit for bit.
+
+    `fn` takes the input Tensors and returns one Tensor; the parameters it reads
+    get their gradients as without checkpointing. At least one input must
+    require grad (the activations flowing in), or backward could not reach fn.
+    """
+    if not inputs or not all(isinstance(x, Tensor) for x in inputs):
+        raise TypeError("checkpoint: pass fn and the Tensors it takes, e.g. checkpoint(block, x)")
+    if not is_grad_enabled():
+        return fn(*inputs)  # nothing will be backpropagated: nothing to save or recompute
+    if not any(x.requires_grad for x in inputs):
+        raise ValueError("checkpoint: no input requires grad, so backward would never reach fn's parameters; "
+                         "checkpoint a function of the activations (a tensor that requires grad)")
+    return ops.Checkpoint.apply(*inputs, fn=fn, device=inputs[0].device)
 
 
 def _shape(shape):

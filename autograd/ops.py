@@ -12,7 +12,7 @@ rule does (an op that declares none has one input, x, and saves nothing).
 import math
 
 from . import backend
-from .tensor import Function, ShapeError
+from .tensor import Function, ShapeError, Tensor, no_grad
 
 # ---- elementwise arithmetic --------------------------------------------------
 
@@ -768,3 +768,34 @@ class ScaledDotProductAttention(Function):
                 dk = ds.swapaxes(-1, -2) @ q
                 dk *= self.scale
         return dq, dk, dv
+
+
+class Checkpoint(Function):
+    """y = fn(x₁, …, xₙ), its activations recomputed in backward instead of kept (activation checkpointing).
+
+    The Jacobian is fn's own: ∂y/∂xᵢ, whatever ops fn records. Forward runs fn
+    without recording and keeps only the inputs (and the random generator's
+    state, so dropout draws the same masks again). Backward runs fn once more
+    with recording on, from leaves holding the inputs' values, and
+    backpropagates g through that graph: the parameters fn reads accumulate
+    their gradients as they would have, and the leaves' gradients are the VJP
+    for the inputs. Bit for bit the unchecked pass, for twice fn's forward cost.
+    """
+
+    rule = "recompute fn, then backward through it"
+
+    def forward(self, *xs, fn, device):
+        self.fn, self.device, self.rng = fn, device, backend.snapshot_rng(device)
+        with no_grad():
+            out = fn(*[Tensor(x) for x in xs])
+        if not isinstance(out, Tensor):
+            raise TypeError(f"checkpoint: fn must return one Tensor, got {type(out).__name__}")
+        return out.data
+
+    def backward(self, g):
+        leaves = [Tensor(x.data, requires_grad=need) for x, need in zip(self.inputs, self.needs_grad)]
+        with backend.replaying(self.device, self.rng):
+            out = self.fn(*leaves)
+        if out.requires_grad:
+            out.backward(g)
+        return tuple(leaf.grad if need else None for leaf, need in zip(leaves, self.needs_grad))

@@ -2,6 +2,7 @@
 from . import distributed, optim
 from .module import Module, Parameter
 from .layers import Linear, Embedding, LayerNorm, Dropout, GELU, ReLU, Sequential, ModuleList
+from .lora import LoRALinear, lora
 
 __all__ = ["Module", "Parameter", "Linear", "Embedding", "LayerNorm", "Dropout", "GELU", "ReLU",
-           "Sequential", "ModuleList", "optim", "distributed"]
+           "Sequential", "ModuleList", "LoRALinear", "lora", "optim", "distributed"]

@@ -122,6 +122,7 @@ class Transformer(nn.Module):
         self.drop = nn.Dropout(config.dropout)
         self.h = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
+        self.checkpoint_blocks = False  # activation checkpointing: keep each block's input alone (models.train)
 
     def forward(self, idx, kv_cache=None):
         T = idx.shape[1]
@@ -129,7 +130,10 @@ class Transformer(nn.Module):
         pos = ag.arange(start, start + T, device=self.wpe.weight.device)  # (T,)
         x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C) + (T, C) → (B, T, C)
         for i, block in enumerate(self.h):
-            x = block(x, cache=kv_cache.layers[i] if kv_cache is not None else None)
+            if self.checkpoint_blocks and kv_cache is None and ag.is_grad_enabled():
+                x = ag.checkpoint(block, x)  # its activations recomputed in backward, not kept
+            else:
+                x = block(x, cache=kv_cache.layers[i] if kv_cache is not None else None)
         return self.ln_f(x)  # (B, T, C)
 
 
@@ -245,7 +249,7 @@ class GPT(nn.Module):
 
     def optimizer_groups(self, weight_decay):
         """AdamW groups as nanoGPT makes them: decay the 2-D weights (matmuls, embeddings), not biases or LayerNorms."""
-        params = self.parameters()
+        params = [p for p in self.parameters() if p.requires_grad]  # frozen ones (a LoRA's base) have no moments
         return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
                 {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
 

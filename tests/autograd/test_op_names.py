@@ -70,6 +70,7 @@ EXAMPLES = {
     ops.Dropout: [lambda: ag.dropout(leaf(4, 4), 0.5)],
     # Tk ≤ 4D keeps P; a longer context keeps the log-sum-exps alone; dropout keeps its mask
     ops.ScaledDotProductAttention: [lambda: attention(3, 3, 2, dropout_p=0.5), lambda: attention(2, 9, 2)],
+    ops.Checkpoint: [lambda: ag.checkpoint(lambda h: h.tanh(), leaf(3))],
 }
 
 

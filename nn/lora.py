@@ -1,0 +1,103 @@
+"""LoRA: a frozen Linear plus a trainable low-rank update, and `lora(model, …)` to put one in every layer named.
+
+    y = x @ W + b + (α/r) · (x @ A) @ B          W (in, out) and b frozen; A (in, r), B (r, out) trained
+
+The update ΔW = (α/r)·A·B is the paper's B·A for this project's (in, out)
+weights; B starts at zero, so before the first step the model is exactly the
+base. Its VJP, for the upstream gradient G = ∂L/∂y (composed from matmuls, so
+the engine applies it):
+
+    ∂L/∂A = (α/r) · xᵀ (G Bᵀ)      ∂L/∂B = (α/r) · (x A)ᵀ G      ∂L/∂x = G Wᵀ + (α/r) · G Bᵀ Aᵀ
+
+`merge()` folds ΔW into W (one matmul per forward, as the base had) and
+`unmerge()` restores the base weight exactly. Only A and B require grad, so
+an optimizer given `[p for p in model.parameters() if p.requires_grad]` holds
+moments for the adapters alone.
+"""
+import math
+
+import autograd as ag
+
+from .layers import Linear
+from .module import Parameter
+
+
+class LoRALinear(Linear):
+    """A Linear whose weight and bias are frozen, plus the rank-`r` update (α/r)·A·B (see the module's docstring).
+
+    Its parameters keep the base layer's names (`weight`, `bias`), so a
+    checkpoint's keys are unchanged, and add `lora_A` and `lora_B`.
+    """
+
+    def __init__(self, base, r, alpha):
+        if not isinstance(base, Linear):
+            raise TypeError(f"LoRALinear: wraps an nn.Linear, got {type(base).__name__}")
+        if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= min(base.in_features, base.out_features):
+            raise ValueError(f"LoRALinear: r must be an integer in [1, {min(base.in_features, base.out_features)}] "
+                             f"for a {base.in_features} → {base.out_features} layer, got {r!r}")
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < math.inf:
+            raise ValueError(f"LoRALinear: alpha must be a positive number, got {alpha!r}")
+        super(Linear, self).__init__()  # Module's: the weights come from `base`, not a fresh initialisation
+        self.in_features, self.out_features = base.in_features, base.out_features
+        self.r, self.alpha, self.scale = r, alpha, alpha / r
+        self.weight = Parameter(base.weight.data, requires_grad=False)
+        self.bias = Parameter(base.bias.data, requires_grad=False) if base.bias is not None else None
+        device, dtype = base.weight.device, base.weight.dtype
+        bound = 1 / math.sqrt(self.in_features)  # PEFT's (Kaiming-uniform) scale for A; B = 0
+        self.lora_A = Parameter(ag.rand(self.in_features, r, dtype=dtype, device=device) * (2 * bound) - bound)
+        self.lora_B = Parameter(ag.zeros(r, self.out_features, dtype=dtype, device=device))
+        self._unmerged_weight = None  # the base weight while merged
+
+    @property
+    def merged(self):
+        return self._unmerged_weight is not None
+
+    def forward(self, x):
+        y = ag.linear(x, self.weight, self.bias)
+        if self.merged:
+            return y
+        return y + (x @ self.lora_A) @ self.lora_B * self.scale
+
+    def delta(self):
+        """ΔW = (α/r)·A·B, the (in, out) array the adapters add to the weight."""
+        return (self.lora_A.data @ self.lora_B.data) * self.scale
+
+    def merge(self):
+        """Fold ΔW into the weight: the same function, one matmul. Training goes on only after `unmerge()`."""
+        if not self.merged:
+            self._unmerged_weight = self.weight.data
+            self.weight.data = self.weight.data + self.delta().astype(self.weight.dtype)
+        return self
+
+    def unmerge(self):
+        """The base weight back, exactly as it was before `merge()`."""
+        if self.merged:
+            self.weight.data, self._unmerged_weight = self._unmerged_weight, None
+        return self
+
+    def extra_repr(self):
+        return f"{super().extra_repr()}, r={self.r}, alpha={self.alpha}{', merged' if self.merged else ''}"
+
+
+def lora(model, r, alpha, targets):
+    """Replace every nn.Linear whose attribute name is in `targets` (e.g. ("c_attn",)) with a LoRALinear of it.
+
+    Every other parameter of `model` is frozen. Returns the names of the layers
+    replaced; a target that names no Linear in the model is an error.
+    """
+    targets = (targets,) if isinstance(targets, str) else tuple(targets)
+    if not targets:
+        raise ValueError("lora: targets is empty; name the Linear layers to adapt, e.g. ('c_attn',)")
+    for p in model.parameters():
+        p.requires_grad = False
+    replaced, found = [], set()
+    for name, module in model.named_modules():
+        for child_name, child in list(module._modules.items()):
+            if child_name in targets and isinstance(child, Linear) and not isinstance(child, LoRALinear):
+                setattr(module, child_name, LoRALinear(child, r, alpha))
+                replaced.append(f"{name}.{child_name}" if name else child_name)
+                found.add(child_name)
+    missing = [t for t in targets if t not in found]
+    if missing:
+        raise ValueError(f"lora: no nn.Linear named {', '.join(map(repr, missing))} in {type(model).__name__}")
+    return replaced

@@ -1,0 +1,69 @@
+"""ag.checkpoint: activations recomputed in backward, bit for bit the unchecked pass, dropout included."""
+import numpy as np
+import pytest
+
+import autograd as ag
+from autograd import Tensor
+from models.gpt2 import GPT, GPTConfig
+
+
+def gpt_step(checkpoint_blocks, grad_accum=1):
+    """Loss, every gradient and the random stream after a training step of a tiny GPT with dropout."""
+    ag.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=8, dropout=0.2))
+    model.transformer.checkpoint_blocks = checkpoint_blocks
+    x = np.random.default_rng(0).integers(0, 16, size=(3, 9))
+    losses = []
+    for _ in range(grad_accum):
+        _, loss = model(x[:, :-1], x[:, 1:])
+        (loss / grad_accum).backward()
+        losses.append(loss.item())
+    return losses, {n: p.grad.copy() for n, p in model.named_parameters()}, ag.get_rng_state()
+
+
+@pytest.mark.parametrize("grad_accum", [1, 2])
+def test_checkpointed_blocks_give_the_same_loss_gradients_and_random_stream_bit_for_bit(grad_accum):
+    plain, checked = gpt_step(False, grad_accum), gpt_step(True, grad_accum)
+    assert plain[0] == checked[0]
+    assert plain[1].keys() == checked[1].keys()
+    for name in plain[1]:
+        np.testing.assert_array_equal(plain[1][name], checked[1][name], err_msg=name)
+    assert plain[2] == checked[2]  # dropout drew its masks once from the live stream, as without checkpointing
+
+
+def test_the_checkpointed_op_keeps_only_its_inputs():
+    w = Tensor(np.random.default_rng(0).standard_normal((4, 4)), requires_grad=True)
+    x = Tensor(np.random.default_rng(1).standard_normal((2, 4)), requires_grad=True)
+    y = ag.checkpoint(lambda h: (h @ w).tanh() @ w, x)
+    assert y.op.name == "Checkpoint" and y.op.inputs == (x,)
+    assert ag.topological_order(y) == [y, x]  # nothing of fn's graph is recorded
+
+
+def test_gradients_through_a_checkpoint_match_finite_differences():
+    rng = np.random.default_rng(2)
+    x, w = (Tensor(rng.standard_normal(s), requires_grad=True) for s in [(3, 4), (4, 4)])
+    ag.gradcheck(lambda x, w: ag.checkpoint(lambda h, v: ((h @ v).gelu() @ v).sum(axis=0), x, w).sum(), [x, w])
+
+
+def test_parameters_read_inside_fn_get_their_gradients():
+    rng = np.random.default_rng(3)
+    w = Tensor(rng.standard_normal((4, 3)), requires_grad=True)
+    x = Tensor(rng.standard_normal((2, 4)), requires_grad=True)
+    (x @ w).sigmoid().sum().backward()
+    expected_w, expected_x = w.grad.copy(), x.grad.copy()
+    w.grad = x.grad = None
+    ag.checkpoint(lambda h: (h @ w).sigmoid(), x).sum().backward()
+    np.testing.assert_array_equal(w.grad, expected_w)
+    np.testing.assert_array_equal(x.grad, expected_x)
+
+
+def test_misuse_is_one_clear_line():
+    x = Tensor([1.0, 2.0])
+    with pytest.raises(ValueError, match="no input requires grad"):
+        ag.checkpoint(lambda h: h * 2, x)
+    with pytest.raises(TypeError, match="fn must return one Tensor"):
+        ag.checkpoint(lambda h: [h], Tensor([1.0], requires_grad=True))
+    with pytest.raises(TypeError, match="pass fn and the Tensors"):
+        ag.checkpoint(lambda h: h, [1.0])
+    with ag.no_grad():
+        assert ag.checkpoint(lambda h: h * 2, x).tolist() == [2.0, 4.0]  # nothing to recompute: fn runs plainly

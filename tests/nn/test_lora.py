@@ -1,0 +1,111 @@
+"""nn.LoRALinear and nn.lora: the base at step 0, gradients against finite differences and PyTorch, merge = unmerged."""
+import numpy as np
+import pytest
+
+import autograd as ag
+import nn
+from autograd import Tensor
+from models.gpt2 import GPT, GPTConfig
+
+TINY = GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=8)
+
+
+def tiny_gpt(seed=0):
+    with ag.seeded(seed):
+        return GPT(TINY)
+
+
+def batch(seed=1):
+    x = np.random.default_rng(seed).integers(0, 16, size=(3, 9))
+    return x[:, :-1], x[:, 1:]
+
+
+def test_at_step_0_the_adapted_model_is_the_base_exactly():
+    base, adapted = tiny_gpt(), tiny_gpt()
+    replaced = nn.lora(adapted, r=2, alpha=4, targets=("c_attn", "c_proj"))
+    assert replaced == [f"transformer.h.{i}.{m}" for i in range(2)
+                        for m in ("attn.c_attn", "attn.c_proj", "mlp.c_proj")]
+    x, y = batch()
+    np.testing.assert_array_equal(adapted(x, y)[0].data, base(x, y)[0].data)
+    assert set(base.state_dict()) < set(adapted.state_dict())  # the base's keys, plus lora_A/lora_B
+
+
+def test_only_the_adapters_train_and_the_optimizer_holds_moments_for_them_alone():
+    model = tiny_gpt()
+    nn.lora(model, r=2, alpha=2, targets="c_attn")
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable == [f"transformer.h.{i}.attn.c_attn.lora_{ab}" for i in range(2) for ab in "AB"]
+    optimizer = nn.optim.AdamW(model.optimizer_groups(0.1), lr=1e-2)
+    frozen = {n: p.data.copy() for n, p in model.named_parameters() if not p.requires_grad}
+    x, y = batch()
+    for _ in range(2):
+        _, loss = model(x, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert all(np.array_equal(p.data, frozen[n]) for n, p in model.named_parameters() if n in frozen)
+    assert not np.array_equal(model.transformer.h[0].attn.c_attn.lora_B.data, 0)
+    assert sum(b.size for s in optimizer.state_dict()["state"].values() for k, b in s.items() if k != "step") == \
+        2 * sum(model.state_dict()[n].size for n in trainable)
+
+
+def test_the_gradients_of_a_lora_layer_match_finite_differences():
+    ag.manual_seed(3)
+    layer = nn.LoRALinear(nn.Linear(4, 3), r=2, alpha=3.0)
+    for p in (layer.weight, layer.bias, layer.lora_A, layer.lora_B):
+        p.data = p.data.astype(np.float64)
+    layer.lora_B.data = np.random.default_rng(0).standard_normal((2, 3))  # nonzero: every path carries gradient
+    x = Tensor(np.random.default_rng(1).standard_normal((5, 4)), requires_grad=True)
+
+    def loss(x, a, b):
+        layer.lora_A, layer.lora_B = a, b
+        return (layer(x) ** 2).sum()
+
+    ag.gradcheck(loss, [x, layer.lora_A, layer.lora_B])
+
+
+def test_merged_equals_unmerged_and_unmerge_restores_the_base_weight_exactly():
+    model = tiny_gpt()
+    nn.lora(model, r=2, alpha=4, targets=("c_attn", "c_fc"))
+    for name, p in model.named_parameters():
+        if name.endswith("lora_B"):
+            p.data = np.random.default_rng(len(name)).standard_normal(p.shape).astype(p.dtype)
+    layers = [m for m in model.modules() if isinstance(m, nn.LoRALinear)]
+    base_weights = [m.weight.data.copy() for m in layers]
+    x, y = batch()
+    unmerged = model(x, y)[0].data
+    for m in layers:
+        m.merge()
+    np.testing.assert_allclose(model(x, y)[0].data, unmerged, rtol=1e-5, atol=1e-6)
+    for m, w in zip(layers, base_weights):
+        m.unmerge()
+        np.testing.assert_array_equal(m.weight.data, w)
+    np.testing.assert_array_equal(model(x, y)[0].data, unmerged)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: nn.LoRALinear(nn.Linear(4, 3), r=0, alpha=1), "r must be an integer in [1, 3]"),
+    (lambda: nn.LoRALinear(nn.Linear(4, 3), r=2, alpha=-1), "alpha must be a positive number"),
+    (lambda: nn.LoRALinear(nn.Embedding(4, 3), r=1, alpha=1), "wraps an nn.Linear"),
+    (lambda: nn.lora(tiny_gpt(), 2, 2, ["c_atn"]), "no nn.Linear named 'c_atn' in GPT"),
+    (lambda: nn.lora(tiny_gpt(), 2, 2, []), "targets is empty"),
+])
+def test_bad_arguments_are_one_clear_line(call, message):
+    with pytest.raises((ValueError, TypeError), match=message.replace("[", r"\[").replace("]", r"\]")):
+        call()
+
+
+@pytest.mark.interop
+def test_against_pytorch_the_same_lora_gives_the_same_gradients():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    w, b, a, bb, x = (rng.standard_normal(s) for s in [(4, 3), (3,), (4, 2), (2, 3), (5, 4)])
+    layer = nn.LoRALinear(nn.Linear(4, 3), r=2, alpha=6.0)
+    layer.weight.data, layer.bias.data, layer.lora_A.data, layer.lora_B.data = w, b, a.copy(), bb.copy()
+    xt = Tensor(x, requires_grad=True)
+    (layer(xt).tanh().sum()).backward()
+    tw, tb, ta, tbb, tx = (torch.tensor(v, requires_grad=True) for v in (w, b, a, bb, x))
+    ((tx @ tw + tb + (tx @ ta) @ tbb * 3.0).tanh().sum()).backward()
+    np.testing.assert_allclose(layer.lora_A.grad, ta.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(layer.lora_B.grad, tbb.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(xt.grad, tx.grad.numpy(), rtol=1e-12)
