@@ -24,8 +24,8 @@ GRADED = {
     "lesson000_bigram_softmax.ipynb": ("backward() disagrees with finite differences", "correct: backward matches"),
     "tiny_transformer.ipynb": ("backward() disagrees with finite differences",
                                "correct: backward matches finite differences; ∂L/∂logit(你) = -0.915193"),
-    "gpt2_kv_cache.ipynb": ("backward() disagrees with finite differences",
-                            "correct: the forward is full attention's last row, and backward matches finite differences"),
+    "gpt2_kv_cache.ipynb": ("backward() disagrees with finite differences", "correct: the forward is full "
+                            "attention's last row, and backward matches finite differences"),
 }
 NO_GRAD = "no grad yet"  # what viz.graph writes in a box drawn before backward
 

@@ -19,6 +19,7 @@ What this file promises:
 and writes the picture (atomically: the old file or the new one, never half).
 """
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -129,6 +130,9 @@ def main(argv=None):
                         help="print the loss and accuracy every N steps")
     parser.add_argument("--out", default="moons.png", help="where to write the decision-boundary PNG")
     args = parser.parse_args(argv)
+    if Path(args.out).is_dir():
+        parser.error(f"argument --out: {args.out} is a folder; give the PNG's file name, "
+                     f"e.g. {Path(args.out) / 'moons.png'}")
 
     points, labels = make_moons(args.points, args.noise, args.seed)
     model = MLP(DEMO_SIZES, seed=args.init_seed)

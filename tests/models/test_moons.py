@@ -75,9 +75,11 @@ def test_command_writes_the_boundary_png(full_run):
     assert [p.name for p in out.parent.iterdir()] == [out.name]  # the atomic write left no temporary file
 
 
-def test_bad_options_cost_one_line():
-    run = subprocess.run([sys.executable, "-m", "models.moons", "--points", "1"], cwd=ROOT,
-                         capture_output=True, text=True)
+@pytest.mark.parametrize("argv, message", [
+    (["--points", "1"], "argument --points: must be in [2, inf), got 1"),
+    (["--out", "."], "argument --out: . is a folder; give the PNG's file name, e.g. moons.png"),
+])
+def test_bad_options_cost_one_line(argv, message):
+    run = subprocess.run([sys.executable, "-m", "models.moons", *argv], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 2
-    assert run.stderr.strip().splitlines() == [
-        "python -m models.moons: error: argument --points: must be in [2, inf), got 1 (see --help)"]
+    assert run.stderr.strip().splitlines() == [f"python -m models.moons: error: {message} (see --help)"]

@@ -37,7 +37,7 @@ def test_bad_sizes_and_inputs_say_what_is_wrong():
 
 
 def test_loss_gradients_match_finite_differences():
-    """∂loss/∂p from the Value graph against (loss(p + h) − loss(p − h)) / 2h, for every parameter, in float64."""
+    """Each ∂loss/∂p from the Value graph against (loss(p + h) − loss(p − h)) / 2h, in float64."""
     model = MLP([2, 4, 3, 1], seed=3)
     loss, _ = max_margin_loss(model, POINTS, LABELS, alpha=1e-2)
     model.zero_grad()
