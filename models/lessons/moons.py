@@ -15,8 +15,9 @@ What this file promises:
   enough to draw (`python -m viz.graph models.moons`).
 
 `python -m models.moons [--steps 100] [--points 100] [--noise 0.1] [--seed 0]
-[--out moons.png]` prints the loss and accuracy every few steps and at the end,
-and writes the picture (atomically: the old file or the new one, never half).
+[--init-seed 1337] [--log-every 10] [--out moons.png]` prints the loss and
+accuracy every few steps and at the end, and writes the picture (atomically:
+the old file or the new one, never half).
 """
 import math
 from pathlib import Path
