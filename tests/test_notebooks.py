@@ -1,10 +1,14 @@
-"""Every notebook in notebooks/ runs top to bottom, its graphs render, and its exercise is graded.
+"""Every notebook in notebooks/ runs top to bottom, its graphs render after backward, and its exercise is graded.
 
-Each lesson notebook ends with an exercise: a starter with a deliberate mistake
-(the grader must reject it, showing why) and one answer (the grader must accept
-it). Executing them here is what keeps them from rotting.
+Each lesson notebook ends with an exercise: a VJP to write, a starter with a
+deliberate mistake (gradcheck must reject it, showing why) and one answer
+(gradcheck must accept it). Every picture a notebook shows is a backward
+graph beside text that says gradients flow along its arrows, so each must be
+drawn after backward: a box saying "no grad yet" fails the notebook. Executing
+them here is what keeps them from rotting.
 """
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -20,8 +24,10 @@ GRADED = {
     "lesson000_bigram_softmax.ipynb": ("backward() disagrees with finite differences", "correct: backward matches"),
     "tiny_transformer.ipynb": ("backward() disagrees with finite differences",
                                "correct: backward matches finite differences; ∂L/∂logit(你) = -0.915193"),
-    "gpt2_kv_cache.ipynb": ("not yet: differs from the full attention", "correct\n"),
+    "gpt2_kv_cache.ipynb": ("backward() disagrees with finite differences", "correct: the forward is full "
+                            "attention's last row, and backward matches finite differences"),
 }
+NO_GRAD = "no grad yet"  # what viz.graph writes in a box drawn before backward
 
 
 def test_every_lesson_has_its_notebook():
@@ -29,12 +35,24 @@ def test_every_lesson_has_its_notebook():
 
 
 def outputs_of(notebook):
-    text, kinds = [], set()
+    """(the text outputs, one string; the values displayed (text/plain); the SVG pictures)."""
+    text, shown, pictures = [], [], []
     for cell in notebook.cells:
         for output in cell.get("outputs", []):
-            kinds.update(output.get("data", {}))
-            text.append(output.get("text", "") + json.dumps(output.get("data", {}).get("text/plain", "")))
-    return "\n".join(text), kinds
+            data = output.get("data", {})
+            text.append(output.get("text", ""))
+            if "image/svg+xml" in data:
+                pictures.append(data["image/svg+xml"])
+            elif "text/plain" in data:
+                shown.append(data["text/plain"])
+    return "\n".join(text), shown, pictures
+
+
+def check_pictures(name, pictures):
+    """Each picture is drawn after backward: no box waits for a gradient, and gradients are shown."""
+    for i, svg in enumerate(pictures, 1):
+        assert NO_GRAD not in svg, f"{name}: picture {i} was drawn before backward ({NO_GRAD!r} in a box)"
+        assert re.search(r"grad (norm = |\[|-?\d)", svg), f"{name}: picture {i} shows no gradient"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -45,8 +63,24 @@ def test_notebook_runs_and_grades_its_exercise(path):
     client = nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
                                      resources={"metadata": {"path": str(ROOT)}})
     client.execute()  # raises CellExecutionError, naming the cell, if any cell fails
-    text, kinds = outputs_of(notebook)
+    text, shown, pictures = outputs_of(notebook)
     rejected, accepted = GRADED[path.name]
     assert text.count(rejected) == 1 and text.count(accepted) == 1  # the starter once, then the answer once
+    assert not [v for v in shown if "np." in v], f"{path.name} displays NumPy scalar reprs: {shown}"
     if shutil.which("dot"):
-        assert "image/svg+xml" in kinds, f"{path.name}: no graph rendered inline"
+        assert pictures, f"{path.name}: no graph rendered inline"
+        check_pictures(path.name, pictures)
+
+
+def test_a_picture_drawn_before_backward_fails_the_check():
+    """The check above is not vacuous: the very picture viz draws before backward is refused."""
+    vg = pytest.importorskip("viz.graph")
+    if not shutil.which("dot"):
+        pytest.skip("Graphviz's `dot` draws the pictures")
+    from models import bigram
+    before = vg.draw(bigram.demo_loss()).pipe(format="svg").decode()
+    with pytest.raises(AssertionError, match="drawn before backward"):
+        check_pictures("before", [before])
+    loss = bigram.demo_loss()
+    vg.keep_gradients(loss)
+    check_pictures("after", [vg.draw(loss).pipe(format="svg").decode()])

@@ -8,9 +8,10 @@
     python -m viz.graph model.tiny --format png --out tiny.png
     python -m viz.graph models.gpt2 --collapse        # a box per transformer block
 
-Tensors are boxes (name, shape, and ‖g‖, the norm of the gradient backward
-left there); ops are rounded boxes with the op's name and, smaller, its local
-rule: how it turns the gradient of its output into gradients of its inputs.
+Tensors are boxes (name, shape, and the "grad norm", the L2 norm of the
+gradient backward left there: in words, as the default fonts of PNGs draw ‖g‖
+like "llgll"); ops are rounded boxes with the op's name and, smaller, its
+local rule: how it turns the gradient of its output into gradients of its inputs.
 Arrows point the way gradients flow, from the loss down to the parameters.
 A legend on the picture explains the colours.
 
@@ -113,7 +114,7 @@ def _grad_line(t, walk):
     if not t.requires_grad:
         return _small("constant · no gradient")
     if t.grad is not None:
-        return _small(f"‖g‖ = {number(norm(t.grad))}", color="#1f1f1f")
+        return _small(f"grad norm = {number(norm(t.grad))}", color="#1f1f1f")
     if not walk.backward_ran():
         return _small("no grad yet — backward not run", color="#a23b2a")
     if not t.is_leaf:
@@ -381,7 +382,7 @@ def _module_node(name, contents, walk):
     for t in params[:6]:
         label = walk.label(t)
         label = label[len(name) + 1:] if label.startswith(name + ".") else label
-        grad = f"  ‖g‖ = {number(norm(t.grad))}" if t.grad is not None else ""
+        grad = f"  grad norm = {number(norm(t.grad))}" if t.grad is not None else ""
         lines.append(_small(f"{label} {shape_text(t.shape)}{grad}", 9, PARAMETER[1]))
     if len(params) > 6:
         lines.append(_small(f"… and {len(params) - 6} more parameters", 9, PARAMETER[1]))
@@ -449,7 +450,7 @@ LEGEND = {
     "module": ("module", "a module folded into one box", f'BGCOLOR="{MODULE[0]}" COLOR="{MODULE[1]}"'),
     "arrows": ("→", "gradients flow along the arrows, from the top down to the leaves", 'BORDER="0"'),
     "values": ("data, grad", "values (4 digits) of tensors of ≤ 16 elements", 'BORDER="0"'),
-    "norm": ("‖g‖", "size (L2 norm) of the tensor's gradient", 'BORDER="0"'),
+    "norm": ("grad norm", "size (L2 norm) of the tensor's gradient", 'BORDER="0"'),
 }
 
 

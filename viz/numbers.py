@@ -15,6 +15,15 @@ def norm(array):
     return float(np.linalg.norm(host(array).astype(np.float64).ravel()))
 
 
+def summary_text(array):
+    """A large array in one line: its norm and largest magnitude for floats; for integers and booleans
+    (targets, token ids, masks), whose norm means nothing, only how many values there are."""
+    a = host(array)
+    if a.dtype.kind in "iub":
+        return f"({a.size} {'booleans' if a.dtype.kind == 'b' else 'integers'}, not shown)"
+    return f"‖·‖ = {number(norm(a), 6)}, max |·| = {number(float(abs(a).max()), 6)}  ({a.size} values, not shown)"
+
+
 def shape_text(shape):
     return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
 

@@ -27,7 +27,7 @@ from autograd import Tensor, backward_steps, root_grad
 
 from .graph import INSTALL_DOT, keep_gradients
 from .loading import demo_loss_of
-from .numbers import host, norm, number, shape_text, values_text
+from .numbers import number, shape_text, summary_text, values_text
 from .trace_page import write_page
 from .walk import GraphWalk, input_names, saved_values
 
@@ -112,12 +112,10 @@ def trace(tensor, grad=None):
 
 
 def _array_lines(array, indent, max_values, decimals):
-    """`shape: values` for a small array, `shape: ‖·‖ = …` for a large one."""
+    """`shape: values` for a small array, `shape: ‖·‖ = …` for a large one (see summary_text)."""
     shape = "scalar" if array.ndim == 0 else shape_text(array.shape)
     if array.size > max_values:
-        a = host(array)
-        return [f"{shape}  ‖·‖ = {number(norm(a), 6)}, max |·| = {number(float(abs(a).max()), 6)}"
-                f"  ({array.size} values, not shown)"]
+        return [f"{shape}  {summary_text(array)}"]
     text = values_text(array, decimals)
     if "\n" not in text and len(text) <= 80:
         return [f"{shape}  {text}"]

@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 
 from .graph import INSTALL_DOT, draw, node_keys
-from .numbers import host, norm, number, shape_text, values_text
+from .numbers import shape_text, summary_text, values_text
 from .walk import GraphWalk
 
 
@@ -27,9 +27,7 @@ def _array(array, max_values, decimals):
     """{shape, text}: the values for a small array, its shape and norm for a large one (as the text trace)."""
     shape = "scalar" if array.ndim == 0 else shape_text(array.shape)
     if array.size > max_values:
-        a = host(array)
-        return {"shape": shape, "text": f"‖·‖ = {number(norm(a), 6)}, max |·| = {number(float(abs(a).max()), 6)}"
-                                        f"  ({array.size} values, not shown)"}
+        return {"shape": shape, "text": summary_text(array)}
     return {"shape": shape, "text": values_text(array, decimals)}
 
 
@@ -122,7 +120,7 @@ PAGE = """<!DOCTYPE html>
 <script>
 "use strict";
 const trace = JSON.parse(document.getElementById("trace-data").textContent);
-const total = trace.steps.length + 1;  // the steps, then the leaves' gradients
+const total = trace.steps.length + 1;  // views: the steps, then the leaves' gradients
 let current = 0;
 const nodes = {}, edges = {};
 for (const g of document.querySelectorAll("#graph g.node")) nodes[g.querySelector("title").textContent] = g;
@@ -141,7 +139,9 @@ function show(i) {
   current = Math.max(0, Math.min(total - 1, i));
   for (const g of document.querySelectorAll("#graph .current, #graph .incoming, #graph .outgoing, #graph .active"))
     g.classList.remove("current", "incoming", "outgoing", "active");
-  document.getElementById("position").textContent = `step ${current + 1} of ${total}`;
+  // numbered as the text trace numbers them: the leaves' view comes after the last step, it is not one
+  document.getElementById("position").textContent = current < trace.steps.length
+    ? `step ${current + 1} of ${trace.steps.length}` : `after all ${trace.steps.length} steps: the leaves`;
   const panel = document.getElementById("step");
   if (current === trace.steps.length) {
     panel.innerHTML = `<h2>Leaves: what backward adds into .grad</h2>` +

@@ -14,6 +14,13 @@ What this file promises:
 * `GPT.from_pretrained(folder)` / `model.save_pretrained(folder)`: Hugging
   Face's folder format (in models/gpt/hf_checkpoint.py), which transformers reads.
 * `demo_loss()`: a tiny GPT's deterministic loss, for viz.
+* The intermediates are named as the code reads (and nanoGPT and the article
+  name them), after the module whose forward makes them, as parameters are
+  named: `transformer.h.0.ln_1(x)`, `transformer.h.0.attn.q`, `….attn.y`,
+  `transformer.h.0.x after attn`, the residual stream after each block
+  `transformer.h.0(x)`, `transformer.ln_f(x)`, `logits`. viz draws and traces
+  them by these names. Only while a graph is recorded: under no_grad
+  (generation) nothing is named, so a token's step pays nothing for it.
 
 Shapes: B batch, T time, C = n_embd, nh heads of hs = C / nh features, V = vocab_size.
 """
@@ -27,6 +34,18 @@ import autograd as ag
 import nn
 from autograd import Tensor
 from models import hf_checkpoint, sampling
+
+
+def _name(made_here, names):
+    """Name the tensors in `names` {short name: tensor} after the module whose forward is running.
+
+    `made_here` is a tensor that an op of this very forward made: its op's scope is the module's
+    dotted path (`transformer.h.0.attn`), so `q` becomes `transformer.h.0.attn.q`. Under no_grad
+    no op is recorded and nothing is named (callers test `made_here.op` first, before building `names`).
+    """
+    prefix = made_here.op.scope + "." if made_here.op.scope else ""
+    for name, t in names.items():
+        t.name = prefix + name
 
 
 @dataclass
@@ -72,15 +91,22 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x, cache=None):
         B, T, C = x.shape
         nh, hs = self.n_head, C // self.n_head
-        qkv = self.c_attn(x).reshape(B, T, 3, nh, hs).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs): [q | k | v]
-        q, k, v = qkv[0], qkv[1], qkv[2]  # (B, nh, T, hs) each
+        fused = self.c_attn(x)  # (B, T, 3C)
+        qkv = fused.reshape(B, T, 3, nh, hs)  # q, k and v of each position, each cut into nh heads
+        by_head = qkv.transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs): [q | k | v]
+        q, k, v = by_head[0], by_head[1], by_head[2]  # (B, nh, T, hs) each
         if cache is not None:
             k, v = cache.append(k, v)  # (B, nh, T_seen + T, hs): every position so far
         # With fewer queries than keys, sdpa lines the queries up with the *last* keys.
         y = ag.scaled_dot_product_attention(q, k, v, causal=True,
                                             dropout_p=self.attn_dropout if self.training else 0.0)  # (B, nh, T, hs)
-        y = y.transpose(0, 2, 1, 3).reshape(B, T, C)  # (B, T, C): the heads side by side again
-        return self.resid_dropout(self.c_proj(y))
+        by_position = y.transpose(0, 2, 1, 3)  # (B, T, nh, hs)
+        joined = by_position.reshape(B, T, C)  # (B, T, C): the heads side by side again
+        out = self.c_proj(joined)
+        if qkv.op is not None:
+            _name(qkv, {"c_attn(x)": fused, "qkv": qkv, "qkv by head": by_head, "q": q, "k": k, "v": v, "y": y,
+                        "y by position": by_position, "y joined": joined, "c_proj(y)": out})
+        return self.resid_dropout(out)
 
 
 class MLP(nn.Module):
@@ -93,8 +119,12 @@ class MLP(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x):
-        h = self.c_fc(x).gelu()  # (B, T, 4C)
-        return self.dropout(self.c_proj(h))  # (B, T, C)
+        fc = self.c_fc(x)  # (B, T, 4C)
+        gelu = fc.gelu()
+        out = self.c_proj(gelu)  # (B, T, C)
+        if gelu.op is not None:
+            _name(gelu, {"c_fc(x)": fc, "gelu": gelu, "c_proj(gelu)": out})
+        return self.dropout(out)
 
 
 class Block(nn.Module):
@@ -108,8 +138,14 @@ class Block(nn.Module):
         self.mlp = MLP(config)
 
     def forward(self, x, cache=None):
-        x = x + self.attn(self.ln_1(x), cache=cache)
-        return x + self.mlp(self.ln_2(x))
+        ln_1 = self.ln_1(x)
+        attn = self.attn(ln_1, cache=cache)
+        x = x + attn  # the residual stream, attention's contribution added
+        ln_2 = self.ln_2(x)
+        mlp = self.mlp(ln_2)
+        if x.op is not None:  # the block's output is named by its caller, as every module's is
+            _name(x, {"ln_1(x)": ln_1, "attn(ln_1(x))": attn, "x after attn": x, "ln_2(x)": ln_2, "mlp(ln_2(x))": mlp})
+        return x + mlp
 
 
 class Transformer(nn.Module):
@@ -128,13 +164,22 @@ class Transformer(nn.Module):
         T = idx.shape[1]
         start = kv_cache.length if kv_cache is not None else 0  # the first new token's position
         pos = ag.arange(start, start + T, device=self.wpe.weight.device)  # (T,)
-        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C) + (T, C) → (B, T, C)
+        tok_emb, pos_emb = self.wte(idx), self.wpe(pos)
+        emb = tok_emb + pos_emb  # (B, T, C) + (T, C) → (B, T, C)
+        x = stream = self.drop(emb)  # the residual stream starts here
+        recording = emb.op is not None
         for i, block in enumerate(self.h):
             if self.checkpoint_blocks and kv_cache is None and ag.is_grad_enabled():
                 x = ag.checkpoint(block, x)  # its activations recomputed in backward, not kept
             else:
                 x = block(x, cache=kv_cache.layers[i] if kv_cache is not None else None)
-        return self.ln_f(x)  # (B, T, C)
+            if recording:
+                _name(emb, {f"h.{i}(x)": x})  # the residual stream after block i
+        out = self.ln_f(x)  # (B, T, C)
+        if recording:  # "x" after "emb": without dropout, x is the sum itself
+            _name(emb, {"wte(idx)": tok_emb, "wpe(pos)": pos_emb, "emb": emb, "x": stream,
+                        "ln_f(x)": out})
+        return out
 
 
 class LayerCache:
@@ -214,9 +259,11 @@ class GPT(nn.Module):
         if last_only and x.shape[1] > 1:  # a cached step's one position is already the last
             x = x[:, -1:, :]  # (B, 1, C)
         logits = self._lm_head(x)  # (B, T, V)
+        logits.name = "logits"
         loss = None
         if targets is not None:
             loss = ag.cross_entropy(logits, targets, ignore_index=-1)
+            loss.name = "loss"
         return logits, loss
 
     def _lm_head(self, x):
@@ -224,7 +271,12 @@ class GPT(nn.Module):
         with ag.name_scope("lm_head"):
             B, T, C = x.shape
             wte = self.transformer.wte.weight
-            return (x.reshape(B * T, C) @ wte.T).reshape(B, T, wte.shape[0])  # (B·T, C) @ (C, V) → (B, T, V)
+            rows, wte_t = x.reshape(B * T, C), wte.T
+            scores = rows @ wte_t  # (B·T, C) @ (C, V) → (B·T, V)
+            logits = scores.reshape(B, T, wte.shape[0])  # (B, T, V)
+            if rows.op is not None:
+                _name(rows, {"x rows": rows, "wte.T": wte_t, "logits rows": scores})
+            return logits
 
     def _check_ids(self, idx, kv_cache=None):
         """`idx` as a Tensor of token ids (B, T) that fits the context, or a one-line error saying why not."""
@@ -333,7 +385,6 @@ def demo_loss():
         model = GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=8))
     tokens = np.array([[3, 1, 4, 1, 5, 9, 2, 6, 5],
                        [2, 7, 1, 8, 2, 8, 1, 8, 2]])
-    logits, loss = model(tokens[:, :-1], targets=tokens[:, 1:])  # predict each next token
-    logits.name, loss.name = "logits", "loss"
+    _, loss = model(tokens[:, :-1], targets=tokens[:, 1:])  # predict each next token
     return loss
 

@@ -7,7 +7,9 @@ What this file promises:
 * `count_parameters(config)`: their total (the tied LM head counted once).
 * `parameter_table(config)` and the command: the printed breakdown, 124,439,808
   for GPT-2 small, with a note on where the illustrated article's table
-  (124,410,624) goes astray.
+  (124,410,624, GPT-2 small's only) goes astray; for another shape the note
+  says what the same slips would give there, and that the article prints no
+  such figure.
 """
 import math
 from dataclasses import asdict
@@ -37,6 +39,11 @@ def parameter_shapes(config):
 def count_parameters(config):
     """The number of parameters of GPT(config) (the tied LM head counted once, inside wte)."""
     return sum(math.prod(s) for s in parameter_shapes(config).values())
+
+
+def article_count(config):
+    """The count with the illustrated article's two slips: mlp.c_fc's bias as n_embd (not 4·n_embd), no ln_f."""
+    return count_parameters(config) - config.n_layer * 3 * config.n_embd - 2 * config.n_embd
 
 
 def parameter_table(config):
@@ -80,13 +87,29 @@ def parameter_table(config):
     lines.append(line("total", "", total))
     if config.bias:
         fc_bias_gap, ln_f_gap = L * 3 * C, 2 * C
-        lines += ["", f"Note: the illustrated article's table totals {total - fc_bias_gap - ln_f_gap:,} for this "
-                      f"architecture. It counts mlp.c_fc's bias as {C:,} (n_embd)",
-                  f"instead of {4 * C:,} (4·n_embd), {L} × {3 * C:,} = {fc_bias_gap:,} too few, and leaves out "
-                  f"the final LayerNorm ln_f ({ln_f_gap:,}):",
-                  f"{total:,} − {fc_bias_gap:,} − {ln_f_gap:,} = {total - fc_bias_gap - ln_f_gap:,}. "
-                  "The count above is that of the actual parameter tensors."]
+        slips = article_count(config)
+        if _is_gpt2_small(config):
+            lines += ["", f"Note: the illustrated article's table totals {slips:,} for GPT-2 small. It counts "
+                          f"mlp.c_fc's bias as {C:,} (n_embd)",
+                      f"instead of {4 * C:,} (4·n_embd), {L} × {3 * C:,} = {fc_bias_gap:,} too few, and leaves out "
+                      f"the final LayerNorm ln_f ({ln_f_gap:,}):",
+                      f"{total:,} − {fc_bias_gap:,} − {ln_f_gap:,} = {slips:,}. "
+                      "The count above is that of the actual parameter tensors."]
+        else:
+            small = GPTConfig()
+            lines += ["", f"Note: the illustrated article tabulates GPT-2 small only ({article_count(small):,}, "
+                          f"where the true count is {count_parameters(small):,}), not this shape.",
+                      f"Its two slips, carried over to this shape, would give {slips:,}: mlp.c_fc's bias counted as "
+                      f"n_embd instead of 4·n_embd",
+                      f"({L} × {3 * C:,} = {fc_bias_gap:,} too few) and no final LayerNorm ln_f ({ln_f_gap:,}). "
+                      "That figure is an extrapolation, not one the article prints."]
     return "\n".join(lines)
+
+
+def _is_gpt2_small(config):
+    """Whether `config` has GPT-2 small's parameter shapes (n_head does not change any of them)."""
+    small = GPTConfig()
+    return all(getattr(config, f) == getattr(small, f) for f in ("n_layer", "n_embd", "vocab_size", "block_size"))
 
 
 def main(argv=None):

@@ -235,6 +235,48 @@ def test_demo_loss_is_deterministic_named_and_scoped():
     assert {"transformer.h.0.attn", "transformer.h.1.mlp.c_fc", "transformer.ln_f", "lm_head"} <= scopes
 
 
+ARTICLE_NAMES = ["transformer.wte(idx)", "transformer.wpe(pos)", "transformer.x"] + [
+    f"transformer.h.{i}.{name}" for i in range(2) for name in (
+        "ln_1(x)", "attn.c_attn(x)", "attn.qkv", "attn.qkv by head", "attn.q", "attn.k", "attn.v", "attn.y",
+        "attn.y by position", "attn.y joined", "attn(ln_1(x))", "x after attn", "ln_2(x)", "mlp.c_fc(x)",
+        "mlp.gelu", "mlp(ln_2(x))")] + [
+    "transformer.h.0(x)", "transformer.h.1(x)", "transformer.ln_f(x)", "lm_head.x rows", "lm_head.wte.T",
+    "lm_head.logits rows", "logits", "loss"]
+
+
+def test_every_intermediate_is_named_as_the_code_and_the_article_name_it():
+    """Intermediates take the dotted path of the module whose forward made them, as parameters do."""
+    recorded = topological_order(gpt2.demo_loss())
+    intermediates = [t.name for t in recorded if t.op is not None]
+    assert sorted(intermediates) == sorted(ARTICLE_NAMES)  # every one named, each name once
+
+
+def test_with_dropout_each_dropped_tensor_keeps_a_name_of_its_own():
+    model = tiny(dropout=0.5)
+    x, y = batch(model.config)
+    _, loss = model(x, targets=y)
+    names = [t.name for t in topological_order(loss) if t.op is not None]
+    assert None not in names and len(names) == len(set(names))
+    assert {"transformer.emb", "transformer.x", "transformer.h.0.attn.c_proj(y)", "transformer.h.0.attn(ln_1(x))",
+            "transformer.h.1.mlp.c_proj(gelu)", "transformer.h.1.mlp(ln_2(x))"} <= set(names)
+
+
+def test_nothing_is_named_without_a_graph(monkeypatch):
+    """Under no_grad (generation) no op is recorded, so naming is skipped before any name is built."""
+    model = tiny()
+    x, _ = batch(model.config)
+
+    def refuse(made_here, names):
+        raise AssertionError(f"named {list(names)} under no_grad")
+
+    monkeypatch.setattr(gpt2, "_name", refuse)
+    with ag.no_grad():
+        model(x)
+    model.generate(x[:1, :3], 4, temperature=0)  # cached decoding, under no_grad
+    with pytest.raises(AssertionError, match="named"):
+        model(x)  # recording: the names are given
+
+
 # ---- the KV cache and generation -------------------------------------------------------------------
 
 

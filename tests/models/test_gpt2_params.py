@@ -26,8 +26,15 @@ def test_cli_prints_the_table_and_the_note(capsys):
     out = capsys.readouterr().out
     assert "124,439,808" in out and "124,410,624" in out
     assert "7,087,872" in out and "3,072" in out  # one block; c_fc's real bias
+    assert "the illustrated article's table totals 124,410,624 for GPT-2 small" in out
     gpt2_params.main(["--n-layer", "2", "--n-embd", "64", "--n-head", "4"])
-    assert f"{count_parameters(GPTConfig(n_layer=2, n_embd=64, n_head=4)):,}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    config = GPTConfig(n_layer=2, n_embd=64, n_head=4)
+    assert f"{count_parameters(config):,}" in out
+    # the article has no table for this shape: its slips carried over are an extrapolation, and said to be one
+    assert "table totals" not in out and "tabulates GPT-2 small only (124,410,624" in out
+    extrapolated = count_parameters(config) - 2 * 3 * 64 - 2 * 64
+    assert f"would give {extrapolated:,}" in out and "an extrapolation, not one the article prints" in out
 
 
 def test_cli_refuses_an_impossible_config_in_one_line(capsys):

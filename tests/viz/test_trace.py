@@ -137,6 +137,15 @@ def test_format_shows_small_values_and_summarises_large_ones():
     assert "constant: needs no gradient" in text
 
 
+def test_integer_arrays_show_values_or_nothing_never_a_norm():
+    logits = Tensor(np.linspace(-1, 1, 40 * 3).reshape(40, 3), requires_grad=True)
+    targets = np.arange(40) % 3  # 40 integers: over the 16-value limit
+    text = vt.format_trace(vt.trace(ag.cross_entropy(logits, targets)))
+    assert "targets = (40,)  (40 integers, not shown)" in text
+    assert "p = (40, 3)  ‖·‖ = " in text  # a float array keeps its norm
+    few = vt.format_trace(vt.trace(ag.cross_entropy(logits[:4], targets[:4])))
+    assert "targets = (4,)  [0, 1, 2, 0]" in few
+
 def test_zero_dimensional_leaves():
     x = Tensor(3.0, requires_grad=True)
     x.name = "x"
