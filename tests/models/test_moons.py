@@ -40,10 +40,10 @@ def test_numpy_scores_are_the_value_networks():
 
 def test_demo_loss_is_a_small_deterministic_value():
     a, b = moons.demo_loss(), moons.demo_loss()
-    assert isinstance(a, Value) and a is not b and a.data == b.data and a.label == "loss"
+    assert isinstance(a, Value) and a is not b and a.data == b.data and a.name == "loss"
     assert len(a.topological_order()) < 100  # small enough to draw
     a.backward()
-    assert any(v.grad != 0 for v in a.topological_order() if v.label.startswith("L1."))
+    assert any(v.grad != 0 for v in a.topological_order() if v.name and v.name.startswith("L1."))
 
 
 @pytest.fixture(scope="module")
