@@ -153,6 +153,13 @@ def quiet_overflow(array):
     return numpy.errstate(over="ignore") if isinstance(array, numpy.ndarray) else contextlib.nullcontext()
 
 
+def quiet_division(array):
+    """A context in which NumPy does not warn of x/0, 0 · inf or ln 0 (CuPy never warns): for an op that
+    computes such a value knowingly and replaces it."""
+    return (numpy.errstate(divide="ignore", invalid="ignore") if isinstance(array, numpy.ndarray)
+            else contextlib.nullcontext())
+
+
 def fused(name, array):
     """The compiled CuPy kernel `name` (see cuda_kernels.py) for a GPU array, else None.
 

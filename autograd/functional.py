@@ -7,7 +7,7 @@ math and the VJPs live in ops.py.
 import numpy as np
 
 from . import backend, ops
-from .tensor import Tensor, ShapeError, _as_array, get_default_dtype, is_grad_enabled
+from .tensor import Tensor, ShapeError, _as_array, _axis, get_default_dtype, is_grad_enabled
 
 
 def _tensor(x, like=None):
@@ -77,8 +77,10 @@ def where(cond, a, b):
 # ---- the transformer's fused ops -----------------------------------------------------
 
 
-def softmax(x, axis=-1, mask=None):
-    """softmax along `axis`; `mask` (boolean, broadcastable, True = visible) gives hidden positions 0."""
+def softmax(x, axis=-1, mask=None, *, dim=None):
+    """softmax along `axis` (or PyTorch's `dim`); `mask` (boolean, broadcastable, True = visible) gives hidden
+    positions 0."""
+    axis = _axis("softmax", axis, dim, -1)
     if mask is not None:
         mask = _constant(mask, x.device, "softmax", "b", "mask (True = visible)")
         try:
@@ -90,8 +92,8 @@ def softmax(x, axis=-1, mask=None):
     return ops.Softmax.apply(x, axis=axis, mask=mask)
 
 
-def log_softmax(x, axis=-1):
-    return ops.LogSoftmax.apply(x, axis=axis)
+def log_softmax(x, axis=-1, *, dim=None):
+    return ops.LogSoftmax.apply(x, axis=_axis("log_softmax", axis, dim, -1))
 
 
 def cross_entropy(logits, targets, ignore_index=None, reduction="mean"):
@@ -104,11 +106,11 @@ def cross_entropy(logits, targets, ignore_index=None, reduction="mean"):
             f"cross_entropy: targets have shape {targets.shape} but logits {logits.shape} need targets of "
             f"shape {logits.shape[:-1]} (one class id per row; classes on the last axis)")
     scored = targets if ignore_index is None else targets[targets != ignore_index]
-    _check_range("cross_entropy", "targets", scored, logits.shape[-1], "the number of classes")
+    _check_ids_below("cross_entropy", "targets", scored, logits.shape[-1], "the number of classes")
     return ops.CrossEntropy.apply(logits, targets=targets, ignore_index=ignore_index, reduction=reduction)
 
 
-def _check_range(op, what, ids, limit, meaning):
+def _check_ids_below(op, what, ids, limit, meaning):
     """ids within [0, limit), checked on the CPU: on a GPU the check would cost a copy back to the host
     on every call, so there (as in CuPy's own indexing) it is the caller's to keep."""
     if backend.device_of(ids) == "cpu" and ids.size and (ids.min() < 0 or ids.max() >= limit):
@@ -119,7 +121,7 @@ def _check_range(op, what, ids, limit, meaning):
 def embedding(weight, ids):
     """Rows of `weight` (V, C) picked by integer `ids` of any shape: shape (*ids.shape, C)."""
     ids = _constant(ids, weight.device, "embedding", "iu", "ids (token ids)")
-    _check_range("embedding", "ids", ids, weight.shape[0], "the table's rows")
+    _check_ids_below("embedding", "ids", ids, weight.shape[0], "the table's rows")
     return ops.Embedding.apply(weight, ids=ids)
 
 
@@ -229,4 +231,9 @@ def arange(start, stop=None, step=1, dtype=None, device="cpu"):
         start, stop = 0, start
     if dtype is None and any(isinstance(a, float) for a in (start, stop, step)):
         dtype = get_default_dtype()
-    return Tensor(backend.xp_for(device).arange(start, stop, step, dtype=dtype))
+    xp = backend.xp_for(device)
+    if dtype is not None and np.dtype(dtype).kind in "iu":
+        # counted in int64 (or float64) first: counted in a narrow dtype, 250 to 260 in uint8 would wrap
+        # past 255 to 0, where Tensor refuses values its dtype cannot hold
+        return Tensor(xp.arange(start, stop, step), dtype=dtype)
+    return Tensor(xp.arange(start, stop, step, dtype=dtype))

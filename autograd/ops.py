@@ -102,8 +102,15 @@ class Pow(Function):
 
     def backward(self, g):
         x, y, z = self.saved
-        return (g * y * x ** (y - 1) if self.needs_grad[0] else None,
-                g * z * self.xp.log(x) if self.needs_grad[1] else None)
+        dx = dy = None
+        with backend.quiet_division(x):  # 0 · inf and ln 0 are computed below, then replaced
+            if self.needs_grad[0]:
+                # where y = 0, z = 1 for every x, so dx = 0, also at x = 0 where y x^(y−1) is 0 · inf (as PyTorch)
+                dx = self.xp.where(y == 0, 0, g * y * x ** (y - 1))
+            if self.needs_grad[1]:
+                # where x = 0 and y ≥ 0, dy = 0 as in PyTorch (z ln x → 0 as x → 0 for y > 0), not 0 · ln 0 = NaN
+                dy = self.xp.where((x == 0) & (y >= 0), 0, g * z * self.xp.log(x))
+        return dx, dy
 
 
 class MatMul(Function):

@@ -12,10 +12,15 @@ inputs'. What the engine does once, so that no op has to:
 - keeps a leaf's `.grad` as its own buffer and adds into it across calls;
 - frees what each op saved for backward as soon as it has run.
 """
+import collections
 import contextlib
+import math
+import warnings
+
 import numpy as np
 
 from . import backend
+from .intervals import check
 
 _default_dtype = np.dtype(np.float32)
 _grad_enabled = True
@@ -168,10 +173,49 @@ def _as_array(data, dtype, device):
             f"Tensor: unsupported dtype {dtype or data.dtype}; use a float (float32, float64), "
             "an integer (token ids) or bool (masks)")
     device = backend.check_device(device or source)
+    if dtype is not None and dtype.kind in "iu" and data.dtype != dtype:
+        _check_fits(data, dtype)
     data = backend.to_device(data, device)
     if dtype is not None and data.dtype != dtype:
         data = data.astype(dtype)
     return data, device
+
+
+def _check_fits(data, dtype):
+    """Refuse data that integer `dtype` cannot hold exactly: the cast would wrap 300 to 44 in uint8, cut 1.5 to 1."""
+    if data.dtype.kind not in "fiu" or not data.size:
+        return
+    xp, info = backend.xp_for(backend.device_of(data)), np.iinfo(dtype)
+    if data.dtype.kind == "f":
+        # float(info.max) + 1 is a power of two, exact in floating point: the first value too large
+        wrong = ~xp.isfinite(data) | (data != xp.trunc(data)) | (data < info.min) | (data >= float(info.max) + 1)
+    else:
+        wrong = (data < info.min) | (data > info.max)
+    if wrong.any():
+        value = data[wrong][0].item()
+        raise ValueError(f"Tensor: {value!r} cannot be stored as {dtype}, which holds whole numbers from "
+                         f"{info.min} to {info.max}; use a wider dtype, or round or clip the data first")
+
+
+MaxResult = collections.namedtuple("MaxResult", ("values", "indices"))  # torch.return_types.max
+
+
+def _axis(op, axis, dim, default=None):
+    """The axis of a reduction, given as NumPy's `axis` or PyTorch's `dim` (not both); a list becomes a tuple."""
+    if dim is not None:
+        if axis != default:
+            raise TypeError(f"{op}: give axis or dim (PyTorch's name for it), not both")
+        axis = dim
+    return tuple(axis) if isinstance(axis, list) else axis
+
+
+def _keepdims(op, keepdims, keepdim):
+    """NumPy's `keepdims` or PyTorch's `keepdim` (not both)."""
+    if keepdim is None:
+        return keepdims
+    if keepdims:
+        raise TypeError(f"{op}: give keepdims or keepdim (PyTorch's name for it), not both")
+    return keepdim
 
 
 class Tensor:
@@ -244,8 +288,39 @@ class Tensor:
     def numpy(self):
         return backend.to_host(self.data)
 
-    def item(self):
+    def _one(self, op):
+        """The single element, for conversions that need exactly one."""
+        if self.data.size != 1:
+            raise ValueError(f"{op}: only a one-element tensor converts to a Python number, this one has shape "
+                             f"{self.shape}; index one element first, or use .tolist()")
         return self.data.item()
+
+    def item(self):
+        return self._one("item")
+
+    def __float__(self):
+        return float(self._one("float"))
+
+    def __int__(self):
+        return int(self._one("int"))
+
+    def __bool__(self):
+        """As in PyTorch: one element is true when nonzero; for any other size the question is ambiguous."""
+        if self.data.size != 1:
+            values = "no values" if self.data.size == 0 else f"{self.data.size} values"
+            raise RuntimeError(f"bool: the truth value of a tensor with {values} (shape {self.shape}) is ambiguous; "
+                               "use .any() or .all()")
+        return bool(self.data.item())
+
+    def __array__(self, dtype=None, copy=None):
+        """The data as a NumPy array, so np.asarray(t) and plotting work: no graph, a copy from a GPU."""
+        if copy is False and self.device != "cpu":
+            raise ValueError(f"__array__: a {self.device} tensor reaches NumPy only as a copy to the host")
+        return np.array(backend.to_host(self.data), dtype=dtype, copy=copy)
+
+    def __array_function__(self, func, types, args, kwargs):
+        """NumPy's functions (np.mean(t), np.concatenate([t, u])) see a tensor as its data, as a NumPy array."""
+        return func(*_numpy_arrays(args), **_numpy_arrays(kwargs))
 
     def tolist(self):
         return self.data.tolist()
@@ -293,12 +368,16 @@ class Tensor:
                 _accumulate(t, g, adopted)
 
     def _lift(self, other):
-        """A constant operand as a Tensor; Python numbers take this tensor's float dtype."""
+        """A constant operand as a Tensor; Python numbers and lists take this tensor's float dtype, as in
+        PyTorch (`float32 + [1, 2]` stays float32). NumPy arrays keep their dtype and NumPy's promotion."""
         if isinstance(other, Tensor):
             return other
-        if isinstance(other, (int, float)) and self.data.dtype.kind in FLOAT_KINDS:
-            return Tensor._make(backend.xp_for(self.device).asarray(other, dtype=self.data.dtype),
-                                self.device, False, None)
+        if self.data.dtype.kind in FLOAT_KINDS:
+            if isinstance(other, (int, float)):
+                return Tensor._make(backend.xp_for(self.device).asarray(other, dtype=self.data.dtype),
+                                    self.device, False, None)
+            if isinstance(other, (list, tuple)):
+                return Tensor(other, dtype=self.data.dtype, device=self.device)
         return Tensor(other, device=self.device)
 
     def __add__(self, other): return _ops.Add.apply(self, self._lift(other))
@@ -327,18 +406,68 @@ class Tensor:
     def __ne__(self, other): return self._compare(other, lambda a, b: a != b)
     __hash__ = object.__hash__
 
-    def sum(self, axis=None, keepdims=False):
-        return _ops.Sum.apply(self, axis=axis, keepdims=keepdims)
+    # Reductions take NumPy's axis/keepdims or PyTorch's dim/keepdim.
 
-    def mean(self, axis=None, keepdims=False):
-        return self.sum(axis, keepdims) * (1.0 / _count(self.shape, axis))
+    def sum(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        return _ops.Sum.apply(self, axis=_axis("sum", axis, dim), keepdims=_keepdims("sum", keepdims, keepdim))
 
-    def var(self, axis=None, keepdims=False, ddof=0):
-        centred = self - self.mean(axis, keepdims=True)
-        return (centred * centred).sum(axis, keepdims) * (1.0 / (_count(self.shape, axis) - ddof))
+    def mean(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        """Σ x / n over `axis`; NaN for no elements (0 / 0), as in PyTorch."""
+        axis, keepdims = _axis("mean", axis, dim), _keepdims("mean", keepdims, keepdim)
+        count = _count(self.shape, axis)
+        return self.sum(axis, keepdims) * (1.0 / count if count else math.nan)
 
-    def max(self, axis=None, keepdims=False):
-        return _ops.Max.apply(self, axis=axis, keepdims=keepdims)
+    def var(self, axis=None, keepdims=False, ddof=0, *, dim=None, keepdim=None):
+        """Σ (x − μ)² / (n − ddof) over `axis` (NumPy's ddof=0 by default; PyTorch's is 1).
+
+        With ddof ≥ n no degrees of freedom are left and, as in PyTorch (which
+        divides by max(0, n − ddof)), the variance is inf, or NaN where every value
+        equals μ, with a warning: never the negative number n − ddof < 0 would give.
+        """
+        axis, keepdims = _axis("var", axis, dim), _keepdims("var", keepdims, keepdim)
+        check("var", "ddof", ddof, "[0, inf)")
+        count = _count(self.shape, axis)
+        freedom = count - ddof
+        mean = self.mean(axis, keepdims=True)
+        if freedom <= 0:
+            warnings.warn(f"var: n = {count} values with ddof = {ddof} leave no degrees of freedom; the variance "
+                          "is inf (NaN where all values are equal)", RuntimeWarning, stacklevel=2)
+            # μ held constant changes no gradient (Σ(x − μ) = 0) and keeps 1/0's inf out of it,
+            # where inf − inf would make every entry NaN: PyTorch's 2(x − μ)/0 · g, entry by entry
+            mean = mean.detach()
+        centred = self - mean
+        return (centred * centred).sum(axis, keepdims) * (1.0 / freedom if freedom > 0 else math.inf)
+
+    def max(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        """The largest value over `axis` (NumPy's max).
+
+        PyTorch's spelling, max(dim=d), returns what torch.max(x, dim=d) returns:
+        (values, indices), the index of the first maximum along d, so that
+        `values, indices = x.max(dim=0)` means here what it means there.
+        """
+        keepdims = _keepdims("max", keepdims, keepdim)
+        if dim is None:
+            return _ops.Max.apply(self, axis=axis, keepdims=keepdims)
+        if axis is not None:
+            raise TypeError("max: give axis or dim (PyTorch's name for it), not both")
+        if not isinstance(dim, int):
+            raise TypeError(f"max: dim must be one int, as in torch.max, got {dim!r}; "
+                            "for the maximum over several axes use max(axis=(...))")
+        values = _ops.Max.apply(self, axis=dim, keepdims=keepdims)
+        indices = backend.xp_for(self.device).argmax(self.data, axis=dim, keepdims=keepdims)
+        return MaxResult(values, Tensor._make(indices, self.device, False, None))
+
+    def any(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        """Whether any element over `axis` is nonzero: a bool tensor, outside the graph."""
+        return self._truth(self.data.any, _axis("any", axis, dim), _keepdims("any", keepdims, keepdim))
+
+    def all(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        """Whether every element over `axis` is nonzero: a bool tensor, outside the graph."""
+        return self._truth(self.data.all, _axis("all", axis, dim), _keepdims("all", keepdims, keepdim))
+
+    def _truth(self, reduce, axis, keepdims):
+        return Tensor._make(backend.xp_for(self.device).asarray(reduce(axis=axis, keepdims=keepdims)),
+                            self.device, False, None)
 
     def exp(self): return _ops.Exp.apply(self)
     def log(self): return _ops.Log.apply(self)
@@ -348,15 +477,20 @@ class Tensor:
     def relu(self): return _ops.ReLU.apply(self)
     def gelu(self): return _ops.GELU.apply(self)
 
-    def softmax(self, axis=-1):
-        return _ops.Softmax.apply(self, axis=axis)
+    def softmax(self, axis=-1, *, dim=None):
+        return _ops.Softmax.apply(self, axis=_axis("softmax", axis, dim, -1))
 
-    def log_softmax(self, axis=-1):
-        return _ops.LogSoftmax.apply(self, axis=axis)
+    def log_softmax(self, axis=-1, *, dim=None):
+        return _ops.LogSoftmax.apply(self, axis=_axis("log_softmax", axis, dim, -1))
 
     def reshape(self, *shape):
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         return _ops.Reshape.apply(self, shape=tuple(shape))
+
+    def view(self, *shape):
+        """PyTorch's name for reshape. Tensors here change only through .data, which a reshape shares
+        wherever NumPy can (as a view does); where it cannot, the result is a copy rather than an error."""
+        return self.reshape(*shape)
 
     def transpose(self, *axes):
         axes = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
@@ -486,6 +620,18 @@ def _count(shape, axis):
         return int(np.prod(shape))
     axes = (axis,) if isinstance(axis, int) else axis
     return int(np.prod([shape[a] for a in axes]))
+
+
+def _numpy_arrays(value):
+    """`value` with every Tensor in it (inside lists, tuples and dicts too) replaced by its data as a NumPy array."""
+    if isinstance(value, Tensor):
+        return value.__array__()
+    if isinstance(value, (list, tuple)):
+        converted = [_numpy_arrays(v) for v in value]
+        return converted if isinstance(value, list) else tuple(converted)
+    if isinstance(value, dict):
+        return {k: _numpy_arrays(v) for k, v in value.items()}
+    return value
 
 
 def _index_key(key, device):

@@ -4,11 +4,14 @@ Parameters are given as an iterable of Parameters or, to treat some
 differently (no weight decay on biases and LayerNorm, say), as a list of
 groups: `[{"params": [...], "weight_decay": 0.0}, ...]`. Updates write into
 `param.data` in place, so the model and the optimizer keep sharing arrays.
+Every input is checked when it is given (a range as autograd.intervals writes
+it), not at the step that would trip on it, and a refused call changes nothing.
 """
 import math
 import numbers
 
-from autograd import backend
+from autograd import Tensor, backend
+from autograd.intervals import check
 
 
 # Buffers are updated in place, so a saved state and the live one must never share an array;
@@ -17,34 +20,79 @@ def _host_copy(value):
     return backend.to_host(value).copy() if backend.device_of(value) else value
 
 
-def _device_copy(value, device):
-    return backend.xp_for(device).array(value) if backend.device_of(value) else value
-
-
-def _check_range(owner, name, value, low, high, low_open=False, high_open=True):
-    """A one-line ValueError unless `value` is a real number in the interval from `low` to `high`."""
-    real = isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
-    if not (real and (low < value if low_open else low <= value) and (value < high if high_open else value <= high)):
-        bounds = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
-        raise ValueError(f"{owner}: {name} must be a number in {bounds}, got {value!r}")
+def _param_copy(value, param):
+    """A saved buffer for `param`: on its device and, as PyTorch casts floating state, in its dtype."""
+    return backend.xp_for(param.device).array(value, dtype=param.dtype) if backend.device_of(value) else value
 
 
 class Optimizer:
+    """What every optimizer shares: parameter groups, checked inputs, `step()` and state dicts.
+
+    A subclass gives its hyper-parameters' defaults, checks them in `_check_group`,
+    names the per-parameter state its update keeps (`buffers`, arrays shaped like
+    the parameter; `counters`, integers) and writes the update in `_update`.
+    Everything given is checked when it is given, and a refused call changes nothing.
+    """
+
+    buffers = ()
+    counters = ()
+
     def __init__(self, params, defaults):
-        params = list(params)
+        name = type(self).__name__
+        if isinstance(params, (Tensor, dict, set)):  # list() would split a tensor into rows, a dict into its keys
+            raise TypeError(f"{name}: params must be a list of Parameters or of groups (dicts), "
+                            f"got a {type(params).__name__}; put it in a list, e.g. {name}([weight], ...)")
+        try:
+            params = list(params)
+        except TypeError:
+            raise TypeError(f"{name}: params must be a list of Parameters or of groups (dicts), "
+                            f"got {type(params).__name__}") from None
         if not params:
-            raise ValueError(f"{type(self).__name__}: got an empty parameter list")
-        groups = params if isinstance(params[0], dict) else [{"params": params}]
+            raise ValueError(f"{name}: got an empty parameter list")
+        groups = sum(isinstance(p, dict) for p in params)
+        if groups not in (0, len(params)):
+            raise TypeError(f"{name}: params mixes Parameters and groups (dicts); give one kind: "
+                            "a list of Parameters, or a list of groups each with its 'params'")
+        self.defaults = defaults
         self.param_groups = []
-        for group in groups:
-            group = {**defaults, **group, "params": list(group["params"])}
-            for p in group["params"]:
-                if not p.requires_grad:
-                    raise ValueError(f"{type(self).__name__}: a parameter of shape {p.shape} does not require grad")
-            self._check_group(group)
-            self.param_groups.append(group)
         self.state = {}  # id(param) → that parameter's buffers
         self.steps = 0
+        for group in params if groups else [{"params": params}]:
+            self.add_param_group(group)
+
+    def add_param_group(self, group):
+        """Add a group of parameters with settings of its own (the rest from the defaults), checked first."""
+        name = type(self).__name__
+        if not isinstance(group, dict) or "params" not in group:
+            got = "a dict without 'params'" if isinstance(group, dict) else f"a {type(group).__name__}"
+            raise TypeError(f"{name}: a parameter group is a dict with 'params' and optional settings, got {got}")
+        unknown = sorted(set(group) - {"params", *self.defaults})
+        if unknown:
+            raise ValueError(f"{name}: unknown setting {', '.join(map(repr, unknown))} in a parameter group; "
+                             f"the settings are {', '.join(self.defaults)}")
+        params = group["params"]
+        if isinstance(params, set):
+            raise TypeError(f"{name}: a group's params must be in a list, not a set (whose order, "
+                            "and so the state dict's, changes from run to run)")
+        params = [params] if isinstance(params, Tensor) else list(params)
+        index = len(self.param_groups)
+        seen = {id(p): (g, i) for g, other in enumerate(self.param_groups) for i, p in enumerate(other["params"])}
+        for i, p in enumerate(params):
+            where = f"parameter {i} of group {index}"
+            if not isinstance(p, Tensor):
+                raise TypeError(f"{name}: {where} is a {type(p).__name__}, not a Parameter (a Tensor)")
+            if not p.requires_grad:
+                raise ValueError(f"{name}: {where} (shape {p.shape}) does not require grad")
+            if not p.is_leaf:
+                raise ValueError(f"{name}: {where} (shape {p.shape}) was computed by {p.op.name}: only leaf "
+                                 "tensors can be optimized; optimize the tensors it was made from")
+            if id(p) in seen:
+                raise ValueError(f"{name}: {where} (shape {p.shape}) is also parameter {seen[id(p)][1]} of group "
+                                 f"{seen[id(p)][0]}; give each parameter once, in one group")
+            seen[id(p)] = (index, i)
+        group = {**self.defaults, **group, "params": params}
+        self._check_group(group)
+        self.param_groups.append(group)
 
     def _params(self):
         return [p for group in self.param_groups for p in group["params"]]
@@ -54,17 +102,36 @@ class Optimizer:
             p.grad = None
 
     def step(self):
+        """Update every parameter that has a gradient; a gradient unlike its parameter updates none."""
+        for i, p in enumerate(self._params()):
+            grad, data = p.grad, p.data
+            if grad is not None and not (type(grad) is type(data) and grad.shape == data.shape
+                                         and grad.dtype == data.dtype):
+                self._refuse_grad(i, p)
         self.steps += 1
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
                     self._update(p, p.grad, self.state.setdefault(id(p), {}), group)
 
+    def _refuse_grad(self, i, p):
+        """The error for a gradient the update would misuse: broadcast into the parameter, cast, or not an array."""
+        name, grad = f"{type(self).__name__}.step", p.grad
+        if backend.device_of(grad) != p.device:
+            raise TypeError(f"{name}: parameter {i} (shape {p.shape}, on {p.device}) has a gradient that is "
+                            f"a {type(grad).__name__}; .grad must be an array on the parameter's device")
+        if grad.shape != p.shape:
+            raise ValueError(f"{name}: parameter {i} has shape {p.shape} but its gradient {grad.shape}; "
+                             "a gradient must have its parameter's shape (it is never broadcast into the update)")
+        if grad.dtype != p.dtype:
+            raise TypeError(f"{name}: parameter {i} is {p.dtype} but its gradient {grad.dtype}; "
+                            f"give it a {p.dtype} gradient")
+
     def _check_group(self, group):
         """Refuse hyper-parameters that make no sense, naming the one at fault."""
         name = type(self).__name__
-        _check_range(name, "lr", group["lr"], 0, math.inf)
-        _check_range(name, "weight_decay", group["weight_decay"], 0, math.inf)
+        check(name, "lr", group["lr"], "[0, inf)")
+        check(name, "weight_decay", group["weight_decay"], "[0, inf)")
 
     def _update(self, p, grad, state, group):
         raise NotImplementedError
@@ -80,36 +147,66 @@ class Optimizer:
         }
 
     def load_state_dict(self, state_dict):
-        params = self._params()
-        if len(state_dict["param_groups"]) != len(self.param_groups):
-            raise ValueError(f"{type(self).__name__}.load_state_dict: {len(state_dict['param_groups'])} groups "
-                             f"in the checkpoint, {len(self.param_groups)} here")
-        for i, buffers in state_dict["state"].items():
-            if not 0 <= int(i) < len(params):
-                raise ValueError(f"{type(self).__name__}.load_state_dict: state for parameter {i}, "
-                                 f"but there are {len(params)} parameters")
-            for key, value in buffers.items():
-                if backend.device_of(value) and value.shape != params[int(i)].shape:
-                    raise ValueError(f"{type(self).__name__}.load_state_dict: {key} of parameter {i} has shape "
-                                     f"{value.shape}, the parameter {params[int(i)].shape}")
-        for group, saved in zip(self.param_groups, state_dict["param_groups"]):
+        """Take what `state_dict()` gave, all of it checked first: a refused state dict changes nothing."""
+        name, params = f"{type(self).__name__}.load_state_dict", self._params()
+        keys = ("steps", "param_groups", "state")
+        if not isinstance(state_dict, dict) or set(state_dict) != set(keys):
+            got = sorted(state_dict) if isinstance(state_dict, dict) else type(state_dict).__name__
+            raise ValueError(f"{name}: expected a dict with keys {', '.join(keys)} (what state_dict() gives), "
+                             f"got {got}")
+        check(name, "steps", state_dict["steps"], "[0, inf)", integer=True)
+        saved_groups, state = state_dict["param_groups"], state_dict["state"]
+        if not isinstance(saved_groups, (list, tuple)):
+            raise ValueError(f"{name}: param_groups must be a list of dicts, got a {type(saved_groups).__name__}")
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError(f"{name}: {len(saved_groups)} groups in the checkpoint, {len(self.param_groups)} here")
+        for g, (group, saved) in enumerate(zip(self.param_groups, saved_groups)):
+            if not isinstance(saved, dict) or set(saved) != set(self.defaults):
+                got = sorted(saved) if isinstance(saved, dict) else f"a {type(saved).__name__}"
+                raise ValueError(f"{name}: group {g} must hold the settings {', '.join(self.defaults)}, got {got}")
             self._check_group({**group, **saved})  # a checkpoint's hyper-parameters pass the constructor's checks
-        for group, saved in zip(self.param_groups, state_dict["param_groups"]):
+        if not isinstance(state, dict):
+            raise ValueError(f"{name}: state must be a dict of parameter index → buffers, got {type(state).__name__}")
+        for i, buffers in state.items():
+            if not isinstance(i, numbers.Integral) or isinstance(i, bool) or not 0 <= i < len(params):
+                raise ValueError(f"{name}: state for parameter {i!r}, but there are {len(params)} parameters")
+            self._check_state(name, int(i), params[int(i)], buffers)
+        for group, saved in zip(self.param_groups, saved_groups):
             group.update(saved)
-        self.steps = state_dict["steps"]
-        self.state = {id(params[int(i)]): {k: _device_copy(v, params[int(i)].device) for k, v in s.items()}
-                      for i, s in state_dict["state"].items()}
+        self.steps = int(state_dict["steps"])
+        self.state = {id(params[int(i)]): {k: _param_copy(v, params[int(i)]) for k, v in s.items()}
+                      for i, s in state.items()}
+
+    def _check_state(self, name, i, p, buffers):
+        """One parameter's saved state: none yet, or every buffer and counter this optimizer keeps, fitting p."""
+        wanted = {*self.buffers, *self.counters}
+        if not isinstance(buffers, dict) or set(buffers) not in (set(), wanted):
+            got = sorted(buffers) if isinstance(buffers, dict) else f"a {type(buffers).__name__}"
+            raise ValueError(f"{name}: the state of parameter {i} must be empty or hold "
+                             f"{', '.join(sorted(wanted))}, got {got}")
+        for key, value in buffers.items():
+            if key in self.counters:
+                check(name, f"{key} of parameter {i}", value, "[0, inf)", integer=True)
+            elif backend.device_of(value) is None:
+                raise ValueError(f"{name}: {key} of parameter {i} must be an array, got a {type(value).__name__}")
+            elif value.shape != p.shape:
+                raise ValueError(f"{name}: {key} of parameter {i} has shape {value.shape}, the parameter {p.shape}")
+            elif value.dtype.kind != "f":  # a float buffer of another precision is cast to the parameter's
+                raise ValueError(f"{name}: {key} of parameter {i} is {value.dtype}; it must be floating point, "
+                                 f"like the parameter ({p.dtype})")
 
 
 class SGD(Optimizer):
     """p ← p − lr·b, b = momentum·b + (g + weight_decay·p) (b = g on the first step; plain SGD without momentum)."""
+
+    buffers = ("momentum_buffer",)
 
     def __init__(self, params, lr, momentum=0.0, weight_decay=0.0):
         super().__init__(params, {"lr": lr, "momentum": momentum, "weight_decay": weight_decay})
 
     def _check_group(self, group):
         super()._check_group(group)
-        _check_range("SGD", "momentum", group["momentum"], 0, 1)  # at 1 the velocity never forgets and diverges
+        check("SGD", "momentum", group["momentum"], "[0, 1)")  # at 1 the velocity never forgets and diverges
 
     def _update(self, p, grad, state, group):
         if group["weight_decay"]:
@@ -136,6 +233,8 @@ class AdamW(Optimizer):
     kernel per parameter does it all (autograd/cuda_kernels.py).
     """
 
+    buffers, counters = ("exp_avg", "exp_avg_sq"), ("step",)
+
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
 
@@ -144,8 +243,8 @@ class AdamW(Optimizer):
         if not isinstance(group["betas"], (tuple, list)) or len(group["betas"]) != 2:
             raise ValueError(f"AdamW: betas must be a pair (beta1, beta2), got {group['betas']!r}")
         for i, beta in enumerate(group["betas"]):
-            _check_range("AdamW", f"betas[{i}]", beta, 0, 1)  # at 1 the bias correction divides by 1 − 1 = 0
-        _check_range("AdamW", "eps", group["eps"], 0, math.inf)
+            check("AdamW", f"betas[{i}]", beta, "[0, 1)")  # at 1 the bias correction divides by 1 − 1 = 0
+        check("AdamW", "eps", group["eps"], "[0, inf)")
 
     def _update(self, p, grad, state, group):
         xp = backend.xp_for(p.device)
@@ -182,8 +281,13 @@ class AdamW(Optimizer):
 
 
 def clip_grad_norm_(params, max_norm):
-    """Scale all gradients together so their global L2 norm is at most `max_norm`; returns the norm before."""
-    _check_range("clip_grad_norm_", "max_norm", max_norm, 0, math.inf, low_open=True, high_open=False)
+    """Scale all gradients together so their global L2 norm is at most `max_norm`; returns the norm before.
+
+    `params` is an iterable of parameters or, as in PyTorch, one parameter.
+    """
+    check("clip_grad_norm_", "max_norm", max_norm, "(0, inf]")
+    if isinstance(params, Tensor):  # iterating a tensor would give its rows, which have no gradients
+        params = [params]
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return 0.0
@@ -199,8 +303,20 @@ def clip_grad_norm_(params, max_norm):
     return total
 
 
+def _check_schedule(owner, max_lr, warmup_steps, decay_steps, min_lr):
+    check(owner, "max_lr", max_lr, "[0, inf)")
+    check(owner, "warmup_steps", warmup_steps, "[0, inf)", integer=True)
+    check(owner, "decay_steps", decay_steps, "[0, inf)", integer=True)
+    check(owner, "min_lr", min_lr, "[0, inf)")
+    if min_lr > max_lr:
+        raise ValueError(f"{owner}: min_lr {min_lr!r} exceeds max_lr {max_lr!r}; the cosine decays from max_lr "
+                         "down to min_lr")
+
+
 def warmup_cosine(step, max_lr, warmup_steps, decay_steps, min_lr=0.0):
     """Linear warmup to `max_lr`, then cosine decay to `min_lr` at `decay_steps`, flat after."""
+    check("warmup_cosine", "step", step, "[0, inf)", integer=True)
+    _check_schedule("warmup_cosine", max_lr, warmup_steps, decay_steps, min_lr)
     if step < warmup_steps:
         return max_lr * (step + 1) / warmup_steps
     if step >= decay_steps:
@@ -214,11 +330,17 @@ class WarmupCosineLR:
 
     Constructing it sets the lr of step `last_step + 1`: step 0 for a fresh run,
     or the step a resumed run continues from (as PyTorch's `last_epoch`).
+    `max_lr` defaults to the optimizer's (first group's) lr. Every argument is
+    checked here, not at the first step that would trip on it.
     """
 
     def __init__(self, optimizer, warmup_steps, decay_steps, min_lr=0.0, max_lr=None, last_step=-1):
-        self.optimizer = optimizer
-        self.max_lr = max_lr if max_lr is not None else optimizer.param_groups[0]["lr"]
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"WarmupCosineLR: optimizer must be an nn.optim optimizer, got {type(optimizer).__name__}")
+        max_lr = optimizer.param_groups[0]["lr"] if max_lr is None else max_lr
+        _check_schedule("WarmupCosineLR", max_lr, warmup_steps, decay_steps, min_lr)
+        check("WarmupCosineLR", "last_step", last_step, "[-1, inf)", integer=True)
+        self.optimizer, self.max_lr = optimizer, max_lr
         self.warmup_steps, self.decay_steps, self.min_lr = warmup_steps, decay_steps, min_lr
         self.last_step = last_step
         self.step()
@@ -237,5 +359,10 @@ class WarmupCosineLR:
         return {"last_step": self.last_step}
 
     def load_state_dict(self, state):
+        if not isinstance(state, dict) or set(state) != {"last_step"}:
+            got = sorted(state) if isinstance(state, dict) else f"a {type(state).__name__}"
+            raise ValueError(f"WarmupCosineLR.load_state_dict: expected {{'last_step': n}} (what state_dict() "
+                             f"gives), got {got}")
+        check("WarmupCosineLR.load_state_dict", "last_step", state["last_step"], "[0, inf)", integer=True)
         self.last_step = state["last_step"] - 1
         self.step()

@@ -62,6 +62,10 @@ OPS = {
     "join-split": (lambda a, b: ag.concat([ag.stack([a, b]).sum(0), *ag.split(b, 2, axis=1)], axis=1),
                    [f32(3, 4), f32(3, 4)]),
     "where": (lambda a, b: ag.where(np.array([True, False, True]), a, b), [f32(2, 3), f32(3)]),
+    "pow-at-zero": (lambda a, b: a ** b + a ** 0 + 0.0 ** b, [np.array([0.0, 0.0, 2.0, 0.0], np.float32),
+                                                            np.array([0.0, 2.0, 0.0, 0.5], np.float32)]),
+    "pytorch-spellings": (lambda a: a.mean(dim=0, keepdim=True) + a.view(4, 3).max(dim=1).values.sum()
+                          + a.softmax(dim=0), [f32(3, 4)]),
 }
 
 
@@ -69,6 +73,23 @@ OPS = {
 def test_op_forward_and_backward_match_the_cpu(device, name):
     fn, arrays = OPS[name]
     assert_same(both(fn, arrays, device))
+
+
+def test_python_and_numpy_read_a_device_tensor_through_the_host(device):
+    t = Tensor(f32(3, 4), device=device, requires_grad=True)
+    a = np.asarray(t)
+    assert type(a) is np.ndarray and a.dtype == np.float32
+    np.testing.assert_array_equal(a, t.numpy())
+    assert np.mean(t) == pytest.approx(float(t.numpy().mean()), rel=1e-6)
+    assert isinstance(np.concatenate([t, t]), np.ndarray)
+    with pytest.raises(ValueError, match="only as a copy"):
+        t.__array__(copy=False)
+    assert bool(Tensor([1.0], device=device) > 0) and float(Tensor([2.5], device=device)) == 2.5
+    with pytest.raises(RuntimeError, match="ambiguous"):
+        bool(t)
+    with pytest.raises(ValueError, match="cannot be stored as uint8"):
+        Tensor(Tensor([3, 300], device=device), dtype="uint8")
+    assert (Tensor([1.0, 2.0], device=device) + [1, 2]).dtype == np.float32
 
 
 def test_dropout_on_the_device_is_seeded_and_inverted(device):

@@ -1,8 +1,9 @@
 """The engine computes on tensor data only through the backend's array module (`xp`), so CuPy works.
 
 Outside autograd/backend.py, NumPy may appear only for what never touches a
-device array: dtypes, shape arithmetic, converting the user's Python data,
-and gradcheck's finite differences on host copies (made by backend.to_host).
+device array: dtypes and their ranges, shape arithmetic, converting the user's
+Python data, the host copy `__array__` hands to NumPy, and gradcheck's finite
+differences on host copies (made by backend.to_host).
 This reads the source, so it holds on a machine without a GPU.
 """
 import ast
@@ -13,7 +14,7 @@ import autograd
 ENGINE = Path(autograd.__file__).resolve().parent
 
 ALLOWED = {
-    "tensor.py": {"dtype", "float32", "generic", "asarray", "ndarray", "array2string", "prod"},
+    "tensor.py": {"dtype", "iinfo", "float32", "generic", "asarray", "array", "ndarray", "array2string", "prod"},
     "functional.py": {"dtype", "broadcast_shapes"},
     "gradcheck.py": {"float64", "random", "zeros", "nonzero", "unravel_index", "abs"},
 }

@@ -339,3 +339,368 @@ def test_load_state_dict_refuses_hyper_parameters_the_constructor_refuses():
 
 def test_nn_exposes_optim():
     assert nn.optim.SGD is SGD and nn.optim.AdamW is AdamW
+
+
+# ---- every input checked when it is given ------------------------------------------------------------------
+
+
+def snapshot(opt, params):
+    """Everything an optimizer and its parameters hold, as plain copies (to show a refused call changed nothing)."""
+    state = opt.state_dict()
+    return (state["steps"], state["param_groups"], {i: {k: np.copy(v) for k, v in s.items()}
+                                                    for i, s in state["state"].items()},
+            [p.numpy().copy() for p in params], [len(g["params"]) for g in opt.param_groups])
+
+
+def assert_unchanged(before, after):
+    steps, groups, state, data, sizes = before
+    assert (steps, groups, sizes) == (after[0], after[1], after[4])
+    assert state.keys() == after[2].keys()
+    for i in state:
+        assert state[i].keys() == after[2][i].keys()
+        for k in state[i]:
+            np.testing.assert_array_equal(after[2][i][k], state[i][k])
+    for a, b in zip(data, after[3]):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda a, b: SGD([a, a], lr=0.1), ValueError,
+     "SGD: parameter 1 of group 0 (shape (2,)) is also parameter 0 of group 0; give each parameter once, in one group"),
+    (lambda a, b: AdamW([a, b, a]), ValueError,
+     "AdamW: parameter 2 of group 0 (shape (2,)) is also parameter 0 of group 0; give each parameter once, "
+     "in one group"),
+    (lambda a, b: SGD([{"params": [a]}, {"params": [b, a], "lr": 0.5}], lr=0.1), ValueError,
+     "SGD: parameter 1 of group 1 (shape (2,)) is also parameter 0 of group 0; give each parameter once, in one group"),
+    (lambda a, b: SGD(a, lr=0.1), TypeError,
+     "SGD: params must be a list of Parameters or of groups (dicts), got a Parameter; put it in a list, "
+     "e.g. SGD([weight], ...)"),
+    (lambda a, b: AdamW({"params": [a]}), TypeError,
+     "AdamW: params must be a list of Parameters or of groups (dicts), got a dict; put it in a list, "
+     "e.g. AdamW([weight], ...)"),
+    (lambda a, b: AdamW({a, b}), TypeError,
+     "AdamW: params must be a list of Parameters or of groups (dicts), got a set; put it in a list, "
+     "e.g. AdamW([weight], ...)"),
+    (lambda a, b: SGD(3, lr=0.1), TypeError, "SGD: params must be a list of Parameters or of groups (dicts), got int"),
+    (lambda a, b: SGD([a, {"params": [b]}], lr=0.1), TypeError,
+     "SGD: params mixes Parameters and groups (dicts); give one kind: a list of Parameters, or a list of groups "
+     "each with its 'params'"),
+    (lambda a, b: SGD([{"lr": 0.1}], lr=0.1), TypeError,
+     "SGD: a parameter group is a dict with 'params' and optional settings, got a dict without 'params'"),
+    (lambda a, b: SGD([{"params": [a], "weight_decy": 0.1}], lr=0.1), ValueError,
+     "SGD: unknown setting 'weight_decy' in a parameter group; the settings are lr, momentum, weight_decay"),
+    (lambda a, b: AdamW([{"params": {a, b}}]), TypeError,
+     "AdamW: a group's params must be in a list, not a set (whose order, and so the state dict's, changes from "
+     "run to run)"),
+    (lambda a, b: SGD([a, np.ones(2)], lr=0.1), TypeError,
+     "SGD: parameter 1 of group 0 is a ndarray, not a Parameter (a Tensor)"),
+    (lambda a, b: SGD([a * 2], lr=0.1), ValueError,
+     "SGD: parameter 0 of group 0 (shape (2,)) was computed by Mul: only leaf tensors can be optimized; "
+     "optimize the tensors it was made from"),
+])
+def test_bad_parameter_lists_name_the_parameter_and_the_fix(make, error, message):
+    a, b = param([1.0, 2.0]), param([3.0, 4.0])
+    with pytest.raises(error) as info:
+        make(a, b)
+    assert str(info.value) == message
+
+
+def test_a_generator_and_a_tensor_inside_a_group_are_taken():
+    a, b = param([1.0, 2.0], grad=[1.0, 1.0]), param([3.0], grad=[1.0])
+    opt = SGD((p for p in [a]), lr=0.5)
+    opt.add_param_group({"params": b, "lr": 1.0})  # a single tensor in a group, as PyTorch takes it
+    opt.step()
+    assert a.numpy().tolist() == [0.5, 1.5] and b.numpy().tolist() == [2.0]
+
+
+def test_add_param_group_takes_the_defaults_and_its_own_settings():
+    a, b = param([1.0], grad=[1.0]), param([1.0], grad=[1.0])
+    opt = SGD([a], lr=0.1, momentum=0.5)
+    opt.add_param_group({"params": [b], "lr": 0.2})
+    assert opt.param_groups[1] == {"params": [b], "lr": 0.2, "momentum": 0.5, "weight_decay": 0.0}
+    opt.step()
+    np.testing.assert_allclose([a.numpy()[0], b.numpy()[0]], [0.9, 0.8], rtol=1e-15)
+
+
+@pytest.mark.parametrize("group, error, message", [
+    (lambda a, b: {"params": [a]}, ValueError,
+     "SGD: parameter 0 of group 1 (shape (2,)) is also parameter 0 of group 0; give each parameter once, in one group"),
+    (lambda a, b: {"params": [b, b]}, ValueError,
+     "SGD: parameter 1 of group 1 (shape (2,)) is also parameter 0 of group 1; give each parameter once, in one group"),
+    (lambda a, b: {"params": [b], "lr": -1}, ValueError, "SGD: lr must be a number in [0, inf), got -1"),
+    (lambda a, b: {"params": [b], "momentum": float("nan")}, ValueError,
+     "SGD: momentum must be a number in [0, 1), got nan"),
+    (lambda a, b: {"params": [b], "betas": (0.9, 0.99)}, ValueError,
+     "SGD: unknown setting 'betas' in a parameter group; the settings are lr, momentum, weight_decay"),
+    (lambda a, b: [b], TypeError, "SGD: a parameter group is a dict with 'params' and optional settings, got a list"),
+])
+def test_add_param_group_refuses_what_the_constructor_refuses_and_changes_nothing(group, error, message):
+    a, b = param([1.0, 2.0], grad=[1.0, 1.0]), param([3.0, 4.0])
+    opt = SGD([a], lr=0.1)
+    before = snapshot(opt, [a, b])
+    with pytest.raises(error) as info:
+        opt.add_param_group(group(a, b))
+    assert str(info.value) == message
+    assert_unchanged(before, snapshot(opt, [a, b]))
+
+
+@pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.1, momentum=0.9), lambda ps: AdamW(ps)],
+                         ids=["sgd", "adamw"])
+@pytest.mark.parametrize("grad, error, message", [
+    (np.ones(2), ValueError, "parameter 1 has shape (2, 2) but its gradient (2,); a gradient must have its "
+                             "parameter's shape (it is never broadcast into the update)"),
+    (np.ones((1, 2)), ValueError, "parameter 1 has shape (2, 2) but its gradient (1, 2); a gradient must have its "
+                                  "parameter's shape (it is never broadcast into the update)"),
+    (np.array(1.0), ValueError, "parameter 1 has shape (2, 2) but its gradient (); a gradient must have its "
+                                "parameter's shape (it is never broadcast into the update)"),
+    (np.ones((2, 2, 1)), ValueError, "parameter 1 has shape (2, 2) but its gradient (2, 2, 1); a gradient must have "
+                                     "its parameter's shape (it is never broadcast into the update)"),
+    (np.ones((2, 2), dtype=np.float32), TypeError,
+     "parameter 1 is float64 but its gradient float32; give it a float64 gradient"),
+    ([[1.0, 1.0], [1.0, 1.0]], TypeError, "parameter 1 (shape (2, 2), on cpu) has a gradient that is a list; "
+                                          ".grad must be an array on the parameter's device"),
+])
+def test_a_gradient_unlike_its_parameter_is_refused_at_step_and_updates_nothing(make, grad, error, message):
+    first, square = param([1.0, 2.0], grad=[0.5, 0.5]), param(np.eye(2))
+    opt = make([first, square])
+    opt.step()  # state to keep unchanged
+    square.grad = grad
+    before = snapshot(opt, [first, square])
+    with pytest.raises(error) as info:
+        opt.step()
+    assert str(info.value) == f"{type(opt).__name__}.step: {message}"
+    assert_unchanged(before, snapshot(opt, [first, square]))  # the first parameter's good gradient was not used
+
+
+def _bad_state_dicts():
+    """(name, change to a valid AdamW state dict of two parameters, message after 'AdamW.load_state_dict: ')."""
+    def put(path, value):
+        def change(state):
+            target = state
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = value
+        return change
+
+    def drop(path):
+        def change(state):
+            target = state
+            for key in path[:-1]:
+                target = target[key]
+            del target[path[-1]]
+        return change
+
+    return [
+        ("steps-str", put(["steps"], "x"), "steps must be an integer in [0, inf), got 'x'"),
+        ("steps-negative", put(["steps"], -1), "steps must be an integer in [0, inf), got -1"),
+        ("steps-float", put(["steps"], 2.0), "steps must be an integer in [0, inf), got 2.0"),
+        ("steps-bool", put(["steps"], True), "steps must be an integer in [0, inf), got True"),
+        ("steps-none", put(["steps"], None), "steps must be an integer in [0, inf), got None"),
+        ("no-state", drop(["state"]), "expected a dict with keys steps, param_groups, state (what state_dict() "
+                                      "gives), got ['param_groups', 'steps']"),
+        ("extra-key", put(["epoch"], 3), "expected a dict with keys steps, param_groups, state (what state_dict() "
+                                         "gives), got ['epoch', 'param_groups', 'state', 'steps']"),
+        ("groups-dict", put(["param_groups"], {"lr": 0.1}), "param_groups must be a list of dicts, got a dict"),
+        ("groups-none", put(["param_groups"], [None]), "group 0 must hold the settings lr, betas, eps, "
+                                                       "weight_decay, got a NoneType"),
+        ("group-missing-lr", drop(["param_groups", 0, "lr"]), "group 0 must hold the settings lr, betas, eps, "
+                                                             "weight_decay, got ['betas', 'eps', 'weight_decay']"),
+        ("group-extra", put(["param_groups", 0, "params"], [0, 1]), "group 0 must hold the settings lr, betas, eps, "
+                                                                    "weight_decay, got ['betas', 'eps', 'lr', "
+                                                                    "'params', 'weight_decay']"),
+        ("group-lr-nan", put(["param_groups", 0, "lr"], float("nan")), None),
+        ("group-eps-negative", put(["param_groups", 0, "eps"], -1.0), None),
+        ("state-list", put(["state"], [{}]), "state must be a dict of parameter index → buffers, got list"),
+        ("index-str", lambda s: s["state"].update({"0": s["state"].pop(0)}),
+         "state for parameter '0', but there are 2 parameters"),
+        ("index-negative", lambda s: s["state"].update({-1: s["state"].pop(0)}),
+         "state for parameter -1, but there are 2 parameters"),
+        ("index-too-big", lambda s: s["state"].update({2: s["state"].pop(0)}),
+         "state for parameter 2, but there are 2 parameters"),
+        ("buffers-list", put(["state", 0], [1, 2]),
+         "the state of parameter 0 must be empty or hold exp_avg, exp_avg_sq, step, got a list"),
+        ("missing-buffer", drop(["state", 1, "exp_avg_sq"]),
+         "the state of parameter 1 must be empty or hold exp_avg, exp_avg_sq, step, got ['exp_avg', 'step']"),
+        ("extra-buffer", put(["state", 1, "momentum_buffer"], np.zeros((2, 2))),
+         "the state of parameter 1 must be empty or hold exp_avg, exp_avg_sq, step, got ['exp_avg', 'exp_avg_sq', "
+         "'momentum_buffer', 'step']"),
+        ("buffer-as-list", put(["state", 0, "exp_avg"], [0.1, 0.2]), "exp_avg of parameter 0 must be an array, "
+                                                                     "got a list"),
+        ("buffer-int64", put(["state", 1, "exp_avg_sq"], np.zeros((2, 2), dtype=np.int64)),
+         "exp_avg_sq of parameter 1 is int64; it must be floating point, like the parameter (float64)"),
+        ("buffer-bool", put(["state", 1, "exp_avg"], np.zeros((2, 2), dtype=bool)),
+         "exp_avg of parameter 1 is bool; it must be floating point, like the parameter (float64)"),
+        ("buffer-shape", put(["state", 1, "exp_avg"], np.zeros(4)),
+         "exp_avg of parameter 1 has shape (4,), the parameter (2, 2)"),
+        ("buffer-transposed", put(["state", 0, "exp_avg"], np.zeros((2, 1))),
+         "exp_avg of parameter 0 has shape (2, 1), the parameter (2,)"),
+        ("step-negative", put(["state", 0, "step"], -3), "step of parameter 0 must be an integer in [0, inf), got -3"),
+        ("step-str", put(["state", 0, "step"], "1"), "step of parameter 0 must be an integer in [0, inf), got '1'"),
+        ("step-float", put(["state", 0, "step"], 1.0), "step of parameter 0 must be an integer in [0, inf), got 1.0"),
+        ("step-array", put(["state", 0, "step"], np.array(1)),
+         "step of parameter 0 must be an integer in [0, inf), got array(1)"),
+    ]
+
+
+@pytest.mark.parametrize("change, message", [case[1:] for case in _bad_state_dicts()],
+                         ids=[case[0] for case in _bad_state_dicts()])
+def test_adamw_load_state_dict_checks_everything_before_changing_anything(change, message):
+    saved_params = [param([1.0, 2.0], grad=[0.1, -0.2]), param(np.eye(2), grad=np.ones((2, 2)))]
+    saved = AdamW(saved_params, lr=0.01)
+    saved.step()
+    saved.step()
+    state = saved.state_dict()
+    change(state)
+    params = [param([5.0, 6.0], grad=[1.0, 1.0]), param(np.ones((2, 2)), grad=np.ones((2, 2)))]
+    opt = AdamW(params, lr=0.5)
+    opt.step()  # a state of its own, which a refused load must leave as it is
+    before = snapshot(opt, params)
+    with pytest.raises(ValueError) as info:
+        opt.load_state_dict(state)
+    text = str(info.value)
+    assert "\n" not in text and text.startswith("AdamW")
+    if message is not None:
+        assert text == f"AdamW.load_state_dict: {message}"
+    assert_unchanged(before, snapshot(opt, params))
+    opt.step()  # and it still works
+    assert opt.steps == 2
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda s: s["state"][0].update(momentum_buffer=[0.0, 0.0]), "momentum_buffer of parameter 0 must be an array, "
+                                                                 "got a list"),
+    (lambda s: s["state"][0].update(momentum_buffer=np.zeros(2, dtype=np.int64)),
+     "momentum_buffer of parameter 0 is int64; it must be floating point, like the parameter (float64)"),
+    (lambda s: s["state"][0].update(step=1), "the state of parameter 0 must be empty or hold momentum_buffer, "
+                                             "got ['momentum_buffer', 'step']"),
+    (lambda s: s["param_groups"][0].update(momentum=1.0), "momentum must be a number in [0, 1), got 1.0"),
+    (lambda s: s.update(steps=-2), "steps must be an integer in [0, inf), got -2"),
+])
+def test_sgd_load_state_dict_checks_everything_before_changing_anything(change, message):
+    saved = SGD([param([1.0, 2.0], grad=[1.0, 1.0])], lr=0.1, momentum=0.9)
+    saved.step()
+    state = saved.state_dict()
+    change(state)
+    p = param([3.0, 4.0], grad=[1.0, 2.0])
+    opt = SGD([p], lr=0.2, momentum=0.5)
+    opt.step()
+    before = snapshot(opt, [p])
+    with pytest.raises(ValueError) as info:
+        opt.load_state_dict(state)
+    assert str(info.value).endswith(message) and str(info.value).startswith("SGD")
+    assert_unchanged(before, snapshot(opt, [p]))
+
+
+def test_sgd_without_momentum_loads_its_empty_state():
+    saved = SGD([param([1.0], grad=[1.0])], lr=0.1)
+    saved.step()
+    assert saved.state_dict()["state"] == {0: {}}
+    opt = SGD([param([1.0])], lr=0.3)
+    opt.load_state_dict(saved.state_dict())
+    assert opt.steps == 1 and opt.param_groups[0]["lr"] == 0.1
+
+
+def test_float_buffers_of_another_precision_are_cast_to_the_parameters_as_pytorch_does():
+    saved = AdamW([param([1.0, 2.0], grad=[0.5, -0.5])])  # float64
+    saved.step()
+    p = Parameter(np.array([1.0, 2.0], dtype=np.float32))
+    opt = AdamW([p])
+    opt.load_state_dict(saved.state_dict())
+    buffers = opt.state[id(p)]
+    assert buffers["exp_avg"].dtype == np.float32 and buffers["exp_avg_sq"].dtype == np.float32
+    np.testing.assert_allclose(buffers["exp_avg"], [0.05, -0.05], rtol=1e-6)
+    assert buffers["step"] == 1
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(min_lr=-1), "WarmupCosineLR: min_lr must be a number in [0, inf), got -1"),
+    (dict(min_lr=float("nan")), "WarmupCosineLR: min_lr must be a number in [0, inf), got nan"),
+    (dict(min_lr=float("inf")), "WarmupCosineLR: min_lr must be a number in [0, inf), got inf"),
+    (dict(min_lr="0.1"), "WarmupCosineLR: min_lr must be a number in [0, inf), got '0.1'"),
+    (dict(min_lr=0.5), "WarmupCosineLR: min_lr 0.5 exceeds max_lr 0.1; the cosine decays from max_lr down to min_lr"),
+    (dict(max_lr=-0.1), "WarmupCosineLR: max_lr must be a number in [0, inf), got -0.1"),
+    (dict(max_lr=float("inf")), "WarmupCosineLR: max_lr must be a number in [0, inf), got inf"),
+    (dict(max_lr=True), "WarmupCosineLR: max_lr must be a number in [0, inf), got True"),
+    (dict(max_lr=[0.1]), "WarmupCosineLR: max_lr must be a number in [0, inf), got [0.1]"),
+    (dict(warmup_steps=float("nan")), "WarmupCosineLR: warmup_steps must be an integer in [0, inf), got nan"),
+    (dict(warmup_steps=-1), "WarmupCosineLR: warmup_steps must be an integer in [0, inf), got -1"),
+    (dict(warmup_steps=10.0), "WarmupCosineLR: warmup_steps must be an integer in [0, inf), got 10.0"),
+    (dict(warmup_steps=True), "WarmupCosineLR: warmup_steps must be an integer in [0, inf), got True"),
+    (dict(warmup_steps=None), "WarmupCosineLR: warmup_steps must be an integer in [0, inf), got None"),
+    (dict(decay_steps=-5), "WarmupCosineLR: decay_steps must be an integer in [0, inf), got -5"),
+    (dict(decay_steps=float("inf")), "WarmupCosineLR: decay_steps must be an integer in [0, inf), got inf"),
+    (dict(decay_steps="100"), "WarmupCosineLR: decay_steps must be an integer in [0, inf), got '100'"),
+    (dict(last_step=-2), "WarmupCosineLR: last_step must be an integer in [-1, inf), got -2"),
+    (dict(last_step=1.5), "WarmupCosineLR: last_step must be an integer in [-1, inf), got 1.5"),
+    (dict(last_step=float("nan")), "WarmupCosineLR: last_step must be an integer in [-1, inf), got nan"),
+])
+def test_warmup_cosine_lr_refuses_every_bad_argument_at_construction(kwargs, message):
+    opt = SGD([param([1.0])], lr=0.1)
+    with pytest.raises(ValueError) as info:
+        WarmupCosineLR(opt, **{"warmup_steps": 10, "decay_steps": 100, **kwargs})
+    assert str(info.value) == message
+    assert opt.param_groups[0]["lr"] == 0.1  # untouched: no step was set
+
+
+def test_warmup_cosine_lr_needs_an_optimizer():
+    with pytest.raises(TypeError, match="WarmupCosineLR: optimizer must be an nn.optim optimizer, got list"):
+        WarmupCosineLR([param([1.0])], warmup_steps=1, decay_steps=10)
+
+
+@pytest.mark.parametrize("kwargs, first_lr", [
+    (dict(warmup_steps=0, decay_steps=10), 0.1), (dict(warmup_steps=5, decay_steps=0), 0.02),
+    (dict(warmup_steps=0, decay_steps=0, min_lr=0.1), 0.1), (dict(warmup_steps=2, decay_steps=10, max_lr=0.0), 0.0),
+    (dict(warmup_steps=np.int64(4), decay_steps=np.int32(10), min_lr=np.float32(0.0)), 0.025),
+    (dict(warmup_steps=100, decay_steps=10), 0.001),  # warmup past the decay's end: what a short run gets
+])
+def test_warmup_cosine_lr_edge_arguments_that_make_sense(kwargs, first_lr):
+    opt = SGD([param([1.0])], lr=0.1)
+    WarmupCosineLR(opt, **kwargs)
+    assert opt.param_groups[0]["lr"] == pytest.approx(first_lr, rel=1e-7)
+
+
+@pytest.mark.parametrize("state, message", [
+    ({"last_step": -1}, "WarmupCosineLR.load_state_dict: last_step must be an integer in [0, inf), got -1"),
+    ({"last_step": "3"}, "WarmupCosineLR.load_state_dict: last_step must be an integer in [0, inf), got '3'"),
+    ({"last_step": 3.0}, "WarmupCosineLR.load_state_dict: last_step must be an integer in [0, inf), got 3.0"),
+    ({}, "WarmupCosineLR.load_state_dict: expected {'last_step': n} (what state_dict() gives), got []"),
+    ({"last_step": 3, "lr": 0.1}, "WarmupCosineLR.load_state_dict: expected {'last_step': n} (what state_dict() "
+                                  "gives), got ['last_step', 'lr']"),
+    ([3], "WarmupCosineLR.load_state_dict: expected {'last_step': n} (what state_dict() gives), got a list"),
+])
+def test_warmup_cosine_lr_load_state_dict_checks_first(state, message):
+    opt = SGD([param([1.0])], lr=1.0)
+    sched = WarmupCosineLR(opt, warmup_steps=10, decay_steps=110, min_lr=0.1)
+    sched.step()
+    with pytest.raises(ValueError) as info:
+        sched.load_state_dict(state)
+    assert str(info.value) == message
+    assert sched.last_step == 1 and opt.param_groups[0]["lr"] == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((-1, 1.0, 10, 100), "warmup_cosine: step must be an integer in [0, inf), got -1"),
+    ((1.5, 1.0, 10, 100), "warmup_cosine: step must be an integer in [0, inf), got 1.5"),
+    ((0, float("nan"), 10, 100), "warmup_cosine: max_lr must be a number in [0, inf), got nan"),
+    ((0, 1.0, 10, 100, 2.0), "warmup_cosine: min_lr 2.0 exceeds max_lr 1.0; the cosine decays from max_lr down to "
+                             "min_lr"),
+])
+def test_warmup_cosine_checks_its_arguments(args, message):
+    with pytest.raises(ValueError) as info:
+        warmup_cosine(*args)
+    assert str(info.value) == message
+
+
+def test_clip_grad_norm_takes_one_parameter_as_pytorch_does():
+    p = param([0.0, 0.0], grad=[3.0, 4.0])
+    assert clip_grad_norm_(p, max_norm=1.0) == pytest.approx(5.0)
+    np.testing.assert_allclose(p.grad, [0.6, 0.8], rtol=1e-6)
+
+
+@pytest.mark.parametrize("max_norm", [True, "1", None, float("-inf")])
+def test_clip_grad_norm_refuses_a_max_norm_that_is_not_a_positive_number(max_norm):
+    p = param([0.0, 0.0], grad=[3.0, 4.0])
+    with pytest.raises(ValueError) as info:
+        clip_grad_norm_([p], max_norm)
+    assert str(info.value) == f"clip_grad_norm_: max_norm must be a number in (0, inf], got {max_norm!r}"
+    np.testing.assert_array_equal(p.grad, [3.0, 4.0])
