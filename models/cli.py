@@ -12,6 +12,7 @@ import copy
 import difflib
 import math
 import os
+import textwrap
 from pathlib import Path
 
 _NOT_GIVEN = object()
@@ -23,8 +24,16 @@ class HelpFormatter(argparse.HelpFormatter):
     A help text that says "(default: …)" itself explains what its default means
     (a None that stands for "the shipped text", say) and gets nothing more. A
     string shows as typed, or quoted where it would not read plainly ('\\n').
-    Switches (--no-bias) are off unless given, and say nothing.
+    Switches (--no-bias) are off unless given, and say nothing. Lines are never
+    broken inside an option's name (--lr-decay-iters).
     """
+
+    def _split_lines(self, text, width):
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text, width, indent):
+        return textwrap.fill(" ".join(text.split()), width, initial_indent=indent, subsequent_indent=indent,
+                             break_on_hyphens=False)
 
     def _format_action(self, action):
         if action.help != argparse.SUPPRESS and action.nargs != 0 and action.default is not argparse.SUPPRESS \
@@ -47,8 +56,15 @@ def show_default(value):
 
 
 class Parser(argparse.ArgumentParser):
-    def __init__(self, prog, description, **kwargs):
+    """argparse's parser with the HelpFormatter, one-line errors and hints for unrecognized options.
+
+    `renamed` maps another program's spelling of an option (nanoGPT's
+    "--learning-rate", underscores as dashes) to this one's ("--lr") for the hints.
+    """
+
+    def __init__(self, prog, description, renamed=None, **kwargs):
         super().__init__(prog=prog, description=description, formatter_class=HelpFormatter, **kwargs)
+        self.renamed = renamed or {}
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -69,12 +85,13 @@ class Parser(argparse.ArgumentParser):
             if not extra.startswith("-"):
                 continue  # a value, or a stray word
             name = "--" + extra.split("=", 1)[0].lstrip("-").replace("_", "-")
+            name = self.renamed.get(name, name)
             close = [name] if name in known else difflib.get_close_matches(name, known, n=1, cutoff=0.75)
             if close:
                 guesses.append((extra, close[0]))
         if not guesses:
             return ""
-        if len(guesses) == 1:
+        if sum(extra.startswith("-") for extra in extras) == 1:
             return f"; did you mean {guesses[0][1]}?"
         return "; did you mean " + ", ".join(f"{flag} for {extra}" for extra, flag in guesses) + "?"
 

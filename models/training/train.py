@@ -54,8 +54,13 @@ def presets(parser):
             "cpu-small": {name: parser.get_default(name) for name in SHAKESPEARE_CHAR}}
 
 
+# nanoGPT's names (dashed) for options this program spells otherwise: the hint for an unrecognized option.
+NANOGPT_NAMES = {"--learning-rate": "--lr", "--gradient-accumulation-steps": "--grad-accum",
+                 "--always-save-checkpoint": "--always-save"}
+
+
 def make_parser():
-    p = Parser("python -m models.train", __doc__.splitlines()[0])
+    p = Parser("python -m models.train", __doc__.splitlines()[0], renamed=NANOGPT_NAMES)
     preset_group = p.add_argument_group("preset")
     g = p.add_argument_group("data")
     g.add_argument("--data", type=input_file, default=None,

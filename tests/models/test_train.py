@@ -175,7 +175,7 @@ def test_only_a_better_val_loss_is_saved_unless_always_save(tmp_path, small_text
             "--eval-iters", "1", "--max-iters", "10"]
     code, out, err = run(capsys, *argv, "--out-dir", str(tmp_path / "best"))
     assert code == 0, err
-    evals = {line.split(":")[0]: line for line in out.splitlines() if line.startswith("iter ")}
+    evals = {line.split(":")[0]: line for line in out.splitlines() if line.startswith("iter ") and "val loss" in line}
     assert evals["iter     5"].endswith("; saved")
     assert "; not saved: the checkpoint's val loss (iteration 5) is" in evals["iter    10"]  # 10 came out worse
     state = json.loads((tmp_path / "best" / "train_state.json").read_text())

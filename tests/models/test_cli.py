@@ -1,0 +1,89 @@
+"""The shared parser (models/cli.py) as every command shows it: one default per option in --help, hints for
+nanoGPT's spellings, and the one line for a GPT-2 folder that is not there."""
+import importlib
+import re
+
+import pytest
+
+from models import train
+
+COMMANDS = ["models.bigram", "models.neuron", "models.softmax", "models.tiny", "models.tokenizer",
+            "models.gpt2_params", "models.sample", "models.train", "viz.graph", "viz.trace"]
+
+
+def help_entries(command, capsys):
+    """`command --help` as {invocation: its help text on one line}, e.g. {"--n-layer N_LAYER": "… (default: 4)"}."""
+    with pytest.raises(SystemExit) as exit_info:
+        importlib.import_module(command).main(["--help"])
+    assert exit_info.value.code == 0
+    entries, current = {}, None
+    for line in capsys.readouterr().out.splitlines():
+        if re.match(r"  \S", line):  # an option or positional argument starts; its help may follow on the line
+            invocation, _, text = re.split(r"( {2,}|$)", line.strip(), maxsplit=1)
+            current = invocation.replace(", ", ",")
+            entries[current] = text.strip()
+        elif re.match(r" {3,}\S", line) and current is not None:
+            entries[current] = (entries[current] + " " + line.strip()).strip()
+        else:
+            current = None
+    return entries
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_option_that_takes_a_value_shows_one_readable_default(command, capsys):
+    entries = help_entries(command, capsys)
+    options = {inv: text for inv, text in entries.items() if inv.startswith("-") and not inv.startswith("-h,")}
+    assert len(options) >= {"models.train": 30, "models.sample": 10, "viz.graph": 5}.get(command, 0), entries
+    for invocation, text in options.items():
+        takes_value = " " in invocation  # "--n-layer N_LAYER"; a switch is its flag alone
+        assert text.count("(default: ") == (1 if takes_value else 0), (invocation, text)
+        assert "(default: None)" not in text and "(default: none)" not in text, (invocation, text)  # say what it means
+        assert "(default: )" not in text, (invocation, text)
+
+
+def test_the_defaults_read_as_typed_and_none_says_what_it_means(capsys):
+    train_help = help_entries("models.train", capsys)
+    assert train_help["--n-layer N_LAYER"] == "transformer blocks (default: 4)"
+    assert train_help["--out-dir OUT_DIR"] == "the checkpoint folder (default: out)"
+    assert train_help["--data DATA"] == "a UTF-8 text file (default: the shipped Tiny Shakespeare)"
+    assert train_help["--lr-decay-iters LR_DECAY_ITERS"].endswith("(default: none, --max-iters)")
+    assert train_help["--min-lr MIN_LR"].endswith("(default: 0.0001)")
+    sample_help = help_entries("models.sample", capsys)
+    assert sample_help["--prompt PROMPT"] == r"text to continue (default: '\n')"
+    assert sample_help["checkpoint"] == "a models.train output folder or a GPT-2 folder (default: out)"
+    assert help_entries("models.softmax", capsys)["--z Z [Z ...]"] == "the logits z (2 to 8 of them) (default: 2.0 1.0 0.0)"
+
+
+def unknown_option_line(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        train.parse_args(argv)
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["--max_iters=10"], "--max_iters=10; did you mean --max-iters?"),
+    (["--init_from=gpt2"], "--init_from=gpt2; did you mean --init-from?"),
+    (["--eval_iters", "5"], "--eval_iters 5; did you mean --eval-iters?"),  # the value is no option: no hint for it
+    (["--max-itres", "5"], "--max-itres 5; did you mean --max-iters?"),  # a near miss (--max-iter would parse)
+    (["--learning_rate=1e-3"], "--learning_rate=1e-3; did you mean --lr?"),  # nanoGPT's names for ours
+    (["--gradient_accumulation_steps=4"], "--gradient_accumulation_steps=4; did you mean --grad-accum?"),
+    (["--n_layer=2", "--wandb_log=True", "--always_save_checkpoint"],
+     "--n_layer=2 --wandb_log=True --always_save_checkpoint; did you mean --n-layer for --n_layer=2, "
+     "--always-save for --always_save_checkpoint?"),
+    (["--wandb_log=True"], "--wandb_log=True"),  # nothing close: no hint
+])
+def test_unrecognized_options_get_a_hint_in_the_one_line(capsys, argv, hint):
+    assert unknown_option_line(argv, capsys) == (f"python -m models.train: error: unrecognized arguments: {hint} "
+                                                 "(see --help)\n")
+
+
+def test_init_from_gpt2_without_the_folder_says_how_to_get_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert unknown_option_line(["--init-from", "gpt2"], capsys) == (
+        "python -m models.train: error: argument --init-from: no folder gpt2; nothing is downloaded here, so on a "
+        "machine with internet run `hf download openai-community/gpt2 config.json model.safetensors --local-dir gpt2` "
+        "(or transformers' GPT2LMHeadModel.from_pretrained('gpt2').save_pretrained('gpt2')), then copy the folder "
+        "gpt2 here (see --help)\n")
+    assert unknown_option_line(["--init-from", "gpt3"], capsys) == (
+        "python -m models.train: error: argument --init-from: no folder gpt3 (see --help)\n")
