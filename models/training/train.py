@@ -243,7 +243,8 @@ def train(args, world):
 
 def start(args, world):
     """Model, tokenizer, data, optimizer and run state: fresh, fine-tuned from --init-from, or as the checkpoint
-    in --out-dir left them (`checkpoint.resume`). None when that checkpoint is already at --max-iters."""
+    in --out-dir left them (`checkpoint.resume`). None when that checkpoint is already at --max-iters (and this
+    is a training run, not --eval-only)."""
     out_dir = Path(args.out_dir)
     text = None
     if args.resume:
@@ -271,8 +272,8 @@ def start(args, world):
         model = GPT(config)
     if args.block_size > model.config.block_size:
         raise ValueError(f"--block-size {args.block_size} exceeds the model's block_size {model.config.block_size}")
-    data = encode_data(tokenizer, text if text is not None else load_text(args.data), out_dir if args.resume else
-                       args.init_from)
+    source = out_dir if args.resume else args.init_from  # whose tokenizer it is, where it is not the text's own
+    data = encode_data(tokenizer, text if text is not None else load_text(args.data), source)
     data.check_fits(args.block_size)
     model.to(args.device)
     options = {k: v for k, v in vars(args).items() if k not in checkpoint.RUN_OPTIONS and k != "given"}
