@@ -183,7 +183,7 @@ def input_folder(text):
     return text
 
 
-# What nanoGPT's --init_from=gpt2 (and -medium, -large, -xl) downloads: the Hugging Face hub's copies of OpenAI's weights.
+# What nanoGPT's --init_from=gpt2 (-medium, -large, -xl) downloads: the Hugging Face hub's copies of OpenAI's weights.
 GPT2_HUB_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
 
 

@@ -51,7 +51,8 @@ def test_the_defaults_read_as_typed_and_none_says_what_it_means(capsys):
     sample_help = help_entries("models.sample", capsys)
     assert sample_help["--prompt PROMPT"] == r"text to continue (default: '\n')"
     assert sample_help["checkpoint"] == "a models.train output folder or a GPT-2 folder (default: out)"
-    assert help_entries("models.softmax", capsys)["--z Z [Z ...]"] == "the logits z (2 to 8 of them) (default: 2.0 1.0 0.0)"
+    softmax_help = help_entries("models.softmax", capsys)
+    assert softmax_help["--z Z [Z ...]"] == "the logits z (2 to 8 of them) (default: 2.0 1.0 0.0)"
 
 
 def unknown_option_line(argv, capsys):

@@ -169,3 +169,17 @@ def test_the_peak_is_the_fastest_matmul_after_the_warm_up(monkeypatch):
     monkeypatch.setattr(train.time, "perf_counter", lambda: next(clock))
     assert train.measure_peak_flops("cpu", n=8, seconds=20.0) == 2 * 8 ** 3 / 2.0  # 8 runs took 32.5 s > 20 s
     assert next(clock, None) is None  # and it stopped there
+
+
+def test_fine_tuning_a_char_model_on_text_with_new_characters_says_what_can_be_done(tmp_path, capsys):
+    assert run(capsys, "--max-iters", "2", "--out-dir", str(tmp_path / "o"))[0] == 0
+    data = tmp_path / "new.txt"
+    data.write_text("½ ⅓ ¼ ⅕ ⅙ ⅛ ⅔ ¾ ⅜ ⅝ ⅞ and so on " * 20, encoding="utf-8")
+    code, out, err = run(capsys, "--max-iters", "2", "--init-from", str(tmp_path / "o"), "--data", str(data),
+                         "--out-dir", str(tmp_path / "tuned"))
+    assert code == 1
+    assert err == (f"train: error: the data has 11 characters that the model in {tmp_path / 'o'} has no token for "
+                   "('¼', '½', '¾', '⅓', '⅔', '⅕', '⅙', '⅛', '⅜', '⅝', …): its 65 characters are fixed with its "
+                   "weights. Train a new model on this text (without --resume or --init-from), or remove or replace "
+                   "those characters in the data\n")
+    assert not (tmp_path / "tuned").exists()
