@@ -3,22 +3,96 @@
 Values are checked as they are parsed, by the `type=` functions below (a range,
 a device that works, a file that exists, a folder that can be written), so a
 bad option stops a program before it does any work, with one line that names
-the option, the value and what it should be.
+the option, the value and what it should be. An option it does not know gets a
+hint (nanoGPT's `--max_iters=10`: did you mean --max-iters?), and `--help`
+shows every option's default once, as the option would be typed.
 """
 import argparse
+import copy
+import difflib
 import os
+import textwrap
 from pathlib import Path
 
 _NOT_GIVEN = object()
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option that takes a value ends its help with its one default: "(default: 0.1)".
+
+    A help text that says "(default: …)" itself explains what its default means
+    (a None that stands for "the shipped text", say) and gets nothing more. A
+    string shows as typed, or quoted where it would not read plainly ('\\n').
+    Switches (--no-bias) are off unless given, and say nothing. Lines are never
+    broken inside an option's name (--lr-decay-iters).
+    """
+
+    def _split_lines(self, text, width):
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text, width, indent):
+        return textwrap.fill(" ".join(text.split()), width, initial_indent=indent, subsequent_indent=indent,
+                             break_on_hyphens=False)
+
+    def _format_action(self, action):
+        if action.help != argparse.SUPPRESS and action.nargs != 0 and action.default is not argparse.SUPPRESS \
+                and "(default: " not in (action.help or "") and (action.option_strings or action.nargs in ("?", "*")):
+            action = copy.copy(action)
+            shown = show_default(action.default).replace("%", "%%")  # help texts are %-formatted
+            action.help = f"{action.help} (default: {shown})" if action.help else f"(default: {shown})"
+        return super()._format_action(action)
+
+
+def show_default(value):
+    """`value` as `--help` shows it: None as "none", a list as its items, a string quoted where it would not read."""
+    if value is None:
+        return "none"
+    if isinstance(value, (list, tuple)):
+        return " ".join(show_default(v) for v in value)
+    if isinstance(value, str) and not (value and value.isprintable() and value == value.strip()):
+        return repr(value)
+    return str(value)
+
+
 class Parser(argparse.ArgumentParser):
-    def __init__(self, prog, description, **kwargs):
-        super().__init__(prog=prog, description=description,
-                         formatter_class=argparse.ArgumentDefaultsHelpFormatter, **kwargs)
+    """argparse's parser with the HelpFormatter, one-line errors and hints for unrecognized options.
+
+    `renamed` maps another program's spelling of an option (nanoGPT's
+    "--learning-rate", underscores as dashes) to this one's ("--lr") for the hints.
+    """
+
+    def __init__(self, prog, description, renamed=None, **kwargs):
+        super().__init__(prog=prog, description=description, formatter_class=HelpFormatter, **kwargs)
+        self.renamed = renamed or {}
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, but an unrecognized option gets a hint: the option it was probably meant to be."""
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self._hint(extras)}")
+        return namespace
+
+    def _hint(self, extras):
+        """What follows the unrecognized `extras` in the error: "; did you mean --max-iters?" for nanoGPT's
+        --max_iters=10 (underscores for dashes) or for a near miss; nothing when no option is close."""
+        known = [flag for action in self._actions for flag in action.option_strings if flag.startswith("--")]
+        guesses = []
+        for extra in extras:
+            if not extra.startswith("-"):
+                continue  # a value, or a stray word
+            name = "--" + extra.split("=", 1)[0].lstrip("-").replace("_", "-")
+            name = self.renamed.get(name, name)
+            close = [name] if name in known else difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+            if close:
+                guesses.append((extra, close[0]))
+        if not guesses:
+            return ""
+        if sum(extra.startswith("-") for extra in extras) == 1:
+            return f"; did you mean {guesses[0][1]}?"
+        return "; did you mean " + ", ".join(f"{flag} for {extra}" for extra, flag in guesses) + "?"
 
     def given(self, argv, args):
         """The names (dests) of the options in `args` that `argv` sets itself rather than leaving at their defaults."""
@@ -106,6 +180,26 @@ def input_folder(text):
     if not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file, not a folder" if path.exists() else f"no folder {text}")
     return text
+
+
+# What nanoGPT's --init_from=gpt2 (-medium, -large, -xl) downloads: the Hugging Face hub's copies of OpenAI's weights.
+GPT2_HUB_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
+
+
+def model_folder(text):
+    """A `type=` function: a folder that exists, to load a model from; for GPT-2's names, how to get the folder.
+
+    Nothing here downloads: `--init-from gpt2` means a folder named gpt2, and
+    where there is none the one line says how to fetch one on a machine with
+    internet and bring it here.
+    """
+    if text not in GPT2_HUB_NAMES or Path(text).exists():
+        return input_folder(text)
+    raise argparse.ArgumentTypeError(
+        f"no folder {text}; nothing is downloaded here, so on a machine with internet run "
+        f"`hf download openai-community/{text} config.json model.safetensors --local-dir {text}` "
+        f"(or transformers' GPT2LMHeadModel.from_pretrained('{text}').save_pretrained('{text}')), "
+        f"then copy the folder {text} here")
 
 
 def output_folder(text):

@@ -589,11 +589,13 @@ def main(argv=None):
                       f"to render; without `dot` the .dot source is written and the exit status is {NO_DOT_EXIT}.")
     p.add_argument("module", help="a module defining demo_loss(), e.g. models.bigram (model.bigram works too)")
     p.add_argument("--format", choices=("svg", "png", "pdf", "dot"), default="svg", help="output format")
-    p.add_argument("--out", help="output file; when not given, graph_<module>.<format> in the current directory")
+    p.add_argument("--out", help="output file (default: graph_<module>.<format> in the current directory)")
     p.add_argument("--collapse", action="store_true", help="fold each module into one box")
     p.add_argument("--collapse-depth", type=int, metavar="N",
-                   help="fold modules by the first N parts of their dotted name (implies --collapse)")
-    p.add_argument("--depth", type=int, metavar="N", help="draw only the ops within N hops of the loss")
+                   help="fold modules by the first N parts of their dotted name (implies --collapse) "
+                        "(default: none, each module its own box)")
+    p.add_argument("--depth", type=int, metavar="N",
+                   help="draw only the ops within N hops of the loss (default: none, all of them)")
     p.add_argument("--no-backward", action="store_true",
                    help="draw the graph before backward has run (no gradient norms)")
     args = p.parse_args(argv)

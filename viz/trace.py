@@ -182,7 +182,8 @@ def main(argv=None):
                    help="print the values of arrays with at most N elements, shape and norm otherwise")
     p.add_argument("--decimals", type=int, default=6, metavar="D", help="round values to D decimals")
     p.add_argument("--html", metavar="PATH",
-                   help="write one self-contained page that steps through backward on the graph's picture")
+                   help="write one self-contained page that steps through backward on the graph's picture "
+                        "(default: none, the text trace only)")
     args = p.parse_args(argv)
     if args.max_values < 0:
         p.error(f"--max-values must be at least 0, got {args.max_values}")

@@ -64,7 +64,7 @@ _PLOT_DEBRIS = f".{PLOT_FILE}.tmp-*"  # what models.io.atomic_path leaves of a p
 # What a checkpoint fixes for good (its model) and what it does not store (how this run is carried out);
 # every other option is stored with the checkpoint and, on --resume, used again unless the command line changes it.
 MODEL_OPTIONS = ("tokenizer", "n_layer", "n_head", "n_embd", "no_bias", "init_from")
-RUN_OPTIONS = ("out_dir", "resume", "overwrite", "device", "peak_tflops", "sample_tokens", "no_progress")
+RUN_OPTIONS = ("out_dir", "resume", "overwrite", "eval_only", "device", "sample_tokens", "no_progress")
 
 FORMAT = 2  # train_state.json's layout; 1 (no "format" field) kept the optimizer's step counts apart from its buffers
 _NUMBER = (int, float)

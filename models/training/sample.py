@@ -2,26 +2,31 @@
 
 Reads a checkpoint folder written by `python -m models.train` (its
 gptgrad_tokenizer.json says how to tokenise) or any Hugging Face GPT-2 folder
-(config.json + model.safetensors; GPT-2's own tokenizer then).
+(config.json + model.safetensors; GPT-2's own tokenizer then). The prompt is
+--prompt's text or the whole of --prompt-file's (nanoGPT's FILE:path).
 """
 import sys
 
 import autograd as ag
 from models import checkpoint
-from models.cli import Parser, device, interval
+from models.cli import Parser, device, input_file, interval
+from models.data import load_text
 
 
 def parse_args(argv=None):
     p = Parser("python -m models.sample", __doc__.splitlines()[0])
     p.add_argument("checkpoint", nargs="?", default="out", help="a models.train output folder or a GPT-2 folder")
-    p.add_argument("--prompt", default="\n", help="text to continue")
+    prompt = p.add_mutually_exclusive_group()
+    prompt.add_argument("--prompt", default="\n", help="text to continue")
+    prompt.add_argument("--prompt-file", type=input_file, default=None, metavar="PATH",
+                        help="continue the text of this UTF-8 file instead (default: none, --prompt)")
     p.add_argument("--max-new-tokens", type=interval(int, "[0, inf)"), default=200)
     p.add_argument("--temperature", type=interval(float, "[0, inf)"), default=0.8,
                    help="0 picks the most likely token (greedy)")
     p.add_argument("--top-k", type=interval(int, "[1, inf)"), default=None,
-                   help="sample only among the k most likely tokens")
+                   help="sample only among the k most likely tokens (default: none, among all)")
     p.add_argument("--top-p", type=interval(float, "(0, 1]"), default=None,
-                   help="sample only within the top-p probability mass")
+                   help="sample only within the top-p probability mass (default: none, within all of it)")
     p.add_argument("--seed", type=interval(int, "[0, 4294967295]"), default=1337)
     p.add_argument("--num-samples", type=interval(int, "[1, inf)"), default=1)
     p.add_argument("--device", type=device, default="cpu", metavar="{cpu,cuda}")
@@ -34,7 +39,8 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         model, tokenizer = checkpoint.load_model(args.checkpoint)
-        prompt = tokenizer.encode(args.prompt)
+        text = args.prompt if args.prompt_file is None else load_text(args.prompt_file)
+        prompt = tokenizer.encode(text)
         if not prompt:
             raise ValueError("the prompt is empty after tokenisation; pass --prompt TEXT")
         model.to(args.device).eval()

@@ -11,12 +11,16 @@ whenever the val loss improves (or at every evaluation with --always-save), from
 which `--resume` continues exactly, a loss-curve PNG, and prints a sample.
 Options are checked as they are parsed; a folder that holds a checkpoint is
 only continued (--resume) or replaced (--overwrite), never overwritten unasked.
+`--preset shakespeare-char` sets nanoGPT's GPU recipe at once (options given
+beside it win); `--eval-only` evaluates a checkpoint once and writes nothing.
+Progress shows as a bar on a terminal, else as a plain line every --log-interval.
 `mpiexec -n N python -m models.train` trains data-parallel on N processes
 (see models/training/parallel.py): the same checkpoints, any N.
 
 Read `train` first: the loop, as nanoGPT's, batch → forward/backward → clip →
 step, with an evaluation (and perhaps a save) every --eval-interval.
 """
+import contextlib
 import math
 import sys
 import time
@@ -28,7 +32,7 @@ import numpy as np
 import autograd as ag
 import nn
 from models import checkpoint
-from models.cli import Parser, device, input_file, input_folder, interval, output_folder
+from models.cli import Parser, device, input_file, interval, model_folder, output_folder, show_default
 from models.data import Layout, TokenData, load_text
 from models.gpt2 import GPT, GPTConfig
 from models.io import atomic_path
@@ -38,50 +42,87 @@ from nn import distributed as dist
 
 POSITIVE, COUNT = interval(int, "[1, inf)"), interval(int, "[0, inf)")
 
+# nanoGPT's config/train_shakespeare_char.py: its "baby GPT" for one GPU (minutes there, hours on a CPU).
+SHAKESPEARE_CHAR = {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "dropout": 0.2, "batch_size": 64,
+                    "grad_accum": 1, "lr": 1e-3, "max_iters": 5000, "lr_decay_iters": 5000, "min_lr": 1e-4,
+                    "beta2": 0.99, "warmup_iters": 100, "eval_interval": 250, "eval_iters": 200, "log_interval": 10}
+
+
+def presets(parser):
+    """Each --preset's name → the options it sets; cpu-small is this program's own defaults for those options."""
+    return {"shakespeare-char": SHAKESPEARE_CHAR,
+            "cpu-small": {name: parser.get_default(name) for name in SHAKESPEARE_CHAR}}
+
+
+# nanoGPT's names (dashed) for options this program spells otherwise: the hint for an unrecognized option.
+NANOGPT_NAMES = {"--learning-rate": "--lr", "--gradient-accumulation-steps": "--grad-accum",
+                 "--always-save-checkpoint": "--always-save"}
+
 
 def make_parser():
-    p = Parser("python -m models.train", __doc__.splitlines()[0])
+    p = Parser("python -m models.train", __doc__.splitlines()[0], renamed=NANOGPT_NAMES)
+    preset_group = p.add_argument_group("preset")
     g = p.add_argument_group("data")
     g.add_argument("--data", type=input_file, default=None,
                    help="a UTF-8 text file (default: the shipped Tiny Shakespeare)")
     g.add_argument("--tokenizer", choices=["char", "gpt2"], default="char",
                    help="characters, or GPT-2's byte-level BPE (--init-from brings its own)")
     g = p.add_argument_group("model")
-    g.add_argument("--n-layer", type=POSITIVE, default=4)
-    g.add_argument("--n-head", type=POSITIVE, default=4)
-    g.add_argument("--n-embd", type=POSITIVE, default=128)
-    g.add_argument("--block-size", type=POSITIVE, default=64)
-    g.add_argument("--dropout", type=interval(float, "[0, 1)"), default=0.0)
+    g.add_argument("--n-layer", type=POSITIVE, default=4, help="transformer blocks")
+    g.add_argument("--n-head", type=POSITIVE, default=4, help="attention heads per block")
+    g.add_argument("--n-embd", type=POSITIVE, default=128, help="the width: features per token")
+    g.add_argument("--block-size", type=POSITIVE, default=64, help="context length in tokens")
+    g.add_argument("--dropout", type=interval(float, "[0, 1)"), default=0.0, help="dropout probability")
     g.add_argument("--no-bias", action="store_true", help="no biases in Linear and LayerNorm")
-    g.add_argument("--init-from", type=input_folder, default=None, metavar="DIR",
-                   help="fine-tune a Hugging Face GPT-2 folder (config.json + model.safetensors) or a checkpoint")
+    g.add_argument("--init-from", type=model_folder, default=None, metavar="DIR",
+                   help="fine-tune a Hugging Face GPT-2 folder (config.json + model.safetensors) or a checkpoint "
+                        "(default: none, a new model)")
     g = p.add_argument_group("optimisation")
     g.add_argument("--batch-size", type=POSITIVE, default=12, help="rows per micro-batch on each process")
     g.add_argument("--grad-accum", type=POSITIVE, default=1,
                    help="micro-batches per optimizer step; the step sees batch x grad-accum x processes rows")
-    g.add_argument("--max-iters", type=COUNT, default=2000)
+    g.add_argument("--max-iters", type=COUNT, default=2000, help="optimizer steps in all")
     g.add_argument("--lr", type=interval(float, "(0, inf)"), default=2e-3, help="peak learning rate")
-    g.add_argument("--min-lr", type=interval(float, "[0, inf)"), default=1e-4)
-    g.add_argument("--warmup-iters", type=COUNT, default=100)
-    g.add_argument("--lr-decay-iters", type=POSITIVE, default=None, help="end of the cosine (default: --max-iters)")
-    g.add_argument("--weight-decay", type=interval(float, "[0, inf)"), default=0.1)
-    g.add_argument("--beta1", type=interval(float, "[0, 1)"), default=0.9)
-    g.add_argument("--beta2", type=interval(float, "[0, 1)"), default=0.99)
+    g.add_argument("--min-lr", type=interval(float, "[0, inf)"), default=1e-4, help="learning rate after the decay")
+    g.add_argument("--warmup-iters", type=COUNT, default=100, help="steps of linear warm-up to --lr")
+    g.add_argument("--lr-decay-iters", type=POSITIVE, default=None,
+                   help="the step where the cosine decay reaches --min-lr (default: none, --max-iters)")
+    g.add_argument("--weight-decay", type=interval(float, "[0, inf)"), default=0.1,
+                   help="AdamW's decoupled weight decay, of the matrices only")
+    g.add_argument("--beta1", type=interval(float, "[0, 1)"), default=0.9, help="AdamW's first-moment decay")
+    g.add_argument("--beta2", type=interval(float, "[0, 1)"), default=0.99, help="AdamW's second-moment decay")
     g.add_argument("--grad-clip", type=interval(float, "[0, inf)"), default=1.0, help="0 disables clipping")
     g = p.add_argument_group("run")
-    g.add_argument("--eval-interval", type=POSITIVE, default=250)
+    g.add_argument("--eval-interval", type=POSITIVE, default=250, help="steps between train/val loss estimates")
     g.add_argument("--eval-iters", type=POSITIVE, default=50, help="batches per loss estimate")
+    g.add_argument("--eval-only", action="store_true",
+                   help="estimate train and val loss of the checkpoint in --out-dir (or of --init-from) once, "
+                        "print them and exit, writing nothing")
     g.add_argument("--always-save", action="store_true",
                    help="save at every evaluation, not only when the val loss improves on the checkpoint's")
-    g.add_argument("--out-dir", type=output_folder, default="out")
+    g.add_argument("--out-dir", type=output_folder, default="out", help="the checkpoint folder")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out-dir")
     g.add_argument("--overwrite", action="store_true", help="replace the checkpoint in --out-dir with a new run")
-    g.add_argument("--seed", type=interval(int, "[0, 4294967295]"), default=1337)
+    g.add_argument("--seed", type=interval(int, "[0, 4294967295]"), default=1337,
+                   help="seeds the initial weights, the batches and dropout")
     g.add_argument("--device", type=device, default="cpu", metavar="{cpu,cuda}")
     g.add_argument("--peak-tflops", type=interval(float, "(0, inf)"), default=None,
-                   help="the hardware peak for model-FLOPs utilisation (default: measured with a matmul)")
+                   help="one process's hardware peak in TFLOP/s, the yardstick of model-FLOPs utilisation (MFU) "
+                        "(default: none, measured at the start with a float32 matmul, the best of several, and kept "
+                        "with the checkpoint so a resumed run's MFU compares; it still varies with the machine's "
+                        "load from run to run: give it to compare runs)")
     g.add_argument("--sample-tokens", type=COUNT, default=300, help="length of the sample printed at the end")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar (logs still print)")
+    g.add_argument("--no-progress", action="store_true",
+                   help="no progress bar: plain log lines, as when stderr is not a terminal")
+    g.add_argument("--log-interval", type=COUNT, default=10,
+                   help="steps between the plain log lines printed instead of a bar (0: none)")
+    settings = {name: ", ".join(f"{key.replace('_', '-')} {show_default(value)}" for key, value in preset.items())
+                for name, preset in presets(p).items()}
+    preset_group.add_argument("--preset", choices=sorted(settings), default=None,
+                              help=f"shakespeare-char: nanoGPT's config/train_shakespeare_char.py, a recipe for one "
+                                   f"GPU ({settings['shakespeare-char']}); cpu-small: this program's defaults, "
+                                   f"nanoGPT's CPU run of it ({settings['cpu-small']}). An option given beside a "
+                                   "preset wins, and a line says so (default: none, each option's own default)")
     return p
 
 
@@ -92,12 +133,48 @@ def parse_args(argv=None):
     try:
         if args.resume and args.overwrite:
             raise ValueError("--resume continues the checkpoint and --overwrite replaces it: choose one")
-        checkpoint.check_out_dir(Path(args.out_dir), args.resume, args.overwrite)
+        if args.preset:
+            apply_preset(args, presets(p)[args.preset])
+        if args.eval_only:
+            check_eval_only(args)
+        else:
+            checkpoint.check_out_dir(Path(args.out_dir), args.resume, args.overwrite)
         if not args.resume:
             check_combinations(args)
     except ValueError as exc:
         p.error(str(exc))
     return args
+
+
+def apply_preset(args, preset):
+    """The preset's values, except where the command line gives an option itself (then one line says so).
+
+    The preset's options then count as given: on --resume they replace the
+    checkpoint's, as typed ones would, and the checkpoint stores the values.
+    """
+    kept = [f"--{name.replace('_', '-')} {getattr(args, name)} (the preset's {show_default(value)})"
+            for name, value in preset.items() if name in args.given and getattr(args, name) != value]
+    for name, value in preset.items():
+        if name not in args.given:
+            setattr(args, name, value)
+    args.given |= set(preset)
+    if kept:
+        print(f"preset {args.preset}: the command line's {', '.join(kept)} win{'s' if len(kept) == 1 else ''}")
+
+
+def check_eval_only(args):
+    """--eval-only reads --init-from, or else the checkpoint in --out-dir with its options, as --resume would."""
+    if args.overwrite:
+        raise ValueError("--eval-only writes nothing, so there is nothing for --overwrite to replace")
+    if args.init_from:
+        if args.resume:
+            raise ValueError(f"--eval-only evaluates --init-from {args.init_from}, --resume the checkpoint in "
+                             f"{args.out_dir}: choose one")
+        return
+    if checkpoint.saved_iteration(args.out_dir) is None:
+        raise ValueError(f"--eval-only: no checkpoint in {args.out_dir} to evaluate; give the --out-dir of a run, "
+                         "or --init-from DIR")
+    args.resume = True
 
 
 def check_combinations(args):
@@ -109,16 +186,21 @@ def check_combinations(args):
                          "every head gets n_embd / n_head features")
 
 
-def measure_peak_flops(device):
-    """FLOP/s of a large float32 matmul on this device: the yardstick for model-FLOPs utilisation."""
-    a = ag.ones(1024, 1024, dtype="float32", device=device)
-    a @ a  # warm up the BLAS threads
-    best = math.inf
-    for _ in range(3):
+def measure_peak_flops(device, n=1024, warm_up=2, at_least=8, seconds=0.3):
+    """FLOP/s of an n x n float32 matmul on this device: the yardstick for model-FLOPs utilisation.
+
+    The fastest of at least `at_least` timed runs, and of as many as `seconds`
+    allows, after `warm_up` untimed ones (BLAS starts its threads, the caches
+    fill): other work on the machine only ever slows a run down, so the fastest
+    is the least disturbed.
+    """
+    a = ag.ones(n, n, dtype="float32", device=device)
+    times, started = [], time.perf_counter()
+    while len(times) < warm_up + at_least or time.perf_counter() - started < seconds:
         start = time.perf_counter()
         (a @ a)[0, 0].item()  # reading a value waits for an asynchronous GPU
-        best = min(best, time.perf_counter() - start)
-    return 2 * 1024 ** 3 / best
+        times.append(time.perf_counter() - start)
+    return 2 * n ** 3 / min(times[warm_up:])
 
 
 def train(args, world):
@@ -152,7 +234,7 @@ def train(args, world):
         optimizer.step()
         schedule.step()
         run.record(loss)
-        progress.end(loss)
+        progress.end(run.iter, loss)
     progress.close()
     world.separate()  # no rank waits for another from here: Ctrl-C stops each at once
     if world.is_root:  # rank 0 alone plots, reports and samples
@@ -161,12 +243,13 @@ def train(args, world):
 
 def start(args, world):
     """Model, tokenizer, data, optimizer and run state: fresh, fine-tuned from --init-from, or as the checkpoint
-    in --out-dir left them (`checkpoint.resume`). None when that checkpoint is already at --max-iters."""
+    in --out-dir left them (`checkpoint.resume`). None when that checkpoint is already at --max-iters (and this
+    is a training run, not --eval-only)."""
     out_dir = Path(args.out_dir)
     if args.resume:
         model, tokenizer, optimizer_state, run = checkpoint.resume(out_dir, args, make_parser().check, world)
         check_combinations(args)
-        if run.iter >= args.max_iters:
+        if run.iter >= args.max_iters and not args.eval_only:
             print(f"train: the checkpoint in {out_dir} is at iteration {run.iter} and --max-iters is "
                   f"{args.max_iters}: nothing to do (raise --max-iters to train on)")
             return None
@@ -176,11 +259,8 @@ def start(args, world):
         model, tokenizer = new_model(args, text)
     if args.block_size > model.config.block_size:
         raise ValueError(f"--block-size {args.block_size} exceeds the model's block_size {model.config.block_size}")
-    try:
-        data = TokenData(tokenizer.encode(text))
-    except ValueError as exc:  # a character the checkpoint's tokenizer never saw
-        source = out_dir if args.resume else args.init_from
-        raise ValueError(f"the data does not fit the tokenizer of {source}: {exc}") from None
+    source = out_dir if args.resume else args.init_from  # whose tokenizer it is, where it is not the text's own
+    data = encode_data(tokenizer, text, source)
     data.check_fits(args.block_size)
     model.to(args.device)
     options = {k: v for k, v in vars(args).items() if k not in checkpoint.RUN_OPTIONS and k != "given"}
@@ -189,7 +269,8 @@ def start(args, world):
     if args.resume:
         checkpoint.restore_optimizer(optimizer, optimizer_state, out_dir)
         run.options = options  # the next save keeps what this run trains with
-        print(f"resume: from iteration {run.iter} of {out_dir} (val loss {run.val_loss:.4f})")
+        if not args.eval_only:
+            print(f"resume: from iteration {run.iter} of {out_dir} (val loss {run.val_loss:.4f})")
     else:
         run = checkpoint.RunState.start(options, Layout(args.batch_size, args.grad_accum, world.size),
                                         args.seed, world)
@@ -213,6 +294,30 @@ def new_model(args, text):
                        n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout, bias=not args.no_bias)
     ag.manual_seed(args.seed)
     return GPT(config), tokenizer
+
+
+def encode_data(tokenizer, text, source):
+    """TokenData of `text` in the ids of `source`'s tokenizer (a checkpoint's, or --init-from's), or one line
+    naming the characters a character tokenizer lacks, and what can be done about them."""
+    if isinstance(tokenizer, CharTokenizer):
+        missing = sorted(set(text) - set(tokenizer.chars))
+        if missing:
+            listed = ", ".join(repr(ch) for ch in missing[:10]) + (", …" if len(missing) > 10 else "")
+            raise ValueError(f"the data has {len(missing)} character{'s' if len(missing) > 1 else ''} that the "
+                             f"model in {source} has no token for ({listed}): its {tokenizer.vocab_size} "
+                             "characters are fixed with its weights. Train a new model on this text (without "
+                             "--resume or --init-from), or remove or replace those characters in the data")
+    return TokenData(tokenizer.encode(text))
+
+
+def evaluate_only(args, world):
+    """--eval-only: both losses of the checkpoint (or --init-from's model) on the data, once, in one line."""
+    with world.together():
+        model, tokenizer, data, optimizer, run = start(args, world)
+    losses = estimate_loss(model, data, run.layout, args, world, run.iter)
+    source = args.init_from or f"the checkpoint in {args.out_dir} (iteration {run.iter})"
+    print(f"eval-only: {source}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f} "
+          f"({args.eval_iters} batches of {run.layout.rows} x {args.block_size} tokens per split)")
 
 
 def evaluate(model, tokenizer, optimizer, data, run, args, world, say):
@@ -288,31 +393,53 @@ class Progress:
         cfg, n_params = model.config, model.num_parameters()
         self.tokens_per_iter = run.layout.rows * args.block_size
         self.flops_per_iter = (6 * n_params + 12 * cfg.n_layer * cfg.n_embd * args.block_size) * self.tokens_per_iter
-        peak = args.peak_tflops * 1e12 if args.peak_tflops else measure_peak_flops(args.device)
-        self.peak = world.sum([peak])[0]  # the job's: the sum of every process's
+        peak_source = self.settle_peak(args, world, run)
+        self.peak = args.peak_tflops * 1e12 * world.size  # the job's: every process's
         self.world, self.steps, self.step_seconds, self.comm_seconds = world, 0, 0.0, 0.0
         rows_note = f" ({run.layout.describe()})" if run.layout.rows != args.batch_size else ""
         print(f"model: {cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, block {args.block_size}, "
               f"vocab {cfg.vocab_size}: {n_params:,} parameters on {args.device}")
         print(f"data: {len(data.splits['train']):,} train / {len(data.splits['val']):,} val tokens; "
-              f"{self.tokens_per_iter} tokens per iteration{rows_note}; peak {self.peak / 1e9:.1f} GFLOP/s for MFU")
+              f"{self.tokens_per_iter} tokens per iteration{rows_note}; peak {self.peak / 1e9:.1f} GFLOP/s for MFU "
+              f"({peak_source})")
 
         from tqdm import tqdm
-        self.bar = tqdm(total=args.max_iters, initial=run.iter, disable=args.no_progress or not world.is_root,
-                        unit="it", dynamic_ncols=True, file=sys.stderr)
-        self.say = self.bar.write if not args.no_progress else print
+        # A bar only on a terminal: in a file or a pipe (mpiexec forwards stdout and stderr apart) its redraws
+        # would interleave with the log lines, so plain lines stand in for it there.
+        shows_bar = world.is_root and not args.no_progress and sys.stderr.isatty()
+        self.bar = tqdm(total=args.max_iters, initial=run.iter, disable=not shows_bar, unit="it",
+                        dynamic_ncols=True, file=sys.stderr)
+        self.log_interval = 0 if shows_bar else args.log_interval
+        self.say = self.bar.write if shows_bar else print
+
+    @staticmethod
+    def settle_peak(args, world, run):
+        """Fix this run's peak FLOP/s per process (args.peak_tflops) and keep it with the checkpoint's options;
+        what it came from. Measured only where neither the command line nor the checkpoint gives it, so that a
+        resumed run's MFU is measured against the same yardstick; in a job, the ranks' mean."""
+        if args.peak_tflops is None:
+            args.peak_tflops = run.options["peak_tflops"] = world.mean([measure_peak_flops(args.device)])[0] / 1e12
+            return "measured with a matmul; --peak-tflops fixes it"
+        if "peak_tflops" in args.given:
+            return "--peak-tflops"
+        return "the checkpoint's, measured when it started"
 
     def begin(self):
         self.t0, self.comm0 = time.perf_counter(), self.world.comm_seconds
 
-    def end(self, loss):
+    def end(self, iteration, loss):
+        """Iteration `iteration` (counted from 1) is done, with training loss `loss`: the bar, or a log line."""
         dt = time.perf_counter() - self.t0
         self.steps += 1
         self.step_seconds += dt
         self.comm_seconds += self.world.comm_seconds - self.comm0
-        self.bar.set_postfix_str(f"loss {loss:.4f}, {self.tokens_per_iter / dt:,.0f} tok/s, {dt * 1e3:.0f} ms/it, "
-                                 f"mfu {self.flops_per_iter / dt / self.peak:.1%}", refresh=False)
-        self.bar.update(1)
+        stats = (f"loss {loss:.4f}, {dt * 1e3:.0f} ms, {self.tokens_per_iter / dt:,.0f} tok/s, "
+                 f"mfu {self.flops_per_iter / dt / self.peak:.1%}")
+        if not self.bar.disable:
+            self.bar.set_postfix_str(stats, refresh=False)
+            self.bar.update(1)
+        elif self.log_interval and iteration % self.log_interval == 0:
+            print(f"iter {iteration:5d}: {stats}")
 
     def close(self):
         self.bar.close()
@@ -419,8 +546,9 @@ def main(argv=None):
         with warnings.catch_warnings(), world.followers_quiet():  # rank 0 speaks for all; a rank that fails says why
             warnings.simplefilter("ignore", RuntimeWarning)  # overflow on the way to a NaN: check_finite says it once
             dist.init(args.device)
-            with world.interrupts_agreed(), world.held_on_root(checkpoint.writer_lock(args.out_dir)):
-                train(args, world)
+            lock = contextlib.nullcontext() if args.eval_only else checkpoint.writer_lock(args.out_dir)
+            with world.interrupts_agreed(), world.held_on_root(lock):
+                (evaluate_only if args.eval_only else train)(args, world)
     except PeerFailed:
         return 1  # the rank that failed has said why
     except (ValueError, OSError, KeyError, MemoryError, dist.DistributedError) as exc:

@@ -1,59 +1,90 @@
-"""models.cli.interval: an option's range, checked as it is parsed, by the rule the optimizers use too
-(autograd.intervals), with the messages the command lines print."""
-import argparse
+"""The shared parser (models/cli.py) as every command shows it: one default per option in --help, hints for
+nanoGPT's spellings, and the one line for a GPT-2 folder that is not there."""
+import importlib
+import re
 
 import pytest
 
-from autograd.intervals import within
-from models.cli import Parser, interval
+from models import train
+
+COMMANDS = ["models.bigram", "models.neuron", "models.softmax", "models.tiny", "models.tokenizer",
+            "models.gpt2_params", "models.sample", "models.train", "viz.graph", "viz.trace"]
 
 
-@pytest.mark.parametrize("kind, bounds, text, value", [
-    (int, "[1, inf)", "1", 1), (int, "[0, inf)", "0", 0), (float, "(0, inf)", "2e-3", 2e-3),
-    (float, "[0, 1)", "0.99", 0.99), (float, "(0, 1]", "1", 1.0), (int, "[0, 4294967295]", "4294967295", 4294967295),
+def help_entries(command, capsys):
+    """`command --help` as {invocation: its help text on one line}, e.g. {"--n-layer N_LAYER": "… (default: 4)"}."""
+    with pytest.raises(SystemExit) as exit_info:
+        importlib.import_module(command).main(["--help"])
+    assert exit_info.value.code == 0
+    entries, current = {}, None
+    for line in capsys.readouterr().out.splitlines():
+        if re.match(r"  \S", line):  # an option or positional argument starts; its help may follow on the line
+            invocation, _, text = re.split(r"( {2,}|$)", line.strip(), maxsplit=1)
+            current = invocation.replace(", ", ",")
+            entries[current] = text.strip()
+        elif re.match(r" {3,}\S", line) and current is not None:
+            entries[current] = (entries[current] + " " + line.strip()).strip()
+        else:
+            current = None
+    return entries
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_option_that_takes_a_value_shows_one_readable_default(command, capsys):
+    entries = help_entries(command, capsys)
+    options = {inv: text for inv, text in entries.items() if inv.startswith("-") and not inv.startswith("-h,")}
+    assert len(options) >= {"models.train": 30, "models.sample": 10, "viz.graph": 5}.get(command, 0), entries
+    for invocation, text in options.items():
+        takes_value = " " in invocation  # "--n-layer N_LAYER"; a switch is its flag alone
+        assert text.count("(default: ") == (1 if takes_value else 0), (invocation, text)
+        assert "(default: None)" not in text and "(default: none)" not in text, (invocation, text)  # say what it means
+        assert "(default: )" not in text, (invocation, text)
+
+
+def test_the_defaults_read_as_typed_and_none_says_what_it_means(capsys):
+    train_help = help_entries("models.train", capsys)
+    assert train_help["--n-layer N_LAYER"] == "transformer blocks (default: 4)"
+    assert train_help["--out-dir OUT_DIR"] == "the checkpoint folder (default: out)"
+    assert train_help["--data DATA"] == "a UTF-8 text file (default: the shipped Tiny Shakespeare)"
+    assert train_help["--lr-decay-iters LR_DECAY_ITERS"].endswith("(default: none, --max-iters)")
+    assert train_help["--min-lr MIN_LR"].endswith("(default: 0.0001)")
+    sample_help = help_entries("models.sample", capsys)
+    assert sample_help["--prompt PROMPT"] == r"text to continue (default: '\n')"
+    assert sample_help["checkpoint"] == "a models.train output folder or a GPT-2 folder (default: out)"
+    softmax_help = help_entries("models.softmax", capsys)
+    assert softmax_help["--z Z [Z ...]"] == "the logits z (2 to 8 of them) (default: 2.0 1.0 0.0)"
+
+
+def unknown_option_line(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        train.parse_args(argv)
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["--max_iters=10"], "--max_iters=10; did you mean --max-iters?"),
+    (["--init_from=gpt2"], "--init_from=gpt2; did you mean --init-from?"),
+    (["--eval_iters", "5"], "--eval_iters 5; did you mean --eval-iters?"),  # the value is no option: no hint for it
+    (["--max-itres", "5"], "--max-itres 5; did you mean --max-iters?"),  # a near miss (--max-iter would parse)
+    (["--learning_rate=1e-3"], "--learning_rate=1e-3; did you mean --lr?"),  # nanoGPT's names for ours
+    (["--gradient_accumulation_steps=4"], "--gradient_accumulation_steps=4; did you mean --grad-accum?"),
+    (["--n_layer=2", "--wandb_log=True", "--always_save_checkpoint"],
+     "--n_layer=2 --wandb_log=True --always_save_checkpoint; did you mean --n-layer for --n_layer=2, "
+     "--always-save for --always_save_checkpoint?"),
+    (["--wandb_log=True"], "--wandb_log=True"),  # nothing close: no hint
 ])
-def test_values_inside_are_parsed(kind, bounds, text, value):
-    got = interval(kind, bounds)(text)
-    assert got == value and type(got) is kind
+def test_unrecognized_options_get_a_hint_in_the_one_line(capsys, argv, hint):
+    assert unknown_option_line(argv, capsys) == (f"python -m models.train: error: unrecognized arguments: {hint} "
+                                                 "(see --help)\n")
 
 
-@pytest.mark.parametrize("kind, bounds, text, message", [
-    (int, "[1, inf)", "0", "must be in [1, inf), got 0"),
-    (float, "(0, inf)", "-1", "must be in (0, inf), got -1"),
-    (float, "(0, inf)", "nan", "must be in (0, inf), got nan"),
-    (float, "(0, inf)", "inf", "must be in (0, inf), got inf"),
-    (float, "[0, 1)", "1.0", "must be in [0, 1), got 1.0"),
-    (float, "(0, 1]", "0", "must be in (0, 1], got 0"),
-    (int, "[0, 4294967295]", "-1", "must be in [0, 4294967295], got -1"),
-    (int, "[1, inf)", "1.5", "expected an integer in [1, inf), got '1.5'"),
-    (float, "[0, 1)", "half", "expected a number in [0, 1), got 'half'"),
-])
-def test_values_outside_are_one_line_naming_the_range(kind, bounds, text, message):
-    with pytest.raises(argparse.ArgumentTypeError) as info:
-        interval(kind, bounds)(text)
-    assert str(info.value) == message
-
-
-@pytest.mark.parametrize("bounds", ["[0, 1)", "(0, inf)", "[1, inf)", "(0, 1]", "[0, inf]"])
-@pytest.mark.parametrize("text", ["-1", "0", "0.5", "1", "2", "inf", "-inf", "nan", "1e300"])
-def test_the_rule_is_the_optimizers(bounds, text):
-    """One rule: what interval accepts is exactly what autograd.intervals.within accepts (and so nn.optim)."""
-    try:
-        interval(float, bounds)(text)
-        accepted = True
-    except argparse.ArgumentTypeError:
-        accepted = False
-    assert accepted == within(float(text), bounds)
-
-
-def test_a_mistyped_interval_fails_when_the_parser_is_built():
-    with pytest.raises(ValueError, match=r"interval '\[0, 1': write it as in maths"):
-        interval(float, "[0, 1")
-
-
-def test_a_bad_option_is_one_line(capsys):
-    parser = Parser("prog", "a test")
-    parser.add_argument("--lr", type=interval(float, "(0, inf)"))
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--lr", "0"])
-    assert capsys.readouterr().err == "prog: error: argument --lr: must be in (0, inf), got 0 (see --help)\n"
+def test_init_from_gpt2_without_the_folder_says_how_to_get_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert unknown_option_line(["--init-from", "gpt2"], capsys) == (
+        "python -m models.train: error: argument --init-from: no folder gpt2; nothing is downloaded here, so on a "
+        "machine with internet run `hf download openai-community/gpt2 config.json model.safetensors --local-dir gpt2` "
+        "(or transformers' GPT2LMHeadModel.from_pretrained('gpt2').save_pretrained('gpt2')), then copy the folder "
+        "gpt2 here (see --help)\n")
+    assert unknown_option_line(["--init-from", "gpt3"], capsys) == (
+        "python -m models.train: error: argument --init-from: no folder gpt3 (see --help)\n")

@@ -60,3 +60,34 @@ def test_a_folder_without_a_checkpoint_is_one_line(tmp_path, capsys):
     assert sample.main([str(tmp_path)]) == 1
     assert capsys.readouterr().err == (f"sample: error: no checkpoint in {tmp_path}: expected config.json and "
                                        "model.safetensors (train one with `python -m models.train`)\n")
+
+
+def test_a_prompt_file_is_continued_as_its_text_would_be(trained, tmp_path, capsys):
+    path = tmp_path / "prompt.txt"
+    path.write_text("abc\nab", encoding="utf-8")
+    options = ["--max-new-tokens", "5", "--seed", "2"]
+    assert sample.main([str(trained), "--prompt-file", str(path), *options]) == 0
+    from_file = capsys.readouterr().out
+    assert sample.main([str(trained), "--prompt", "abc\nab", *options]) == 0
+    assert from_file == capsys.readouterr().out and from_file.startswith("abc\nab") and len(from_file) == 6 + 5 + 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--prompt", "a", "--prompt-file", "{file}"], "argument --prompt-file: not allowed with argument --prompt"),
+    (["--prompt-file", "{missing}"], "argument --prompt-file: no file {missing}"),
+])
+def test_prompt_file_is_checked_at_parse_time(tmp_path, capsys, argv, message):
+    (tmp_path / "p.txt").write_text("a")
+    names = {"file": tmp_path / "p.txt", "missing": tmp_path / "none.txt"}
+    with pytest.raises(SystemExit) as exit_info:
+        sample.main(["no-such-folder", *(a.format(**names) for a in argv)])  # refused before the folder is looked at
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"python -m models.sample: error: {message.format(**names)} (see --help)\n"
+
+
+def test_a_prompt_file_that_is_not_utf8_is_one_line(trained, tmp_path, capsys):
+    path = tmp_path / "latin1.txt"
+    path.write_bytes(b"caf\xe9")
+    assert sample.main([str(trained), "--prompt-file", str(path)]) == 1
+    assert capsys.readouterr().err == (f"sample: error: data file {path} is not UTF-8 text (byte 0xe9 at offset 3); "
+                                       "convert it first, e.g. `iconv -t utf-8`\n")

@@ -102,7 +102,9 @@ def two_ranks(tmp_path_factory):
     root = tmp_path_factory.mktemp("mpi")
     runs = SimpleNamespace(**{name: root / name for name in ("straight", "half", "dropout", "resumed")})
     dropout = ["--dropout", "0.2"]
-    results = [mpiexec(*TINY, "--batch-size", str(B), "--max-iters", "10", "--out-dir", str(runs.straight)),
+    with_progress = [a for a in TINY if a != "--no-progress"]  # mpiexec's pipes are no terminal: no bar either way
+    results = [mpiexec(*with_progress, "--batch-size", str(B), "--max-iters", "10", "--log-interval", "5",
+                       "--out-dir", str(runs.straight)),
                mpiexec(*TINY, "--batch-size", str(B), "--max-iters", "5", "--out-dir", str(runs.half)),
                mpiexec(*TINY, *dropout, "--batch-size", str(B), "--max-iters", "10", "--out-dir", str(runs.dropout)),
                mpiexec(*TINY, *dropout, "--batch-size", str(B), "--max-iters", "5", "--out-dir", str(runs.resumed))]
@@ -110,7 +112,7 @@ def two_ranks(tmp_path_factory):
                            "--out-dir", str(runs.resumed), "--resume"))
     for code, out, err, _ in results:
         assert code == 0, err
-    runs.stdout = results[0][1]
+    runs.stdout, runs.stderr = results[0][1], results[0][2]
     return runs
 
 
@@ -137,6 +139,11 @@ def test_two_ranks_train_as_one_process_with_twice_the_batch(two_ranks, twice_th
     assert two_ranks.stdout.count("iter     0: train loss") == 1
     assert f"{2 * B * 16} tokens per iteration (batch {B} x grad-accum 1 x 2 ranks)" in two_ranks.stdout
     assert "ms of it communicating" in two_ranks.stdout
+    # plain log lines, each whole on a line of its own, and no progress bar redrawn into the forwarded stderr
+    steps = [line for line in two_ranks.stdout.splitlines() if " tok/s, mfu " in line]
+    assert [line.split(":")[0] for line in steps] == ["iter     5", "iter    10"]
+    assert all(line.startswith("iter ") and line.endswith("%") for line in steps)
+    assert two_ranks.stderr == ""
 
 
 @needs_mpi
@@ -251,7 +258,7 @@ def test_ctrl_c_stops_every_rank_and_says_which_checkpoint_the_folder_holds(tmp_
                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         for line in job.stdout:  # training, past its first save
-            if line.startswith("iter    10:"):
+            if line.startswith("iter    10: train loss"):  # the evaluation's line, not the step's
                 break
         job.send_signal(signal.SIGINT)
         start = time.perf_counter()

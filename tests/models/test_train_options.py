@@ -1,0 +1,185 @@
+"""models.train's front door: presets, the plain log lines, --eval-only and the MFU yardstick, by what they print
+and what the checkpoint stores."""
+import json
+import re
+import sys
+
+import pytest
+
+from models import train
+from tests.models.test_train import TINY, run
+
+
+def options(folder):
+    return json.loads((folder / "train_state.json").read_text())["options"]
+
+
+def test_a_preset_sets_its_options_and_an_option_given_beside_it_wins(tmp_path, capsys):
+    args = train.parse_args(["--preset", "shakespeare-char", "--max-iters", "10", "--lr", "1e-3",
+                             "--out-dir", str(tmp_path / "o")])
+    assert capsys.readouterr().out == ("preset shakespeare-char: the command line's --max-iters 10 (the preset's "
+                                       "5000) wins\n")  # --lr 1e-3 is the preset's own value: nothing to say
+    assert {name: getattr(args, name) for name in train.SHAKESPEARE_CHAR} == {**train.SHAKESPEARE_CHAR,
+                                                                             "max_iters": 10}
+    assert (args.n_layer, args.n_head, args.n_embd, args.block_size, args.batch_size, args.dropout) == \
+        (6, 6, 384, 256, 64, 0.2)
+    assert (args.lr, args.min_lr, args.beta2, args.warmup_iters, args.lr_decay_iters) == (1e-3, 1e-4, 0.99, 100, 5000)
+    assert (args.eval_interval, args.eval_iters) == (250, 200)
+
+
+def test_cpu_small_is_the_defaults(tmp_path, capsys):
+    plain = vars(train.parse_args(["--out-dir", str(tmp_path / "o")]))
+    preset = vars(train.parse_args(["--preset", "cpu-small", "--out-dir", str(tmp_path / "o")]))
+    assert capsys.readouterr().out == ""
+    assert {k: v for k, v in preset.items() if k not in ("preset", "given")} == \
+        {k: v for k, v in plain.items() if k not in ("preset", "given")}
+    assert preset["preset"] == "cpu-small"
+
+
+def test_help_lists_what_each_preset_sets(capsys):
+    from tests.models.test_cli import help_entries
+    text = help_entries("models.train", capsys)["--preset {cpu-small,shakespeare-char}"]
+    assert ("shakespeare-char: nanoGPT's config/train_shakespeare_char.py, a recipe for one GPU (n-layer 6, n-head 6, "
+            "n-embd 384, block-size 256, dropout 0.2, batch-size 64, grad-accum 1, lr 0.001, max-iters 5000, "
+            "lr-decay-iters 5000, min-lr 0.0001, beta2 0.99, warmup-iters 100, eval-interval 250, eval-iters 200, "
+            "log-interval 10); cpu-small: this program's defaults, nanoGPT's CPU run of it (n-layer 4, n-head 4, "
+            "n-embd 128, block-size 64, dropout 0.0, batch-size 12,") in text
+    assert text.endswith("An option given beside a preset wins, and a line says so (default: none, each option's "
+                         "own default)")
+
+
+def test_the_checkpoint_stores_the_presets_values_and_resume_keeps_or_replaces_them(tmp_path, capsys):
+    code, out, err = run(capsys, "--preset", "shakespeare-char", "--max-iters", "4", "--out-dir", str(tmp_path))
+    assert code == 0, err
+    assert out.startswith("preset shakespeare-char: the command line's --n-layer 1 (the preset's 6), --n-head 2 "
+                          "(the preset's 6), --n-embd 16 (the preset's 384), --block-size 16 (the preset's 256), "
+                          "--batch-size 4 (the preset's 64), --max-iters 4 (the preset's 5000), --lr-decay-iters 20 "
+                          "(the preset's 5000), --warmup-iters 2 (the preset's 100), --eval-interval 10 (the "
+                          "preset's 250), --eval-iters 2 (the preset's 200) win\n")
+    saved = options(tmp_path)
+    assert (saved["preset"], saved["dropout"], saved["lr"], saved["n_layer"]) == ("shakespeare-char", 0.2, 1e-3, 1)
+    code, out, err = run(capsys, "--max-iters", "6", "--out-dir", str(tmp_path), "--resume")
+    assert code == 0, err
+    assert "resume: the command line changes --max-iters 4 → 6; all else as the checkpoint had it\n" in out
+    assert options(tmp_path) == {**saved, "max_iters": 6}
+    code, out, err = run(capsys, "--max-iters", "8", "--out-dir", str(tmp_path), "--resume", "--preset", "cpu-small")
+    assert code == 0, err
+    assert ("resume: the command line changes --dropout 0.2 → 0.0, --max-iters 6 → 8, --lr 0.001 → 0.002, "
+            "--preset shakespeare-char → cpu-small; all else as the checkpoint had it") in out  # TINY gives the rest
+    assert options(tmp_path) == {**saved, "max_iters": 8, "dropout": 0.0, "lr": 2e-3, "preset": "cpu-small"}
+
+
+LOG_LINE = re.compile(r"iter +(\d+): loss (\d+\.\d{4}), \d+ ms, [\d,]+ tok/s, mfu \d+\.\d%")
+
+
+@pytest.mark.parametrize("progress", [["--no-progress"], []])  # without a terminal, no bar either way
+def test_without_a_bar_a_plain_line_every_log_interval(tmp_path, capsys, progress, monkeypatch):
+    argv = [a for a in TINY if a != "--no-progress"] + progress
+    code = train.main([*argv, "--max-iters", "20", "--log-interval", "5", "--out-dir", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 0 and err == ""
+    history = json.loads((tmp_path / "train_state.json").read_text())["history"]
+    logged = [LOG_LINE.fullmatch(line) for line in out.splitlines() if LOG_LINE.fullmatch(line)]
+    assert [(int(m[1]), m[2]) for m in logged] == [(i, f"{history[i - 1]:.4f}") for i in (5, 10, 15, 20)]
+    lines = out.splitlines()
+    assert lines.index("iter    10: " + logged[1][0].split(": ", 1)[1]) < next(
+        i for i, line in enumerate(lines) if line.startswith("iter    10: train loss"))  # the step, then its eval
+
+
+def test_log_interval_0_prints_no_step_lines(tmp_path, capsys):
+    code, out, err = run(capsys, "--max-iters", "10", "--log-interval", "0", "--out-dir", str(tmp_path))
+    assert code == 0, err
+    assert not [line for line in out.splitlines() if LOG_LINE.fullmatch(line)]
+    assert "iter    10: train loss" in out
+
+
+def test_on_a_terminal_a_bar_and_no_step_lines(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    argv = [a for a in TINY if a != "--no-progress"]
+    assert train.main([*argv, "--max-iters", "10", "--log-interval", "5", "--out-dir", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert not [line for line in out.splitlines() if LOG_LINE.fullmatch(line)]
+    assert "10/10" in err and "tok/s, mfu" in err  # tqdm's bar, with the same numbers as its postfix
+
+
+def test_eval_only_prints_the_checkpoints_losses_and_writes_nothing(tmp_path, capsys):
+    folder = tmp_path / "o"
+    assert run(capsys, "--max-iters", "10", "--out-dir", str(folder))[0] == 0
+    last = json.loads((folder / "train_state.json").read_text())["evals"][-1]
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    code = train.main(["--eval-only", "--out-dir", str(folder)])
+    out, err = capsys.readouterr()
+    assert code == 0 and err == ""
+    assert out == (f"eval-only: the checkpoint in {folder} (iteration 10): train loss {last['train']:.4f}, "
+                   f"val loss {last['val']:.4f} (2 batches of 4 x 16 tokens per split)\n")  # its own options
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]  # no lock, no temporary folder
+    fresh = tmp_path / "fresh"
+    code = train.main(["--eval-only", "--init-from", str(folder), "--out-dir", str(fresh), "--eval-iters", "3",
+                       "--block-size", "16"])
+    out, err = capsys.readouterr()
+    assert code == 0 and err == ""
+    assert re.fullmatch(rf"eval-only: {folder}: train loss \d\.\d{{4}}, val loss \d\.\d{{4}} \(3 batches of 12 x 16 "
+                        r"tokens per split\)\n", out)
+    assert not fresh.exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "--eval-only: no checkpoint in {o} to evaluate; give the --out-dir of a run, or --init-from DIR"),
+    (["--overwrite"], "--eval-only writes nothing, so there is nothing for --overwrite to replace"),
+])
+def test_eval_only_without_a_checkpoint_is_one_line(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        train.parse_args(["--eval-only", "--out-dir", str(tmp_path / "o"), *argv])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (f"python -m models.train: error: {message.format(o=tmp_path / 'o')} "
+                                       "(see --help)\n")
+
+
+def test_the_measured_peak_is_kept_so_a_resumed_runs_mfu_compares(tmp_path, capsys, monkeypatch):
+    at = TINY.index("--peak-tflops")
+    argv = TINY[:at] + TINY[at + 2:]
+    monkeypatch.setattr(train, "measure_peak_flops", lambda device: 5e10)
+    assert train.main([*argv, "--max-iters", "10", "--out-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "; peak 50.0 GFLOP/s for MFU (measured with a matmul; --peak-tflops fixes it)\n" in out
+    assert options(tmp_path)["peak_tflops"] == 0.05
+
+    def no_second_measurement(device):
+        raise AssertionError("a resumed run measured the peak again")
+
+    monkeypatch.setattr(train, "measure_peak_flops", no_second_measurement)
+    assert train.main([*argv, "--max-iters", "20", "--out-dir", str(tmp_path), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "; peak 50.0 GFLOP/s for MFU (the checkpoint's, measured when it started)\n" in out
+    assert options(tmp_path)["peak_tflops"] == 0.05
+    assert train.main([*argv, "--max-iters", "30", "--out-dir", str(tmp_path), "--resume", "--peak-tflops", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "--peak-tflops 0.05 → 2.0" in out and "; peak 2000.0 GFLOP/s for MFU (--peak-tflops)\n" in out
+
+
+def test_the_peak_is_the_fastest_matmul_after_the_warm_up(monkeypatch):
+    durations = [1.0, 1.5] + [4.0, 2.0, 3.0, 2.5, 8.0, 2.0, 5.0, 6.0]  # 2 warm-up runs (fast: ignored), 8 timed
+    reads, now = [0.0], 0.0  # the start of the measurement, then each run's start and end, then the last check
+    for seconds in durations:
+        reads += [now, now + seconds]
+        now += seconds
+    reads.append(now)
+    clock = iter(reads)
+    monkeypatch.setattr(train.time, "perf_counter", lambda: next(clock))
+    assert train.measure_peak_flops("cpu", n=8, seconds=20.0) == 2 * 8 ** 3 / 2.0  # 8 runs took 32.5 s > 20 s
+    assert next(clock, None) is None  # and it stopped there
+
+
+def test_fine_tuning_a_char_model_on_text_with_new_characters_says_what_can_be_done(tmp_path, capsys):
+    assert run(capsys, "--max-iters", "2", "--out-dir", str(tmp_path / "o"))[0] == 0
+    data = tmp_path / "new.txt"
+    data.write_text("½ ⅓ ¼ ⅕ ⅙ ⅛ ⅔ ¾ ⅜ ⅝ ⅞ and so on " * 20, encoding="utf-8")
+    code, out, err = run(capsys, "--max-iters", "2", "--init-from", str(tmp_path / "o"), "--data", str(data),
+                         "--out-dir", str(tmp_path / "tuned"))
+    assert code == 1
+    assert err == (f"train: error: the data has 11 characters that the model in {tmp_path / 'o'} has no token for "
+                   "('¼', '½', '¾', '⅓', '⅔', '⅕', '⅙', '⅛', '⅜', '⅝', …): its 65 characters are fixed with its "
+                   "weights. Train a new model on this text (without --resume or --init-from), or remove or replace "
+                   "those characters in the data\n")
+    assert not (tmp_path / "tuned").exists()
