@@ -108,8 +108,9 @@ class Module:
     def parameters(self):
         return [p for _, p in self.named_parameters()]
 
-    def num_parameters(self):
-        return sum(p.size for p in self.parameters())
+    def num_parameters(self, trainable=False):
+        """How many numbers the parameters hold (with `trainable`, only those that require grad)."""
+        return sum(p.size for p in self.parameters() if p.requires_grad or not trainable)
 
     def state_dict(self):
         """Dotted name → the parameter's array (shared, not copied)."""

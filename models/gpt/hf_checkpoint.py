@@ -142,19 +142,20 @@ def _read_safetensors(directory):
     """Every tensor of model.safetensors (or of the shards its index names) as NumPy arrays."""
     single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
     if single.is_file():
-        return _load_file(single)
+        return read_safetensors_file(single)
     if index.is_file():
         weight_map = read_json(index).get("weight_map")
         if not isinstance(weight_map, dict) or not all(isinstance(shard, str) for shard in weight_map.values()):
             raise ValueError(f"GPT.from_pretrained: {index} should map tensor names to shard files in 'weight_map'")
-        return {k: v for shard in sorted(set(weight_map.values())) for k, v in _load_file(directory / shard).items()}
+        shards = sorted(set(weight_map.values()))
+        return {k: v for shard in shards for k, v in read_safetensors_file(directory / shard).items()}
     others = sorted(p.name for p in directory.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".h5", ".msgpack"))
     hint = (f" (found {', '.join(others)}: convert them with transformers, "
             "`GPT2LMHeadModel.from_pretrained(folder).save_pretrained(folder)`)") if others else ""
     raise FileNotFoundError(f"GPT.from_pretrained: {single} is missing; only safetensors weights are read{hint}")
 
 
-def _load_file(path):
+def read_safetensors_file(path):
     """The tensors of one safetensors file; a one-line error when it is missing, cut short or not safetensors."""
     from safetensors import SafetensorError
     from safetensors.numpy import load_file

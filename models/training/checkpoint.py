@@ -2,7 +2,9 @@
 
 A checkpoint folder (models.train's --out-dir) holds, all from one iteration:
 
-    config.json, model.safetensors   the weights, in Hugging Face's GPT-2 format (transformers loads the folder)
+    config.json, model.safetensors   the weights, in Hugging Face's GPT-2 format (transformers loads the folder);
+                                     a LoRA run (--lora-r) writes instead
+    adapter_config.json, adapters.safetensors   the adapters alone, and which base folder (with its hash) they adapt
     gptgrad_tokenizer.json           the tokenizer whose ids the model reads and writes (this project's record)
     tokenizer.json, tokenizer_config.json   the same tokenizer in Hugging Face's format (AutoTokenizer loads it)
     optimizer.npz                    the optimizer's own state_dict: its step count, hyper-parameters and buffers
@@ -34,6 +36,7 @@ import contextlib
 import ctypes
 import errno
 import fnmatch
+import hashlib
 import json
 import math
 import os
@@ -46,10 +49,11 @@ from pathlib import Path
 import numpy as np
 
 import autograd as ag
+import nn
 from models import hf_checkpoint
 from models.data import Layout
 from models.gpt2 import GPT
-from models.io import fsync, json_type, read_json
+from models.io import atomic_path, fsync, json_type, read_json
 from models.tokenizer import GPT2Tokenizer, tokenizer_from_dict
 
 CONFIG_FILE = "config.json"
@@ -58,12 +62,16 @@ TOKENIZER_FILE = "gptgrad_tokenizer.json"  # this project's record; tokenizer.js
 OPTIMIZER_FILE = "optimizer.npz"
 STATE_FILE = "train_state.json"
 PLOT_FILE = "loss.png"
-FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, *hf_checkpoint.HF_TOKENIZER_FILES, OPTIMIZER_FILE, STATE_FILE)
+ADAPTER_CONFIG_FILE = "adapter_config.json"
+ADAPTERS_FILE = "adapters.safetensors"
+FILES = (CONFIG_FILE, WEIGHTS_FILE, ADAPTER_CONFIG_FILE, ADAPTERS_FILE, TOKENIZER_FILE, *hf_checkpoint.HF_TOKENIZER_FILES,
+         OPTIMIZER_FILE, STATE_FILE)
 _PLOT_DEBRIS = f".{PLOT_FILE}.tmp-*"  # what models.io.atomic_path leaves of a plot when killed
 
 # What a checkpoint fixes for good (its model) and what it does not store (how this run is carried out);
 # every other option is stored with the checkpoint and, on --resume, used again unless the command line changes it.
-MODEL_OPTIONS = ("tokenizer", "n_layer", "n_head", "n_embd", "no_bias", "init_from")
+MODEL_OPTIONS = ("tokenizer", "n_layer", "n_head", "n_embd", "no_bias", "init_from", "lora_r", "lora_alpha",
+                 "lora_targets")
 RUN_OPTIONS = ("out_dir", "resume", "overwrite", "eval_only", "device", "sample_tokens", "no_progress")
 
 FORMAT = 2  # train_state.json's layout; 1 (no "format" field) kept the optimizer's step counts apart from its buffers
@@ -166,9 +174,11 @@ def save(folder, model, tokenizer, optimizer, run):
     scratch.mkdir(parents=True)
     new = scratch / "checkpoint"
     try:
-        model.save_pretrained(new)
-        (new / TOKENIZER_FILE).write_text(json.dumps(tokenizer.to_dict(), indent=2), encoding="utf-8")
-        hf_checkpoint.save_tokenizer(tokenizer, new, model.config.block_size)  # for transformers' AutoTokenizer
+        if getattr(model, "lora_base", None):
+            _save_adapters(new, model)
+        else:
+            model.save_pretrained(new)
+        write_tokenizer(new, tokenizer, model.config.block_size)
         _save_optimizer(new / OPTIMIZER_FILE, optimizer.state_dict())
         (new / STATE_FILE).write_text(json.dumps(run.to_json(), indent=2), encoding="utf-8")
         if (folder / PLOT_FILE).is_file():
@@ -179,6 +189,76 @@ def save(folder, model, tokenizer, optimizer, run):
         _swap_in(new, folder)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def write_tokenizer(folder, tokenizer, max_length):
+    """The tokenizer's files in `folder`: this project's record, and Hugging Face's for transformers' AutoTokenizer
+    (where the tokenizer has a form there), each written atomically."""
+    with atomic_path(Path(folder) / TOKENIZER_FILE) as tmp:
+        tmp.write_text(json.dumps(tokenizer.to_dict(), indent=2), encoding="utf-8")
+    hf_checkpoint.save_tokenizer(tokenizer, folder, max_length)
+
+
+def adapt(model, base_folder, r, alpha, targets):
+    """Put LoRA adapters (nn.lora) into `model`, read from the Hugging Face folder `base_folder`, and remember that
+    base (its folder and fingerprint): a checkpoint of the run then holds the adapters alone."""
+    replaced = nn.lora(model, r, alpha, targets)
+    model.lora_base = {"folder": str(Path(base_folder).resolve()), "sha256": fingerprint(base_folder),
+                       "r": r, "alpha": alpha, "targets": list(targets)}
+    return replaced
+
+
+def fingerprint(folder):
+    """SHA-256 over a Hugging Face folder's config.json and weight files: which base a LoRA checkpoint adapts."""
+    digest = hashlib.sha256()
+    folder = Path(folder)
+    for path in [folder / CONFIG_FILE, *sorted(folder.glob("*.safetensors"))]:
+        digest.update(path.name.encode() + b"\0")
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def _save_adapters(folder, model):
+    from safetensors.numpy import save_file
+    folder.mkdir()
+    adapters = {name: np.ascontiguousarray(p.numpy()) for name, p in model.named_parameters() if p.requires_grad}
+    save_file(adapters, str(folder / ADAPTERS_FILE))
+    (folder / ADAPTER_CONFIG_FILE).write_text(json.dumps({**model.lora_base, "block_size": model.config.block_size},
+                                                         indent=2), encoding="utf-8")
+
+
+def _load_adapted(folder, dropout):
+    """The base model an adapter_config.json names (if its fingerprint still matches) with the adapters in it."""
+    path = folder / ADAPTER_CONFIG_FILE
+    config = read_json(path)
+    fields = {"folder": str, "sha256": str, "r": int, "alpha": _NUMBER, "targets": list, "block_size": int}
+    _require_fields(path, config, fields)
+    base = Path(config["folder"])
+    if not (base / CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"{path} adapts the GPT-2 folder {base}, which is not there (or lacks "
+                                f"{CONFIG_FILE}); put it back at that path to use these adapters")
+    if fingerprint(base) != config["sha256"]:
+        raise ValueError(f"{path} adapts {base} with SHA-256 {config['sha256'][:12]}…, but the folder there now "
+                         "holds other weights; these adapters fit only the base they were trained on")
+    model = GPT.from_pretrained(base, dropout=dropout)
+    if config["block_size"] < model.config.block_size:
+        model.crop_block_size(config["block_size"])
+    try:
+        adapt(model, base, config["r"], config["alpha"], config["targets"])
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    adapters = hf_checkpoint.read_safetensors_file(folder / ADAPTERS_FILE)
+    expected = {name for name, p in model.named_parameters() if p.requires_grad}
+    if set(adapters) != expected:
+        raise ValueError(f"{folder / ADAPTERS_FILE} holds {sorted(set(adapters) ^ expected)[:3]}, not the adapters "
+                         f"{path} describes; the two files come from different runs")
+    try:
+        model.load_state_dict(adapters, strict=False)
+    except KeyError as exc:
+        raise ValueError(f"{folder / ADAPTERS_FILE} does not fit {path}: {exc.args[0]}") from None
+    return model
 
 
 def _link_or_copy(source, target):
@@ -369,10 +449,13 @@ def load_model(folder, dropout=0.0):
     and weights that are not finite (they could only ever produce one token).
     """
     folder = _current(folder)
-    if not (folder / CONFIG_FILE).is_file():
+    if (folder / ADAPTER_CONFIG_FILE).is_file():
+        model = _load_adapted(folder, dropout)
+    elif (folder / CONFIG_FILE).is_file():
+        model = GPT.from_pretrained(folder, dropout=dropout)
+    else:
         raise FileNotFoundError(f"no checkpoint in {folder}: expected {CONFIG_FILE} and {WEIGHTS_FILE} "
                                 "(train one with `python -m models.train`)")
-    model = GPT.from_pretrained(folder, dropout=dropout)
     vocab_size = model.config.vocab_size
     path = folder / TOKENIZER_FILE
     if path.exists():

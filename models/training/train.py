@@ -20,6 +20,7 @@ Progress shows as a bar on a terminal, else as a plain line every --log-interval
 Read `train` first: the loop, as nanoGPT's, batch → forward/backward → clip →
 step, with an evaluation (and perhaps a save) every --eval-interval.
 """
+import argparse
 import contextlib
 import math
 import sys
@@ -77,6 +78,17 @@ def make_parser():
     g.add_argument("--init-from", type=model_folder, default=None, metavar="DIR",
                    help="fine-tune a Hugging Face GPT-2 folder (config.json + model.safetensors) or a checkpoint "
                         "(default: none, a new model)")
+    g = p.add_argument_group("fine-tuning with LoRA (nn.lora) and less memory")
+    g.add_argument("--lora-r", type=COUNT, default=0,
+                   help="with --init-from: freeze the model and train rank-r adapters of the --lora-targets layers; "
+                        "the checkpoint then holds the adapters alone (0: a full fine-tune)")
+    g.add_argument("--lora-alpha", type=interval(float, "(0, inf)"), default=16.0,
+                   help="the adapters' scale: their update is B·A·alpha/r")
+    g.add_argument("--lora-targets", default="c_attn", type=names_list, metavar="NAMES",
+                   help="comma-separated names of the Linear layers to adapt (c_attn, c_proj, c_fc)")
+    g.add_argument("--checkpoint-blocks", action="store_true",
+                   help="keep only each block's input and recompute its activations in backward (ag.checkpoint): "
+                        "less memory for about a third more time; the same numbers bit for bit")
     g = p.add_argument_group("optimisation")
     g.add_argument("--batch-size", type=POSITIVE, default=12, help="rows per micro-batch on each process")
     g.add_argument("--grad-accum", type=POSITIVE, default=1,
@@ -177,8 +189,18 @@ def check_eval_only(args):
     args.resume = True
 
 
+def names_list(text):
+    """A `type=` function: comma-separated names, e.g. "c_attn,c_proj", as a list."""
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated layer names such as c_attn,c_proj, got {text!r}")
+    return names
+
+
 def check_combinations(args):
     """Options that are each in range but make no sense together (on --resume, after the checkpoint's are in)."""
+    if args.lora_r and not args.init_from:
+        raise ValueError(f"--lora-r {args.lora_r} adapts a trained model: give it one with --init-from DIR")
     if args.min_lr > args.lr:
         raise ValueError(f"--min-lr {args.min_lr} exceeds the peak --lr {args.lr}")
     if not args.init_from and not args.resume and args.n_embd % args.n_head:
@@ -263,6 +285,7 @@ def start(args, world):
     data = encode_data(tokenizer, text, source)
     data.check_fits(args.block_size)
     model.to(args.device)
+    model.transformer.checkpoint_blocks = args.checkpoint_blocks
     options = {k: v for k, v in vars(args).items() if k not in checkpoint.RUN_OPTIONS and k != "given"}
     optimizer = nn.optim.AdamW(model.optimizer_groups(args.weight_decay), lr=args.lr,
                                betas=(args.beta1, args.beta2))
@@ -279,20 +302,27 @@ def start(args, world):
 
 def new_model(args, text):
     """A model and its tokenizer: fresh (a character tokenizer built from `text`, or GPT-2's), or --init-from's."""
+    ag.manual_seed(args.seed)  # the initial weights (or adapters), then dropout, draw from --seed
     if args.init_from:
         ignored = [f"--{name.replace('_', '-')}" for name in checkpoint.MODEL_OPTIONS
-                   if name in args.given and name != "init_from"]
+                   if name in args.given and name != "init_from" and not name.startswith("lora_")]
         if ignored:
             print(f"init-from: the model and its tokenizer come from {args.init_from}, so {', '.join(ignored)} "
                   "does not apply")
         model, tokenizer = checkpoint.load_model(args.init_from, dropout=args.dropout)
         if args.block_size < model.config.block_size:
             model.crop_block_size(args.block_size)
+        if args.lora_r:
+            if getattr(model, "lora_base", None):
+                raise ValueError(f"--init-from {args.init_from} holds LoRA adapters already; merge them first "
+                                 "(python -m models.export_merged) and fine-tune the merged folder")
+            layers = checkpoint.adapt(model, args.init_from, args.lora_r, args.lora_alpha, args.lora_targets)
+            print(f"lora: rank {args.lora_r} adapters in {len(layers)} layers ({', '.join(args.lora_targets)}); "
+                  f"{model.num_parameters(trainable=True):,} of {model.num_parameters():,} parameters train")
         return model, tokenizer
     tokenizer = GPT2Tokenizer() if args.tokenizer == "gpt2" else CharTokenizer(text)
     config = GPTConfig(vocab_size=tokenizer.vocab_size, block_size=args.block_size, n_layer=args.n_layer,
                        n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout, bias=not args.no_bias)
-    ag.manual_seed(args.seed)
     return GPT(config), tokenizer
 
 

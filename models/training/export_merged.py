@@ -1,0 +1,58 @@
+"""python -m models.export_merged CHECKPOINT OUT: a LoRA checkpoint's adapters folded into its base, as a plain
+Hugging Face GPT-2 folder (config.json, model.safetensors and the tokenizer files) that transformers loads.
+
+Each adapted layer's weight becomes W + B·A·alpha/r (nn.LoRALinear.merge), so
+the folder gives the adapted model's logits. A checkpoint without adapters is
+copied out the same way. OUT appears whole or not at all.
+"""
+import sys
+from pathlib import Path
+
+import autograd as ag
+import nn
+from models import checkpoint
+from models.cli import Parser, input_folder, output_folder
+from models.gpt2 import GPT
+from models.io import atomic_path
+
+
+def parse_args(argv=None):
+    p = Parser("python -m models.export_merged", __doc__.splitlines()[0])
+    p.add_argument("checkpoint", type=input_folder, help="a models.train checkpoint folder (with LoRA adapters)")
+    p.add_argument("out", type=output_folder, help="the new Hugging Face folder; must not exist yet")
+    args = p.parse_args(argv)
+    if Path(args.out).exists():
+        p.error(f"{args.out} exists; give a new folder to export into")
+    return args
+
+
+def merged(model):
+    """A plain GPT with `model`'s function: every LoRA layer's update folded into its weight, no adapter keys."""
+    for module in model.modules():
+        if isinstance(module, nn.LoRALinear):
+            module.merge()
+    weights = {name: array for name, array in model.state_dict().items() if ".lora_" not in name}
+    with ag.seeded(0):  # its initialisation is overwritten at once
+        plain = GPT(model.config)
+    plain.load_state_dict(weights)
+    return plain
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        model, tokenizer = checkpoint.load_model(args.checkpoint)
+        plain = merged(model)
+        with atomic_path(args.out) as staging:
+            staging.mkdir()
+            plain.save_pretrained(staging)
+            checkpoint.write_tokenizer(staging, tokenizer, plain.config.block_size)
+    except (ValueError, OSError) as exc:
+        print(f"export_merged: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.out}: {plain.num_parameters():,} parameters, the adapters merged into the weights")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

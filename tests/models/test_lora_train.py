@@ -1,0 +1,121 @@
+"""models.train --lora-r on a tiny random GPT-2 folder: adapters-only checkpoints, exact resume, sampling, the merged
+export that transformers loads, a base that changed, and --checkpoint-blocks changing no number."""
+import json
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+import autograd as ag
+from models import checkpoint, export_merged, sample, train
+from models.gpt2 import GPT, GPTConfig
+from models.tokenizer import CharTokenizer
+
+TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\nAll:\nSpeak, speak.\n" * 30
+RUN = ["--n-layer", "1", "--batch-size", "4", "--block-size", "16", "--eval-interval", "2", "--eval-iters", "2",
+       "--warmup-iters", "1", "--lr-decay-iters", "6", "--peak-tflops", "1", "--no-progress", "--sample-tokens", "0", "--lr", "1e-2"]
+
+
+@pytest.fixture
+def base(tmp_path):
+    """A random GPT-2 folder with a character tokenizer, as a user's pretrained model stands in for here."""
+    (tmp_path / "text.txt").write_text(TEXT)
+    tokenizer = CharTokenizer(TEXT)
+    with ag.seeded(0):
+        model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=16))
+    model.save_pretrained(tmp_path / "base")
+    checkpoint.write_tokenizer(tmp_path / "base", tokenizer, 32)
+    return tmp_path
+
+
+def lora_run(capsys, base, out, *more):
+    code = train.main([*RUN, "--data", str(base / "text.txt"), "--init-from", str(base / "base"), "--lora-r", "2",
+                       "--lora-targets", "c_attn,c_fc", "--out-dir", str(out), *more])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    return printed.out
+
+
+def test_the_checkpoint_holds_the_adapters_alone_and_resumes_exactly(base, capsys):
+    out = lora_run(capsys, base, base / "straight", "--max-iters", "6")
+    assert "lora: rank 2 adapters in 4 layers (c_attn, c_fc)" in out
+    adapters = load_file(str(base / "straight" / "adapters.safetensors"))
+    assert sorted(adapters) == sorted(f"transformer.h.{i}.{m}.lora_{ab}" for i in range(2)
+                                      for m in ("attn.c_attn", "mlp.c_fc") for ab in "AB")
+    assert not (base / "straight" / "model.safetensors").exists()
+    config = json.loads((base / "straight" / "adapter_config.json").read_text())
+    assert config["folder"] == str((base / "base").resolve()) and config["sha256"] == checkpoint.fingerprint(base / "base")
+    with np.load(base / "straight" / "optimizer.npz") as f:  # moments for the adapters alone
+        moments = sum(f[k].size for k in f.files if k.endswith(("exp_avg", "exp_avg_sq")))
+    assert moments == 2 * sum(a.size for a in adapters.values())
+
+    lora_run(capsys, base, base / "split", "--max-iters", "4")
+    train.main([*RUN, "--resume", "--max-iters", "6", "--out-dir", str(base / "split")])
+    capsys.readouterr()
+    straight, split = (json.loads((base / f / "train_state.json").read_text()) for f in ("straight", "split"))
+    assert straight["history"] == split["history"] and len(split["history"]) == 6
+    resumed = load_file(str(base / "split" / "adapters.safetensors"))
+    assert all(np.array_equal(adapters[k], resumed[k]) for k in adapters)
+
+
+def test_sample_and_the_merged_export_give_the_adapted_models_tokens_and_logits(base, capsys):
+    lora_run(capsys, base, base / "o", "--max-iters", "4")
+    assert sample.main([str(base / "o"), "--prompt", "All:", "--max-new-tokens", "8", "--temperature", "0"]) == 0
+    adapted_text = capsys.readouterr().out
+    assert export_merged.main([str(base / "o"), str(base / "merged")]) == 0
+    assert "the adapters merged into the weights" in capsys.readouterr().out
+    assert sample.main([str(base / "merged"), "--prompt", "All:", "--max-new-tokens", "8", "--temperature", "0"]) == 0
+    assert capsys.readouterr().out == adapted_text
+    adapted, tokenizer = checkpoint.load_model(base / "o")
+    merged, _ = checkpoint.load_model(base / "merged")
+    ids = np.array([tokenizer.encode("Speak, speak.")])
+    np.testing.assert_allclose(merged(ids)[0].data, adapted(ids)[0].data, rtol=1e-5, atol=1e-6)
+    with pytest.raises(SystemExit):
+        export_merged.main([str(base / "o"), str(base / "merged")])  # never into a folder that is there
+    assert "exists; give a new folder" in capsys.readouterr().err
+
+
+@pytest.mark.interop
+def test_transformers_loads_the_merged_export_with_the_same_logits(base, capsys):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    lora_run(capsys, base, base / "o", "--max-iters", "4")
+    assert export_merged.main([str(base / "o"), str(base / "merged")]) == 0
+    adapted, tokenizer = checkpoint.load_model(base / "o")
+    ids = np.array([tokenizer.encode("Before we")])  # within the 16 positions the run cropped to
+    hf = transformers.GPT2LMHeadModel.from_pretrained(base / "merged")
+    np.testing.assert_allclose(hf(torch.tensor(ids)).logits.detach().numpy(), adapted(ids)[0].data,
+                               rtol=1e-4, atol=1e-5)
+    assert transformers.AutoTokenizer.from_pretrained(base / "merged")("All:")["input_ids"] == tokenizer.encode("All:")
+
+
+def test_adapters_whose_base_changed_or_went_are_refused_in_one_line(base, capsys):
+    lora_run(capsys, base, base / "o", "--max-iters", "2")
+    with ag.seeded(1):
+        GPT(GPTConfig(vocab_size=CharTokenizer(TEXT).vocab_size, block_size=32, n_layer=2, n_head=2,
+                      n_embd=16)).save_pretrained(base / "other")
+    (base / "base" / "model.safetensors").write_bytes((base / "other" / "model.safetensors").read_bytes())
+    with pytest.raises(ValueError, match=r"adapter_config.json adapts .*base with SHA-256 \w+…, but the folder "
+                                         r"there now holds other weights"):
+        checkpoint.load_model(base / "o")
+    (base / "base" / "config.json").unlink()
+    assert sample.main([str(base / "o")]) == 1
+    assert "which is not there" in capsys.readouterr().err
+
+
+def test_lora_needs_a_model_to_adapt(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        train.main([*RUN, "--lora-r", "4", "--out-dir", str(tmp_path / "o")])
+    assert "--lora-r 4 adapts a trained model: give it one with --init-from DIR" in capsys.readouterr().err
+
+
+def test_checkpointed_blocks_train_the_very_same_run(base, capsys):
+    histories = []
+    for flag, folder in (([], "plain"), (["--checkpoint-blocks"], "checked")):
+        assert train.main([*RUN, "--data", str(base / "text.txt"), "--n-embd", "16", "--n-head", "2", "--dropout",
+                           "0.1", "--max-iters", "4", "--out-dir", str(base / folder), *flag]) == 0
+        histories.append(json.loads((base / folder / "train_state.json").read_text())["history"])
+    capsys.readouterr()
+    assert histories[0] == histories[1]
+    plain, checked = (load_file(str(base / f / "model.safetensors")) for f in ("plain", "checked"))
+    assert all(np.array_equal(plain[k], checked[k]) for k in plain)
