@@ -16,8 +16,8 @@ from .tensor import (Tensor, Function, ShapeError, no_grad, name_scope, is_grad_
                      set_default_dtype, get_default_dtype, topological_order, backward_steps, root_grad)
 from .value import Value
 from .functional import (concat, stack, split, where, softmax, log_softmax, cross_entropy, embedding,
-                         layer_norm, dropout, scaled_dot_product_attention, linear, checkpoint, zeros, ones, randn, rand,
-                         arange)
+                         layer_norm, dropout, scaled_dot_product_attention, linear, checkpoint,
+                         zeros, ones, randn, rand, arange)
 from .gradcheck import gradcheck, GradcheckError, jacobian
 
 __all__ = [

@@ -7,7 +7,7 @@ weights; B starts at zero, so before the first step the model is exactly the
 base. Its VJP, for the upstream gradient G = ∂L/∂y (composed from matmuls, so
 the engine applies it):
 
-    ∂L/∂A = (α/r) · xᵀ (G Bᵀ)      ∂L/∂B = (α/r) · (x A)ᵀ G      ∂L/∂x = G Wᵀ + (α/r) · G Bᵀ Aᵀ
+    ∂L/∂A = (α/r) · xᵀ (G Bᵀ)     ∂L/∂B = (α/r) · (x A)ᵀ G     ∂L/∂x = G Wᵀ + (α/r) · G Bᵀ Aᵀ
 
 `merge()` folds ΔW into W (one matmul per forward, as the base had) and
 `unmerge()` restores the base weight exactly. Only A and B require grad, so

@@ -64,8 +64,8 @@ STATE_FILE = "train_state.json"
 PLOT_FILE = "loss.png"
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTERS_FILE = "adapters.safetensors"
-FILES = (CONFIG_FILE, WEIGHTS_FILE, ADAPTER_CONFIG_FILE, ADAPTERS_FILE, TOKENIZER_FILE, *hf_checkpoint.HF_TOKENIZER_FILES,
-         OPTIMIZER_FILE, STATE_FILE)
+FILES = (CONFIG_FILE, WEIGHTS_FILE, ADAPTER_CONFIG_FILE, ADAPTERS_FILE, TOKENIZER_FILE,
+         *hf_checkpoint.HF_TOKENIZER_FILES, OPTIMIZER_FILE, STATE_FILE)
 _PLOT_DEBRIS = f".{PLOT_FILE}.tmp-*"  # what models.io.atomic_path leaves of a plot when killed
 
 # What a checkpoint fixes for good (its model) and what it does not store (how this run is carried out);

@@ -13,7 +13,8 @@ from models.tokenizer import CharTokenizer
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\nAll:\nSpeak, speak.\n" * 30
 RUN = ["--n-layer", "1", "--batch-size", "4", "--block-size", "16", "--eval-interval", "2", "--eval-iters", "2",
-       "--warmup-iters", "1", "--lr-decay-iters", "6", "--peak-tflops", "1", "--no-progress", "--sample-tokens", "0", "--lr", "1e-2"]
+       "--warmup-iters", "1", "--lr-decay-iters", "6", "--peak-tflops", "1", "--no-progress", "--sample-tokens", "0",
+       "--lr", "1e-2"]
 
 
 @pytest.fixture
@@ -44,7 +45,8 @@ def test_the_checkpoint_holds_the_adapters_alone_and_resumes_exactly(base, capsy
                                       for m in ("attn.c_attn", "mlp.c_fc") for ab in "AB")
     assert not (base / "straight" / "model.safetensors").exists()
     config = json.loads((base / "straight" / "adapter_config.json").read_text())
-    assert config["folder"] == str((base / "base").resolve()) and config["sha256"] == checkpoint.fingerprint(base / "base")
+    assert config["folder"] == str((base / "base").resolve())
+    assert config["sha256"] == checkpoint.fingerprint(base / "base")
     with np.load(base / "straight" / "optimizer.npz") as f:  # moments for the adapters alone
         moments = sum(f[k].size for k in f.files if k.endswith(("exp_avg", "exp_avg_sq")))
     assert moments == 2 * sum(a.size for a in adapters.values())
