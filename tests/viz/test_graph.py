@@ -375,7 +375,7 @@ def test_arrows_carry_the_input_names_each_op_declares():
               if (m := re.match(r'\s*(\w+) -> (\w+)(?: \[.*?label=("?)([^\s"]+)\3)?', line))}
 
     def arrow(name, x):
-        return labels[(okey[id(op[name])], tkey[id(x)])]
+        return labels[(okey[id(walk.output_of[id(op[name])])], tkey[id(x)])]  # an op's key is its output's
 
     assert arrow("Sub", a) == "x" and arrow("Sub", b) == "y"
     assert [arrow("Concat", x) for x in walk.output_of[id(op["Concat"])].inputs] == ["x₁", "x₂"]
