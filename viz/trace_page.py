@@ -31,6 +31,8 @@ import json
 import shutil
 from pathlib import Path
 
+from autograd import Value
+
 from .graph import INSTALL_DOT, draw, grad_rows, node_keys
 from .numbers import shape_text, summary_text, values_text
 from .walk import walk_of
@@ -71,7 +73,10 @@ def gradient_states(steps):
             if inp.grad is None:
                 continue
             x = id(inp.tensor)
-            totals[x] = inp.grad if x not in totals else totals[x] + inp.grad
+            if x in totals:
+                totals[x] = totals[x] + inp.grad
+            else:  # Tensor.backward keeps the first part as it is; Value.backward adds it to 0.0 (−0.0 becomes 0.0)
+                totals[x] = 0.0 + inp.grad if isinstance(inp.tensor, Value) else inp.grad
             arrived[x] = arrived.get(x, 0) + 1
             # a row per line, unindented: the page centres each on its box
             lines = [row.strip() for row in grad_rows(inp.tensor, totals[x], _parts_word(arrived[x], parts[x]))]
