@@ -111,7 +111,8 @@ def trace(root, grad=None):
         if t.op is None:
             leaves.append(LeafGrad(t, walk.label(t), _leaf_grad(t, g), arrivals[id(t)]))
             continue
-        step = Step(len(steps) + 1, t.op.name, getattr(t.op, "scope", ""), t.op.rule, t.op, t, walk.label(t), g,
+        scope = t.op.scope if isinstance(t, Tensor) else ""
+        step = Step(len(steps) + 1, t.op.name, scope, t.op.rule, t.op, t, walk.label(t), g,
                     arrivals[id(t)], saved=saved_values(t))
         for (x, xg, returned), role in zip(sent, input_names(t.op, len(sent))):
             if xg is None:
@@ -167,10 +168,11 @@ def format_trace(steps, max_values=16, decimals=6):
     value = f" = {values_text(steps.root.data, decimals)}" if np.size(steps.root.data) == 1 else ""
     lines.append(f"Backward pass of L = {loss}{value}, step by step as {kind}.backward runs it.")
     if kind == "Value":
-        lines.append("Each step is one op. g = ∂L/∂(the op's output); each input gets its local derivative × g")
-        lines.append("(the ones the op saved, by the rule). A Value used by several ops adds up their contributions.")
+        lines.append("Each step is one op. g = ∂L/∂(the op's output); each input gets g × its local derivative,")
+        lines.append("which the op saved (its rule says which). A Value used twice adds up both contributions.")
     else:
-        lines.append("Each step is one op. g = ∂L/∂(the op's output); the op's rule turns g into ∂L/∂(each input),")
+        lines.append("Each step is one op. g = ∂L/∂(the op's output); "
+                     "the op's rule turns g into ∂L/∂(each input),")
         lines.append("summed back over broadcast axes. A tensor used by several ops adds up their contributions.")
     width = len(str(len(steps)))
     for s in steps:

@@ -51,8 +51,11 @@ def _array(array, max_values, decimals):
     return {"shape": shape, "text": values_text(array, decimals)}
 
 
-def _parts_word(arrived, parts):
-    return "grad" if parts == 1 else f"grad ({arrived} of {parts} parts):"
+def _rows(node, grad, arrived=1, parts=1):
+    """The box's gradient lines for a total of `arrived` of its `parts` (viz.graph's own lines, with the count
+    for a sum), unindented: the page centres each row on its box."""
+    word = "grad" if parts == 1 else f"grad ({arrived} of {parts} parts):"
+    return [row.strip() for row in grad_rows(node, grad, word)]
 
 
 def gradient_states(steps):
@@ -66,7 +69,7 @@ def gradient_states(steps):
     parts.update({id(s.output): s.contributions for s in steps})
     root = steps.root
     first = steps[0].grad if len(steps) else steps.leaves[0].grad
-    states = {id(root): [[0, [row.strip() for row in grad_rows(root, first)], True]]}
+    states = {id(root): [[0, _rows(root, first), True]]}
     totals, arrived = {}, {}
     for view, s in enumerate(steps):
         for inp in s.inputs:
@@ -78,8 +81,7 @@ def gradient_states(steps):
             else:  # Tensor.backward keeps the first part as it is; Value.backward adds it to 0.0 (−0.0 becomes 0.0)
                 totals[x] = 0.0 + inp.grad if isinstance(inp.tensor, Value) else inp.grad
             arrived[x] = arrived.get(x, 0) + 1
-            # a row per line, unindented: the page centres each on its box
-            lines = [row.strip() for row in grad_rows(inp.tensor, totals[x], _parts_word(arrived[x], parts[x]))]
+            lines = _rows(inp.tensor, totals[x], arrived[x], parts[x])
             states.setdefault(x, []).append([view, lines, arrived[x] == parts[x]])
     return states
 
@@ -102,7 +104,7 @@ def page_steps(steps, max_values=16, decimals=6):
             else:
                 entry["grad"] = _array(inp.grad, max_values, decimals)
                 arrived[id(inp.tensor)] = arrived.get(id(inp.tensor), 0) + 1
-                entry["part"] = [arrived[id(inp.tensor)], len(states[id(inp.tensor)])]
+                entry["part"] = [arrived[id(inp.tensor)], len(states[id(inp.tensor)])]  # an entry per part
             inputs.append(entry)
         data.append({
             "number": s.number, "name": s.name, "scope": s.scope, "rule": s.rule, "op": okey[id(s.output)],
@@ -114,7 +116,7 @@ def page_steps(steps, max_values=16, decimals=6):
               for leaf in steps.leaves]
     grads = {tkey[node]: {"lines": max(len(lines) for _, lines, _ in entries), "states": entries}
              for node, entries in states.items()}
-    return {"loss": steps.root_label, "steps": data, "leaves": leaves, "grads": grads}
+    return {"loss": steps.root_label, "steps": data, "leaves": leaves, "grads": grads, "not_yet": NOT_YET}
 
 
 def _widest(states):
@@ -222,7 +224,7 @@ function showGradients(view) {
     if (!gradTexts[key]) continue;
     let state = null;  // the last part that has arrived by this view
     for (const s of grad.states) { if (s[0] > view) break; state = s; }
-    const lines = state ? state[1] : ["grad —"];
+    const lines = state ? state[1] : [trace.not_yet];
     const cls = state ? (state[2] ? "grad-complete" : "grad-partial") : "grad-none";
     gradTexts[key].forEach((t, i) => { t.textContent = lines[i] || ""; t.setAttribute("class", cls); });
   }
@@ -253,7 +255,10 @@ function keepInView(opKey) {
   for (const key of joined[opKey] || []) {
     if (!nodes[key]) continue;
     const r = rect(key);
-    for (const a of ["x", "y"]) { near[a][0] = Math.min(near[a][0], r[a][0]); near[a][1] = Math.max(near[a][1], r[a][1]); }
+    for (const a of ["x", "y"]) {
+      near[a][0] = Math.min(near[a][0], r[a][0]);
+      near[a][1] = Math.max(near[a][1], r[a][1]);
+    }
   }
   const w = pane.clientWidth, h = pane.clientHeight;
   pane.scrollLeft = span(pane.scrollLeft, w, op.x, near.x, Math.max(24, Math.min(64, 0.1 * w)));

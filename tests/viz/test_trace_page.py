@@ -19,7 +19,7 @@ import pytest
 from autograd import Tensor, Value
 from models import tiny
 from viz import trace as vt
-from viz.graph import keep_gradients, node_keys
+from viz.graph import grad_rows, keep_gradients, node_keys
 from viz.loading import demo_loss_of
 from viz.numbers import norm, values_text
 from viz.trace_page import gradient_states, page_steps, write_page
@@ -238,12 +238,11 @@ def test_each_boxs_last_total_is_the_engines_gradient_to_the_bit(module):
     by_key = {tkey[id(t)]: t for t in walk_of(loss).tensors}
     for key, grad in data["grads"].items():
         *_, (view, lines, complete) = grad["states"]
-        assert complete and lines == [row.strip() for row in vt_rows(by_key[key], final[id(by_key[key])], grad)]
+        assert complete and lines == [row.strip() for row in complete_rows(by_key[key], final[id(by_key[key])], grad)]
 
 
-def vt_rows(node, grad, shown):
+def complete_rows(node, grad, shown):
     """What the box says of a complete gradient: viz.graph's own lines, with the count when it is a sum."""
-    from viz.graph import grad_rows
     parts = len(shown["states"])
     return grad_rows(node, grad, "grad" if parts == 1 else f"grad ({parts} of {parts} parts):")
 
