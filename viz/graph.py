@@ -32,7 +32,7 @@ from autograd import Function, Value, backend
 
 from .loading import demo_loss_of
 from .numbers import host, norm, number, shape_text
-from .walk import GraphWalk, input_names
+from .walk import GraphWalk, ValueWalk, input_names
 
 INSTALL_PYTHON = 'pip install -e ".[viz]"  (or: pip install graphviz)'
 INSTALL_DOT = ("install Graphviz, which provides `dot`: sudo apt-get install graphviz (Debian/Ubuntu), "
@@ -93,7 +93,7 @@ class _Picture:
             self.edges[(a, b)] = attrs
 
 
-def _values_lines(word, array, color="#1f1f1f"):
+def _values_rows(word, array):
     """'data [0.5, 0.8]' for a small array, one line per row of its last axis, numbers to 4 digits."""
     a = host(array)
     rows = a.reshape(1, -1) if a.ndim < 2 else a.reshape(-1, a.shape[-1])
@@ -102,12 +102,27 @@ def _values_lines(word, array, color="#1f1f1f"):
         return str(int(x)) if a.dtype.kind in "iub" else number(float(x))
 
     if a.ndim == 0:
-        return [_small(f"{word} {text(a)}", 9, color)]
-    lines = []
-    for i, row in enumerate(rows):
-        head = word if i == 0 else " " * len(word)
-        lines.append(_small(f"{head} [{', '.join(text(x) for x in row)}]", 9, color))
-    return lines
+        return [f"{word} {text(a)}"]
+    return [f"{word if i == 0 else ' ' * len(word)} [{', '.join(text(x) for x in row)}]" for i, row in enumerate(rows)]
+
+
+def _values_lines(word, array, color="#1f1f1f"):
+    return [_small(line, 9, color) for line in _values_rows(word, array)]
+
+
+GRAD = "#1f3c6e"  # the colour of a gradient's values
+
+
+def grad_rows(node, grad, word="grad"):
+    """A gradient as the box of `node` shows it, in plain lines: a Value's to 4 decimals ('grad 0.5000'),
+    a tensor's values when it has at most SMALL elements ('grad [0.5, -1]', a line per row), its norm
+    otherwise ('grad norm = 2.5'). `word` stands where 'grad' does (the trace page writes how many
+    parts of a sum have arrived there)."""
+    if isinstance(node, Value):
+        return [f"{word} {grad:.4f}"]
+    if node.data.size <= SMALL:
+        return _values_rows(word, grad)
+    return [f"{word} norm = {number(norm(grad))}"]
 
 
 def _grad_line(t, walk):
@@ -122,8 +137,9 @@ def _grad_line(t, walk):
     return _small("no grad reached it")
 
 
-def _tensor_node(t, walk, cluster):
-    """Name, shape, and the gradient: values for at most SMALL elements (data too), the norm for more."""
+def _tensor_node(t, walk, cluster, grads=None):
+    """Name, shape, and the gradient: values for at most SMALL elements (data too), the norm for more;
+    `grads(t)`, when given, are the gradient's lines instead (see draw)."""
     name = walk.label(t)
     lines = [f"<B>{html.escape(name, quote=False)}</B>" if t.name else f"<I>{html.escape(name, quote=False)}</I>"]
     small = t.data.size <= SMALL
@@ -136,8 +152,11 @@ def _tensor_node(t, walk, cluster):
         if small:
             lines += _values_lines("data", t.data)
     legend = set()
-    if small and t.grad is not None:
-        lines += _values_lines("grad", t.grad, "#1f3c6e")
+    if grads is not None and t.requires_grad:
+        lines += [_small(line, 9, GRAD) for line in grads(t)]
+        legend.add("values" if small else "norm")
+    elif small and t.grad is not None:
+        lines += _values_lines("grad", t.grad, GRAD)
         legend.add("values")
     else:
         lines.append(_grad_line(t, walk))
@@ -244,23 +263,27 @@ def _op_node(op, walk):
 
 
 def node_keys(walk):
-    """The Graphviz node names of the tensors and ops, by id: t1, t2, … and op1, op2, … (an SVG's <title>s)."""
-    tkey = {id(t): f"t{i}" for i, t in enumerate(walk.tensors, 1)}  # t7 is the tensor labelled t7 if unnamed
-    okey = {id(op): f"op{i}" for i, op in enumerate(walk.ops, 1)}
+    """The Graphviz node names (an SVG's <title>s) of a GraphWalk's or a ValueWalk's nodes, by id: of the
+    tensors t1, t2, … (Values v1, v2, …) in forward order, and of each op, by the id of the node it made,
+    op1, op2, … in the order backward runs them."""
+    prefix = "v" if isinstance(walk, ValueWalk) else "t"  # t7 is the tensor labelled t7 if unnamed; so for v7
+    tkey = {id(t): f"{prefix}{i}" for i, t in enumerate(walk.tensors, 1)}
+    okey = {id(t): f"op{i}" for i, t in enumerate((t for t in walk.order if t.op is not None), 1)}
     return tkey, okey
 
 
-def _expanded(walk):
+def _expanded(walk, grads=None):
     """Every tensor and op, each op in the (nested) cluster of the module that recorded it."""
     pic = _Picture()
-    tkey, okey = node_keys(walk)
+    tkey, by_output = node_keys(walk)
+    okey = {id(op): by_output[id(walk.output_of[id(op)])] for op in walk.ops}
     for t in walk.tensors:
         if t.op is not None:
             cluster = t.op.scope
         else:  # a leaf sits with the module that uses it, when only one does
             scopes = {getattr(c, "scope", "") or "" for c in walk.consumers.get(id(t), ())}
             cluster = scopes.pop() if len(scopes) == 1 else ""
-        pic.nodes[tkey[id(t)]] = _tensor_node(t, walk, cluster)
+        pic.nodes[tkey[id(t)]] = _tensor_node(t, walk, cluster, grads)
     for op in walk.ops:
         out = walk.output_of[id(op)]
         pic.nodes[okey[id(op)]] = _op_node(op, walk)
@@ -500,26 +523,29 @@ def _digraph(title):
     return graph
 
 
-def draw_value(root, title=None):
+def draw_value(root, title=None, grads=None):
     """Chapter one's picture, as micrograd's draw_dot: every Value with its data and grad, every op with
-    its local derivatives, and on each arrow from an op to an input the factor its gradient is multiplied by."""
-    order = root.topological_order()  # root first
-    key = {id(v): f"v{i}" for i, v in enumerate(reversed(order), 1)}  # v1 … in forward order: inputs before results
+    its local derivatives, and on each arrow from an op to an input the factor its gradient is multiplied by.
+    `grads(v)`, when given, are the lines shown as v's gradient (see draw)."""
+    walk = ValueWalk(root)
+    key, okey = node_keys(walk)
     pic = _Picture()
-    for v in order:
+    for v in walk.order:
         if v is root:
             legend, (fill, border) = "output", LOSS
         elif v.inputs:
             legend, (fill, border) = "computed", INTERMEDIATE
         else:
             legend, (fill, border) = "leaf", PARAMETER
-        name = f"<B>{html.escape(v.name, quote=False)}</B>" if v.name else f"<I>{key[id(v)]}</I>"
-        label = f"<{name}<BR/>{_small(f'data {v.data:.4f}', 10, '#1f1f1f')}<BR/>{_small(f'grad {v.grad:.4f}', 10, OP[1])}>"
+        name = f"<B>{html.escape(v.name, quote=False)}</B>" if v.name else f"<I>{walk.label(v)}</I>"
+        rows = grads(v) if grads is not None else grad_rows(v, v.grad)
+        label = "<" + "<BR/>".join([name, _small(f"data {v.data:.4f}", 10, "#1f1f1f")]
+                                   + [_small(row, 10, OP[1]) for row in rows]) + ">"
         pic.nodes[key[id(v)]] = _Node("tensor", label, {"shape": "box", "style": "filled", "fillcolor": fill,
                                                          "color": border, "penwidth": "1.2"}, legend={legend})
         if not v.inputs:
             continue
-        op = f"op{key[id(v)][1:]}"
+        op = okey[id(v)]
         text = f"<B>{html.escape(v.op.name, quote=False)}</B><BR/>{_small(v.op.rule, 9, OP[1])}"
         pic.nodes[op] = _Node("op", f"<{text}>", {"shape": "box", "style": "rounded,filled", "fillcolor": OP[0],
                                                   "color": OP[1]}, legend={"value op"})
@@ -533,7 +559,7 @@ def draw_value(root, title=None):
     return graph
 
 
-def draw(tensor, collapse=False, depth=None, title=None):
+def draw(tensor, collapse=False, depth=None, title=None, grads=None):
     """The backward graph of `tensor` (a Tensor or a Value) as a `graphviz.Digraph` (render it, or show it in Jupyter).
 
     collapse: False draws every op; True folds each module (the ops' `scope`) into one box,
@@ -541,18 +567,22 @@ def draw(tensor, collapse=False, depth=None, title=None):
         the dotted scope ("transformer.h.0" is 3).
     depth: draw only the ops at most `depth` op hops from `tensor` (None: all).
     title: a caption above the picture.
+    grads: a function node -> the lines (plain text) its box shows as its gradient, for every node that
+        needs one, in place of what backward left in `.grad`. They are the last lines of the box, which
+        Graphviz makes wide enough for them: the trace page passes the widest text a box will hold and
+        writes each step's gradients over it.
     Reads the graph only. Call it before backward(), or after backward(retain_graph=True):
     a plain backward() frees the graph, and only its last op can then be drawn.
     """
     if isinstance(tensor, Value):
-        return draw_value(tensor, title)
+        return draw_value(tensor, title, grads)
     _graphviz()
     if collapse is not True and collapse is not False and (not isinstance(collapse, int) or collapse < 1):
         raise ValueError(f"draw: collapse must be True, False or a scope depth ≥ 1, got {collapse!r}")
     if depth is not None and depth < 0:
         raise ValueError(f"draw: depth must be ≥ 0 (op hops from the loss), got {depth}")
     walk = GraphWalk(tensor)
-    pic, tkey, okey = _expanded(walk)
+    pic, tkey, okey = _expanded(walk, grads)
     if collapse:
         pic = _collapsed(walk, pic, tkey, okey, collapse)
     if depth is not None:

@@ -2,6 +2,7 @@
 
     python -m viz.trace models.tiny             # the hand-calculable transformer's backward pass
     python -m viz.trace model.bigram --max-values 64
+    python -m viz.trace models.neuron           # chapter one's Value graph, node by node
 
     from viz.trace import trace, format_trace
     steps = trace(loss)          # a list of Step; steps.leaves holds what backward leaves in .grad
@@ -15,6 +16,11 @@ Unlike `Tensor.backward` it writes nothing: no `.grad` is touched and no saved
 array is freed, so it can run before or alongside the real backward. The
 graph must still be there: trace before `backward()`, or after
 `backward(retain_graph=True)`.
+
+A `Value`'s graph is traced the same way, into the same steps: `Value.backward`'s
+walk (every node in `topological_order()`, each input getting local
+derivative × g, added in the same order), its numbers Python floats; what an
+op "saved" is its local derivatives, ∂out/∂a for each input a.
 """
 import os
 import shutil
@@ -22,19 +28,22 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograd import backend
-from autograd import Tensor, backward_steps, root_grad
+import numpy as np
 
-from .graph import INSTALL_DOT, keep_gradients
+from autograd import backend
+from autograd import Tensor, Value, backward_steps, root_grad
+
+from .graph import INSTALL_DOT
 from .loading import demo_loss_of
 from .numbers import number, shape_text, summary_text, values_text
 from .trace_page import write_page
-from .walk import GraphWalk, input_names, saved_values
+from .walk import GraphWalk, ValueWalk, input_names, saved_values
 
 
 @dataclass
 class InputGrad:
-    """What one step hands to one input: the gradient the engine adds into that input's total."""
+    """What one step hands to one input: the gradient the engine adds into that input's total.
+    (Of a Value's graph: `tensor` is a Value and `grad` a float, as in every class here.)"""
     tensor: Tensor
     label: str
     role: str                      # the input's name in the op's rule: A or B of A @ B, x, W or b of a linear
@@ -48,15 +57,16 @@ class Step:
     """One op node, as backward runs it."""
     number: int                    # 1 is the op that made the loss
     name: str                      # the op's name: MatMul, Softmax, …
-    scope: str                     # the module that recorded it ("" if none)
+    scope: str                     # the module that recorded it ("" if none, and for a Value)
     rule: str                      # the local rule the op applies (its `rule` label)
-    op: object                     # the Function itself (the output's `.op`)
+    op: object                     # the Function itself (the output's `.op`; a Value's (name, rule) pair)
     output: Tensor
     output_label: str
     grad: object                   # g: the gradient of the loss with respect to the output
     contributions: int             # how many ops added into g (a tensor used twice gets two)
     inputs: list = field(default_factory=list)  # one InputGrad per input, in the op's input order
     saved: list = field(default_factory=list)   # (name, array): the forward values the op saved, by its names
+    #                                               (a Value's: ("∂out/∂a", float), its local derivatives)
 
 
 @dataclass
@@ -76,29 +86,34 @@ class Trace(list):
         self.root, self.root_label, self.leaves = root, root_label, leaves
 
 
-def trace(tensor, grad=None):
-    """The backward pass from `tensor`, step by step, without writing any `.grad` (see the module's docstring)."""
-    if not isinstance(tensor, Tensor):
-        raise TypeError(f"trace: expected an autograd Tensor, got {type(tensor).__name__}")
-    grad = root_grad(tensor, grad, "trace")
-    walk = GraphWalk(tensor)
-    if walk.freed:
-        raise RuntimeError(
-            f"trace: the graph through {type(walk.freed[0]).__name__} was freed by an earlier backward(); "
-            "trace before calling backward(), or call backward(retain_graph=True)")
+def trace(root, grad=None):
+    """The backward pass from `root` (a Tensor or a Value), step by step, without writing any `.grad`
+    (see the module's docstring)."""
+    if isinstance(root, Value):
+        if grad is not None:
+            raise TypeError("trace: a Value's backward starts from ∂L/∂L = 1; grad= is for a non-scalar Tensor")
+        walk, walked = ValueWalk(root), _value_steps(root)
+    elif isinstance(root, Tensor):
+        grad = root_grad(root, grad, "trace")
+        walk = GraphWalk(root)
+        if walk.freed:
+            raise RuntimeError(
+                f"trace: the graph through {type(walk.freed[0]).__name__} was freed by an earlier backward(); "
+                "trace before calling backward(), or call backward(retain_graph=True)")
+        # The engine's own backward walk, recording each step instead of writing .grad or freeing anything.
+        walked = backward_steps(root, grad, free=False)
+    else:
+        raise TypeError(f"trace: expected an autograd Tensor or Value, got {type(root).__name__}")
 
-    # The engine's own backward walk, recording each step instead of writing .grad or freeing anything.
-    arrivals = {id(tensor): 1}
+    arrivals = {id(root): 1}
     steps, leaves = [], []
-    for t, g, sent in backward_steps(tensor, grad, free=False):
+    for t, g, sent in walked:
         if t.op is None:
-            # as Tensor.backward's _accumulate stores it: an array of the leaf's dtype (NumPy ops on 0-d
-            # arrays may hand back a scalar)
-            leaf_grad = backend.xp_for(t.device).asarray(g, dtype=t.data.dtype)
-            leaves.append(LeafGrad(t, walk.label(t), leaf_grad, arrivals[id(t)]))
+            leaves.append(LeafGrad(t, walk.label(t), _leaf_grad(t, g), arrivals[id(t)]))
             continue
-        step = Step(len(steps) + 1, t.op.name, t.op.scope, t.op.rule, t.op, t, walk.label(t), g, arrivals[id(t)],
-                    saved=saved_values(t.op))
+        scope = t.op.scope if isinstance(t, Tensor) else ""
+        step = Step(len(steps) + 1, t.op.name, scope, t.op.rule, t.op, t, walk.label(t), g,
+                    arrivals[id(t)], saved=saved_values(t))
         for (x, xg, returned), role in zip(sent, input_names(t.op, len(sent))):
             if xg is None:
                 reason = "constant: needs no gradient" if not x.requires_grad else "the op returned none"
@@ -106,13 +121,36 @@ def trace(tensor, grad=None):
                 continue
             arrivals[id(x)] = arrivals.get(id(x), 0) + 1
             step.inputs.append(InputGrad(x, walk.label(x), role, xg,
-                                         returned if returned != x.data.shape else None))
+                                         None if returned in (None, np.shape(x.data)) else returned))
         steps.append(step)
-    return Trace(steps, tensor, walk.label(tensor), leaves)
+    return Trace(steps, root, walk.label(root), leaves)
+
+
+def _value_steps(root):
+    """Value.backward's walk, written down instead of stored: (v, g, sent) as backward_steps yields them, the
+    gradients added in Value.backward's order (sent: (input, local derivative × g, None) per input)."""
+    grads = {id(root): 1.0}
+    for v in root.topological_order():  # every consumer of v comes before v: its g is complete
+        g = grads[id(v)]
+        sent = [(x, local * g, None) for x, local in zip(v.inputs, v.local_grads)]
+        for x, xg, _ in sent:
+            grads[id(x)] = grads.get(id(x), 0.0) + xg  # Value.backward's child.grad += local * v.grad, from 0
+        yield v, g, sent
+
+
+def _leaf_grad(leaf, g):
+    """A leaf's gradient as backward stores it: a Value's float; for a tensor, as Tensor.backward's _accumulate
+    stores it, an array of the leaf's dtype (NumPy ops on 0-d arrays may hand back a scalar)."""
+    if isinstance(leaf, Value):
+        return g
+    return backend.xp_for(leaf.device).asarray(g, dtype=leaf.data.dtype)
 
 
 def _array_lines(array, indent, max_values, decimals):
-    """`shape: values` for a small array, `shape: ‖·‖ = …` for a large one (see summary_text)."""
+    """`shape: values` for a small array, `shape: ‖·‖ = …` for a large one (see summary_text); a Value's
+    number (a float) as the number alone."""
+    if isinstance(array, float):
+        return [values_text(array, decimals)]
     shape = "scalar" if array.ndim == 0 else shape_text(array.shape)
     if array.size > max_values:
         return [f"{shape}  {summary_text(array)}"]
@@ -126,10 +164,16 @@ def format_trace(steps, max_values=16, decimals=6):
     """The trace as text, one block per step; arrays with more than `max_values` values show as shape and norm."""
     loss = steps.root_label
     lines = []
-    value = f" = {values_text(steps.root.data, decimals)}" if steps.root.data.size == 1 else ""
-    lines.append(f"Backward pass of L = {loss}{value}, step by step as Tensor.backward runs it.")
-    lines.append("Each step is one op. g = ∂L/∂(the op's output); the op's rule turns g into ∂L/∂(each input),")
-    lines.append("summed back over broadcast axes. A tensor used by several ops adds up their contributions.")
+    kind = type(steps.root).__name__
+    value = f" = {values_text(steps.root.data, decimals)}" if np.size(steps.root.data) == 1 else ""
+    lines.append(f"Backward pass of L = {loss}{value}, step by step as {kind}.backward runs it.")
+    if kind == "Value":
+        lines.append("Each step is one op. g = ∂L/∂(the op's output); each input gets g × its local derivative,")
+        lines.append("which the op saved (its rule says which). A Value used twice adds up both contributions.")
+    else:
+        lines.append("Each step is one op. g = ∂L/∂(the op's output); "
+                     "the op's rule turns g into ∂L/∂(each input),")
+        lines.append("summed back over broadcast axes. A tensor used by several ops adds up their contributions.")
     width = len(str(len(steps)))
     for s in steps:
         lines.append("")
@@ -168,9 +212,9 @@ def format_trace(steps, max_values=16, decimals=6):
     return "\n".join(lines)
 
 
-def print_trace(tensor, max_values=16, decimals=6, file=None):
-    """Trace the backward pass from `tensor` and print it."""
-    print(format_trace(trace(tensor), max_values, decimals), file=file or sys.stdout)
+def print_trace(root, max_values=16, decimals=6, file=None):
+    """Trace the backward pass from `root` (a Tensor or a Value) and print it."""
+    print(format_trace(trace(root), max_values, decimals), file=file or sys.stdout)
 
 
 def main(argv=None):
@@ -192,13 +236,9 @@ def main(argv=None):
     if args.html and shutil.which("dot") is None:
         p.error(f"--html draws the graph, which needs Graphviz's `dot`: {INSTALL_DOT}")
     name, loss = demo_loss_of(args.module)
-    if not isinstance(loss, Tensor):
-        raise SystemExit(f"{name}.demo_loss() is a Value: viz.trace follows Tensor graphs; "
-                         f"draw it with python -m viz.graph {name}")
     if args.html:
-        steps = trace(loss)
-        keep_gradients(loss)  # so that the picture shows each tensor's final gradient beside the steps
-        write_page(steps, Path(args.html), f"{name}.demo_loss() = {number(loss.item(), 6)} · backward, step by step",
+        write_page(trace(loss), Path(args.html),
+                   f"{name}.demo_loss() = {number(float(loss.data), 6)} · backward, step by step",
                    args.max_values, args.decimals)
         print(f"wrote {args.html}: open it in a browser; ← and → step through backward")
         return 0

@@ -1,33 +1,45 @@
-"""The graph below a tensor, as `viz.graph` and `viz.trace` read it: GraphWalk.
+"""The graph below a tensor or a Value, as `viz.graph` and `viz.trace` read it: GraphWalk, ValueWalk.
 
 `GraphWalk(root)` lists the tensors and ops reachable from `root` in the order
 `Tensor.backward` visits them, gives every tensor a short label (its `.name`,
 or t1, t2, … numbered in the order the forward pass made them), and records
 who consumes what and which arrays the ops saved for backward. It reads the
 engine's public face only (`Tensor.op`, `Tensor.inputs`, `topological_order`)
-and changes nothing in the graph. A `Value`'s graph needs no walk: `value.topological_order()`.
+and changes nothing in the graph. `ValueWalk(root)` is the same reading of a
+`Value`'s graph (v1, v2, … for unnamed Values), as far as a scalar graph has
+it: the two share `root`, `order`, `tensors` and `label`, which is all the
+trace and its page need.
 
-`input_names(op, count)` and `saved_values(op)` put the names an op declares
-(`input_names`, `saved_names`, beside its `rule`) on its inputs and on the
-arrays it saved, so that the picture and the trace say what the rule says.
+`input_names(op, count)` and `saved_values(node)` put the names an op declares
+(`input_names`, `saved_names`, beside its `rule`; a Value's op names its inputs
+in its rule, ∂out/∂a) on its inputs and on what it saved, so that the picture
+and the trace say what the rule says.
 """
-from autograd import Tensor, topological_order
+import re
+
+from autograd import Function, Tensor, Value, topological_order
 
 SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 
 
 def input_names(op, count):
     """A name for each of an op's `count` inputs: the ones it declares, numbered (x₁, x₂, …) when it
-    declares one name for any number of inputs (concat, stack)."""
-    names = op.input_names
+    declares one name for any number of inputs (concat, stack); for a Value's op, the ones its rule
+    differentiates by (∂out/∂a, ∂out/∂b: a and b)."""
+    names = op.input_names if isinstance(op, Function) else re.findall(r"∂out/∂(\w+)", op.rule)
     if len(names) == 1 and count > 1:
         return [f"{names[0]}{str(i).translate(SUBSCRIPTS)}" for i in range(1, count + 1)]
     return [names[i] if i < len(names) else f"input[{i}]" for i in range(count)]
 
 
-def saved_values(op):
-    """The arrays an op keeps for backward, by the names it declares: [(name, array)]; a slot it left
-    empty (None) is skipped, and an array it did not name (an op defined outside autograd) is saved[i]."""
+def saved_values(node):
+    """What the op that made `node` keeps for backward, by name: [(name, array)] for a Tensor, by the names
+    its op declares (a slot it left empty, None, is skipped; an array it did not name, from an op defined
+    outside autograd, is saved[i]); [("∂out/∂a", number), …] for a Value, which keeps its local derivatives."""
+    op = node.op
+    if isinstance(node, Value):
+        return [(f"∂out/∂{name}", local) for name, local in
+                zip(input_names(op, len(node.inputs)), node.local_grads)]
     names = op.saved_names
     return [(names[i] if i < len(names) else f"saved[{i}]", a) for i, a in enumerate(op.saved or ())
             if a is not None and hasattr(a, "shape")]
@@ -104,3 +116,30 @@ class GraphWalk:
         if self._backward_ran is None:
             self._backward_ran = bool(self.freed) or any(t.grad is not None for t in self.tensors)
         return self._backward_ran
+
+
+class ValueWalk:
+    """A Value's graph below `root`, read once, as GraphWalk reads a tensor's.
+
+    Attributes:
+        root      the Value backward starts from.
+        order     every Value below it, root first: `root.topological_order()`, the order Value.backward visits.
+        tensors   the same Values in forward order (inputs before results), the picture's boxes (named as
+                  GraphWalk's, so that node_keys and the trace read either walk).
+    """
+
+    def __init__(self, root):
+        if not isinstance(root, Value):
+            raise TypeError(f"expected an autograd Value, got {type(root).__name__}")
+        self.root = root
+        self.order = root.topological_order()
+        self.tensors = self.order[::-1]
+        self.labels = {id(v): v.name or f"v{i}" for i, v in enumerate(self.tensors, 1)}
+
+    def label(self, v):
+        return self.labels[id(v)]
+
+
+def walk_of(root):
+    """The walk for `root`'s graph: a ValueWalk for a Value, a GraphWalk for a Tensor."""
+    return ValueWalk(root) if isinstance(root, Value) else GraphWalk(root)

@@ -17,7 +17,7 @@ import pytest
 graphviz = pytest.importorskip("graphviz", reason='the Python package graphviz is not installed: pip install -e ".[viz]"')
 
 import autograd as ag  # noqa: E402
-from autograd import Tensor  # noqa: E402
+from autograd import Tensor, Value  # noqa: E402
 from tests.viz import demo_module  # noqa: E402
 from viz import graph as vg  # noqa: E402
 from viz.loading import module_name  # noqa: E402
@@ -375,7 +375,7 @@ def test_arrows_carry_the_input_names_each_op_declares():
               if (m := re.match(r'\s*(\w+) -> (\w+)(?: \[.*?label=("?)([^\s"]+)\3)?', line))}
 
     def arrow(name, x):
-        return labels[(okey[id(op[name])], tkey[id(x)])]
+        return labels[(okey[id(walk.output_of[id(op[name])])], tkey[id(x)])]  # an op's key is its output's
 
     assert arrow("Sub", a) == "x" and arrow("Sub", b) == "y"
     assert [arrow("Concat", x) for x in walk.output_of[id(op["Concat"])].inputs] == ["x₁", "x₂"]
@@ -422,3 +422,19 @@ def test_cli_draws_the_lecture_neuron(tmp_path):
     _, text = svg_text(out)
     for label in ("tanh", "x1*w1", "grad -1.5000", "data 0.7071", "× -3", "models.neuron.demo_loss() = 0.707107"):
         assert label in text, label
+
+
+def test_grads_replaces_each_gradient_with_the_lines_given_as_the_boxs_last_lines():
+    # what the trace page draws on: every box that takes a gradient ends in the lines it is handed
+    a = Tensor(np.array([[1.0, 2.0], [3.0, 4.0]]), requires_grad=True)
+    a.name = "a"
+    loss = ag.cross_entropy(a, np.array([0, 1]))
+    loss.backward(retain_graph=True)
+    drawn = nodes(vg.draw(loss, grads=lambda t: [f"room for {t.name or 'the loss'}", "second line"]))
+    key = {t.name: k for k, t in zip(vg.node_keys(GraphWalk(loss))[0].values(), GraphWalk(loss).tensors)}
+    for label in (drawn[key["a"]], drawn[key[None]]):
+        assert label.split("</FONT>>")[0].endswith("second line") and "grad [" not in label  # the label's end
+    assert "room for a" in drawn[key["a"]] and "room for the loss" in drawn[key[None]]
+    assert not any("room for" in v for k, v in drawn.items() if re.fullmatch(r"op\d+c\d+", k))  # targets: none
+    v = Value(2.0, name="v")
+    assert "room for v" in nodes(vg.draw(v * v, grads=lambda n: [f"room for {n.name}"]))["v1"]

@@ -275,3 +275,69 @@ def test_each_value_is_written_as_the_lesson_commands_write_it():
     values = np.array([0.5, 3e-11, 0.0, -2.5e-7, 1e-4, -0.125, -np.inf])
     assert [cell.strip() for cell in vt.values_text(values).strip("[]").split(",")] == [fixed(v) for v in values]
     assert vt.values_text(np.array(-2.5e-7)) == fixed(-2.5e-7)
+
+
+# chapter one: a Value's graph, through the same steps
+
+
+def test_the_lecture_neuron_is_traced_node_by_node_with_its_local_derivatives():
+    from models import neuron
+    o = neuron.demo_loss()
+    steps = vt.trace(o)
+    assert [(s.name, s.output_label) for s in steps] == [
+        ("tanh", "o"), ("+", "n"), ("+", "x1*w1 + x2*w2"), ("*", "x1*w1"), ("*", "x2*w2")]
+    tanh, _, _, x1w1, x2w2 = steps
+    assert tanh.rule == "∂out/∂x = 1 − out²" and tanh.grad == 1.0 and tanh.scope == ""
+    assert [name for name, _ in tanh.saved] == ["∂out/∂x"]
+    assert tanh.saved[0][1] == pytest.approx(0.5)  # 1 − o², o = 1/√2
+    # x1·w1 saved ∂out/∂a = w1 = −3 and ∂out/∂b = x1 = 2; it hands on g · each: −1.5 to x1, 1 to w1
+    assert x1w1.saved == [("∂out/∂a", -3.0), ("∂out/∂b", 2.0)] and x1w1.grad == pytest.approx(0.5)
+    assert [(i.label, i.role, i.grad) for i in x1w1.inputs] == [
+        ("x1", "a", pytest.approx(-1.5)), ("w1", "b", pytest.approx(1.0))]
+    assert [i.grad for i in x2w2.inputs] == [pytest.approx(0.5), 0.0]  # x2 = 0: w2 cannot matter
+    assert {leaf.label: leaf.grad for leaf in steps.leaves} == {
+        "x1": pytest.approx(-1.5), "w1": pytest.approx(1.0), "x2": pytest.approx(0.5), "w2": 0.0,
+        "b": pytest.approx(0.5)}
+    assert all(v.grad == 0.0 for v in o.topological_order())  # the trace wrote no gradient
+    with pytest.raises(TypeError, match="grad= is for a non-scalar Tensor"):
+        vt.trace(o, grad=2.0)
+    with pytest.raises(TypeError, match="expected an autograd Tensor or Value, got float"):
+        vt.trace(0.5)
+
+
+def test_the_neurons_text_trace():
+    from models import neuron
+    text = vt.format_trace(vt.trace(neuron.demo_loss()))
+    assert text.startswith("Backward pass of L = o = 0.707107, step by step as Value.backward runs it.")
+    assert "broadcast" not in text and text.count("\nstep ") == 5
+    tanh = text.split("\n\n")[1]
+    assert tanh.splitlines() == ["step 1/5  tanh", "  rule  ∂out/∂x = 1 − out²", "  uses  ∂out/∂x = 0.5",
+                                 "  g     ∂L/∂o  1.0", "  out   ∂L/∂n  0.5"]
+    assert "  uses  ∂out/∂a = -3.0\n        ∂out/∂b = 2.0\n  g     ∂L/∂x1*w1  0.5\n" \
+           "  out   ∂L/∂x1  -1.5\n        ∂L/∂w1  1.0" in text
+    assert text.endswith("  x1.grad  -1.5\n  w1.grad  1.0\n  x2.grad  0.5\n  w2.grad  0.0\n  b.grad  0.5")
+
+
+def test_a_value_trace_is_value_backwards_to_the_bit():
+    # the moons demo's loss: 56 Values, 39 of them made by ops, weights used twice (the network, the L2 penalty w·w)
+    from models import moons
+    loss = moons.demo_loss()
+    order = loss.topological_order()
+    steps = vt.trace(loss)
+    assert (len(order), len(steps), len(steps.leaves)) == (56, 39, 17)
+    assert [s.output for s in steps] == [v for v in order if v.inputs]  # backward's order, node for node
+    loss.backward()
+    for s in steps:
+        assert s.grad == s.output.grad
+        assert [i.grad for i in s.inputs] == [local * s.grad for local in s.output.local_grads]
+    for leaf in steps.leaves:
+        assert leaf.grad == leaf.tensor.grad
+    assert max(leaf.contributions for leaf in steps.leaves) == 3  # in the network once, in w·w twice
+
+
+@pytest.mark.parametrize("module, first", [("models.neuron", "step 1/5  tanh"), ("models.moons", "step  1/39  +")])
+def test_cli_traces_value_modules(module, first):
+    run = subprocess.run([sys.executable, "-m", "viz.trace", module], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "as Value.backward runs it" in run.stdout and first in run.stdout and "Leaves:" in run.stdout

@@ -1,8 +1,8 @@
 """viz.trace --html: one self-contained page, stepped through in a real headless Chromium.
 
-The browser test needs Debian's `chromium` (.ci/run installs it where missing)
+The browser tests need Debian's `chromium` (.ci/run installs it where missing)
 and the Python package `playwright` (the dev extra), which drives that browser
-and downloads none of its own. Without either it skips, saying which.
+and downloads none of its own. Without either they skip, saying which.
 """
 import json
 import re
@@ -10,32 +10,72 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from functools import reduce
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from autograd import Tensor, Value
 from models import tiny
 from viz import trace as vt
-from viz.graph import keep_gradients
-from viz.numbers import values_text
-from viz.trace_page import page_steps
+from viz.graph import grad_rows, keep_gradients, node_keys
+from viz.loading import demo_loss_of
+from viz.numbers import norm, values_text
+from viz.trace_page import gradient_states, page_steps, write_page
+from viz.walk import walk_of
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's `dot` is not installed")
 
 
-@pytest.fixture(scope="module")
-def page_file(tmp_path_factory):
+WINDOWS = [(1000, 700), (1400, 900), (800, 600)]  # the sizes where auto-scroll used to leave the op at the edge
+MARGIN = 24  # px: the least room the page keeps between the current op and the pane's edges
+
+
+def write_with_the_cli(module, out):
     if shutil.which("dot") is None:
         pytest.skip("Graphviz's `dot` is not installed (apt-get install graphviz)")
-    out = tmp_path_factory.mktemp("page") / "trace.html"
-    run = subprocess.run([sys.executable, "-m", "viz.trace", "models.tiny", "--html", str(out)], cwd=REPO,
+    run = subprocess.run([sys.executable, "-m", "viz.trace", module, "--html", str(out)], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert f"wrote {out}" in run.stdout
     return out
+
+
+@pytest.fixture(scope="module")
+def page_file(tmp_path_factory):
+    return write_with_the_cli("models.tiny", tmp_path_factory.mktemp("page") / "trace.html")
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """A headless Chromium (Debian's, driven by playwright), one for the module's tests."""
+    if CHROMIUM is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)")
+    playwright = pytest.importorskip("playwright.sync_api", reason='pip install -e ".[dev]" (playwright)')
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch_persistent_context(
+            tempfile.mkdtemp(), executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"], viewport={"width": 1400, "height": 900})
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def open_page(chromium, url, size=(1400, 900)):
+    """A new tab on `url` at that window size; (tab, errors it reports, the addresses it asks for)."""
+    page = chromium.new_page()
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    requests, errors = [], []
+    page.on("request", lambda r: requests.append(r.url))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(url)
+    return page, errors, requests
 
 
 def engine_steps():
@@ -83,7 +123,7 @@ def test_page_is_one_self_contained_file(page_file):
 
 
 def numbers(text):
-    return np.array([float(x) for x in re.findall(r"-?\d+\.\d+(?:e[-+]\d+)?|-?\d+", text)])
+    return np.array([float(x) for x in re.findall(r"-?\d+(?:\.\d+)?(?:e[-+]\d+)?", text)])
 
 
 IN_VIEW = """title => {  // whether the graph node with this <title> lies wholly inside the picture's visible area
@@ -95,64 +135,51 @@ IN_VIEW = """title => {  // whether the graph node with this <title> lies wholly
 }"""
 
 
-def test_page_steps_through_backward_in_chromium(page_file):
-    if CHROMIUM is None:
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)")
-    playwright = pytest.importorskip("playwright.sync_api", reason='pip install -e ".[dev]" (playwright)')
+def test_page_steps_through_backward_in_chromium(page_file, chromium):
     steps, loss = engine_steps()
-    requests, errors = [], []
-    with playwright.sync_playwright() as p:
-        browser = p.chromium.launch_persistent_context(
-            tempfile.mkdtemp(), executable_path=CHROMIUM, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"], viewport={"width": 1400, "height": 900})
-        try:
-            page = browser.new_page()
-            page.on("request", lambda r: requests.append(r.url))
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.goto(page_file.as_uri())
-            assert page.inner_text("#position") == f"step 1 of {len(steps)}"  # as the text trace counts
-            assert page.evaluate(IN_VIEW, "legend")  # the first view keeps the legend whole, not scrolled past
-            assert page.inner_text("#caption") == page.title()
-            for n, step in enumerate(steps):
-                if n:
-                    page.keyboard.press("ArrowRight")
-                assert page.inner_text("#op-name") == step.name
-                assert page.get_attribute("g.node.current", "id") is not None
-                assert page.text_content("g.node.current > title") == f"op{n + 1}"  # ops drawn in backward's order
-                assert page.evaluate(IN_VIEW, f"op{n + 1}")
-                blocks = page.locator("#step pre").all_inner_texts()
-                np.testing.assert_allclose(numbers(blocks[0]), np.ravel(step.grad), atol=5e-7)  # incoming g
-                assert blocks[1] == step.rule
-                shown = blocks[2:]
-                expected = [a for _, a in step.saved] + [i.grad for i in step.inputs if i.grad is not None]
-                assert len(shown) == len(expected)
-                for text, array in zip(shown, expected):
-                    if array.size <= 16:
-                        np.testing.assert_allclose(numbers(text), np.ravel(array), atol=5e-7)
-                assert page.locator("g.node.outgoing").count() == len(
-                    {id(i.tensor) for i in step.inputs if i.grad is not None})
-            page.keyboard.press("ArrowRight")  # the last view: the leaves' gradients
-            assert "Leaves" in page.inner_text("#step")
-            leaf_blocks = page.locator("#step pre").all_inner_texts()
-            for leaf, text in zip(steps.leaves, leaf_blocks):
-                np.testing.assert_allclose(numbers(text), np.ravel(leaf.tensor.grad), atol=5e-7)
-            page.keyboard.press("ArrowRight")  # past the end: stays
-            assert page.inner_text("#position") == f"after all {len(steps)} steps: the leaves"
-            page.keyboard.press("ArrowLeft")
-            assert page.inner_text("#op-name") == steps[-1].name
-            page.click("#first")
-            assert page.inner_text("#op-name") == "CrossEntropy"
-            page.click("#next")
-            assert page.inner_text("#op-name") == steps[1].name
-            page.click("#prev")
-            page.keyboard.press("End")
-            assert "Leaves" in page.inner_text("#step")
-            page.keyboard.press("Home")
-            assert page.inner_text("#position").startswith("step 1 of")
-        finally:
-            browser.close()
+    page, errors, requests = open_page(chromium, page_file.as_uri())
+    try:
+        assert page.inner_text("#position") == f"step 1 of {len(steps)}"  # as the text trace counts
+        assert page.evaluate(IN_VIEW, "legend")  # the first view keeps the legend whole, not scrolled past
+        assert page.inner_text("#caption") == page.title()
+        for n, step in enumerate(steps):
+            if n:
+                page.keyboard.press("ArrowRight")
+            assert page.inner_text("#op-name") == step.name
+            assert page.get_attribute("g.node.current", "id") is not None
+            assert page.text_content("g.node.current > title") == f"op{n + 1}"  # ops drawn in backward's order
+            assert page.evaluate(IN_VIEW, f"op{n + 1}")
+            blocks = page.locator("#step pre").all_inner_texts()
+            np.testing.assert_allclose(numbers(blocks[0]), np.ravel(step.grad), atol=5e-7)  # incoming g
+            assert blocks[1] == step.rule
+            shown = blocks[2:]
+            expected = [a for _, a in step.saved] + [i.grad for i in step.inputs if i.grad is not None]
+            assert len(shown) == len(expected)
+            for text, array in zip(shown, expected):
+                if array.size <= 16:
+                    np.testing.assert_allclose(numbers(text), np.ravel(array), atol=5e-7)
+            assert page.locator("g.node.outgoing").count() == len(
+                {id(i.tensor) for i in step.inputs if i.grad is not None})
+        page.keyboard.press("ArrowRight")  # the last view: the leaves' gradients
+        assert "Leaves" in page.inner_text("#step")
+        leaf_blocks = page.locator("#step pre").all_inner_texts()
+        for leaf, text in zip(steps.leaves, leaf_blocks):
+            np.testing.assert_allclose(numbers(text), np.ravel(leaf.tensor.grad), atol=5e-7)
+        page.keyboard.press("ArrowRight")  # past the end: stays
+        assert page.inner_text("#position") == f"after all {len(steps)} steps: the leaves"
+        page.keyboard.press("ArrowLeft")
+        assert page.inner_text("#op-name") == steps[-1].name
+        page.click("#first")
+        assert page.inner_text("#op-name") == "CrossEntropy"
+        page.click("#next")
+        assert page.inner_text("#op-name") == steps[1].name
+        page.click("#prev")
+        page.keyboard.press("End")
+        assert "Leaves" in page.inner_text("#step")
+        page.keyboard.press("Home")
+        assert page.inner_text("#position").startswith("step 1 of")
+    finally:
+        page.close()
     assert not errors, errors
     assert all(url.startswith("file:") for url in requests), requests
     assert loss.item() == pytest.approx(2.467373, abs=1e-6)
@@ -168,6 +195,184 @@ def test_html_needs_dot_and_says_so_in_one_line(tmp_path, monkeypatch, capsys):
     assert not list(tmp_path.iterdir())
 
 
-def test_trace_of_a_value_module_points_to_the_picture():
-    with pytest.raises(SystemExit, match="models.neuron.demo_loss\\(\\) is a Value.*python -m viz.graph models.neuron"):
-        vt.main(["models.neuron"])
+# what the picture says about gradients, step by step
+
+
+def test_a_summed_gradient_grows_part_by_part_as_the_engine_adds_it():
+    # L = Σ (x·x + x) at x = (1, 2, 3): the add sends 1 to x (part 1 of 3), the product x·x sends x·1 twice
+    x = Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    x.name = "x"
+    steps = vt.trace((x * x + x).sum())
+    assert [s.name for s in steps] == ["Sum", "Add", "Mul"]
+    assert gradient_states(steps)[id(x)] == [
+        [1, ["grad (1 of 3 parts): [1, 1, 1]"], False],   # view 1 is step 2, the add
+        [2, ["grad (2 of 3 parts): [2, 3, 4]"], False],   # the product's first part, x·g
+        [2, ["grad (3 of 3 parts): [3, 5, 7]"], True]]    # and its second: ∂L/∂x = 2x + 1
+    states = gradient_states(steps)
+    assert states[id(steps.root)] == [[0, ["grad 1"], True]]  # the loss knows its gradient before step 1
+    product = steps[2].output
+    assert states[id(product)] == [[1, ["grad [1, 1, 1]"], True]]  # one part: no count
+
+
+def test_a_values_summed_gradient_too():
+    a = Value(2.0, name="a")
+    steps = vt.trace(a * a + a)
+    assert [lines for _, lines, _ in gradient_states(steps)[id(a)]] == [
+        ["grad (1 of 3 parts): 1.0000"], ["grad (2 of 3 parts): 3.0000"], ["grad (3 of 3 parts): 5.0000"]]
+
+
+@pytest.mark.parametrize("module", ["models.tiny", "models.gpt2", "models.moons"])
+def test_each_boxs_last_total_is_the_engines_gradient_to_the_bit(module):
+    _, loss = demo_loss_of(module)
+    steps = vt.trace(loss)
+    totals = {}
+    for s in steps:
+        for inp in s.inputs:
+            if inp.grad is not None:
+                totals.setdefault(id(inp.tensor), []).append(inp.grad)
+    final = {id(s.output): s.grad for s in steps} | {id(leaf.tensor): leaf.grad for leaf in steps.leaves}
+    for node, parts in totals.items():  # summed in the engine's order, first part first
+        np.testing.assert_array_equal(reduce(lambda a, b: a + b, parts), final[node])
+    data = page_steps(steps)
+    tkey, _ = node_keys(walk_of(loss))
+    by_key = {tkey[id(t)]: t for t in walk_of(loss).tensors}
+    for key, grad in data["grads"].items():
+        *_, (view, lines, complete) = grad["states"]
+        assert complete and lines == [row.strip() for row in complete_rows(by_key[key], final[id(by_key[key])], grad)]
+
+
+def complete_rows(node, grad, shown):
+    """What the box says of a complete gradient: viz.graph's own lines, with the count when it is a sum."""
+    parts = len(shown["states"])
+    return grad_rows(node, grad, "grad" if parts == 1 else f"grad ({parts} of {parts} parts):")
+
+
+BOXES = """keys => {  // each box's gradient: its lines from the one saying "grad" on
+  const byTitle = {};
+  for (const g of document.querySelectorAll("#graph g.node")) byTitle[g.querySelector("title").textContent] = g;
+  return Object.fromEntries(keys.map(key => {
+    const texts = [...byTitle[key].querySelectorAll("text")].map(t => t.textContent);
+    return [key, texts.slice(texts.findIndex(t => t.startsWith("grad"))).filter(Boolean).join("\\n")];
+  }));
+}"""
+
+PLACE = """([op, near]) => {  // the op's room to each edge of the picture's pane, and whether `near` are all in view
+  const pane = document.getElementById("graph"), box = pane.getBoundingClientRect();
+  const w = pane.clientWidth, h = pane.clientHeight;
+  const rect = key => [...pane.querySelectorAll("g.node")].find(g => g.querySelector("title").textContent === key)
+                       .getBoundingClientRect();
+  const r = rect(op), others = near.map(rect);
+  const all = [r, ...others];
+  const [l, t] = [Math.min(...all.map(a => a.left)), Math.min(...all.map(a => a.top))];
+  const [rr, b] = [Math.max(...all.map(a => a.right)), Math.max(...all.map(a => a.bottom))];
+  const inside = a => a.left >= box.left && a.top >= box.top && a.right <= box.left + w && a.bottom <= box.top + h;
+  return {room: [r.left - box.left, r.top - box.top, box.left + w - r.right, box.top + h - r.bottom],
+          fits: rr - l + 2 * 64 <= w && b - t + 2 * 64 <= h, near: others.every(inside)};
+}"""
+
+
+def expected_boxes(steps, tkey):
+    """For each view, what every box must say, worked out here from the trace's parts: {key: (parts so far,
+    all parts, their total)}; a box missing from a view has had no part yet."""
+    parts = {}
+    for n, s in enumerate(steps):
+        for inp in s.inputs:
+            if inp.grad is not None:
+                parts.setdefault(tkey[id(inp.tensor)], []).append((n, inp.grad))
+    root = tkey[id(steps.root)]
+    views = []
+    for view in range(len(steps) + 1):
+        known = {root: (1, 1, steps[0].grad)}
+        for key, arrived in parts.items():
+            so_far = [g for n, g in arrived if n <= view]
+            if so_far:
+                known[key] = (len(so_far), len(arrived), reduce(lambda a, b: a + b, so_far))
+        views.append(known)
+    return views
+
+
+def check_box(text, node, known):
+    if known is None:
+        assert text == "grad —", text
+        return
+    k, n, total = known
+    if n > 1:
+        assert text.startswith(f"grad ({k} of {n} parts): "), text
+        text = text.split(": ", 1)[1]
+    else:
+        assert text.startswith("grad ") and "parts" not in text, text
+        text = text[len("grad "):]
+    if isinstance(node, Value):
+        np.testing.assert_allclose(numbers(text), [total], atol=5e-5)  # to 4 decimals
+    elif node.data.size <= 16:
+        np.testing.assert_allclose(numbers(text), np.ravel(total), rtol=6e-4)  # to 4 significant digits
+    else:
+        assert text.startswith("norm = ")
+        np.testing.assert_allclose(numbers(text), [norm(total)], rtol=6e-4)
+
+
+@pytest.mark.parametrize("module", ["models.tiny", "models.gpt2", "models.neuron"])
+def test_boxes_show_only_the_gradients_known_so_far_and_the_op_stays_well_in_view(module, chromium, tmp_path):
+    page_file = write_with_the_cli(module, tmp_path / "trace.html")
+    _, loss = demo_loss_of(module)
+    steps = vt.trace(loss)
+    walk = walk_of(loss)
+    tkey, okey = node_keys(walk)
+    node = {tkey[id(t)]: t for t in walk.tensors}
+    boxes = [k for k, t in node.items() if isinstance(t, Value) or t.requires_grad]
+    views = expected_boxes(steps, tkey)
+    for size in WINDOWS:
+        page, errors, _ = open_page(chromium, page_file.as_uri(), size)
+        try:
+            for view, known in enumerate(views):
+                if view:
+                    page.keyboard.press("ArrowRight")
+                if size == WINDOWS[0]:  # what the boxes say does not depend on the window's size
+                    shown = page.evaluate(BOXES, boxes)
+                    for key in boxes:
+                        check_box(shown[key], node[key], known.get(key))
+                if view == len(steps):
+                    break  # the leaves' view: no op
+                s = steps[view]
+                near = [tkey[id(s.output)]] + [tkey[id(i.tensor)] for i in s.inputs]
+                place = page.evaluate(PLACE, [okey[id(s.output)], near])
+                assert min(place["room"]) >= MARGIN, (size, view + 1, place)
+                assert place["near"] or not place["fits"], (size, view + 1, place)  # its boxes too, where they fit
+            page.keyboard.press("Home")  # back to step 1: the loss and what its op sends, all else "—" again
+            shown = page.evaluate(BOXES, boxes)
+            assert {k for k in boxes if shown[k] != "grad —"} == set(views[0])
+            for key in boxes:
+                check_box(shown[key], node[key], views[0].get(key))
+        finally:
+            page.close()
+        assert not errors, errors
+    if isinstance(loss, Value):
+        loss.backward()
+        assert all(views[-1][tkey[id(v)]][2] == v.grad for v in walk.order)  # the last totals: backward's grads
+
+
+def test_page_opens_at_its_start_step_or_the_one_its_address_names(chromium, tmp_path):
+    steps = vt.trace(tiny.demo_loss())
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz's `dot` is not installed (apt-get install graphviz)")
+    with pytest.raises(ValueError, match=r"start must be a step from 1 to 23, or 24 for the leaves' view, got 0"):
+        write_page(steps, tmp_path / "no.html", "t", start=0)
+    assert not list(tmp_path.iterdir())
+    out = tmp_path / "trace.html"
+    write_page(steps, out, "tiny", start=7)
+    page, errors, _ = open_page(chromium, out.as_uri())
+    try:
+        assert page.inner_text("#position") == "step 7 of 23" and page.inner_text("#op-name") == steps[6].name
+        assert page.url.endswith("#step=7")  # the address names the view, to copy or share
+        page.keyboard.press("ArrowRight")
+        assert page.url.endswith("#step=8")
+    finally:
+        page.close()
+    for address, position in [("#step=3", "step 3 of 23"), ("#step=24", "after all 23 steps: the leaves")]:
+        page, more, _ = open_page(chromium, out.as_uri() + address)
+        try:
+            assert page.inner_text("#position") == position
+        finally:
+            page.close()
+        errors += more
+    assert not errors, errors
