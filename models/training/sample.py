@@ -4,6 +4,11 @@ Reads a checkpoint folder written by `python -m models.train` (its
 tokenizer.json says how to tokenise) or any Hugging Face GPT-2 folder
 (config.json + model.safetensors; GPT-2's own tokenizer then).
 """
+
+if __name__ == "__main__":  # before the imports below: a Ctrl-C while they load, or while the options are parsed,
+    from models.cli import exit_quietly_on_interrupt  # ends in one line, not a traceback
+    exit_quietly_on_interrupt("sample")
+
 import sys
 
 import autograd as ag

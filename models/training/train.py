@@ -17,6 +17,11 @@ only continued (--resume) or replaced (--overwrite), never overwritten unasked.
 Read `train` first: the loop, as nanoGPT's, batch → forward/backward → clip →
 step, with an evaluation (and perhaps a save) every --eval-interval.
 """
+
+if __name__ == "__main__":  # before the imports below: a Ctrl-C while they load, or while the options are parsed,
+    from models.cli import exit_quietly_on_interrupt  # ends in one line, not a traceback
+    exit_quietly_on_interrupt("train")
+
 import math
 import sys
 import time
