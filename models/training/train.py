@@ -22,7 +22,10 @@ if __name__ == "__main__":  # before the imports below: a Ctrl-C while they load
     from models.cli import exit_quietly_on_interrupt  # ends in one line, not a traceback
     exit_quietly_on_interrupt("train")
 
+import hashlib
+import json
 import math
+import os
 import sys
 import time
 import warnings
@@ -112,6 +115,59 @@ def check_combinations(args):
     if not args.init_from and not args.resume and args.n_embd % args.n_head:
         raise ValueError(f"--n-embd {args.n_embd} is not a multiple of --n-head {args.n_head}: "
                          "every head gets n_embd / n_head features")
+    if not args.init_from and not args.resume:  # a model from a folder is no larger than its weights file
+        check_memory(args, machine_memory())
+
+
+def check_memory(args, available):
+    """Refuse a new model that cannot fit in `available` bytes, from its size alone, before anything is allocated.
+
+    A lower bound: the parameters with their gradients and AdamW's two moments,
+    and the attention weights each layer keeps for backward (a character
+    tokenizer's vocabulary, unknown before the text is read, counts as one token).
+    """
+    config = GPTConfig(vocab_size=GPTConfig.vocab_size if args.tokenizer == "gpt2" else 1, block_size=args.block_size, n_layer=args.n_layer,
+                       n_head=args.n_head, n_embd=args.n_embd, bias=not args.no_bias)
+    itemsize = ag.get_default_dtype().itemsize
+    n_params = config.num_parameters()
+    attention = args.n_layer * args.batch_size * args.n_head * args.block_size ** 2 * itemsize
+    need = 4 * itemsize * n_params + attention
+    if available is not None and need > available:
+        raise ValueError(f"the model (--n-layer {args.n_layer}, --n-embd {args.n_embd}, --block-size "
+                         f"{args.block_size}) has {n_params:.3g} parameters, and training it with --batch-size "
+                         f"{args.batch_size} needs at least {need / 2 ** 30:,.1f} GiB ({4 * itemsize * n_params / 2 ** 30:,.1f}"
+                         f" for each parameter's {itemsize}-byte weight, gradient and two AdamW moments, "
+                         f"{attention / 2 ** 30:,.1f} for the attention weights every layer keeps), but this machine "
+                         f"has {available / 2 ** 30:,.1f} GiB of memory: choose a smaller model or batch")
+
+
+def machine_memory():
+    """This machine's memory in bytes (os.sysconf, else /proc/meminfo), or None where neither says."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
+def agreed(args, started=None):
+    """What every rank of a job must have alike (World.agree): the options, and once started, the data, the
+    model's shape and the run state (whose digest covers the checkpoint's weights and optimizer)."""
+    facts = {"--" + name.replace("_", "-"): "none (the default)" if value is None else value
+             for name, value in vars(args).items() if name != "given"}
+    if started is not None:
+        model, tokenizer, data, optimizer, run = started
+        cfg = model.config
+        facts["the data"] = data.fingerprint(tokenizer)
+        facts["the model"] = (f"{cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, block "
+                              f"{cfg.block_size}, vocab {cfg.vocab_size}, bias {cfg.bias}")
+        state = hashlib.sha256(json.dumps(run.to_json(run.digests), sort_keys=True).encode()).hexdigest()
+        facts["the run state"] = f"iteration {run.iter}, val loss {run.val_loss:.4f} (SHA-256 {state[:12]})"
+    return facts
 
 
 def measure_peak_flops(device):
@@ -131,6 +187,7 @@ def train(args, world):
     world.on_root(checkpoint.recover, out_dir)  # the other ranks read the checkpoint once it is whole
     with world.together():
         started = start(args, world)
+    world.agree(agreed(args, started))  # the checkpoint's options merged in, and the data read
     if started is None:
         return
     model, tokenizer, data, optimizer, run = started
@@ -416,6 +473,7 @@ def main(argv=None):
     try:
         with warnings.catch_warnings(), world.followers_quiet():  # rank 0 speaks for all; a rank that fails says why
             warnings.simplefilter("ignore", RuntimeWarning)  # overflow on the way to a NaN: check_finite says it once
+            world.agree(agreed(args))  # before anything that could make ranks that disagree wait for each other
             dist.init(args.device)
             with world.interrupts_agreed(), world.held_on_root(checkpoint.writer_lock(args.out_dir)):
                 train(args, world)

@@ -191,7 +191,8 @@ def test_an_uncaught_exception_on_one_rank_aborts_the_job(tmp_path):
 @needs_mpi
 @pytest.mark.parametrize("when", ["parsing", "loading"])
 def test_data_only_one_rank_cannot_read_ends_the_job_with_its_line(tmp_path, when):
-    """A --data file missing on one machine is refused as the options are parsed, one not UTF-8 as it is read."""
+    """A --data file missing on one machine is refused as the options are parsed; one that only rank 1 names is
+    a disagreement between the ranks, found before either reads it."""
     data = tmp_path / "data.txt"
     if when == "loading":
         data.write_bytes(b"caf\xe9 au lait " * 100)
@@ -204,8 +205,7 @@ def test_data_only_one_rank_cannot_read_ends_the_job_with_its_line(tmp_path, whe
         assert done.stderr == f"python -m models.train: error: rank 1: argument --data: no file {data} (see --help)\n"
     else:
         assert done.returncode == 1
-        assert done.stderr == (f"train: error: rank 1: data file {data} is not UTF-8 text (byte 0xe9 at offset 3); "
-                               "convert it first, e.g. `iconv -t utf-8`\n")
+        assert done.stderr == f"train: error: ranks disagree on --data: rank 0 has none (the default), rank 1 has {data}\n"
     assert not out_dir.exists()
 
 
