@@ -154,19 +154,27 @@ def machine_memory():
         return None
 
 
-def agreed(args, started=None):
-    """What every rank of a job must have alike (World.agree): the options, and once started, the data, the
-    model's shape and the run state (whose digest covers the checkpoint's weights and optimizer)."""
-    facts = {"--" + name.replace("_", "-"): "none (the default)" if value is None else value
-             for name, value in vars(args).items() if name != "given"}
-    if started is not None:
-        model, tokenizer, data, optimizer, run = started
-        cfg = model.config
-        facts["the data"] = data.fingerprint(tokenizer)
-        facts["the model"] = (f"{cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, block "
-                              f"{cfg.block_size}, vocab {cfg.vocab_size}, bias {cfg.bias}")
-        state = hashlib.sha256(json.dumps(run.to_json(run.digests), sort_keys=True).encode()).hexdigest()
-        facts["the run state"] = f"iteration {run.iter}, val loss {run.val_loss:.4f} (SHA-256 {state[:12]})"
+def option_facts(args):
+    """The options, as every rank of a job must have them alike (World.agree)."""
+    return {"--" + name.replace("_", "-"): "none (the default)" if value is None else value
+            for name, value in vars(args).items() if name != "given"}
+
+
+def started_facts(args, started):
+    """What every rank must have alike once `start` returned `started` (None: nothing to do): the options with the
+    checkpoint's merged in, the run state (its digest covers the checkpoint's weights and optimizer), the data and
+    the model's shape."""
+    facts = option_facts(args)
+    if started is None:
+        facts["the run state"] = "a checkpoint at --max-iters already, nothing to do"
+        return facts
+    model, tokenizer, data, optimizer, run = started
+    cfg = model.config
+    state = hashlib.sha256(json.dumps(run.to_json(run.digests), sort_keys=True).encode()).hexdigest()
+    facts["the run state"] = f"iteration {run.iter}, val loss {run.val_loss:.4f} (SHA-256 {state[:12]})"
+    facts["the data"] = data.fingerprint(tokenizer)
+    facts["the model"] = (f"{cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, block {cfg.block_size}, "
+                          f"vocab {cfg.vocab_size}, bias {cfg.bias}")
     return facts
 
 
@@ -187,7 +195,7 @@ def train(args, world):
     world.on_root(checkpoint.recover, out_dir)  # the other ranks read the checkpoint once it is whole
     with world.together():
         started = start(args, world)
-    world.agree(agreed(args, started))  # the checkpoint's options merged in, and the data read
+    world.agree(started_facts(args, started))
     if started is None:
         return
     model, tokenizer, data, optimizer, run = started
@@ -473,7 +481,7 @@ def main(argv=None):
     try:
         with warnings.catch_warnings(), world.followers_quiet():  # rank 0 speaks for all; a rank that fails says why
             warnings.simplefilter("ignore", RuntimeWarning)  # overflow on the way to a NaN: check_finite says it once
-            world.agree(agreed(args))  # before anything that could make ranks that disagree wait for each other
+            world.agree(option_facts(args))  # before anything that could make ranks that disagree wait for each other
             dist.init(args.device)
             with world.interrupts_agreed(), world.held_on_root(checkpoint.writer_lock(args.out_dir)):
                 train(args, world)
