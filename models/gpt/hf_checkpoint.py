@@ -20,6 +20,7 @@ What this file promises:
 this module, which knows the files and nothing of the model's code.
 """
 import json
+import os
 import re
 from pathlib import Path
 
@@ -214,7 +215,10 @@ def _write(model, directory):
         try:
             save_file(tensors, str(tmp), metadata={"format": "pt"})
         except SafetensorError as exc:  # its own error for what the system refused (a full disk): an OSError here
-            raise OSError(f"could not write {path}: {exc}") from None
+            code = re.search(r"\(os error (\d+)\)", str(exc))
+            if code is None:
+                raise OSError(f"could not write {path}: {exc}") from None
+            raise OSError(int(code[1]), os.strerror(int(code[1])), str(path)) from None
     dtype = str(model.transformer.wte.weight.dtype)
     with atomic_path(directory / "config.json") as tmp:
         tmp.write_text(json.dumps(config_to_hf(model.config, dtype), indent=2) + "\n")

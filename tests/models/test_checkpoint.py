@@ -5,6 +5,7 @@ there, as a kill would), and kill real training runs at random moments; each
 time the folder must load, hold weights, optimizer and state of one iteration,
 and resume exactly.
 """
+import errno
 import json
 import os
 import random
@@ -249,6 +250,190 @@ def test_a_save_clears_what_an_interrupted_one_left(tmp_path):
     assert siblings(tmp_path) == ["out"]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(checkpoint.FILES)
     assert held_iteration(tmp_path / "out", run) == 2
+
+
+# ---- a save the system refuses: one line, the previous checkpoint intact, nothing left behind -------------
+
+
+class Refusals:
+    """Every write a save makes goes through here; the `fail_at`-th raises OSError(code), as a full (ENOSPC) or
+    read-only (EROFS) disk would: at opening a file, in the middle of writing one, at a flush, a rename, a link."""
+
+    def __init__(self, monkeypatch, fail_at, code):
+        import builtins
+        import io
+        from safetensors import SafetensorError
+        import safetensors.numpy
+
+        self.calls, self.fail_at, self.code, self.where = 0, fail_at, code, None
+        real_open = builtins.open
+        refusals = self
+
+        class HalfWritten:  # a file whose disk fills up after its first write (np.savez writes hundreds of times)
+            def __init__(self, f):
+                self._f, self._writes = f, 0
+
+            def write(self, data):
+                self._writes += 1
+                if self._writes == 2:
+                    refusals.maybe_refuse("write", self._f.name)
+                return self._f.write(data)
+
+            def __getattr__(self, name):
+                return getattr(self._f, name)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                self._f.close()
+
+        def opened(file, mode="r", *args, **kwargs):
+            f = real_open(file, mode, *args, **kwargs)
+            if any(c in mode for c in "wax+"):
+                try:
+                    self.maybe_refuse("open", file)
+                except OSError:
+                    f.close()
+                    raise
+                return HalfWritten(f)
+            return f
+
+        def refusing(name, real):
+            def call(*args, **kwargs):
+                if not (name == "mkdir" and os.path.lexists(args[0])):  # that one fails as it is (EEXIST)
+                    self.maybe_refuse(name, args[0] if args else None)
+                return real(*args, **kwargs)
+            return call
+
+        real_save_file = safetensors.numpy.save_file
+
+        def save_file(tensors, filename, metadata=None):
+            if self.tick():  # safetensors' own error, which is no OSError
+                self.where = ("safetensors", filename)
+                with real_open(filename, "wb") as f:
+                    f.write(b"half")
+                raise SafetensorError(f"Error while serializing: I/O error: {os.strerror(code)} (os error {code})")
+            return real_save_file(tensors, filename, metadata=metadata)
+
+        monkeypatch.setattr(builtins, "open", opened)
+        monkeypatch.setattr(io, "open", opened)
+        monkeypatch.setattr(safetensors.numpy, "save_file", save_file)
+        for module, name in [(os, "mkdir"), (os, "replace"), (os, "rename"), (os, "link"), (os, "fsync"),
+                             (os, "chmod"), (shutil, "copy2"), (checkpoint, "_exchange")]:
+            monkeypatch.setattr(module, name, refusing(name, getattr(module, name)))
+
+    def tick(self):
+        self.calls += 1
+        return self.calls == self.fail_at
+
+    def maybe_refuse(self, name, filename):
+        if self.tick():
+            self.where = (name, filename)
+            raise OSError(self.code, os.strerror(self.code), filename)
+
+
+def checkpoint_files(tmp_path):
+    """Every path under tmp_path (the folders and what is in them), to see that a failed save left nothing."""
+    return sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EIO], ids=["full", "read-only", "io-error"])
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
+def test_a_save_the_system_refuses_at_any_write_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch,
+                                                                                            code, exchange):
+    if not exchange:
+        monkeypatch.setattr(checkpoint, "_exchange", lambda a, b: False)
+    run = Run()
+    run.step()
+    run.save(tmp_path / "old")
+    run.step()
+    run.save(tmp_path / "new")
+    whole = {1: contents(tmp_path / "old"), 2: contents(tmp_path / "new")}
+    folder = tmp_path / "out"
+    refused = []
+    for k in range(1, 500):
+        shutil.copytree(tmp_path / "old", folder)
+        (folder / "loss.png").write_bytes(b"a plot")  # linked, or copied, into the new checkpoint
+        files = checkpoint_files(tmp_path)
+        with monkeypatch.context() as patch:
+            refusals = Refusals(patch, k, code)
+            try:
+                run.save(folder)
+            except checkpoint.SaveFailed as exc:
+                error = exc
+            else:
+                error = None
+        if refusals.calls < k:  # the save ran to its end before its k-th write
+            break
+        if error is None:  # a refusal it works around: a hard link, where it copies the plot instead
+            assert refusals.where[0] == "link" and contents(folder) == {**whole[2], "loss.png": b"a plot"}
+            shutil.rmtree(folder)
+            continue
+        message = str(error)
+        assert "\n" not in message and message.startswith(
+            f"could not save the checkpoint of iteration 2 into {folder}: writing "), message
+        assert f" failed ({os.strerror(code)}); " in message, message
+        held = checkpoint.RunState.load(folder).iter
+        assert contents(folder) == {**whole[held], "loss.png": b"a plot"}, f"write {k}: {refusals.where}"
+        intact = "the folder still holds the checkpoint of iteration 1, intact, and nothing of the failed save is left"
+        assert message.endswith(intact if held == 1 else "the new checkpoint is in place all the same, and nothing "
+                                "of the failed save is left"), message
+        assert checkpoint_files(tmp_path) == files, f"write {k} ({refusals.where}) left something behind"
+        refused.append((held, refusals.where[0]))
+        shutil.rmtree(folder)
+    assert held_iteration(folder, run) == 2
+    kinds = {where for _, where in refused}
+    assert {"open", "write", "safetensors", "mkdir", "fsync", "replace"} <= kinds, kinds
+    assert {"rename", "_exchange"} & kinds, kinds
+    assert len(refused) > 15 and {held for held, _ in refused} <= {1, 2}
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
+def test_a_first_save_the_system_refuses_leaves_no_folder(tmp_path, monkeypatch, code):
+    run = Run()
+    run.step()
+    for k in range(1, 200):
+        with monkeypatch.context() as patch:
+            Refusals(patch, k, code)
+            try:
+                run.save(tmp_path / "out")
+            except checkpoint.SaveFailed as exc:
+                message = str(exc)
+            else:
+                break
+        if checkpoint.saved_iteration(tmp_path / "out") == 1:  # refused after the rename: flushing the folder
+            assert message.endswith("the new checkpoint is in place all the same, and nothing of the failed save "
+                                    "is left"), message
+            assert held_iteration(tmp_path / "out", run) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+            shutil.rmtree(tmp_path / "out")
+            continue
+        assert message.endswith("the folder held no checkpoint before and holds none now, and nothing of the "
+                                "failed save is left"), message
+        assert list(tmp_path.iterdir()) == []
+    assert held_iteration(tmp_path / "out", run) == 1
+
+
+def test_training_on_a_disk_that_fills_up_ends_in_one_line_with_the_checkpoint_it_keeps(tmp_path, small_text,
+                                                                                      monkeypatch, capsys):
+    saves = []
+    real = checkpoint._save_optimizer
+
+    def optimizer_then_full(path, state_dict):
+        saves.append(path)
+        if len(saves) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real(path, state_dict)
+    monkeypatch.setattr(checkpoint, "_save_optimizer", optimizer_then_full)
+    folder = tmp_path / "out"
+    code = train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", "6", "--eval-interval", "2",
+                       "--always-save", "--out-dir", str(folder)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err == (f"train: error: could not save the checkpoint of iteration 4 into {folder}: writing optimizer.npz "
+                   "failed (No space left on device); the folder still holds the checkpoint of iteration 2, intact, "
+                   "and nothing of the failed save is left\n")
+    assert checkpoint.saved_iteration(folder) == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["data.txt", "out"]
 
 
 # ---- broken files: one line naming the file and what is wrong ---------------------------------
