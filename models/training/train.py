@@ -396,8 +396,12 @@ def finish(model, tokenizer, data, run, args, progress):
     out_dir = Path(args.out_dir)
     print(saved_summary(run, args.max_iters, out_dir))
     if run.history:
-        plot_losses(out_dir / checkpoint.PLOT_FILE, run.history, run.evals)
-        print(f"wrote the loss curve to {out_dir / checkpoint.PLOT_FILE}")
+        try:
+            plot_losses(out_dir / checkpoint.PLOT_FILE, run.history, run.evals)
+            print(f"wrote the loss curve to {out_dir / checkpoint.PLOT_FILE}")
+        except OSError as exc:  # a full disk, say: the checkpoint is whole all the same, so the run goes on
+            print(f"train: could not write the loss curve {out_dir / checkpoint.PLOT_FILE} ({exc.strerror or exc}); "
+                  "the checkpoint beside it is whole", file=sys.stderr)
     speed = progress.speed()
     if speed:
         print(speed)

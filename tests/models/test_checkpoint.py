@@ -436,6 +436,79 @@ def test_training_on_a_disk_that_fills_up_ends_in_one_line_with_the_checkpoint_i
     assert checkpoint.saved_iteration(folder) == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["data.txt", "out"]
 
 
+@pytest.fixture
+def small_disk(tmp_path):
+    """mount(size, read_only=False): a fresh tmpfs of `size` ("80k") at tmp_path/disk, unmounted afterwards. Needs
+    the right to mount (root in a container that allows it); the tests that use it skip without."""
+    point = tmp_path / "disk"
+    point.mkdir()
+    mounted = []
+
+    def mount(size=None, read_only=False):
+        options = f"remount,{'ro' if read_only else 'rw'}" if size is None else f"size={size}"
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True)
+        if done.returncode:
+            pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()})")
+        mounted.append(point)
+        return point
+
+    yield mount
+    if mounted:
+        subprocess.run(["umount", str(point)], capture_output=True)
+
+
+@pytest.mark.parametrize("size, last", [("40k", None), ("80k", 2), ("100k", 2), ("136k", 2)])
+def test_training_onto_a_disk_too_small_ends_in_one_line_naming_what_it_keeps(small_disk, small_text, capsys, size,
+                                                                             last):
+    """A real full disk (a tmpfs of `size`): the first save, or the second (old and new side by side), runs out."""
+    folder = small_disk(size) / "out"
+    code = train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", "6", "--eval-interval", "2",
+                       "--always-save", "--out-dir", str(folder)])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith(f"train: error: could not save the checkpoint of iteration {2 if last is None else 4} "
+                          f"into {folder}: writing ")
+    assert " failed (No space left on device); " in err
+    if last is None:
+        assert err.endswith("the folder held no checkpoint before and holds none now, and nothing of the failed "
+                            "save is left\n")
+        assert list(folder.parent.iterdir()) == []
+    else:
+        assert err.endswith(f"the folder still holds the checkpoint of iteration {last}, intact, and nothing of the "
+                            "failed save is left\n")
+        assert sorted(p.name for p in folder.parent.iterdir()) == ["out"]
+        assert sorted(p.name for p in folder.iterdir()) == sorted(checkpoint.FILES)
+        checkpoint.load_model(folder)
+        assert checkpoint.RunState.load(folder).iter == last
+
+
+def test_a_full_disk_for_the_loss_curve_is_one_line_and_the_run_ends_well(small_disk, small_text, capsys):
+    folder = small_disk("100k") / "out"  # the checkpoint fits, its picture does not
+    code = train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", "2", "--eval-interval", "2",
+                       "--out-dir", str(folder)])
+    out, err = capsys.readouterr()
+    assert code == 0 and "holds the checkpoint of iteration 2" in out
+    assert err == (f"train: could not write the loss curve {folder / 'loss.png'} (No space left on device); the "
+                   "checkpoint beside it is whole\n")
+    assert sorted(p.name for p in folder.iterdir()) == sorted(checkpoint.FILES)
+
+
+def test_a_read_only_disk_is_refused_at_parse_time_and_still_read(small_disk, small_text, capsys):
+    folder = small_disk("1m") / "out"
+    assert train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", "2", "--out-dir", str(folder)]) == 0
+    small_disk(read_only=True)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        train.main(["--resume", "--max-iters", "4", "--out-dir", str(folder)])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (f"python -m models.train: error: argument --out-dir: cannot write {folder}: "
+                                       f"{folder.parent} is not writable (see --help)\n")
+    from models import sample
+    assert sample.main([str(folder), "--max-new-tokens", "3"]) == 0
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
 # ---- broken files: one line naming the file and what is wrong ---------------------------------
 
 
