@@ -6,10 +6,11 @@ What this file promises:
   parameter names) of a folder that transformers wrote (keys `transformer.h.0…`,
   perhaps a tied `lm_head.weight`) or of the original hub layout (keys `h.0…`
   with `attn.bias` / `attn.masked_bias` mask buffers, which are dropped).
-  Sharded weights (`model.safetensors.index.json`) load too. Every size in
-  config.json is checked against the weights' shapes before a model is built
-  from them; a file that is missing, cut short, not JSON or not an object is
-  named in one line.
+  Sharded weights (`model.safetensors.index.json`, whose shards must be files
+  of the folder itself) load too. Every size in config.json is checked against
+  the weights' shapes before a model is built from them, and weights that are
+  not finite are refused; a file that is missing, cut short, not JSON or not an
+  object is named in one line.
 * `save(model, directory)`: config.json and model.safetensors as transformers
   writes them, each file atomically; `transformers.GPT2LMHeadModel` loads the
   folder with nothing missing.
@@ -150,6 +151,11 @@ def _read_safetensors(directory):
         weight_map = read_json(index).get("weight_map")
         if not isinstance(weight_map, dict) or not all(isinstance(shard, str) for shard in weight_map.values()):
             raise ValueError(f"GPT.from_pretrained: {index} should map tensor names to shard files in 'weight_map'")
+        outside = next((shard for shard in weight_map.values() if Path(shard).name != shard or shard in ("", "..")),
+                       None)
+        if outside is not None:  # a folder names only its own files: no path is read that a download chose
+            raise ValueError(f"GPT.from_pretrained: {index} names the shard {outside!r}, which is not a file name "
+                             "in its folder; shards are read from the folder itself")
         return {k: v for shard in sorted(set(weight_map.values())) for k, v in _load_file(directory / shard).items()}
     others = sorted(p.name for p in directory.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".h5", ".msgpack"))
     hint = (f" (found {', '.join(others)}: convert them with transformers, "
