@@ -8,6 +8,7 @@ and resume exactly.
 import errno
 import json
 import os
+import pickle
 import random
 import shutil
 import signal
@@ -532,11 +533,11 @@ def drop_key(key):
     return lambda obj: {k: v for k, v in obj.items() if k != key}
 
 
-def rewrite_npz(path, drop=None, add=None):
+def rewrite_npz(path, drop=None, add=None, objects=False):
     with np.load(path) as f:
         arrays = {key: f[key] for key in f.files if key != drop}
     if add:
-        arrays[add] = np.zeros(2)
+        arrays[add] = np.array([{"a": 1}, None], dtype=object) if objects else np.zeros(2)
     with open(path, "wb") as f:
         np.savez(f, **arrays)
 
@@ -547,6 +548,18 @@ def other_optimizer(folder):
     run.step()
     run.save(folder.parent / "older")
     shutil.copy(folder.parent / "older" / "optimizer.npz", folder / "optimizer.npz")
+
+
+def npy_as_npz(path):
+    with open(path, "wb") as f:  # np.save(path) would add .npy to the name
+        np.save(f, np.zeros(3))
+
+
+def inf_weights(folder):
+    from safetensors.numpy import load_file, save_file
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors["transformer.ln_f.bias"][0] = np.inf
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
 
 
 def nan_weights(folder):
@@ -599,6 +612,50 @@ BROKEN = {
                           "model.safetensors is not a whole safetensors file"),
     "config a list": (lambda f: (f / "config.json").write_text("[]"),
                       "config.json should hold a JSON object {...}, but holds an array"),
+    "optimizer a .npy": (lambda f: npy_as_npz(f / "optimizer.npz"),
+                         "optimizer.npz is damaged: it is a single .npy array, not the npz archive"),
+    "optimizer random bytes": (lambda f: (f / "optimizer.npz").write_bytes(np.random.default_rng(0).bytes(4096)),
+                               "optimizer.npz is damaged: it is something else, not the npz archive"),
+    "optimizer a pickle": (lambda f: (f / "optimizer.npz").write_bytes(pickle.dumps({"steps": 2})),
+                           "optimizer.npz is damaged: it is something else, not the npz archive"),
+    "optimizer with Python objects": (lambda f: rewrite_npz(f / "optimizer.npz", add="state.0.extra", objects=True),
+                                      "optimizer.npz is damaged (ValueError: an entry holds Python objects"),
+    "optimizer empty": (lambda f: (f / "optimizer.npz").write_bytes(b""),
+                        "optimizer.npz is damaged: it is something else"),
+    "state val_loss NaN": (edit_json("train_state.json", set_key("val_loss", float("nan"))),
+                           "train_state.json: 'val_loss' should be a finite number, not nan"),
+    "state val_loss Infinity": (edit_json("train_state.json", set_key("val_loss", float("inf"))),
+                                "train_state.json: 'val_loss' should be a finite number, not inf"),
+    "state val_loss a string": (edit_json("train_state.json", set_key("val_loss", "1.0")),
+                                "'val_loss' should be a number, not a string"),
+    "state history NaN": (edit_json("train_state.json", set_key("history", [1.0, float("nan")])),
+                          "'history' should hold finite numbers, the losses of the iterations, but holds NaN"),
+    "state evals -Infinity": (edit_json("train_state.json", set_key("evals", [{"iter": 2, "train": 1.0,
+                                                                               "val": float("-inf")}])),
+                              "every entry of 'evals' should be an object with finite numbers"),
+    "state sha256 garbage": (edit_json("train_state.json", set_key("sha256", {"/etc/passwd": "x"})),
+                             "'sha256' should map model.safetensors and optimizer.npz to their SHA-256"),
+    "state deep": (lambda f: (f / "train_state.json").write_text("[" * 100000 + "]" * 100000),
+                   "train_state.json nests arrays or objects more than 64 deep"),
+    "state huge": (lambda f: os.truncate(f / "train_state.json", 2 ** 30),
+                   "train_state.json is 1,073,741,824 bytes, more than the 268,435,456"),
+    "tokenizer deep": (lambda f: (f / "tokenizer.json").write_text('{"kind": ' + "[" * 5000 + "]" * 5000 + "}"),
+                       "tokenizer.json nests arrays or objects more than 64 deep"),
+    "tokenizer names /dev/zero": (lambda f: (f / "tokenizer.json").write_text(json.dumps(
+        {"kind": "gpt2", "encoder_json": "/dev/zero", "vocab_bpe": "/dev/zero"})),
+        "tokenizer.json does not describe a tokenizer: GPT2Tokenizer.from_dict: the description names files"),
+    "tokenizer bad regex": (lambda f: (f / "tokenizer.json").write_text(json.dumps(
+        {"kind": "byte_bpe", "merges": [], "pattern": "(?P<x"})),
+        "tokenizer.json does not describe a tokenizer: ByteBPETokenizer: the pre-tokenisation pattern"),
+    "tokenizer chars unsorted": (edit_json("tokenizer.json", set_key("chars", "hgfedcba")),
+                                 "'chars' should be a string of distinct characters in sorted order"),
+    "tokenizer chars a list": (edit_json("tokenizer.json", set_key("chars", list("abcdefgh"))),
+                               "'chars' should be a string of distinct characters"),
+    "config bias no": (edit_json("config.json", set_key("bias", "no")),
+                       "config.json's \"bias\" should be true or false, not 'no'"),
+    "config a billion layers": (edit_json("config.json", set_key("n_layer", 10 ** 9)),
+                                "config.json does not describe the weights beside it: n_layer 1000000000"),
+    "inf weights": (inf_weights, "holds NaN or infinite values"),
 }
 
 
@@ -626,7 +683,7 @@ def test_a_broken_file_is_named_in_one_line(saved, name):
         load_all(folder)
     text = str(error.value)
     assert message in text and "\n" not in text
-    assert str(folder) in text
+    assert str(folder) in text and "allow_pickle" not in text
 
 
 def test_an_optimizer_of_another_model_does_not_load(saved, tmp_path):
@@ -655,7 +712,10 @@ TINY_RUN = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size",
 
 
 @pytest.mark.parametrize("name", ["truncated optimizer", "state lacks iter", "tokenizer of another vocabulary",
-                                  "NaN weights", "truncated weights", "config a list"])
+                                  "NaN weights", "truncated weights", "config a list", "optimizer a .npy",
+                                  "optimizer random bytes", "state val_loss NaN", "state history NaN", "state deep",
+                                  "tokenizer names /dev/zero", "tokenizer bad regex", "config bias no",
+                                  "config a billion layers", "inf weights"])
 def test_train_resume_and_sample_say_what_is_broken_in_one_line(tmp_path, small_text, name, capsys):
     from models import sample
     folder = tmp_path / "out"
@@ -667,10 +727,48 @@ def test_train_resume_and_sample_say_what_is_broken_in_one_line(tmp_path, small_
     err = capsys.readouterr().err
     assert code == 1 and err.startswith("train: error:") and BROKEN[name][1] in err and err.count("\n") == 1
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # nothing written over it
-    if name not in ("truncated optimizer", "state lacks iter"):  # the files sample reads
+    if not name.startswith(("optimizer", "truncated optimizer", "state")):  # the files sample reads
         assert sample.main([str(folder)]) == 1
         err = capsys.readouterr().err
         assert err.startswith("sample: error:") and BROKEN[name][1] in err and err.count("\n") == 1
+
+
+def two_runs(tmp_path, small_text, seeds=("1", "2"), iters=("4", "4")):
+    """Two checkpoint folders a/ and b/ of tiny runs (each of its seed and length), every file whole."""
+    for folder, seed, n in zip("ab", seeds, iters):
+        assert train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", n, "--eval-interval", "2",
+                           "--always-save", "--seed", seed, "--out-dir", str(tmp_path / folder)]) == 0
+    return tmp_path / "a", tmp_path / "b"
+
+
+@pytest.mark.parametrize("name, seeds, iters, message", [
+    ("model.safetensors", ("1", "2"), ("4", "4"), "is not the file saved with train_state.json (its SHA-256 differs)"),
+    ("model.safetensors", ("1", "1"), ("4", "2"), "is not the file saved with train_state.json (its SHA-256 differs)"),
+    ("optimizer.npz", ("1", "2"), ("4", "4"), "is not the file saved with train_state.json (its SHA-256 differs)"),
+    ("optimizer.npz", ("1", "1"), ("4", "2"), "took 2 steps but train_state.json is at iteration 4"),
+])
+def test_a_whole_file_of_another_run_or_iteration_is_refused_on_resume(tmp_path, small_text, capsys, name, seeds,
+                                                                       iters, message):
+    """Each file loads on its own; only the run state's record of the others finds that they do not belong."""
+    a, b = two_runs(tmp_path, small_text, seeds, iters)
+    shutil.copy(b / name, a / name)
+    before = {p.name: p.read_bytes() for p in a.iterdir()}
+    capsys.readouterr()
+    assert train.main(["--out-dir", str(a), "--resume", "--max-iters", "6", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"train: error: {a / name} {message}" + (
+        "; the folder mixes two checkpoints\n" if "took" in message else
+        ": the folder mixes two checkpoints, or the file was changed since\n")
+    assert {p.name: p.read_bytes() for p in a.iterdir()} == before
+
+
+def test_a_resumed_checkpoint_without_digests_still_resumes(tmp_path, small_text, capsys):
+    """A checkpoint saved before train_state.json recorded its files' SHA-256 resumes as it did."""
+    a, _ = two_runs(tmp_path, small_text, iters=("4", "2"))
+    edit_json("train_state.json", drop_key("sha256"))(a)
+    assert train.main(["--out-dir", str(a), "--resume", "--max-iters", "6", "--no-progress"]) == 0
+    assert checkpoint.RunState.load(a).iter == 6 and set(checkpoint.RunState.load(a).digests) == {
+        "model.safetensors", "optimizer.npz"}
 
 
 @pytest.mark.interop
