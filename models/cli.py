@@ -9,7 +9,6 @@ import argparse
 import math
 import os
 import stat
-import sys
 from pathlib import Path
 
 _NOT_GIVEN = object()
@@ -178,19 +177,3 @@ def output_file(text):
     _writable_place(path, text)
     return text
 
-
-def exit_quietly_on_interrupt(prog):
-    """A Ctrl-C that nothing catches from here on ends the program with one line instead of a traceback.
-
-    Call it first thing in a command's __main__, before its slow imports: an
-    interrupt can land there, or while the options are parsed. Python still
-    exits as a Ctrl-C does (status 130 in a shell).
-    """
-    previous = sys.excepthook
-
-    def hook(kind, value, traceback):
-        if issubclass(kind, KeyboardInterrupt):
-            print(f"\n{prog}: interrupted", file=sys.stderr)
-        else:
-            previous(kind, value, traceback)
-    sys.excepthook = hook

@@ -6,7 +6,7 @@ tokenizer.json says how to tokenise) or any Hugging Face GPT-2 folder
 """
 
 if __name__ == "__main__":  # before the imports below: a Ctrl-C while they load, or while the options are parsed,
-    from models.cli import exit_quietly_on_interrupt  # ends in one line, not a traceback
+    from models.interrupts import exit_quietly_on_interrupt  # ends in one line, not a traceback
     exit_quietly_on_interrupt("sample")
 
 import sys

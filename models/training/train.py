@@ -19,7 +19,7 @@ step, with an evaluation (and perhaps a save) every --eval-interval.
 """
 
 if __name__ == "__main__":  # before the imports below: a Ctrl-C while they load, or while the options are parsed,
-    from models.cli import exit_quietly_on_interrupt  # ends in one line, not a traceback
+    from models.interrupts import exit_quietly_on_interrupt  # ends in one line, not a traceback
     exit_quietly_on_interrupt("train")
 
 import hashlib
