@@ -1,6 +1,7 @@
 """The commands before they train or sample: paths and sizes refused in one line at parse time, and a Ctrl-C
 during start-up (imports, parsing) ends in one line instead of Python's KeyboardInterrupt traceback."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -161,6 +162,25 @@ def test_a_ctrl_c_during_start_up_is_one_line(tmp_path, module, prog, where):
     assert done.returncode == -signal.SIGINT  # as a Ctrl-C ends a program: the shell sees 130
 
 
+def test_an_error_raised_because_of_a_ctrl_c_is_one_line_too(monkeypatch, capsys):
+    """An extension module interrupted while it loads (NumPy's) turns the KeyboardInterrupt into an ImportError."""
+    from models import interrupts
+    passed_on = []
+    monkeypatch.setattr(sys, "excepthook", lambda *exc: passed_on.append(exc[0]))
+    interrupts.exit_quietly_on_interrupt("train")
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise ImportError("numpy C-extensions failed") from exc
+    except ImportError as exc:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    assert capsys.readouterr().err == "\ntrain: interrupted\n" and passed_on == []
+    error = ValueError("a real error")
+    sys.excepthook(ValueError, error, None)
+    assert passed_on == [ValueError]  # anything else is printed as before
+
+
 def test_a_real_ctrl_c_during_start_up_is_one_line(tmp_path):
     """SIGINT 0.3 s in: the commands' imports are still running (they take about half a second)."""
     process = subprocess.Popen([sys.executable, "-m", "models.train", "--out-dir", str(tmp_path / "out")],
@@ -168,7 +188,8 @@ def test_a_real_ctrl_c_during_start_up_is_one_line(tmp_path):
     time.sleep(0.3)
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=60)
-    if "init_import_site" in err:
-        pytest.skip("the signal came while the interpreter itself was starting, before any of the project's code")
+    if all(frame.startswith("<frozen ") for frame in re.findall(r'File "([^"]+)"', err)) and "Traceback" in err:
+        pytest.skip("the signal came while the interpreter started or python -m found the module, before any line "
+                    "of the command ran")
     assert "Traceback" not in err and err.startswith("\ntrain: interrupted") and err.count("\n") == 2, err
     assert process.returncode in (-signal.SIGINT, 130)
