@@ -60,3 +60,13 @@ def test_a_folder_without_a_checkpoint_is_one_line(tmp_path, capsys):
     assert sample.main([str(tmp_path)]) == 1
     assert capsys.readouterr().err == (f"sample: error: no checkpoint in {tmp_path}: expected config.json and "
                                        "model.safetensors (train one with `python -m models.train`)\n")
+
+
+@pytest.mark.parametrize("temperature", ["1e-320", "5e-324", "1e-300"])
+def test_a_temperature_too_small_to_divide_by_samples_as_greedy_as_generate_does(trained, capsys, temperature):
+    argv = [str(trained), "--prompt", "ab", "--max-new-tokens", "12", "--seed", "3"]
+    assert sample.main([*argv, "--temperature", "0"]) == 0
+    greedy = capsys.readouterr().out
+    assert sample.main([*argv, "--temperature", temperature]) == 0
+    assert capsys.readouterr().out == greedy
+    assert greedy != "ab" + "\n" * 12 + "\n"  # not token 0 of the vocabulary ("\n") every time, as before
