@@ -126,16 +126,18 @@ def check_memory(args, available):
     and the attention weights each layer keeps for backward (a character
     tokenizer's vocabulary, unknown before the text is read, counts as one token).
     """
-    config = GPTConfig(vocab_size=GPTConfig.vocab_size if args.tokenizer == "gpt2" else 1, block_size=args.block_size, n_layer=args.n_layer,
-                       n_head=args.n_head, n_embd=args.n_embd, bias=not args.no_bias)
+    vocab_size = GPTConfig.vocab_size if args.tokenizer == "gpt2" else 1
+    config = GPTConfig(vocab_size=vocab_size, block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head,
+                       n_embd=args.n_embd, bias=not args.no_bias)
     itemsize = ag.get_default_dtype().itemsize
     n_params = config.num_parameters()
+    weights = 4 * itemsize * n_params
     attention = args.n_layer * args.batch_size * args.n_head * args.block_size ** 2 * itemsize
-    need = 4 * itemsize * n_params + attention
+    need = weights + attention
     if available is not None and need > available:
         raise ValueError(f"the model (--n-layer {args.n_layer}, --n-embd {args.n_embd}, --block-size "
                          f"{args.block_size}) has {n_params:.3g} parameters, and training it with --batch-size "
-                         f"{args.batch_size} needs at least {need / 2 ** 30:,.1f} GiB ({4 * itemsize * n_params / 2 ** 30:,.1f}"
+                         f"{args.batch_size} needs at least {need / 2 ** 30:,.1f} GiB ({weights / 2 ** 30:,.1f}"
                          f" for each parameter's {itemsize}-byte weight, gradient and two AdamW moments, "
                          f"{attention / 2 ** 30:,.1f} for the attention weights every layer keeps), but this machine "
                          f"has {available / 2 ** 30:,.1f} GiB of memory: choose a smaller model or batch")

@@ -205,7 +205,8 @@ def test_data_only_one_rank_cannot_read_ends_the_job_with_its_line(tmp_path, whe
         assert done.stderr == f"python -m models.train: error: rank 1: argument --data: no file {data} (see --help)\n"
     else:
         assert done.returncode == 1
-        assert done.stderr == f"train: error: ranks disagree on --data: rank 0 has none (the default), rank 1 has {data}\n"
+        assert done.stderr == (f"train: error: ranks disagree on --data: rank 0 has none (the default), rank 1 has "
+                               f"{data}\n")
     assert not out_dir.exists()
 
 
