@@ -6,13 +6,16 @@
     training/   the training application: train and sample (the CLIs), checkpoint, parallel (MPI), data
 
 Beside them, at this level, what all three and viz share: cli (the command
-lines' parser and checks), numbers (how numbers are written), io (atomic files).
+lines' parser and checks), numbers (how numbers are written), io (atomic files),
+interrupts (a Ctrl-C at start-up in one line).
 
 A module keeps its short name whichever folder holds it: `models.bigram`,
 `models.gpt2`, `models.train` (so `python -m models.train` and
 `from models.gpt2 import GPT` read as they always have). The folders are
 searched as parts of this one package, in the order above; no name occurs twice.
 """
-from pathlib import Path
+import os
 
-__path__ += [str(Path(__file__).parent / family) for family in ("lessons", "gpt", "training")]
+# os.path, not pathlib: os is loaded with the interpreter, and a command's start-up (see models/interrupts.py)
+# should reach its first line as soon as it can.
+__path__ += [os.path.join(os.path.dirname(__file__), family) for family in ("lessons", "gpt", "training")]

@@ -11,6 +11,7 @@ import argparse
 import copy
 import difflib
 import os
+import stat
 import textwrap
 from pathlib import Path
 
@@ -165,20 +166,35 @@ def _path(text):
     return Path(text)
 
 
+def _kind(path, text):
+    """"file", "folder", "other" or None (nothing there) for `path`; a path the system will not look up (a name
+    too long, a loop of symbolic links, a link to nothing) is refused in one line."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        if os.path.islink(path):
+            raise argparse.ArgumentTypeError(f"{text} is a symbolic link to {os.readlink(path)}, which is not "
+                                             "there") from None
+        return None
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot use {text}: {exc.strerror}") from None
+    return "folder" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
+
+
 def input_file(text):
     """A `type=` function: a file that exists."""
-    path = _path(text)
-    if not path.is_file():
-        what = "is a folder, not a file" if path.is_dir() else "is not a regular file" if path.exists() else ""
+    kind = _kind(_path(text), text)
+    if kind != "file":
+        what = {"folder": "is a folder, not a file", "other": "is not a regular file"}.get(kind)
         raise argparse.ArgumentTypeError(f"{text} {what}" if what else f"no file {text}")
     return text
 
 
 def input_folder(text):
     """A `type=` function: a folder that exists."""
-    path = _path(text)
-    if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder" if path.exists() else f"no folder {text}")
+    kind = _kind(_path(text), text)
+    if kind != "folder":
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder" if kind else f"no folder {text}")
     return text
 
 
@@ -202,25 +218,55 @@ def model_folder(text):
         f"then copy the folder {text} here")
 
 
+def _writable_place(path, text):
+    """The nearest existing folder above `path`, once it is a folder that can be written (the rest can be made)."""
+    ancestor = path.parent
+    while (kind := _kind(ancestor, str(ancestor))) is None:
+        ancestor = ancestor.parent
+    if kind != "folder":
+        raise argparse.ArgumentTypeError(f"cannot make {text}: {ancestor} is a file")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text}: {ancestor} is not writable")
+    return ancestor
+
+
+# A checkpoint folder's siblings (.NAME.tmp, .NAME.prev, .NAME.lock) are its name and this much more.
+_SIBLING_EXTRA = len("..prev")
+
+
 def output_folder(text):
     """A `type=` function: a folder that is there or can be made, and whose parent can be written.
 
     The parent must be writable as well, because a checkpoint is written beside
-    the folder and then takes its place; and the folder must not hold the
-    current working directory, which that replacement would pull from under it.
+    the folder (under the folder's name and a few characters more, which must
+    fit the file system's limit on a name) and then takes its place; and the
+    folder must not hold the current working directory, which that replacement
+    would pull from under it.
     """
     path = _path(text).absolute()
-    if path.exists() and not path.is_dir():
+    kind = _kind(path, text)
+    if kind not in (None, "folder"):
         raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
     if Path.cwd().resolve().is_relative_to(path.resolve()):
         raise argparse.ArgumentTypeError(f"{text} is the current folder or holds it; "
                                          "give the checkpoints a folder of their own, e.g. out")
-    ancestor = path.parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise argparse.ArgumentTypeError(f"cannot make {text}: {ancestor} is a file")
-    unwritable = next((p for p in (ancestor, path) if p.is_dir() and not os.access(p, os.W_OK | os.X_OK)), None)
-    if unwritable is not None:
-        raise argparse.ArgumentTypeError(f"cannot write {text}: {unwritable} is not writable")
+    ancestor = _writable_place(path, text)
+    name = Path(os.path.realpath(path)).name
+    longest = os.pathconf(ancestor, "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
+    if len(os.fsencode(name)) + _SIBLING_EXTRA > longest:
+        raise argparse.ArgumentTypeError(
+            f"the folder's name is {len(os.fsencode(name))} bytes long; a save writes .NAME.tmp beside it, "
+            f"{_SIBLING_EXTRA} bytes more, and this file system allows {longest} in a name: choose a shorter one")
+    if kind == "folder" and not os.access(path, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text}: {path} is not writable")
     return text
+
+
+def output_file(text):
+    """A `type=` function: a file that can be written (it need not exist; missing folders above it are made)."""
+    path = _path(text).absolute()
+    if _kind(path, text) == "folder":
+        raise argparse.ArgumentTypeError(f"{text} is a folder; give a file name")
+    _writable_place(path, text)
+    return text
+

@@ -3,7 +3,9 @@
 Each file is written under a temporary name in the same folder and moved over
 the real name with os.replace, which is atomic on one filesystem: a reader
 sees the old file or the new one, never a torn mix. `read_json` says which file
-is wrong and how (missing, not JSON, not an object) instead of a traceback.
+is wrong and how (missing, larger than it may be, not JSON, nested too deep, not
+an object) instead of a traceback, and never reads more than its size limit:
+the files it reads may come from anyone (a downloaded checkpoint folder).
 """
 import contextlib
 import json
@@ -55,18 +57,54 @@ def atomic_path(path):
             tmp.unlink(missing_ok=True)
 
 
-def read_json(path):
-    """The JSON object in `path`, or a one-line error that names the file and what is wrong with it."""
+MAX_JSON_BYTES = 256 * 2 ** 20  # far above any file this project writes (GPT-2's vocabulary inline is 2 MB)
+MAX_JSON_DEPTH = 64  # this project's files nest 4 deep, Hugging Face's configs a few more
+
+
+def read_json(path, max_bytes=MAX_JSON_BYTES, max_depth=MAX_JSON_DEPTH):
+    """The JSON object in `path`, or a one-line error that names the file and what is wrong with it.
+
+    A file over `max_bytes` is refused before it is read, and one that nests
+    arrays and objects more than `max_depth` deep after it is parsed (Python's
+    parser itself gives up at about a thousand levels, with a RecursionError).
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing")
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise ValueError(f"{path} is {size:,} bytes, more than the {max_bytes:,} a JSON file here may have")
+    with open(path, "rb") as f:
+        data = f.read(max_bytes + 1)  # the file may have grown since stat(), or be a pipe
+    if len(data) > max_bytes:
+        raise ValueError(f"{path} is more than the {max_bytes:,} bytes a JSON file here may have")
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path} is not valid JSON ({exc})") from None
+    except RecursionError:
+        obj = _TOO_DEEP
+    if obj is _TOO_DEEP or _depth_exceeds(obj, max_depth):
+        raise ValueError(f"{path} nests arrays or objects more than {max_depth} deep; no file here does")
     if not isinstance(obj, dict):
         raise ValueError(f"{path} should hold a JSON object {{...}}, but holds {json_type(obj)}")
     return obj
+
+
+_TOO_DEEP = object()
+
+
+def _depth_exceeds(obj, max_depth):
+    """Whether `obj` (parsed JSON) nests lists and dicts more than `max_depth` deep; without recursion."""
+    containers = (list, dict)
+    level, depth = ([obj] if isinstance(obj, containers) else []), 0
+    while level:
+        depth += 1
+        if depth > max_depth:
+            return True
+        level = [child for node in level for child in (node.values() if isinstance(node, dict) else node)
+                 if isinstance(child, containers)]
+    return False
 
 
 def json_type(value):

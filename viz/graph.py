@@ -21,6 +21,11 @@ the norms can be shown (`--no-backward` draws the graph before it), and
 renders with Graphviz's `dot`. Without `dot` on PATH it writes the `.dot`
 source instead, prints how to install Graphviz, and exits with status 3.
 """
+
+if __name__ == "__main__":  # before the imports below: a Ctrl-C while they load, or while the options are parsed,
+    from models.interrupts import exit_quietly_on_interrupt  # ends in one line, not a traceback
+    exit_quietly_on_interrupt("viz.graph")
+
 import html
 import inspect
 import shutil
@@ -613,13 +618,14 @@ def keep_gradients(loss):
 
 
 def main(argv=None):
-    from models.cli import Parser  # here, not at the top: draw() needs nothing from models
+    from models.cli import Parser, output_file  # here, not at the top: draw() needs nothing from models
     p = Parser("python -m viz.graph", "Draw the backward graph of a model module's demo_loss() with Graphviz.",
                epilog=f"Needs the Python package graphviz ({INSTALL_PYTHON}) and Graphviz's `dot` program "
                       f"to render; without `dot` the .dot source is written and the exit status is {NO_DOT_EXIT}.")
     p.add_argument("module", help="a module defining demo_loss(), e.g. models.bigram (model.bigram works too)")
     p.add_argument("--format", choices=("svg", "png", "pdf", "dot"), default="svg", help="output format")
-    p.add_argument("--out", help="output file (default: graph_<module>.<format> in the current directory)")
+    p.add_argument("--out", type=output_file,
+                   help="output file (default: graph_<module>.<format> in the current directory)")
     p.add_argument("--collapse", action="store_true", help="fold each module into one box")
     p.add_argument("--collapse-depth", type=int, metavar="N",
                    help="fold modules by the first N parts of their dotted name (implies --collapse) "
@@ -644,16 +650,23 @@ def main(argv=None):
     title = f"{name}.demo_loss() = {number(float(loss.data), 6)} · backward graph, {when}"
     graph = draw(loss, collapse=collapse, depth=args.depth, title=title)
     out = Path(args.out) if args.out else Path(f"graph_{name.rsplit('.', 1)[-1]}.{args.format}")
-    if out.parent != Path(""):
-        out.parent.mkdir(parents=True, exist_ok=True)
-    if args.format == "dot":
+    try:
+        return _write(graph, out, args.format)
+    except OSError as exc:  # the disk is full or read-only, or a folder of the path was taken meanwhile
+        print(f"viz.graph: error: cannot write {exc.filename or out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+
+
+def _write(graph, out, format):
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if format == "dot":
         out.write_text(graph.source, encoding="utf-8")
         print(f"wrote {out}")
         return 0
     if shutil.which("dot") is None:
         return _write_source_instead(graph, out)
     try:
-        out.write_bytes(graph.pipe(format=args.format))
+        out.write_bytes(graph.pipe(format=format))
     except _graphviz().ExecutableNotFound:
         return _write_source_instead(graph, out)
     print(f"wrote {out}")

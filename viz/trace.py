@@ -22,6 +22,11 @@ walk (every node in `topological_order()`, each input getting local
 derivative × g, added in the same order), its numbers Python floats; what an
 op "saved" is its local derivatives, ∂out/∂a for each input a.
 """
+
+if __name__ == "__main__":  # before the imports below: a Ctrl-C while they load, or while the options are parsed,
+    from models.interrupts import exit_quietly_on_interrupt  # ends in one line, not a traceback
+    exit_quietly_on_interrupt("viz.trace")
+
 import os
 import shutil
 import sys
@@ -38,6 +43,8 @@ from .loading import demo_loss_of
 from .numbers import number, shape_text, summary_text, values_text
 from .trace_page import write_page
 from .walk import GraphWalk, ValueWalk, input_names, saved_values
+
+MAX_DECIMALS = 20  # --decimals: 17 significant digits of a value of 1e-3 need 20 places
 
 
 @dataclass
@@ -218,14 +225,15 @@ def print_trace(root, max_values=16, decimals=6, file=None):
 
 
 def main(argv=None):
-    from models.cli import Parser  # here, not at the top: trace() needs nothing from models
+    from models.cli import Parser, output_file  # here, not at the top: trace() needs nothing from models
     p = Parser("python -m viz.trace", "Print the backward pass of a model module's demo_loss(), one op at a time, "
                                       "in the order the engine runs it.")
     p.add_argument("module", help="a module defining demo_loss(), e.g. models.tiny (model.tiny works too)")
     p.add_argument("--max-values", type=int, default=16, metavar="N",
                    help="print the values of arrays with at most N elements, shape and norm otherwise")
-    p.add_argument("--decimals", type=int, default=6, metavar="D", help="round values to D decimals")
-    p.add_argument("--html", metavar="PATH",
+    p.add_argument("--decimals", type=int, default=6, metavar="D",
+                   help=f"round values to D decimals (at most {MAX_DECIMALS})")
+    p.add_argument("--html", metavar="PATH", type=output_file,
                    help="write one self-contained page that steps through backward on the graph's picture "
                         "(default: none, the text trace only)")
     args = p.parse_args(argv)
@@ -233,13 +241,20 @@ def main(argv=None):
         p.error(f"--max-values must be at least 0, got {args.max_values}")
     if args.decimals < 0:
         p.error(f"--decimals must be at least 0, got {args.decimals}")
+    if args.decimals > MAX_DECIMALS:
+        p.error(f"--decimals must be at most {MAX_DECIMALS} (past that, a float64's 17 significant digits "
+                f"are used up), got {args.decimals}")
     if args.html and shutil.which("dot") is None:
         p.error(f"--html draws the graph, which needs Graphviz's `dot`: {INSTALL_DOT}")
     name, loss = demo_loss_of(args.module)
     if args.html:
-        write_page(trace(loss), Path(args.html),
-                   f"{name}.demo_loss() = {number(float(loss.data), 6)} · backward, step by step",
-                   args.max_values, args.decimals)
+        try:
+            write_page(trace(loss), Path(args.html),
+                       f"{name}.demo_loss() = {number(float(loss.data), 6)} · backward, step by step",
+                       args.max_values, args.decimals)
+        except OSError as exc:
+            print(f"viz.trace: error: cannot write {args.html}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
         print(f"wrote {args.html}: open it in a browser; ← and → step through backward")
         return 0
     try:

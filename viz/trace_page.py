@@ -143,9 +143,13 @@ def write_page(steps, path, title, max_values=16, decimals=6, start=1):
     page = PAGE.replace("{{title}}", html.escape(title)).replace("{{svg}}", svg).replace(
         "{{data}}", json.dumps(data, ensure_ascii=False).replace("</", "<\\/"))
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".part")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)  # all or nothing: never a half-written page
+    try:
+        tmp.write_text(page, encoding="utf-8")
+        tmp.replace(path)  # all or nothing: never a half-written page
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 PAGE = """<!DOCTYPE html>

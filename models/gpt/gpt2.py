@@ -75,6 +75,14 @@ class GPTConfig:
         eps = self.layer_norm_epsilon
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < math.inf:
             raise ValueError(f"GPTConfig: layer_norm_epsilon must be a positive number, got {eps!r}")
+        if not isinstance(self.bias, bool):
+            raise ValueError(f"GPTConfig: bias must be True or False, got {self.bias!r}")
+
+    def num_parameters(self):
+        """How many parameters GPT(self) has, counted without building it (an absurd size costs nothing)."""
+        C = self.n_embd
+        per_block = 12 * C * C + 2 * C + (9 * C + 2 * C if self.bias else 0)  # weights, LN scales, biases
+        return (self.vocab_size + self.block_size) * C + self.n_layer * per_block + C + (C if self.bias else 0)
 
 
 class CausalSelfAttention(nn.Module):

@@ -6,10 +6,11 @@ What this file promises:
   parameter names) of a folder that transformers wrote (keys `transformer.h.0…`,
   perhaps a tied `lm_head.weight`) or of the original hub layout (keys `h.0…`
   with `attn.bias` / `attn.masked_bias` mask buffers, which are dropped).
-  Sharded weights (`model.safetensors.index.json`) load too. Every size in
-  config.json is checked against the weights' shapes before a model is built
-  from them; a file that is missing, cut short, not JSON or not an object is
-  named in one line.
+  Sharded weights (`model.safetensors.index.json`, whose shards must be files
+  of the folder itself) load too. Every size in config.json is checked against
+  the weights' shapes before a model is built from them, and weights that are
+  not finite are refused; a file that is missing, cut short, not JSON or not an
+  object is named in one line.
 * `save(model, directory)`: config.json and model.safetensors as transformers
   writes them, each file atomically; `transformers.GPT2LMHeadModel` loads the
   folder with nothing missing.
@@ -25,6 +26,7 @@ What this file promises:
 this module, which knows the files and nothing of the model's code.
 """
 import json
+import os
 import re
 from pathlib import Path
 
@@ -47,6 +49,8 @@ def config_fields(hf):
               "n_layer": hf.get("n_layer", 12), "n_head": hf.get("n_head", 12), "n_embd": hf.get("n_embd", 768),
               "bias": hf.get("bias", True),  # "bias" is ours: only bias=False folders have it
               "layer_norm_epsilon": hf.get("layer_norm_epsilon", 1e-5)}
+    if not isinstance(fields["bias"], bool):
+        raise ValueError(f"from_pretrained: config.json's \"bias\" should be true or false, not {fields['bias']!r}")
     n_embd = fields["n_embd"]
     unsupported = []
     if hf.get("activation_function", "gelu_new") not in _TANH_GELUS:
@@ -108,8 +112,9 @@ def read(directory):
     if not config_file.is_file():
         raise FileNotFoundError(f"GPT.from_pretrained: {config_file} is missing; a Hugging Face GPT-2 folder "
                                 "has config.json next to model.safetensors")
+    hf = read_json(config_file)
     try:
-        fields = config_fields(read_json(config_file))
+        fields = config_fields(hf)
     except ValueError as exc:
         raise ValueError(f"{config_file}: {exc}") from None
     state, head = _state_and_head(_read_safetensors(directory))
@@ -117,21 +122,27 @@ def read(directory):
         raise ValueError(f"GPT.from_pretrained: lm_head.weight differs from transformer.wte.weight in {directory}; "
                          "this model ties its LM head to the token embedding, as GPT-2 does")
     _check_sizes(fields, state, config_file)
+    for name, array in state.items():
+        if array.dtype.kind in "fc" and not np.isfinite(array).all():
+            raise ValueError(f"the weights in {directory} are damaged: {name} holds NaN or infinite values")
     return fields, state
 
 
 def _check_sizes(fields, state, config_file):
     """config.json's sizes against the weights' shapes, before anything is built from them (an untrusted folder
     could ask for a billion layers)."""
-    found = {"vocab_size": None, "block_size": None, "n_embd": None}
-    if "transformer.wte.weight" in state and state["transformer.wte.weight"].ndim == 2:
-        found["vocab_size"], found["n_embd"] = state["transformer.wte.weight"].shape
-    if "transformer.wpe.weight" in state and state["transformer.wpe.weight"].ndim == 2:
-        found["block_size"] = state["transformer.wpe.weight"].shape[0]
+    for key in ("transformer.wte.weight", "transformer.wpe.weight"):  # the tables that say the sizes
+        if key not in state or state[key].ndim != 2:
+            what = f"has shape {state[key].shape}" if key in state else "is missing"
+            raise ValueError(f"{config_file.parent / 'model.safetensors'}: {key} {what}; GPT-2's weights hold "
+                             "it as a 2-D table, whose shape config.json's sizes are checked against")
+    found = {}
+    found["vocab_size"], found["n_embd"] = state["transformer.wte.weight"].shape
+    found["block_size"] = state["transformer.wpe.weight"].shape[0]
     layers = {int(m.group(1)) for key in state if (m := re.match(r"transformer\.h\.(\d+)\.", key))}
     found["n_layer"] = len(layers)
     wrong = [f"{name} {fields[name]!r} (the weights have {size})" for name, size in found.items()
-             if size is not None and isinstance(fields[name], int) and fields[name] != size]  # GPTConfig vets types
+             if isinstance(fields[name], int) and fields[name] != size]  # GPTConfig vets the types
     if layers != set(range(len(layers))):
         wrong.append(f"layers numbered {sorted(layers)[:8]}… (the weights skip some)")
     if wrong:
@@ -147,6 +158,11 @@ def _read_safetensors(directory):
         weight_map = read_json(index).get("weight_map")
         if not isinstance(weight_map, dict) or not all(isinstance(shard, str) for shard in weight_map.values()):
             raise ValueError(f"GPT.from_pretrained: {index} should map tensor names to shard files in 'weight_map'")
+        outside = next((shard for shard in weight_map.values() if Path(shard).name != shard or shard in ("", "..")),
+                       None)
+        if outside is not None:  # a folder names only its own files: no path is read that a download chose
+            raise ValueError(f"GPT.from_pretrained: {index} names the shard {outside!r}, which is not a file name "
+                             "in its folder; shards are read from the folder itself")
         shards = sorted(set(weight_map.values()))
         return {k: v for shard in shards for k, v in read_safetensors_file(directory / shard).items()}
     others = sorted(p.name for p in directory.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".h5", ".msgpack"))
@@ -204,11 +220,19 @@ def save(model, directory):
 
 
 def _write(model, directory):
+    from safetensors import SafetensorError
     from safetensors.numpy import save_file
 
     tensors = {name: np.ascontiguousarray(p.numpy()) for name, p in model.named_parameters()}  # transformer.…
-    with atomic_path(directory / "model.safetensors") as tmp:
-        save_file(tensors, str(tmp), metadata={"format": "pt"})
+    path = directory / "model.safetensors"
+    with atomic_path(path) as tmp:
+        try:
+            save_file(tensors, str(tmp), metadata={"format": "pt"})
+        except SafetensorError as exc:  # its own error for what the system refused (a full disk): an OSError here
+            code = re.search(r"\(os error (\d+)\)", str(exc))
+            if code is None:
+                raise OSError(f"could not write {path}: {exc}") from None
+            raise OSError(int(code[1]), os.strerror(int(code[1])), str(path)) from None
     dtype = str(model.transformer.wte.weight.dtype)
     with atomic_path(directory / "config.json") as tmp:
         tmp.write_text(json.dumps(config_to_hf(model.config, dtype), indent=2) + "\n")

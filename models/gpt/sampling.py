@@ -55,10 +55,14 @@ def sample(logits, temperature=1.0, top_k=None, top_p=None):
     logits = xp.asarray(logits, dtype=xp.float64)
     if temperature == 0 or top_k == 1:
         return logits.argmax(axis=-1)
-    logits = logits / temperature
+    # Each row's largest logit is taken off before the division: logits / 1e-320 would overflow to ±inf (and
+    # inf - inf is NaN), while (logits - max) / T only runs to -inf, so that a tiny temperature is its limit,
+    # greedy (ties shared). The most likely token then has logit 0, which top-k never masks.
+    with np.errstate(over="ignore"):  # running to -inf is meant
+        logits = (logits - logits.max(axis=-1, keepdims=True)) / temperature
     if top_k is not None and top_k < logits.shape[-1]:
         logits = xp.where(top_k_mask(logits, top_k), logits, -xp.inf)
-    probs = xp.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs = xp.exp(logits)
     probs /= probs.sum(axis=-1, keepdims=True)  # (B, V)
     if top_p is not None and top_p < 1:
         probs = xp.where(top_p_mask(probs, top_p), probs, 0.0)
@@ -69,7 +73,7 @@ def sample(logits, temperature=1.0, top_k=None, top_p=None):
 
 
 def check_arguments(max_new_tokens, temperature, top_k, top_p):
-    if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
         raise ValueError(f"generate: max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
     real = (int, float, np.integer, np.floating)
     if isinstance(temperature, bool) or not isinstance(temperature, real) or not 0 <= temperature < math.inf:

@@ -132,7 +132,11 @@ class CharTokenizer:
     @classmethod
     def from_dict(cls, description):
         _check_kind(description, cls)
-        return cls(description["chars"])
+        chars = description["chars"]
+        if not isinstance(chars, str) or chars != "".join(sorted(set(chars))):
+            raise ValueError(f"CharTokenizer.from_dict: 'chars' should be a string of distinct characters in "
+                             f"sorted order, as to_dict writes it, not {chars!r:.40}")
+        return cls(chars)
 
     def __repr__(self):
         return f"CharTokenizer(vocab_size={self.vocab_size})"
@@ -236,7 +240,11 @@ class _ByteLevelBPE:
 
     def __init__(self, pattern, byte_ids, ranks, merged_ids, token_bytes):
         self.pattern = pattern
-        self._splitter = regex.compile(pattern)
+        try:
+            self._splitter = regex.compile(pattern)
+        except (regex.error, TypeError) as exc:
+            raise ValueError(f"{type(self).__name__}: the pre-tokenisation pattern {pattern!r:.60} is not a "
+                             f"regular expression ({exc})") from None
         self._byte_ids = list(byte_ids)
         self._ranks = ranks
         self._merged_ids = merged_ids
@@ -436,21 +444,33 @@ class GPT2Tokenizer(_ByteLevelBPE):
     package); `GPT2Tokenizer.from_files(encoder_json, vocab_bpe)` loads any other
     in the same format. `encode` turns each literal `<|endoftext|>` into
     `eot_token`; `encode_ordinary` treats it as plain text.
+
+    `to_dict()` names no file: GPT-2's own vocabulary is {"kind": "gpt2"}, any
+    other is carried whole (its encoder and merges), so a checkpoint's
+    tokenizer.json never makes `from_dict` read a path that the file names.
     """
 
     kind = "gpt2"
 
-    def __init__(self, encoder_json=None, vocab_bpe=None):
+    def __init__(self, encoder_json=None, vocab_bpe=None, *, vocabulary=None):
         if (encoder_json is None) != (vocab_bpe is None):
             raise ValueError(
                 "GPT2Tokenizer: give both encoder_json and vocab_bpe, or neither for GPT-2's own vocabulary"
             )
-        self._files = None if encoder_json is None else (Path(encoder_json).resolve(), Path(vocab_bpe).resolve())
-        encoder_path, merges_path = self._files or _default_gpt2_files()
-        encoder = json.loads(Path(encoder_path).read_text(encoding="utf-8"))
-        merge_lines = Path(merges_path).read_text(encoding="utf-8").splitlines()
+        if vocabulary is not None:  # (encoder, merge lines), as to_dict carries them
+            encoder, merge_lines = vocabulary
+            encoder_path = merges_path = "the tokenizer's own vocabulary"
+        else:
+            encoder_path, merges_path = (encoder_json, vocab_bpe) if encoder_json is not None else _default_gpt2_files()
+            encoder = json.loads(Path(encoder_path).read_text(encoding="utf-8"))
+            merge_lines = Path(merges_path).read_text(encoding="utf-8").splitlines()
         if merge_lines and merge_lines[0].startswith("#version"):
             merge_lines = merge_lines[1:]
+        if not (isinstance(encoder, dict) and all(isinstance(k, str) and type(v) is int for k, v in encoder.items())
+                and isinstance(merge_lines, list) and all(isinstance(line, str) for line in merge_lines)):
+            raise ValueError(f"GPT2Tokenizer: the encoder of {encoder_path} should map tokens to integer ids "
+                             "and the merges be lines of text")
+        self._vocabulary = None if encoder_json is None and vocabulary is None else (encoder, merge_lines)
 
         def token_id(token, where):
             if token not in encoder:
@@ -493,19 +513,25 @@ class GPT2Tokenizer(_ByteLevelBPE):
         return ids
 
     def to_dict(self):
-        if self._files is None:
+        if self._vocabulary is None:
             return {"kind": self.kind}
-        return {"kind": self.kind, "encoder_json": str(self._files[0]), "vocab_bpe": str(self._files[1])}
+        encoder, merge_lines = self._vocabulary
+        return {"kind": self.kind, "encoder": encoder, "merges": merge_lines}
 
     @classmethod
     def from_dict(cls, description):
         _check_kind(description, cls)
-        if "encoder_json" in description:
-            return cls.from_files(description["encoder_json"], description["vocab_bpe"])
+        paths = sorted({"encoder_json", "vocab_bpe"} & set(description))
+        if paths:  # what an older to_dict wrote: a path that anyone who wrote the file chose
+            raise ValueError(f"GPT2Tokenizer.from_dict: the description names files ({', '.join(paths)}), and no "
+                             "file a description names is read; describe the vocabulary itself "
+                             "(GPT2Tokenizer.from_files(...).to_dict() carries its 'encoder' and 'merges')")
+        if "encoder" in description or "merges" in description:
+            return cls(vocabulary=(description["encoder"], description["merges"]))
         return cls()
 
     def __repr__(self):
-        source = "GPT-2" if self._files is None else str(self._files[0].parent)
+        source = "GPT-2" if self._vocabulary is None else "its own"
         return f"GPT2Tokenizer(vocab_size={self.vocab_size}, vocabulary={source})"
 
 

@@ -66,6 +66,8 @@ ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTERS_FILE = "adapters.safetensors"
 FILES = (CONFIG_FILE, WEIGHTS_FILE, ADAPTER_CONFIG_FILE, ADAPTERS_FILE, TOKENIZER_FILE,
          *hf_checkpoint.HF_TOKENIZER_FILES, OPTIMIZER_FILE, STATE_FILE)
+# train_state.json holds their SHA-256 (the weights, or a LoRA run's adapters): resume finds a file of another run
+_DIGESTED = (WEIGHTS_FILE, ADAPTERS_FILE, OPTIMIZER_FILE)
 _PLOT_DEBRIS = f".{PLOT_FILE}.tmp-*"  # what models.io.atomic_path leaves of a plot when killed
 
 # What a checkpoint fixes for good (its model) and what it does not store (how this run is carried out);
@@ -166,27 +168,50 @@ def check_out_dir(folder, resume, overwrite):
                          "or --overwrite to replace it")
 
 
+class SaveFailed(OSError):
+    """A save that the system refused (a full or read-only disk): one line naming the file and what the folder holds."""
+
+
 def save(folder, model, tokenizer, optimizer, run):
-    """Write a complete checkpoint of the `run` (a RunState) and put it in `folder`'s place in one step."""
+    """Write a complete checkpoint of the `run` (a RunState) and put it in `folder`'s place in one step.
+
+    Where the system refuses a write (no space left, a read-only disk), raises
+    SaveFailed, saying which file and which checkpoint the folder still holds;
+    nothing of the failed save is left behind.
+    """
     folder = _real(folder)
-    recover(folder)
     scratch = _sibling(folder, "tmp")
-    scratch.mkdir(parents=True)
     new = scratch / "checkpoint"
+    writing = f"{scratch}/ (clearing an earlier save's temporaries)"  # what was being written when a write failed
     try:
-        if getattr(model, "lora_base", None):
+        recover(folder)
+        writing = f"{scratch}/"
+        scratch.mkdir(parents=True)
+        lora = bool(getattr(model, "lora_base", None))
+        weights_file = ADAPTERS_FILE if lora else WEIGHTS_FILE
+        writing = f"{weights_file} and {ADAPTER_CONFIG_FILE if lora else CONFIG_FILE}"
+        if lora:
             _save_adapters(new, model)
         else:
             model.save_pretrained(new)
+        writing = TOKENIZER_FILE
         write_tokenizer(new, tokenizer, model.config.block_size)
-        _save_optimizer(new / OPTIMIZER_FILE, optimizer.state_dict())
-        (new / STATE_FILE).write_text(json.dumps(run.to_json(), indent=2), encoding="utf-8")
+        writing = OPTIMIZER_FILE
+        digests = {OPTIMIZER_FILE: _save_optimizer(new / OPTIMIZER_FILE, optimizer.state_dict())}
+        writing = STATE_FILE
+        digests[weights_file] = _sha256(new / weights_file)
+        (new / STATE_FILE).write_text(json.dumps(run.to_json(digests), indent=2), encoding="utf-8")
+        writing = PLOT_FILE
         if (folder / PLOT_FILE).is_file():
             _link_or_copy(folder / PLOT_FILE, new / PLOT_FILE)
+        writing = f"{new}/ (flushing it to the disk)"
         for path in new.iterdir():
             fsync(path)
         fsync(new)
+        writing = f"{folder}/ (putting the new checkpoint in its place)"
         _swap_in(new, folder)
+    except OSError as exc:
+        raise SaveFailed(_save_failure(folder, run.iter, writing, exc)) from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -210,14 +235,8 @@ def adapt(model, base_folder, r, alpha, targets):
 
 def fingerprint(folder):
     """SHA-256 over a Hugging Face folder's config.json and weight files: which base a LoRA checkpoint adapts."""
-    digest = hashlib.sha256()
     folder = Path(folder)
-    for path in [folder / CONFIG_FILE, *sorted(folder.glob("*.safetensors"))]:
-        digest.update(path.name.encode() + b"\0")
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
+    return _sha256(folder / CONFIG_FILE, *sorted(folder.glob("*.safetensors")))
 
 
 def _save_adapters(folder, model):
@@ -259,6 +278,34 @@ def _load_adapted(folder, dropout):
     except KeyError as exc:
         raise ValueError(f"{folder / ADAPTERS_FILE} does not fit {path}: {exc.args[0]}") from None
     return model
+
+
+
+def _save_failure(folder, iteration, writing, error):
+    """The one line for a save that failed writing `writing`: the reason, and what `folder` holds now."""
+    with contextlib.suppress(OSError):
+        recover(folder)  # the fallback's first rename done, the second refused: the previous checkpoint goes back
+    held = saved_iteration(folder)
+    if held == iteration:
+        holds = "the new checkpoint is in place all the same"
+    elif held is not None:
+        holds = f"the folder still holds the checkpoint of iteration {held}, intact"
+    else:
+        holds = "the folder held no checkpoint before and holds none now"
+    return (f"could not save the checkpoint of iteration {iteration} into {folder}: writing {writing} failed "
+            f"({error.strerror or error}); {holds}, and nothing of the failed save is left")
+
+
+def _sha256(*paths):
+    """The SHA-256 of a file's bytes; of several, over each one's name and bytes in turn."""
+    digest = hashlib.sha256()
+    for path in paths:
+        if len(paths) > 1:
+            digest.update(Path(path).name.encode() + b"\0")
+        with open(path, "rb") as f:
+            while chunk := f.read(2 ** 20):
+                digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _link_or_copy(source, target):
@@ -318,6 +365,7 @@ class RunState:
     val_loss: float = math.inf
     saved_iter: int | None = None
     model_rngs: list = field(default_factory=list)
+    digests: dict = field(default_factory=dict)  # file name → SHA-256 of the checkpoint's weights and optimizer
 
     @classmethod
     def start(cls, options, layout, seed, world):
@@ -344,10 +392,11 @@ class RunState:
         else:
             ag.manual_seed(_rank_seed(seed, self.iter, world.rank))
 
-    def to_json(self):
+    def to_json(self, digests):
+        """train_state.json's object; `digests` are the SHA-256 of the files saved with it (name → hex)."""
         return {"format": FORMAT, "iter": self.iter, "history": self.history, "evals": self.evals,
                 "val_loss": self.val_loss, "options": self.options, "batch": self.layout.to_dict(),
-                "data_rng": self.data_rng.bit_generator.state, "model_rngs": self.model_rngs}
+                "data_rng": self.data_rng.bit_generator.state, "model_rngs": self.model_rngs, "sha256": digests}
 
     @classmethod
     def load(cls, folder):
@@ -362,13 +411,23 @@ class RunState:
         if min(state["batch"][key] for key in _LAYOUT_FIELDS) < 1:
             raise ValueError(f"{path}: 'batch' should hold counts of at least 1, not {json.dumps(state['batch'])}")
         history, evals = state["history"], state["evals"]
-        if len(history) != state["iter"] or not all(_is(x, _NUMBER) for x in history):
+        if len(history) != state["iter"]:
             raise ValueError(f"{path}: 'history' should list {state['iter']} losses, one per iteration "
                              f"up to 'iter', but has {len(history)} entries")
+        if not all(_is_finite(x) for x in history):
+            raise ValueError(f"{path}: 'history' should hold finite numbers, the losses of the iterations, "
+                             f"but holds {next(json.dumps(x) for x in history if not _is_finite(x))[:20]}")
         for entry in evals:
-            if not (isinstance(entry, dict) and all(_is(entry.get(k), _NUMBER) for k in ("iter", "train", "val"))):
-                raise ValueError(f"{path}: every entry of 'evals' should be an object with numbers 'iter', "
+            if not (isinstance(entry, dict) and all(_is_finite(entry.get(k)) for k in ("iter", "train", "val"))):
+                raise ValueError(f"{path}: every entry of 'evals' should be an object with finite numbers 'iter', "
                                  f"'train' and 'val', but one is {json.dumps(entry)[:60]}")
+        if not math.isfinite(state["val_loss"]):  # a save writes the val loss it beat: always a finite one
+            raise ValueError(f"{path}: 'val_loss' should be a finite number, not {state['val_loss']}")
+        digests = state.get("sha256", {})  # older saves have none
+        if not (isinstance(digests, dict) and set(digests) <= set(_DIGESTED)
+                and all(isinstance(v, str) for v in digests.values())):
+            raise ValueError(f"{path}: 'sha256' should map some of {', '.join(_DIGESTED)} to their SHA-256, "
+                             f"not {json.dumps(digests)[:60]}")
         data_rng = np.random.default_rng()
         streams = {"data_rng": state["data_rng"], **{f"model_rngs[{i}]": s for i, s in enumerate(state["model_rngs"])}}
         for key, stream in streams.items():
@@ -381,7 +440,7 @@ class RunState:
         data_rng.bit_generator.state = state["data_rng"]
         return cls(options=state["options"], layout=Layout(**state["batch"]), data_rng=data_rng, iter=state["iter"],
                    history=history, evals=evals, val_loss=state["val_loss"], saved_iter=state["iter"],
-                   model_rngs=state["model_rngs"])
+                   model_rngs=state["model_rngs"], digests=digests)
 
 
 def _rank_seed(seed, step, rank):
@@ -400,6 +459,10 @@ def _is(value, kinds):
     return isinstance(value, kinds) and not isinstance(value, bool)
 
 
+def _is_finite(value):
+    return _is(value, _NUMBER) and math.isfinite(value)
+
+
 def _require_fields(path, obj, fields, prefix=""):
     for key, kinds in fields.items():
         if key not in obj:
@@ -409,29 +472,56 @@ def _require_fields(path, obj, fields, prefix=""):
 
 
 def _save_optimizer(path, state_dict):
-    """An optimizer's state_dict as one npz: its step count, its groups' hyper-parameters (JSON) and every buffer."""
-    arrays = {f"state.{i}.{name}": np.asarray(value) for i, buffers in state_dict["state"].items()
-              for name, value in buffers.items()}
+    """An optimizer's state_dict as one npz: its step count, its groups' hyper-parameters (JSON) and every buffer.
+
+    Returns the SHA-256 of those arrays (`_arrays_sha256`).
+    """
+    arrays = {"steps": np.int64(state_dict["steps"]), "param_groups": np.str_(json.dumps(state_dict["param_groups"])),
+              **{f"state.{i}.{name}": np.asarray(value) for i, buffers in state_dict["state"].items()
+                 for name, value in buffers.items()}}
     with open(path, "wb") as f:
-        np.savez(f, steps=np.int64(state_dict["steps"]), param_groups=np.str_(json.dumps(state_dict["param_groups"])),
-                 **arrays)
+        np.savez(f, **arrays)
+    return _arrays_sha256(arrays)
 
 
-def read_optimizer(folder, iteration):
-    """The optimizer state_dict in `folder`'s optimizer.npz; it must have taken `iteration` steps."""
+def _arrays_sha256(arrays):
+    """One SHA-256 of named arrays: each one's name, dtype, shape and bytes. An npz's own bytes would not do: its
+    zip entries carry the time they were written."""
+    digest = hashlib.sha256()
+    for name in sorted(arrays):
+        array = np.asarray(arrays[name])
+        digest.update(f"{name}:{array.dtype.str}:{array.shape}:".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def read_optimizer(folder, iteration, digest=None):
+    """The optimizer state_dict in `folder`'s optimizer.npz; it must have taken `iteration` steps, and its arrays
+    must have the SHA-256 `digest` where one is given (train_state.json's)."""
     path = _current(folder) / OPTIMIZER_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing")
+    if not zipfile.is_zipfile(path):  # np.load would read a lone .npy array, or refuse a pickle
+        with open(path, "rb") as f:
+            what = "a single .npy array" if f.read(6) == b"\x93NUMPY" else "something else"
+        raise ValueError(f"{path} is damaged: it is {what}, not the npz archive (a zip of arrays) that "
+                         "models.train writes")
     try:
-        with np.load(path) as f:
+        with np.load(path, allow_pickle=False) as f:
             arrays = {key: f[key] for key in f.files}
+        found = _arrays_sha256(arrays)
         groups = json.loads(str(arrays.pop("param_groups")))
         steps = int(arrays.pop("steps"))
-    except (OSError, ValueError, EOFError, KeyError, TypeError, zipfile.BadZipFile) as exc:
+    except ValueError as exc:
+        problem = "an entry holds Python objects, which models.train never writes" if "pickle" in str(exc) else exc
+        raise ValueError(f"{path} is damaged (ValueError: {problem})") from None
+    except (OSError, EOFError, KeyError, TypeError, zipfile.BadZipFile) as exc:
         raise ValueError(f"{path} is damaged ({type(exc).__name__}: {exc})") from None
     if steps != iteration:
         raise ValueError(f"{path} took {steps} steps but {STATE_FILE} is at iteration {iteration}; "
                          "the folder mixes two checkpoints")
+    if digest is not None and found != digest:
+        raise ValueError(_not_saved_with(path))
     state = {}
     for key, array in arrays.items():
         _, index, name = (key.split(".", 2) + ["", ""])[:3]
@@ -446,7 +536,7 @@ def load_model(folder, dropout=0.0):
     """The model and tokenizer of a checkpoint folder, or of a Hugging Face GPT-2 folder (with GPT-2's tokenizer).
 
     Refuses, in one line, a tokenizer whose vocabulary does not fit the model's
-    and weights that are not finite (they could only ever produce one token).
+    (GPT.from_pretrained refuses weights that are not finite).
     """
     folder = _current(folder)
     if (folder / ADAPTER_CONFIG_FILE).is_file():
@@ -474,9 +564,6 @@ def load_model(folder, dropout=0.0):
             raise ValueError(f"{folder} has no {TOKENIZER_FILE}, and GPT-2's tokenizer ({tokenizer.vocab_size} "
                              f"tokens) does not fit its model (vocab_size {vocab_size}); add the {TOKENIZER_FILE} "
                              "of the run that trained it")
-    for name, p in model.named_parameters():
-        if not np.isfinite(p.data).all():
-            raise ValueError(f"the weights in {folder} are damaged: {name} holds NaN or infinite values")
     return model, tokenizer
 
 
@@ -530,6 +617,14 @@ def resume(folder, args, check, world):
         print("resume: the checkpoint fixes the model, so it ignores " + ", ".join(ignored))
     run.layout = layout
     model, tokenizer = load_model(folder, dropout=args.dropout)
-    optimizer_state = read_optimizer(folder, run.iter)
+    optimizer_state = read_optimizer(folder, run.iter, run.digests.get(OPTIMIZER_FILE))
+    for name in (WEIGHTS_FILE, ADAPTERS_FILE):
+        if name in run.digests and _sha256(_current(folder) / name) != run.digests[name]:
+            raise ValueError(_not_saved_with(_current(folder) / name))
     run.restore_rngs(args.seed, world)
     return model, tokenizer, optimizer_state, run
+
+
+def _not_saved_with(path):
+    return (f"{path} is not the file saved with {STATE_FILE} (its SHA-256 differs): the folder mixes two "
+            "checkpoints, or the file was changed since")

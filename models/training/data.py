@@ -10,6 +10,8 @@ same stream whenever B·K·N is unchanged.
 The default corpus is Tiny Shakespeare, shipped with the package (see
 models/corpus/README.md), so the main job runs offline.
 """
+import json
+import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -40,6 +42,14 @@ class TokenData:
         ids = np.asarray(ids, dtype=np.int64)
         cut = int(len(ids) * (1 - val_fraction))
         self.splits = {"train": ids[:cut], "val": ids[cut:]}
+
+    def fingerprint(self, tokenizer):
+        """One line that differs wherever the tokenizer or the tokens differ: what MPI ranks compare."""
+        digest = zlib.crc32(json.dumps(tokenizer.to_dict(), sort_keys=True).encode())
+        for split in ("train", "val"):
+            digest = zlib.crc32(np.ascontiguousarray(self.splits[split]).tobytes(), digest)
+        return (f"a {tokenizer.kind} tokenizer of {tokenizer.vocab_size} tokens, {len(self.splits['train']):,} train "
+                f"/ {len(self.splits['val']):,} val tokens (CRC-32 {digest:08x})")
 
     def check_fits(self, block_size, splits=("train", "val")):
         """A one-line error unless each split holds more than `block_size` tokens (a block and its target)."""

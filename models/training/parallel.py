@@ -12,6 +12,10 @@ its block, `mean` returns its values. In a job of several ranks:
 - Ctrl-C, which mpiexec passes to every rank, is agreed on the same way
   (`interrupts_agreed`): a rank that stopped where the signal found it would leave
   another waiting for ever in a collective it was already inside.
+- The ranks must run alike: the same options, data, model and run state
+  (`agree`). A difference would hang the job (ranks that disagree on how long
+  to run wait for each other in different collectives) or let the replicas
+  drift apart in silence, so every rank stops, with one line naming it.
 - Rank 0 speaks for all (`followers_quiet`), writes the checkpoint and holds the
   folder's lock (`on_root`, `held_on_root`).
 """
@@ -26,6 +30,10 @@ from nn import distributed as dist
 
 class PeerFailed(Exception):
     """Another rank failed and says why; this rank stops without a word."""
+
+
+class Disagreement(ValueError):
+    """The ranks do not run alike (World.agree); every rank raises it at once."""
 
 
 class World:
@@ -96,6 +104,23 @@ class World:
     def gather(self, value):
         """Every rank's `value`, in rank order."""
         return dist.all_gather(value)
+
+    def agree(self, facts):
+        """Every rank's `facts` (name → a value with a readable str) are the same, or every rank raises one ValueError
+        (`Disagreement`) naming the first fact that differs and each rank's value (rank 0 reports it)."""
+        if self.size == 1:
+            return
+        everyone = self.gather(facts)
+        names = list(dict.fromkeys(name for ranks_facts in everyone for name in ranks_facts))
+        for name in names:
+            values = [ranks_facts.get(name, "nothing") for ranks_facts in everyone]
+            if any(value != values[0] for value in values):
+                groups = {}
+                for rank, value in enumerate(values):
+                    groups.setdefault(repr(value), (value, []))[1].append(rank)
+                said = ", ".join(f"rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))} "
+                                 f"{'have' if len(ranks) > 1 else 'has'} {value}" for value, ranks in groups.values())
+                raise Disagreement(f"ranks disagree on {name}: {said}")
 
     def all_reduce_gradients(self, model):
         dist.all_reduce_gradients(model)

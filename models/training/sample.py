@@ -5,6 +5,11 @@ gptgrad_tokenizer.json says how to tokenise) or any Hugging Face GPT-2 folder
 (config.json + model.safetensors; GPT-2's own tokenizer then). The prompt is
 --prompt's text or the whole of --prompt-file's (nanoGPT's FILE:path).
 """
+
+if __name__ == "__main__":  # before the imports below: a Ctrl-C while they load, or while the options are parsed,
+    from models.interrupts import exit_quietly_on_interrupt  # ends in one line, not a traceback
+    exit_quietly_on_interrupt("sample")
+
 import sys
 
 import autograd as ag

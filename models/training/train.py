@@ -20,9 +20,17 @@ Progress shows as a bar on a terminal, else as a plain line every --log-interval
 Read `train` first: the loop, as nanoGPT's, batch → forward/backward → clip →
 step, with an evaluation (and perhaps a save) every --eval-interval.
 """
+
+if __name__ == "__main__":  # before the imports below: a Ctrl-C while they load, or while the options are parsed,
+    from models.interrupts import exit_quietly_on_interrupt  # ends in one line, not a traceback
+    exit_quietly_on_interrupt("train")
+
 import argparse
 import contextlib
+import hashlib
+import json
 import math
+import os
 import sys
 import time
 import warnings
@@ -206,6 +214,69 @@ def check_combinations(args):
     if not args.init_from and not args.resume and args.n_embd % args.n_head:
         raise ValueError(f"--n-embd {args.n_embd} is not a multiple of --n-head {args.n_head}: "
                          "every head gets n_embd / n_head features")
+    if not args.init_from and not args.resume:  # a model from a folder is no larger than its weights file
+        check_memory(args, machine_memory())
+
+
+def check_memory(args, available):
+    """Refuse a new model that cannot fit in `available` bytes, from its size alone, before anything is allocated.
+
+    A lower bound: the parameters with their gradients and AdamW's two moments,
+    and the attention weights each layer keeps for backward (a character
+    tokenizer's vocabulary, unknown before the text is read, counts as one token).
+    """
+    vocab_size = GPTConfig.vocab_size if args.tokenizer == "gpt2" else 1
+    config = GPTConfig(vocab_size=vocab_size, block_size=args.block_size, n_layer=args.n_layer, n_head=args.n_head,
+                       n_embd=args.n_embd, bias=not args.no_bias)
+    itemsize = ag.get_default_dtype().itemsize
+    n_params = config.num_parameters()
+    weights = 4 * itemsize * n_params
+    attention = args.n_layer * args.batch_size * args.n_head * args.block_size ** 2 * itemsize
+    need = weights + attention
+    if available is not None and need > available:
+        raise ValueError(f"the model (--n-layer {args.n_layer}, --n-embd {args.n_embd}, --block-size "
+                         f"{args.block_size}) has {n_params:.3g} parameters, and training it with --batch-size "
+                         f"{args.batch_size} needs at least {need / 2 ** 30:,.1f} GiB ({weights / 2 ** 30:,.1f}"
+                         f" for each parameter's {itemsize}-byte weight, gradient and two AdamW moments, "
+                         f"{attention / 2 ** 30:,.1f} for the attention weights every layer keeps), but this machine "
+                         f"has {available / 2 ** 30:,.1f} GiB of memory: choose a smaller model or batch")
+
+
+def machine_memory():
+    """This machine's memory in bytes (os.sysconf, else /proc/meminfo), or None where neither says."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
+def option_facts(args):
+    """The options, as every rank of a job must have them alike (World.agree)."""
+    return {"--" + name.replace("_", "-"): "none (the default)" if value is None else value
+            for name, value in vars(args).items() if name != "given"}
+
+
+def started_facts(args, started):
+    """What every rank must have alike once `start` returned `started` (None: nothing to do): the options with the
+    checkpoint's merged in, the run state (its digest covers the checkpoint's weights and optimizer), the data and
+    the model's shape."""
+    facts = option_facts(args)
+    if started is None:
+        facts["the run state"] = "a checkpoint at --max-iters already, nothing to do"
+        return facts
+    model, tokenizer, data, optimizer, run = started
+    cfg = model.config
+    state = hashlib.sha256(json.dumps(run.to_json(run.digests), sort_keys=True).encode()).hexdigest()
+    facts["the run state"] = f"iteration {run.iter}, val loss {run.val_loss:.4f} (SHA-256 {state[:12]})"
+    facts["the data"] = data.fingerprint(tokenizer)
+    facts["the model"] = (f"{cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, block {cfg.block_size}, "
+                          f"vocab {cfg.vocab_size}, bias {cfg.bias}")
+    return facts
 
 
 def measure_peak_flops(device, n=1024, warm_up=2, at_least=8, seconds=0.3):
@@ -230,6 +301,7 @@ def train(args, world):
     world.on_root(checkpoint.recover, out_dir)  # the other ranks read the checkpoint once it is whole
     with world.together():
         started = start(args, world)
+    world.agree(started_facts(args, started))
     if started is None:
         return
     model, tokenizer, data, optimizer, run = started
@@ -489,8 +561,12 @@ def finish(model, tokenizer, data, run, args, progress):
     out_dir = Path(args.out_dir)
     print(saved_summary(run, args.max_iters, out_dir))
     if run.history:
-        plot_losses(out_dir / checkpoint.PLOT_FILE, run.history, run.evals)
-        print(f"wrote the loss curve to {out_dir / checkpoint.PLOT_FILE}")
+        try:
+            plot_losses(out_dir / checkpoint.PLOT_FILE, run.history, run.evals)
+            print(f"wrote the loss curve to {out_dir / checkpoint.PLOT_FILE}")
+        except OSError as exc:  # a full disk, say: the checkpoint is whole all the same, so the run goes on
+            print(f"train: could not write the loss curve {out_dir / checkpoint.PLOT_FILE} ({exc.strerror or exc}); "
+                  "the checkpoint beside it is whole", file=sys.stderr)
     speed = progress.speed()
     if speed:
         print(speed)
@@ -575,6 +651,7 @@ def main(argv=None):
     try:
         with warnings.catch_warnings(), world.followers_quiet():  # rank 0 speaks for all; a rank that fails says why
             warnings.simplefilter("ignore", RuntimeWarning)  # overflow on the way to a NaN: check_finite says it once
+            world.agree(option_facts(args))  # before anything that could make ranks that disagree wait for each other
             dist.init(args.device)
             lock = contextlib.nullcontext() if args.eval_only else checkpoint.writer_lock(args.out_dir)
             with world.interrupts_agreed(), world.held_on_root(lock):

@@ -5,8 +5,10 @@ there, as a kill would), and kill real training runs at random moments; each
 time the folder must load, hold weights, optimizer and state of one iteration,
 and resume exactly.
 """
+import errno
 import json
 import os
+import pickle
 import random
 import shutil
 import signal
@@ -27,6 +29,7 @@ from models.gpt2 import GPT, GPTConfig
 from models.tokenizer import CharTokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
+PLAIN_FILES = sorted(set(checkpoint.FILES) - {checkpoint.ADAPTER_CONFIG_FILE, checkpoint.ADAPTERS_FILE})  # no LoRA
 
 
 class Run:
@@ -95,7 +98,7 @@ def test_save_then_load_gives_back_every_part(tmp_path):
         run.step()
     run.save(tmp_path / "out")
     assert held_iteration(tmp_path / "out", run) == 3
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(checkpoint.FILES)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == PLAIN_FILES
     assert siblings(tmp_path) == ["out"]  # nothing left beside it
 
 
@@ -247,8 +250,265 @@ def test_a_save_clears_what_an_interrupted_one_left(tmp_path):
     run.step()
     run.save(tmp_path / "out")
     assert siblings(tmp_path) == ["out"]
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(checkpoint.FILES)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == PLAIN_FILES
     assert held_iteration(tmp_path / "out", run) == 2
+
+
+# ---- a save the system refuses: one line, the previous checkpoint intact, nothing left behind -------------
+
+
+class Refusals:
+    """Every write a save makes goes through here; the `fail_at`-th raises OSError(code), as a full (ENOSPC) or
+    read-only (EROFS) disk would: at opening a file, in the middle of writing one, at a flush, a rename, a link."""
+
+    def __init__(self, monkeypatch, fail_at, code):
+        import builtins
+        import io
+        from safetensors import SafetensorError
+        import safetensors.numpy
+
+        self.calls, self.fail_at, self.code, self.where = 0, fail_at, code, None
+        real_open = builtins.open
+        refusals = self
+
+        class HalfWritten:  # a file whose disk fills up after its first write (np.savez writes hundreds of times)
+            def __init__(self, f):
+                self._f, self._writes = f, 0
+
+            def write(self, data):
+                self._writes += 1
+                if self._writes == 2:
+                    refusals.maybe_refuse("write", self._f.name)
+                return self._f.write(data)
+
+            def __getattr__(self, name):
+                return getattr(self._f, name)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                self._f.close()
+
+        def opened(file, mode="r", *args, **kwargs):
+            f = real_open(file, mode, *args, **kwargs)
+            if any(c in mode for c in "wax+"):
+                try:
+                    self.maybe_refuse("open", file)
+                except OSError:
+                    f.close()
+                    raise
+                return HalfWritten(f)
+            return f
+
+        def refusing(name, real):
+            def call(*args, **kwargs):
+                if not (name == "mkdir" and os.path.lexists(args[0])):  # that one fails as it is (EEXIST)
+                    self.maybe_refuse(name, args[0] if args else None)
+                return real(*args, **kwargs)
+            return call
+
+        real_save_file = safetensors.numpy.save_file
+
+        def save_file(tensors, filename, metadata=None):
+            if self.tick():  # safetensors' own error, which is no OSError
+                self.where = ("safetensors", filename)
+                with real_open(filename, "wb") as f:
+                    f.write(b"half")
+                raise SafetensorError(f"Error while serializing: I/O error: {os.strerror(code)} (os error {code})")
+            return real_save_file(tensors, filename, metadata=metadata)
+
+        monkeypatch.setattr(builtins, "open", opened)
+        monkeypatch.setattr(io, "open", opened)
+        monkeypatch.setattr(safetensors.numpy, "save_file", save_file)
+        for module, name in [(os, "mkdir"), (os, "replace"), (os, "rename"), (os, "link"), (os, "fsync"),
+                             (os, "chmod"), (shutil, "copy2"), (checkpoint, "_exchange")]:
+            monkeypatch.setattr(module, name, refusing(name, getattr(module, name)))
+
+    def tick(self):
+        self.calls += 1
+        return self.calls == self.fail_at
+
+    def maybe_refuse(self, name, filename):
+        if self.tick():
+            self.where = (name, filename)
+            raise OSError(self.code, os.strerror(self.code), filename)
+
+
+def checkpoint_files(tmp_path):
+    """Every path under tmp_path (the folders and what is in them), to see that a failed save left nothing."""
+    return sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EIO], ids=["full", "read-only", "io-error"])
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
+def test_a_save_the_system_refuses_at_any_write_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch,
+                                                                                            code, exchange):
+    if not exchange:
+        monkeypatch.setattr(checkpoint, "_exchange", lambda a, b: False)
+    run = Run()
+    run.step()
+    run.save(tmp_path / "old")
+    run.step()
+    run.save(tmp_path / "new")
+    whole = {1: contents(tmp_path / "old"), 2: contents(tmp_path / "new")}
+    folder = tmp_path / "out"
+    refused = []
+    for k in range(1, 500):
+        shutil.copytree(tmp_path / "old", folder)
+        (folder / "loss.png").write_bytes(b"a plot")  # linked, or copied, into the new checkpoint
+        files = checkpoint_files(tmp_path)
+        with monkeypatch.context() as patch:
+            refusals = Refusals(patch, k, code)
+            try:
+                run.save(folder)
+            except checkpoint.SaveFailed as exc:
+                error = exc
+            else:
+                error = None
+        if refusals.calls < k:  # the save ran to its end before its k-th write
+            break
+        if error is None:  # a refusal it works around: a hard link, where it copies the plot instead
+            assert refusals.where[0] == "link" and contents(folder) == {**whole[2], "loss.png": b"a plot"}
+            shutil.rmtree(folder)
+            continue
+        message = str(error)
+        assert "\n" not in message and message.startswith(
+            f"could not save the checkpoint of iteration 2 into {folder}: writing "), message
+        assert f" failed ({os.strerror(code)}); " in message, message
+        held = checkpoint.RunState.load(folder).iter
+        assert contents(folder) == {**whole[held], "loss.png": b"a plot"}, f"write {k}: {refusals.where}"
+        intact = "the folder still holds the checkpoint of iteration 1, intact, and nothing of the failed save is left"
+        assert message.endswith(intact if held == 1 else "the new checkpoint is in place all the same, and nothing "
+                                "of the failed save is left"), message
+        assert checkpoint_files(tmp_path) == files, f"write {k} ({refusals.where}) left something behind"
+        refused.append((held, refusals.where[0]))
+        shutil.rmtree(folder)
+    assert held_iteration(folder, run) == 2
+    kinds = {where for _, where in refused}
+    assert {"open", "write", "safetensors", "mkdir", "fsync", "replace"} <= kinds, kinds
+    assert {"rename", "_exchange"} & kinds, kinds
+    assert len(refused) > 15 and {held for held, _ in refused} <= {1, 2}
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
+def test_a_first_save_the_system_refuses_leaves_no_folder(tmp_path, monkeypatch, code):
+    run = Run()
+    run.step()
+    for k in range(1, 200):
+        with monkeypatch.context() as patch:
+            Refusals(patch, k, code)
+            try:
+                run.save(tmp_path / "out")
+            except checkpoint.SaveFailed as exc:
+                message = str(exc)
+            else:
+                break
+        if checkpoint.saved_iteration(tmp_path / "out") == 1:  # refused after the rename: flushing the folder
+            assert message.endswith("the new checkpoint is in place all the same, and nothing of the failed save "
+                                    "is left"), message
+            assert held_iteration(tmp_path / "out", run) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+            shutil.rmtree(tmp_path / "out")
+            continue
+        assert message.endswith("the folder held no checkpoint before and holds none now, and nothing of the "
+                                "failed save is left"), message
+        assert list(tmp_path.iterdir()) == []
+    assert held_iteration(tmp_path / "out", run) == 1
+
+
+def test_training_on_a_disk_that_fills_up_ends_in_one_line_with_the_checkpoint_it_keeps(tmp_path, small_text,
+                                                                                      monkeypatch, capsys):
+    saves = []
+    real = checkpoint._save_optimizer
+
+    def optimizer_then_full(path, state_dict):
+        saves.append(path)
+        if len(saves) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real(path, state_dict)
+    monkeypatch.setattr(checkpoint, "_save_optimizer", optimizer_then_full)
+    folder = tmp_path / "out"
+    code = train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", "6", "--eval-interval", "2",
+                       "--always-save", "--out-dir", str(folder)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err == (f"train: error: could not save the checkpoint of iteration 4 into {folder}: writing optimizer.npz "
+                   "failed (No space left on device); the folder still holds the checkpoint of iteration 2, intact, "
+                   "and nothing of the failed save is left\n")
+    assert checkpoint.saved_iteration(folder) == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["data.txt", "out"]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """mount(size, read_only=False): a fresh tmpfs of `size` ("80k") at tmp_path/disk, unmounted afterwards. Needs
+    the right to mount (root in a container that allows it); the tests that use it skip without."""
+    point = tmp_path / "disk"
+    point.mkdir()
+    mounted = []
+
+    def mount(size=None, read_only=False):
+        options = f"remount,{'ro' if read_only else 'rw'}" if size is None else f"size={size}"
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True)
+        if done.returncode:
+            pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()})")
+        mounted.append(point)
+        return point
+
+    yield mount
+    if mounted:
+        subprocess.run(["umount", str(point)], capture_output=True)
+
+
+@pytest.mark.parametrize("size, last", [("40k", None), ("88k", 2), ("108k", 2), ("144k", 2)])
+def test_training_onto_a_disk_too_small_ends_in_one_line_naming_what_it_keeps(small_disk, small_text, capsys, size,
+                                                                             last):
+    """A real full disk (a tmpfs of `size`): the first save, or the second (old and new side by side), runs out."""
+    folder = small_disk(size) / "out"
+    code = train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", "6", "--eval-interval", "2",
+                       "--always-save", "--out-dir", str(folder)])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith(f"train: error: could not save the checkpoint of iteration {2 if last is None else 4} "
+                          f"into {folder}: writing ")
+    assert " failed (No space left on device); " in err
+    if last is None:
+        assert err.endswith("the folder held no checkpoint before and holds none now, and nothing of the failed "
+                            "save is left\n")
+        assert list(folder.parent.iterdir()) == []
+    else:
+        assert err.endswith(f"the folder still holds the checkpoint of iteration {last}, intact, and nothing of the "
+                            "failed save is left\n")
+        assert sorted(p.name for p in folder.parent.iterdir()) == ["out"]
+        assert sorted(p.name for p in folder.iterdir()) == PLAIN_FILES
+        checkpoint.load_model(folder)
+        assert checkpoint.RunState.load(folder).iter == last
+
+
+def test_a_full_disk_for_the_loss_curve_is_one_line_and_the_run_ends_well(small_disk, small_text, capsys):
+    folder = small_disk("100k") / "out"  # the checkpoint fits, its picture does not
+    code = train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", "2", "--eval-interval", "2",
+                       "--out-dir", str(folder)])
+    out, err = capsys.readouterr()
+    assert code == 0 and "holds the checkpoint of iteration 2" in out
+    assert err == (f"train: could not write the loss curve {folder / 'loss.png'} (No space left on device); the "
+                   "checkpoint beside it is whole\n")
+    assert sorted(p.name for p in folder.iterdir()) == PLAIN_FILES
+
+
+def test_a_read_only_disk_is_refused_at_parse_time_and_still_read(small_disk, small_text, capsys):
+    folder = small_disk("1m") / "out"
+    assert train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", "2", "--out-dir", str(folder)]) == 0
+    small_disk(read_only=True)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        train.main(["--resume", "--max-iters", "4", "--out-dir", str(folder)])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (f"python -m models.train: error: argument --out-dir: cannot write {folder}: "
+                                       f"{folder.parent} is not writable (see --help)\n")
+    from models import sample
+    assert sample.main([str(folder), "--max-new-tokens", "3"]) == 0
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
 
 # ---- broken files: one line naming the file and what is wrong ---------------------------------
@@ -274,11 +534,11 @@ def drop_key(key):
     return lambda obj: {k: v for k, v in obj.items() if k != key}
 
 
-def rewrite_npz(path, drop=None, add=None):
+def rewrite_npz(path, drop=None, add=None, objects=False):
     with np.load(path) as f:
         arrays = {key: f[key] for key in f.files if key != drop}
     if add:
-        arrays[add] = np.zeros(2)
+        arrays[add] = np.array([{"a": 1}, None], dtype=object) if objects else np.zeros(2)
     with open(path, "wb") as f:
         np.savez(f, **arrays)
 
@@ -289,6 +549,18 @@ def other_optimizer(folder):
     run.step()
     run.save(folder.parent / "older")
     shutil.copy(folder.parent / "older" / "optimizer.npz", folder / "optimizer.npz")
+
+
+def npy_as_npz(path):
+    with open(path, "wb") as f:  # np.save(path) would add .npy to the name
+        np.save(f, np.zeros(3))
+
+
+def inf_weights(folder):
+    from safetensors.numpy import load_file, save_file
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors["transformer.ln_f.bias"][0] = np.inf
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
 
 
 def nan_weights(folder):
@@ -343,6 +615,51 @@ BROKEN = {
                           "model.safetensors is not a whole safetensors file"),
     "config a list": (lambda f: (f / "config.json").write_text("[]"),
                       "config.json should hold a JSON object {...}, but holds an array"),
+    "optimizer a .npy": (lambda f: npy_as_npz(f / "optimizer.npz"),
+                         "optimizer.npz is damaged: it is a single .npy array, not the npz archive"),
+    "optimizer random bytes": (lambda f: (f / "optimizer.npz").write_bytes(np.random.default_rng(0).bytes(4096)),
+                               "optimizer.npz is damaged: it is something else, not the npz archive"),
+    "optimizer a pickle": (lambda f: (f / "optimizer.npz").write_bytes(pickle.dumps({"steps": 2})),
+                           "optimizer.npz is damaged: it is something else, not the npz archive"),
+    "optimizer with Python objects": (lambda f: rewrite_npz(f / "optimizer.npz", add="state.0.extra", objects=True),
+                                      "optimizer.npz is damaged (ValueError: an entry holds Python objects"),
+    "optimizer empty": (lambda f: (f / "optimizer.npz").write_bytes(b""),
+                        "optimizer.npz is damaged: it is something else"),
+    "state val_loss NaN": (edit_json("train_state.json", set_key("val_loss", float("nan"))),
+                           "train_state.json: 'val_loss' should be a finite number, not nan"),
+    "state val_loss Infinity": (edit_json("train_state.json", set_key("val_loss", float("inf"))),
+                                "train_state.json: 'val_loss' should be a finite number, not inf"),
+    "state val_loss a string": (edit_json("train_state.json", set_key("val_loss", "1.0")),
+                                "'val_loss' should be a number, not a string"),
+    "state history NaN": (edit_json("train_state.json", set_key("history", [1.0, float("nan")])),
+                          "'history' should hold finite numbers, the losses of the iterations, but holds NaN"),
+    "state evals -Infinity": (edit_json("train_state.json", set_key("evals", [{"iter": 2, "train": 1.0,
+                                                                               "val": float("-inf")}])),
+                              "every entry of 'evals' should be an object with finite numbers"),
+    "state sha256 garbage": (edit_json("train_state.json", set_key("sha256", {"/etc/passwd": "x"})),
+                             "'sha256' should map some of model.safetensors, adapters.safetensors, optimizer.npz to "
+                             "their SHA-256"),
+    "state deep": (lambda f: (f / "train_state.json").write_text("[" * 100000 + "]" * 100000),
+                   "train_state.json nests arrays or objects more than 64 deep"),
+    "state huge": (lambda f: os.truncate(f / "train_state.json", 2 ** 30),
+                   "train_state.json is 1,073,741,824 bytes, more than the 268,435,456"),
+    "tokenizer deep": (lambda f: (f / "gptgrad_tokenizer.json").write_text('{"kind": ' + "[" * 5000 + "]" * 5000 + "}"),
+                       "gptgrad_tokenizer.json nests arrays or objects more than 64 deep"),
+    "tokenizer names /dev/zero": (lambda f: (f / "gptgrad_tokenizer.json").write_text(json.dumps(
+        {"kind": "gpt2", "encoder_json": "/dev/zero", "vocab_bpe": "/dev/zero"})),
+        "gptgrad_tokenizer.json does not describe a tokenizer: GPT2Tokenizer.from_dict: the description names files"),
+    "tokenizer bad regex": (lambda f: (f / "gptgrad_tokenizer.json").write_text(json.dumps(
+        {"kind": "byte_bpe", "merges": [], "pattern": "(?P<x"})),
+        "gptgrad_tokenizer.json does not describe a tokenizer: ByteBPETokenizer: the pre-tokenisation pattern"),
+    "tokenizer chars unsorted": (edit_json("gptgrad_tokenizer.json", set_key("chars", "hgfedcba")),
+                                 "'chars' should be a string of distinct characters in sorted order"),
+    "tokenizer chars a list": (edit_json("gptgrad_tokenizer.json", set_key("chars", list("abcdefgh"))),
+                               "'chars' should be a string of distinct characters"),
+    "config bias no": (edit_json("config.json", set_key("bias", "no")),
+                       "config.json's \"bias\" should be true or false, not 'no'"),
+    "config a billion layers": (edit_json("config.json", set_key("n_layer", 10 ** 9)),
+                                "config.json does not describe the weights beside it: n_layer 1000000000"),
+    "inf weights": (inf_weights, "holds NaN or infinite values"),
 }
 
 
@@ -370,7 +687,7 @@ def test_a_broken_file_is_named_in_one_line(saved, name):
         load_all(folder)
     text = str(error.value)
     assert message in text and "\n" not in text
-    assert str(folder) in text
+    assert str(folder) in text and "allow_pickle" not in text
 
 
 def test_an_optimizer_of_another_model_does_not_load(saved, tmp_path):
@@ -400,7 +717,10 @@ TINY_RUN = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size",
 
 
 @pytest.mark.parametrize("name", ["truncated optimizer", "state lacks iter", "tokenizer of another vocabulary",
-                                  "NaN weights", "truncated weights", "config a list"])
+                                  "NaN weights", "truncated weights", "config a list", "optimizer a .npy",
+                                  "optimizer random bytes", "state val_loss NaN", "state history NaN", "state deep",
+                                  "tokenizer names /dev/zero", "tokenizer bad regex", "config bias no",
+                                  "config a billion layers", "inf weights"])
 def test_train_resume_and_sample_say_what_is_broken_in_one_line(tmp_path, small_text, name, capsys):
     from models import sample
     folder = tmp_path / "out"
@@ -412,10 +732,48 @@ def test_train_resume_and_sample_say_what_is_broken_in_one_line(tmp_path, small_
     err = capsys.readouterr().err
     assert code == 1 and err.startswith("train: error:") and BROKEN[name][1] in err and err.count("\n") == 1
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # nothing written over it
-    if name not in ("truncated optimizer", "state lacks iter"):  # the files sample reads
+    if not name.startswith(("optimizer", "truncated optimizer", "state")):  # the files sample reads
         assert sample.main([str(folder)]) == 1
         err = capsys.readouterr().err
         assert err.startswith("sample: error:") and BROKEN[name][1] in err and err.count("\n") == 1
+
+
+def two_runs(tmp_path, small_text, seeds=("1", "2"), iters=("4", "4")):
+    """Two checkpoint folders a/ and b/ of tiny runs (each of its seed and length), every file whole."""
+    for folder, seed, n in zip("ab", seeds, iters):
+        assert train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", n, "--eval-interval", "2",
+                           "--always-save", "--seed", seed, "--out-dir", str(tmp_path / folder)]) == 0
+    return tmp_path / "a", tmp_path / "b"
+
+
+@pytest.mark.parametrize("name, seeds, iters, message", [
+    ("model.safetensors", ("1", "2"), ("4", "4"), "is not the file saved with train_state.json (its SHA-256 differs)"),
+    ("model.safetensors", ("1", "1"), ("4", "2"), "is not the file saved with train_state.json (its SHA-256 differs)"),
+    ("optimizer.npz", ("1", "2"), ("4", "4"), "is not the file saved with train_state.json (its SHA-256 differs)"),
+    ("optimizer.npz", ("1", "1"), ("4", "2"), "took 2 steps but train_state.json is at iteration 4"),
+])
+def test_a_whole_file_of_another_run_or_iteration_is_refused_on_resume(tmp_path, small_text, capsys, name, seeds,
+                                                                       iters, message):
+    """Each file loads on its own; only the run state's record of the others finds that they do not belong."""
+    a, b = two_runs(tmp_path, small_text, seeds, iters)
+    shutil.copy(b / name, a / name)
+    before = {p.name: p.read_bytes() for p in a.iterdir()}
+    capsys.readouterr()
+    assert train.main(["--out-dir", str(a), "--resume", "--max-iters", "6", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"train: error: {a / name} {message}" + (
+        "; the folder mixes two checkpoints\n" if "took" in message else
+        ": the folder mixes two checkpoints, or the file was changed since\n")
+    assert {p.name: p.read_bytes() for p in a.iterdir()} == before
+
+
+def test_a_resumed_checkpoint_without_digests_still_resumes(tmp_path, small_text, capsys):
+    """A checkpoint saved before train_state.json recorded its files' SHA-256 resumes as it did."""
+    a, _ = two_runs(tmp_path, small_text, iters=("4", "2"))
+    edit_json("train_state.json", drop_key("sha256"))(a)
+    assert train.main(["--out-dir", str(a), "--resume", "--max-iters", "6", "--no-progress"]) == 0
+    assert checkpoint.RunState.load(a).iter == 6 and set(checkpoint.RunState.load(a).digests) == {
+        "model.safetensors", "optimizer.npz"}
 
 
 @pytest.mark.interop

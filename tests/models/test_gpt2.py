@@ -1,7 +1,6 @@
 """Tests for models.gpt2 on tiny configs: names and shapes as GPT-2's, initialisation,
 forward and loss, gradients against finite differences, the KV cache and sampling, cropping."""
 
-import json
 import math
 
 import numpy as np
@@ -359,6 +358,10 @@ def test_generate_keeps_the_input_kind_and_mode():
     (dict(top_p=1.5), "top_p must be a number in (0, 1] or None, got 1.5"),
     (dict(top_p=float("nan")), "top_p must be a number in (0, 1] or None, got nan"),
     (dict(max_new_tokens=-1), "max_new_tokens must be a non-negative integer, got -1"),
+    (dict(max_new_tokens=True), "max_new_tokens must be a non-negative integer, got True"),
+    (dict(max_new_tokens=np.bool_(True)), f"max_new_tokens must be a non-negative integer, got {np.bool_(True)!r}"),
+    (dict(max_new_tokens=2.0), "max_new_tokens must be a non-negative integer, got 2.0"),
+    (dict(temperature=True), "temperature must be a finite number >= 0 (0 is greedy), got True"),
 ])
 def test_generate_rejects_bad_options(kwargs, message):
     with pytest.raises(ValueError) as error:
@@ -392,3 +395,27 @@ def test_the_filters_work_row_by_row_on_any_leading_shape():
     even = np.full((2, 4), 0.25)
     np.testing.assert_array_equal(top_p_mask(even, 0.5), [[1, 1, 0, 0]] * 2)  # ties by id, as argmax
 
+
+
+
+@pytest.mark.parametrize("temperature", [1e-320, 5e-324, 1e-300, 1e-200, 1e-30])
+def test_a_temperature_so_small_that_logits_over_it_overflow_is_greedy(temperature):
+    logits = np.array([[1.0, 3.0, 2.0, -1e300], [50.0, -50.0, 700.0, 699.0], [-3.0, -1.0, -2.0, -1.0000001]])
+    ag.manual_seed(0)
+    for _ in range(20):
+        np.testing.assert_array_equal(sample(logits, temperature=temperature), [1, 2, 1])
+        np.testing.assert_array_equal(sample(logits, temperature=temperature, top_k=2, top_p=0.5), [1, 2, 1])
+
+
+def test_a_tiny_temperature_shares_a_tie_between_the_tied_tokens():
+    logits = np.array([[0.0, 5.0, -1.0, 5.0]] * 400)
+    ag.manual_seed(0)
+    picks = sample(logits, temperature=1e-320)
+    assert set(picks) == {1, 3} and 150 < (picks == 1).sum() < 250
+
+
+def test_generate_with_a_tiny_temperature_is_greedy():
+    model = tiny()
+    greedy = model.generate([[4, 4, 2]], 10, temperature=0)
+    ag.manual_seed(0)
+    assert model.generate([[4, 4, 2]], 10, temperature=1e-320) == greedy

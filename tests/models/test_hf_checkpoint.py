@@ -3,6 +3,7 @@ both Hugging Face layouts, sharded weights, the tied head, clear errors, atomic 
 transformers itself reads and writes these folders in test_gpt2_interop.py."""
 
 import json
+import os
 import re
 
 import numpy as np
@@ -181,14 +182,79 @@ def _shard(folder, weight_map):
      "model.safetensors.index.json should map tensor names to shard files in 'weight_map'"),
     (lambda f: _shard(f, {"transformer.wte.weight": "model-00002-of-00002.safetensors"}),
      "model-00002-of-00002.safetensors is missing"),
+    (lambda f: _shard(f, {"transformer.wte.weight": "/dev/zero"}),
+     "names the shard '/dev/zero', which is not a file name in its folder"),
+    (lambda f: _shard(f, {"transformer.wte.weight": "../other/model.safetensors"}),
+     "names the shard '../other/model.safetensors', which is not a file name in its folder"),
+    (lambda f: _shard(f, {"transformer.wte.weight": ".."}), "names the shard '..', which is not a file name"),
+    (_edit_config(lambda hf: {**hf, "bias": "no"}), "config.json's \"bias\" should be true or false, not 'no'"),
+    (_edit_config(lambda hf: {**hf, "bias": 0}), "config.json's \"bias\" should be true or false, not 0"),
+    (_edit_config(lambda hf: {**hf, "bias": None}), "config.json's \"bias\" should be true or false, not None"),
+    (_edit_config(lambda hf: {**hf, "n_layer": 1000000000}),
+     "config.json does not describe the weights beside it: n_layer 1000000000 (the weights have 2)"),
+    (_edit_config(lambda hf: {**hf, "vocab_size": 10 ** 12}),
+     "config.json does not describe the weights beside it: vocab_size 1000000000000 (the weights have 11)"),
+    (_edit_config(lambda hf: {**hf, "n_positions": 10 ** 9, "n_embd": 10 ** 6}),
+     "n_embd 1000000 (the weights have 8); block_size 1000000000 (the weights have 8)"),
+    (_edit_config(lambda hf: {**hf, "n_head": 10 ** 9}),
+     "config.json: GPTConfig: n_embd=8 is not divisible by n_head=1000000000"),
+    (_edit_config(lambda hf: {**hf, "layer_norm_epsilon": float("nan")}),
+     "config.json: GPTConfig: layer_norm_epsilon must be a positive number, got nan"),
+    (lambda f: (f / "config.json").write_text("[" * 100000 + "]" * 100000),
+     "config.json nests arrays or objects more than 64 deep"),
+    (lambda f: (f / "config.json").write_text('{"a": ' + "[" * 65 + "]" * 65 + "}"),
+     "config.json nests arrays or objects more than 64 deep"),
+    (lambda f: os.truncate(f / "config.json", 300 * 2 ** 20),
+     "config.json is 314,572,800 bytes, more than the 268,435,456 a JSON file here may have"),
+    (lambda f: _rewrite_weights(f, drop="transformer.wte.weight"),
+     "model.safetensors: transformer.wte.weight is missing; GPT-2's weights hold it as a 2-D table"),
+    (lambda f: _rewrite_weights(f, change=("transformer.wpe.weight", np.zeros(8, np.float32))),
+     "model.safetensors: transformer.wpe.weight has shape (8,)"),
+    (lambda f: _rewrite_weights(f, change=("transformer.h.1.mlp.c_fc.bias", np.full(32, np.nan, np.float32))),
+     "the weights in {folder} are damaged: transformer.h.1.mlp.c_fc.bias holds NaN or infinite values"),
+    (lambda f: _rewrite_weights(f, change=("transformer.wte.weight", np.full((11, 8), -np.inf, np.float32))),
+     "the weights in {folder} are damaged: transformer.wte.weight holds NaN or infinite values"),
 ])
-def test_a_broken_file_is_one_line_naming_it(tmp_path, damage, message):
-    tiny().save_pretrained(tmp_path)
+def test_a_broken_file_is_one_line_naming_it(tmp_path, damage, message, monkeypatch):
+    tiny(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8).save_pretrained(tmp_path)
     damage(tmp_path)
+    built = []
+    monkeypatch.setattr(GPT, "__init__", lambda self, config: built.append(config))
     with pytest.raises((ValueError, FileNotFoundError)) as error:
         GPT.from_pretrained(tmp_path)
     text = str(error.value)
-    assert message in text and str(tmp_path) in text and "\n" not in text
+    assert message.replace("{folder}", str(tmp_path)) in text and str(tmp_path) in text and "\n" not in text
+    assert built == []  # refused before a model was built
+
+
+def _rewrite_weights(folder, drop=None, change=None):
+    from safetensors.numpy import load_file, save_file
+    tensors = {k: v for k, v in load_file(str(folder / "model.safetensors")).items() if k != drop}
+    if change:
+        tensors[change[0]] = change[1]
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_config_bias_is_read_as_a_bool_and_builds_what_it_says(tmp_path, bias):
+    tiny(bias=bias).save_pretrained(tmp_path)
+    loaded = GPT.from_pretrained(tmp_path)
+    assert loaded.config.bias is bias
+    assert any(name.endswith(".bias") for name, _ in loaded.named_parameters()) is bias
+
+
+@pytest.mark.parametrize("bias", ["no", "false", 0, 1, None, [False]])
+def test_gptconfig_refuses_a_bias_that_is_not_a_bool(bias):
+    with pytest.raises(ValueError, match=f"GPTConfig: bias must be True or False, got {re.escape(repr(bias))}"):
+        GPTConfig(bias=bias)
+
+
+@pytest.mark.parametrize("config", [dict(), dict(bias=False), dict(vocab_size=3, block_size=1, n_layer=1, n_head=1,
+                                                                   n_embd=1), dict(n_layer=3, n_embd=48, n_head=6)])
+def test_num_parameters_counts_what_gpt_builds(config):
+    c = GPTConfig(**config)
+    assert c.num_parameters() == GPT(c).num_parameters()
+    assert GPTConfig(n_layer=10 ** 7).num_parameters() > 7 * 10 ** 13  # counted, not built
 
 
 class _Interrupted(Exception):

@@ -10,7 +10,7 @@ MODELS = Path(models.__file__).resolve().parent
 FAMILIES = {"lessons": {"bigram", "softmax", "tiny", "neuron", "value_nn", "moons"},
             "gpt": {"gpt2", "gpt2_params", "hf_checkpoint", "sampling", "tokenizer"},
             "training": {"train", "sample", "checkpoint", "parallel", "data"}}
-SHARED = {"cli", "numbers", "io"}
+SHARED = {"cli", "numbers", "io", "interrupts"}
 
 
 def modules_in(folder):

@@ -192,3 +192,105 @@ def test_rank_0_alone_holds_the_folder_lock(monkeypatch):
     with pytest.raises(parallel.PeerFailed, match="rank 0 failed"):
         with world.held_on_root(lock()):
             pass
+
+
+# ---- the ranks agree on the options, the data, the model and the run state ---------------------------
+
+
+def with_others(monkeypatch, rank, world_size, change):
+    """As as_rank, but every other rank gathers `change(facts)` where this one gathers the dict `facts`."""
+    world = as_rank(monkeypatch, rank, world_size)
+    monkeypatch.setattr(dist, "all_gather", lambda obj: [
+        obj if r == rank else change(r, obj) if isinstance(obj, dict) else None for r in range(world_size)])
+    return world
+
+
+def test_ranks_with_the_same_facts_agree(monkeypatch):
+    world = with_others(monkeypatch, 1, 3, lambda r, facts: dict(facts))
+    assert world.agree({"--max-iters": 20, "the data": "65 tokens"}) is None
+
+
+@pytest.mark.parametrize("rank, world_size, change, message", [
+    (0, 2, lambda r, f: {**f, "--max-iters": 30}, "ranks disagree on --max-iters: rank 0 has 20, rank 1 has 30"),
+    (1, 2, lambda r, f: {**f, "--lr": 0.1}, "ranks disagree on --lr: rank 0 has 0.1, rank 1 has 0.002"),
+    (0, 4, lambda r, f: {**f, "--seed": 7} if r == 2 else f,
+     "ranks disagree on --seed: ranks 0, 1, 3 have 1337, rank 2 has 7"),
+    (0, 2, lambda r, f: {k: v for k, v in f.items() if k != "the data"},
+     "ranks disagree on the data: rank 0 has 65 tokens, rank 1 has nothing"),
+    (0, 3, lambda r, f: {**f, "--max-iters": 20 + r, "--lr": r},
+     "ranks disagree on --max-iters: rank 0 has 20, rank 1 has 21, rank 2 has 22"),  # the first that differs
+    (2, 3, lambda r, f: {**f, "--lr": 0.1}, "ranks disagree on --lr: ranks 0, 1 have 0.1, rank 2 has 0.002"),
+])
+def test_the_first_fact_the_ranks_disagree_on_is_named_with_every_ranks_value(monkeypatch, rank, world_size,
+                                                                               change, message):
+    world = with_others(monkeypatch, rank, world_size, change)
+    facts = {"--max-iters": 20, "--lr": 0.002, "--seed": 1337, "the data": "65 tokens"}
+    with pytest.raises(parallel.Disagreement) as info:
+        world.agree(facts)
+    assert str(info.value) == message
+    assert world.error_prefix(info.value) == ("" if rank == 0 else None)  # rank 0 alone says it
+
+
+def test_alone_there_is_no_one_to_disagree_with(monkeypatch):
+    world = as_rank(monkeypatch, 0, world_size=1)
+    monkeypatch.setattr(dist, "all_gather", lambda obj: pytest.fail("a single process gathers nothing"))
+    assert world.agree({"--max-iters": 20}) is None
+
+
+TRAIN = ["--n-layer", "1", "--n-head", "2", "--n-embd", "8", "--block-size", "8", "--batch-size", "2",
+         "--eval-iters", "1", "--eval-interval", "2", "--max-iters", "4", "--peak-tflops", "1", "--no-progress",
+         "--sample-tokens", "0"]
+
+
+def train_as_rank(monkeypatch, rank, change, argv):
+    """models.train's main as `rank` of two, the other rank gathering change(facts) where this one has facts; no
+    collective beyond the fakes is reached (the job ends at the disagreement)."""
+    from models import train
+    with_others(monkeypatch, rank, 2, lambda r, facts: change(facts))
+    monkeypatch.setattr(dist, "init", lambda device="cpu": None)
+    monkeypatch.setattr(dist, "broadcast_parameters", lambda model: pytest.fail("the ranks disagreed: no training"))
+    return train.main([*TRAIN, *argv])
+
+
+@pytest.mark.parametrize("option, other, shown", [
+    ("--max-iters", 30, "rank 0 has 4, rank 1 has 30"),
+    ("--lr", 0.1, "rank 0 has 0.002, rank 1 has 0.1"),
+    ("--seed", 7, "rank 0 has 1337, rank 1 has 7"),
+    ("--eval-interval", 3, "rank 0 has 2, rank 1 has 3"),
+    ("--batch-size", 4, "rank 0 has 2, rank 1 has 4"),
+    ("--grad-accum", 2, "rank 0 has 1, rank 1 has 2"),
+    ("--dropout", 0.1, "rank 0 has 0.0, rank 1 has 0.1"),
+    ("--resume", True, "rank 0 has False, rank 1 has True"),
+    ("--always-save", True, "rank 0 has False, rank 1 has True"),
+    ("--tokenizer", "gpt2", "rank 0 has char, rank 1 has gpt2"),
+    ("--data", "other.txt", "rank 0 has {data}, rank 1 has other.txt"),
+    ("--lr-decay-iters", 10, "rank 0 has none (the default), rank 1 has 10"),
+])
+def test_a_job_whose_ranks_disagree_on_an_option_ends_before_it_starts(monkeypatch, tmp_path, small_text, capsys,
+                                                                       option, other, shown):
+    out_dir = tmp_path / "out"
+    argv = ["--data", str(small_text), "--out-dir", str(out_dir)]
+    code = train_as_rank(monkeypatch, 0, lambda facts: {**facts, option: other}, argv)
+    out, err = capsys.readouterr()
+    assert code == 1 and out == ""
+    assert err == f"train: error: ranks disagree on {option}: {shown.format(data=small_text)}\n"
+    assert not out_dir.exists()
+    assert train_as_rank(monkeypatch, 1, lambda facts: {**facts, option: other}, argv) == 1
+    assert capsys.readouterr() == ("", "")  # rank 0 speaks for all
+
+
+@pytest.mark.parametrize("fact, other", [
+    ("the data", "a char tokenizer of 3 tokens, 900 train / 100 val tokens (CRC-32 0badcafe)"),
+    ("the model", "2 layers, 2 heads, 8 wide, block 8, vocab 3, bias True"),
+    ("the run state", "iteration 2, val loss 1.2345 (SHA-256 0123456789ab)"),
+])
+def test_a_job_whose_ranks_disagree_on_what_they_loaded_ends_before_the_first_step(monkeypatch, tmp_path, small_text,
+                                                                                   capsys, fact, other):
+    out_dir = tmp_path / "out"
+    code = train_as_rank(monkeypatch, 0, lambda facts: {**facts, fact: other} if fact in facts else facts,
+                         ["--data", str(small_text), "--out-dir", str(out_dir)])
+    out, err = capsys.readouterr()
+    assert code == 1 and out == ""
+    assert err.startswith(f"train: error: ranks disagree on {fact}: rank 0 has ") and err.count("\n") == 1
+    assert err.endswith(f", rank 1 has {other}\n")
+    assert not out_dir.exists()

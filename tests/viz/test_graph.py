@@ -4,6 +4,7 @@ Rendering tests need Graphviz's `dot` and skip without it; everything that
 checks the graph's content reads the DOT source, which needs only the Python
 package `graphviz`.
 """
+import errno
 import re
 import shutil
 import subprocess
@@ -305,15 +306,32 @@ def test_cli_unknown_module_is_a_clear_error():
     (["--depth", "-1"], "--depth must be at least 0, got -1"),
     (["--collapse-depth", "0"], "--collapse-depth must be at least 1, got 0"),
     (["--format", "gif"], "argument --format: invalid choice: 'gif'"),
+    (["--out", "file/g.svg"], "argument --out: cannot make file/g.svg: {tmp}/file is a file"),
+    (["--out", "loop/g.svg"], "argument --out: cannot use loop/g.svg: Too many levels of symbolic links"),
+    (["--out", "."], "argument --out: . is a folder; give a file name"),
+    (["--out", "g" * 300], "argument --out: cannot use ggg"),
 ])
 def test_cli_mistakes_cost_one_line_before_any_work(argv, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "file").write_text("")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    message = message.format(tmp=tmp_path)
+    before = sorted(tmp_path.iterdir())
     with pytest.raises(SystemExit) as exit_:
         vg.main(["no_such_module_for_viz"] + argv)  # parse errors come first: the module is never imported
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith(f"python -m viz.graph: error: {message}") and err.count("\n") == 1
-    assert list(tmp_path.iterdir()) == []
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_a_write_the_disk_refuses_is_one_line(tmp_path, monkeypatch, capsys):
+    def refuse(self, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+    monkeypatch.setattr(Path, "write_text", refuse)
+    out = tmp_path / "sub" / "g.dot"
+    assert vg.main([MODULE, "--format", "dot", "--out", str(out)]) == 1
+    assert capsys.readouterr().err == f"viz.graph: error: cannot write {out}: Read-only file system\n"
 
 
 def test_python_dash_m_entry_point(tmp_path):

@@ -1,4 +1,6 @@
 """viz.trace: the backward pass step by step must be exactly what Tensor.backward does."""
+import errno
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -199,8 +201,19 @@ def test_cli(capsys):
     (["--decimals", "-1"], "--decimals must be at least 0, got -1"),
     (["--max-values", "-2"], "--max-values must be at least 0, got -2"),
     (["--max-values", "many"], "argument --max-values: invalid int value: 'many'"),
+    (["--decimals", "10000"], "--decimals must be at most 20 (past that, a float64's 17 significant digits are "
+                              "used up), got 10000"),
+    (["--decimals", "21"], "--decimals must be at most 20"),
+    (["--html", "{file}/page.html"], "argument --html: cannot make {file}/page.html: {file} is a file"),
+    (["--html", "{loop}/page.html"], "argument --html: cannot use {loop}/page.html: Too many levels of symbolic links"),
+    (["--html", "{tmp}"], "argument --html: {tmp} is a folder; give a file name"),
+    (["--html", "{tmp}/" + "p" * 300], "argument --html: cannot use {tmp}/ppp"),
 ])
-def test_cli_mistakes_cost_one_line_before_any_work(argv, message, capsys):
+def test_cli_mistakes_cost_one_line_before_any_work(argv, message, capsys, tmp_path):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    names = {"file": tmp_path / "file", "loop": tmp_path / "loop", "tmp": tmp_path}
+    argv, message = [a.format(**names) for a in argv], message.format(**names)
     with pytest.raises(SystemExit) as exit_:
         vt.main(["no_such_module_for_viz"] + argv)  # parse errors come first: the module is never imported
     assert exit_.value.code == 2
@@ -341,3 +354,24 @@ def test_cli_traces_value_modules(module, first):
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "as Value.backward runs it" in run.stdout and first in run.stdout and "Leaves:" in run.stdout
+
+
+def test_html_makes_the_folders_it_is_written_into(tmp_path, capsys):
+    if not shutil.which("dot"):
+        pytest.skip("the page draws the graph with Graphviz's dot")
+    out = tmp_path / "new" / "deeper" / "t.html"
+    assert vt.main([MODULE, "--html", str(out)]) == 0
+    assert "<svg" in out.read_text(encoding="utf-8")
+    assert sorted(p.name for p in out.parent.iterdir()) == ["t.html"]
+
+
+def test_html_on_a_full_disk_is_one_line_and_leaves_no_part_file(tmp_path, capsys, monkeypatch):
+    if not shutil.which("dot"):
+        pytest.skip("the page draws the graph with Graphviz's dot")
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+    monkeypatch.setattr(Path, "write_text", full)
+    assert vt.main([MODULE, "--html", str(tmp_path / "t.html")]) == 1
+    assert capsys.readouterr().err == f"viz.trace: error: cannot write {tmp_path / 't.html'}: No space left on device\n"
+    assert list(tmp_path.iterdir()) == []

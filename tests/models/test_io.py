@@ -1,0 +1,77 @@
+"""models.io.read_json: a file anyone may have written is read with bounds, and what is wrong is one line naming it."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from models.io import MAX_JSON_BYTES, MAX_JSON_DEPTH, read_json
+
+
+def write(tmp_path, text):
+    path = tmp_path / "f.json"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[" * 100_000 + "]" * 100_000, "nests arrays or objects more than 64 deep"),  # RecursionError in json itself
+    ('{"a": ' + "[" * 5000 + "]" * 5000 + "}", "nests arrays or objects more than 64 deep"),
+    ('{"a": ' + '{"b": ' * 64 + "1" + "}" * 64 + "}", "nests arrays or objects more than 64 deep"),
+    ("{" + '"a": [' * 70 + "]" * 70 + "}", "is not valid JSON"),
+    ("[1, 2]", "should hold a JSON object {...}, but holds an array"),
+    ("null", "should hold a JSON object {...}, but holds null"),
+    ('"text"', "should hold a JSON object {...}, but holds a string"),
+    ("{'a': 1}", "is not valid JSON"),
+    ("", "is not valid JSON"),
+])
+def test_a_bad_json_file_is_one_line_naming_it(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(ValueError) as error:
+        read_json(path)
+    assert str(error.value).startswith(f"{path} ") and message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_deepest_file_allowed_reads(tmp_path):
+    obj = {"a": [1]}
+    for _ in range(MAX_JSON_DEPTH - 2):
+        obj = {"a": obj}
+    path = write(tmp_path, json.dumps(obj))
+    assert read_json(path) == obj
+    write(tmp_path, json.dumps({"a": obj}))
+    with pytest.raises(ValueError, match="more than 64 deep"):
+        read_json(path)
+
+
+def test_bytes_that_are_not_utf8_are_one_line(tmp_path):
+    path = tmp_path / "f.json"
+    path.write_bytes(b'{"a": "\xff"}')
+    with pytest.raises(ValueError, match=f"{path} is not valid JSON"):
+        read_json(path)
+
+
+def test_a_file_over_the_limit_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    path = tmp_path / "f.json"
+    with open(path, "wb") as f:
+        f.truncate(MAX_JSON_BYTES + 1)  # sparse: nothing of it is written or read
+    monkeypatch.setattr("builtins.open", lambda *a, **k: pytest.fail("a file over the limit was opened"))
+    with pytest.raises(ValueError) as error:
+        read_json(path)
+    assert str(error.value) == (f"{path} is {MAX_JSON_BYTES + 1:,} bytes, more than the {MAX_JSON_BYTES:,} a JSON "
+                                "file here may have")
+
+
+def test_a_file_that_grows_past_the_limit_as_it_is_read_is_refused(tmp_path, monkeypatch):
+    path = write(tmp_path, json.dumps({"a": "x" * 200}))
+    real_stat = Path.stat
+    monkeypatch.setattr(Path, "stat", lambda self, **kwargs: os.stat_result((0o100644, 0, 0, 1, 0, 0, 10, 0, 0, 0))
+                        if self == path else real_stat(self, **kwargs))  # what stat() saw before the file grew
+    with pytest.raises(ValueError) as error:
+        read_json(path, max_bytes=100)
+    assert str(error.value) == f"{path} is more than the 100 bytes a JSON file here may have"
+
+
+@pytest.mark.parametrize("name", ["/dev/zero", "/dev/null", "/proc/self/fd/0"])
+def test_a_device_or_pipe_is_no_json_file(name):
+    with pytest.raises(FileNotFoundError, match=f"{name} is missing"):
+        read_json(name)

@@ -1,0 +1,195 @@
+"""The commands before they train or sample: paths and sizes refused in one line at parse time, and a Ctrl-C
+during start-up (imports, parsing) ends in one line instead of Python's KeyboardInterrupt traceback."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from models import sample, train
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def parse_error(argv):
+    with pytest.raises(SystemExit) as exit_:
+        train.parse_args(argv)
+    return exit_.value.code
+
+
+# ---- --out-dir and the other paths ------------------------------------------------------------------
+
+
+@pytest.fixture
+def places(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "ping").symlink_to(tmp_path / "pong")
+    (tmp_path / "pong").symlink_to(tmp_path / "ping")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "file").write_text("x")
+    return tmp_path
+
+
+@pytest.mark.parametrize("name, message", [
+    ("loop", "argument --out-dir: cannot use {tmp}/loop: Too many levels of symbolic links"),
+    ("ping", "argument --out-dir: cannot use {tmp}/ping: Too many levels of symbolic links"),
+    ("loop/out", "argument --out-dir: cannot use {tmp}/loop/out: Too many levels of symbolic links"),
+    ("dangling", "argument --out-dir: {tmp}/dangling is a symbolic link to {tmp}/nowhere, which is not there"),
+    ("a" * 250, "argument --out-dir: the folder's name is 250 bytes long; a save writes .NAME.tmp beside it, 6 bytes "
+                "more, and this file system allows 255 in a name: choose a shorter one"),
+    ("é" * 125, "argument --out-dir: the folder's name is 250 bytes long"),
+    ("a" * 300, "argument --out-dir: cannot use {tmp}/" + "a" * 300 + ": File name too long"),
+    ("a" * 300 + "/out", "argument --out-dir: cannot use {tmp}/" + "a" * 300 + "/out: File name too long"),
+    ("file/out", "argument --out-dir: cannot make {tmp}/file/out: {tmp}/file is a file"),
+])
+def test_an_out_dir_the_system_cannot_use_is_one_line_at_parse_time(places, capsys, name, message):
+    before = sorted(places.iterdir())
+    assert parse_error(["--out-dir", str(places / name)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m models.train: error: {message.format(tmp=places)}"), err
+    assert err.count("\n") == 1 and sorted(places.iterdir()) == before
+
+
+def test_the_longest_out_dir_name_that_fits_trains_and_saves(tmp_path, small_text, capsys):
+    folder = tmp_path / ("a" * 249)
+    assert train.main(["--n-layer", "1", "--n-head", "2", "--n-embd", "8", "--block-size", "8", "--max-iters", "2",
+                       "--eval-interval", "2", "--eval-iters", "1", "--peak-tflops", "1", "--no-progress",
+                       "--sample-tokens", "0", "--data", str(small_text), "--out-dir", str(folder)]) == 0
+    assert (folder / "train_state.json").is_file()
+
+
+@pytest.mark.parametrize("option", ["--data", "--init-from"])
+@pytest.mark.parametrize("name, message", [("loop", "Too many levels of symbolic links"),
+                                           ("a" * 300, "File name too long"),
+                                           ("dangling", "is a symbolic link to {tmp}/nowhere, which is not there")])
+def test_an_input_path_the_system_cannot_use_is_one_line_at_parse_time(places, capsys, option, name, message):
+    assert parse_error([option, str(places / name), "--out-dir", str(places / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m models.train: error: argument {option}: ") and err.count("\n") == 1
+    assert message.format(tmp=places) in err
+
+
+@pytest.mark.parametrize("name", ["loop", "a" * 300, "dangling"])
+def test_sample_from_a_path_the_system_cannot_use_is_one_line(places, capsys, name):
+    assert sample.main([str(places / name)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("sample: error: ") and err.count("\n") == 1
+
+
+# ---- a model too large for the machine ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, params", [
+    (["--n-layer", "10000000"], "1.98e+12"),
+    (["--n-embd", "1000000", "--n-head", "1"], "4.8e+13"),
+    (["--block-size", "100000"], "1.36e+07"),  # small weights, but every layer's attention weights
+    (["--n-layer", "100000", "--tokenizer", "gpt2"], "1.98e+10"),
+    (["--batch-size", "100000000", "--block-size", "1024"], "9.25e+05"),
+])
+def test_a_model_that_cannot_fit_in_memory_is_refused_at_parse_time_with_the_estimate(tmp_path, capsys, monkeypatch,
+                                                                                       argv, params):
+    from models import gpt2
+    monkeypatch.setattr(gpt2.GPT, "__init__", lambda *a: pytest.fail("a model was built"))
+    assert parse_error([*argv, "--out-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    gib = train.machine_memory() / 2 ** 30
+    assert err.startswith("python -m models.train: error: the model (--n-layer ") and err.count("\n") == 1
+    assert f") has {params} parameters, and training it with --batch-size " in err
+    assert f"but this machine has {gib:,.1f} GiB of memory: choose a smaller model or batch" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_memory_estimate_is_parameters_times_sixteen_bytes_plus_attention():
+    args = SimpleNamespace(tokenizer="char", block_size=64, n_layer=4, n_head=4, n_embd=128, no_bias=False,
+                           batch_size=12)
+    from models.gpt2 import GPTConfig
+    params = GPTConfig(vocab_size=1, block_size=64, n_layer=4, n_head=4, n_embd=128).num_parameters()
+    need = 16 * params + 4 * 12 * 4 * 64 ** 2 * 4
+    train.check_memory(args, need)  # just fits
+    with pytest.raises(ValueError, match=f"needs at least {need / 2 ** 30:,.1f} GiB"):
+        train.check_memory(args, need - 1)
+    train.check_memory(args, None)  # a machine that does not say: nothing refused
+
+
+def test_the_machine_memory_is_read_from_sysconf_or_proc_meminfo(monkeypatch):
+    pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert train.machine_memory() == pages
+    def unknown(name):
+        raise ValueError(f"unrecognized configuration name {name}")
+    monkeypatch.setattr(os, "sysconf", unknown)
+    with open("/proc/meminfo") as f:
+        total = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal:"))
+    assert train.machine_memory() == total
+
+
+# ---- Ctrl-C while a command starts ---------------------------------------------------------------------
+
+
+INTERRUPT_AT = """
+import argparse, builtins, runpy, sys
+where, module, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+real_import = builtins.__import__
+def interrupting_import(name, *args, **kwargs):
+    if name == where:
+        raise KeyboardInterrupt
+    return real_import(name, *args, **kwargs)
+def interrupted_parse(*args, **kwargs):
+    raise KeyboardInterrupt
+if where == "parsing":
+    argparse.ArgumentParser.parse_known_args = interrupted_parse
+else:
+    builtins.__import__ = interrupting_import
+sys.argv = [module, *argv]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("module, prog, where", [
+    ("models.train", "train", "numpy"), ("models.train", "train", "autograd"), ("models.train", "train", "nn"),
+    ("models.train", "train", "parsing"), ("models.sample", "sample", "autograd"),
+    ("models.sample", "sample", "parsing"), ("viz.graph", "viz.graph", "parsing"),
+    ("viz.trace", "viz.trace", "autograd"),
+])
+def test_a_ctrl_c_during_start_up_is_one_line(tmp_path, module, prog, where):
+    done = subprocess.run([sys.executable, "-c", INTERRUPT_AT, where, module, "--help"], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+    assert done.stderr == f"\n{prog}: interrupted\n"
+    assert done.returncode == -signal.SIGINT  # as a Ctrl-C ends a program: the shell sees 130
+
+
+def test_an_error_raised_because_of_a_ctrl_c_is_one_line_too(monkeypatch, capsys):
+    """An extension module interrupted while it loads (NumPy's) turns the KeyboardInterrupt into an ImportError."""
+    from models import interrupts
+    passed_on = []
+    monkeypatch.setattr(sys, "excepthook", lambda *exc: passed_on.append(exc[0]))
+    interrupts.exit_quietly_on_interrupt("train")
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise ImportError("numpy C-extensions failed") from exc
+    except ImportError as exc:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    assert capsys.readouterr().err == "\ntrain: interrupted\n" and passed_on == []
+    error = ValueError("a real error")
+    sys.excepthook(ValueError, error, None)
+    assert passed_on == [ValueError]  # anything else is printed as before
+
+
+def test_a_real_ctrl_c_during_start_up_is_one_line(tmp_path):
+    """SIGINT 0.3 s in: the commands' imports are still running (they take about half a second)."""
+    process = subprocess.Popen([sys.executable, "-m", "models.train", "--out-dir", str(tmp_path / "out")],
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    if all(frame.startswith("<frozen ") for frame in re.findall(r'File "([^"]+)"', err)) and "Traceback" in err:
+        pytest.skip("the signal came while the interpreter started or python -m found the module, before any line "
+                    "of the command ran")
+    assert "Traceback" not in err and err.startswith("\ntrain: interrupted") and err.count("\n") == 2, err
+    assert process.returncode in (-signal.SIGINT, 130)
