@@ -18,6 +18,7 @@ from .value import Value
 from .functional import (concat, stack, split, where, softmax, log_softmax, cross_entropy, embedding,
                          layer_norm, dropout, scaled_dot_product_attention, linear, zeros, ones, randn, rand, arange)
 from .gradcheck import gradcheck, GradcheckError, jacobian
+from .anomaly import detect_anomaly, AnomalyError
 
 __all__ = [
     "Tensor", "Value", "Function", "ShapeError", "no_grad", "name_scope", "is_grad_enabled",
@@ -25,4 +26,5 @@ __all__ = [
     "concat", "stack", "split", "where", "softmax", "log_softmax", "cross_entropy", "embedding",
     "layer_norm", "dropout", "scaled_dot_product_attention", "linear", "zeros", "ones", "randn", "rand", "arange",
     "gradcheck", "GradcheckError", "topological_order", "backward_steps", "root_grad", "jacobian",
+    "detect_anomaly", "AnomalyError",
 ]

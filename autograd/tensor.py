@@ -20,6 +20,7 @@ from . import backend
 _default_dtype = np.dtype(np.float32)
 _grad_enabled = True
 _scopes = []  # dotted names of the modules whose forward is running, innermost last
+_anomaly = None  # the active detect_anomaly (autograd/anomaly.py), checking every op; None: no check at all
 
 FLOAT_KINDS = "f"
 DATA_KINDS = "fiub"  # floats, integers (token ids), booleans (masks)
@@ -137,7 +138,10 @@ class Function:
             op.inputs, op.params = inputs, params
             if _scopes:
                 op.scope = _scopes[-1]
-        return Tensor._make(out, out_device, requires_grad, op if requires_grad else None)
+        result = Tensor._make(out, out_device, requires_grad, op if requires_grad else None)
+        if _anomaly is not None:
+            _anomaly.check_forward(op, inputs, result)
+        return result
 
     def forward(self, *arrays, **params):
         raise NotImplementedError
@@ -415,8 +419,11 @@ def backward_steps(root, grad, free=True):
     (input, gradient, shape the op returned) per input of t's op, the gradient
     summed back to the input's shape (None where no gradient flows). Tensor.backward
     stores the leaves' g; viz.trace prints every step. With `free`, each op's
-    saved arrays are dropped as soon as its VJP has run.
+    saved arrays are dropped as soon as its VJP has run (under detect_anomaly with
+    pictures, kept until the graph goes, so the pictures can show the whole pass).
     """
+    if _anomaly is not None:
+        free = _anomaly.begin_backward(root, grad, free)
     grads = {id(root): grad}
     order = topological_order(root)
     for i in range(len(order)):
@@ -433,6 +440,8 @@ def backward_steps(root, grad, free=True):
             input_grads = op.backward(g)
             if not isinstance(input_grads, tuple):
                 input_grads = (input_grads,)
+            if _anomaly is not None:
+                _anomaly.check_backward(t, g, input_grads)
             for x, pg in zip(op.inputs, input_grads):
                 if pg is None or not x._requires_grad:
                     sent.append((x, None, None))
