@@ -16,8 +16,8 @@ Off, it costs the engine one test of a module global per op and per VJP
 output and every VJP's gradients are scanned once (`isfinite`).
 
 Two things a caller may add, since autograd knows nothing above it:
-`where` (text the message carries, e.g. models.train sets "training iteration
-37") and `pictures`, a function called with the `Anomaly` before the error is
+`where` (text the message carries, or a function giving it, e.g. models.train's
+"training iteration 37") and `pictures`, a function called with the `Anomaly` before the error is
 raised, returning {what: path} of files it wrote (viz.anomaly.pictures draws
 the graph around the culprit and a trace page opening at its step); with
 `pictures`, backward keeps the graph until it is dropped, so the trace can
@@ -112,7 +112,8 @@ class detect_anomaly(contextlib.ContextDecorator):
 
     pictures: None, or f(Anomaly) -> {what: path}, called before the error is raised
         (e.g. viz.anomaly.pictures("out")); its paths go into the message.
-    where: a note for the message (the caller may change it as it goes, e.g. per iteration).
+    where: a note for the message, or a function returning one when an anomaly is found
+        (models.train: lambda: f"training iteration {run.iter}").
     """
 
     def __init__(self, pictures=None, where=""):
@@ -140,7 +141,7 @@ class detect_anomaly(contextlib.ContextDecorator):
         names = _tensor_name(op, inputs)
         bad = [name for name, t in zip(names, inputs) if not _finite(t.data)]
         scope = op.scope or (_tensor._scopes[-1] if _tensor._scopes else "")
-        anomaly = Anomaly("forward", op, scope, result, bad[0] if bad else "output", where=self.where)
+        anomaly = Anomaly("forward", op, scope, result, bad[0] if bad else "output", where=self._where())
         lines = [f"output: {summary(result.data)}" + ("  ← first non-finite: every input is finite" if not bad else "")]
         for name, t in zip(names, inputs):
             mark = ""
@@ -156,7 +157,7 @@ class detect_anomaly(contextlib.ContextDecorator):
         if not _finite(grad):
             name = f"{root.op.name}'s output" if root.op is not None else "the root"
             anomaly = Anomaly("backward", root.op, root.op.scope if root.op else "", root, "the starting gradient",
-                              root=root, root_grad=grad, grad=grad, where=self.where)
+                              root=root, root_grad=grad, grad=grad, where=self._where())
             self._raise(anomaly, f"backward from {name} starts from a non-finite gradient",
                         [f"grad: {summary(grad)}"])
         return free and self.pictures is None
@@ -169,7 +170,7 @@ class detect_anomaly(contextlib.ContextDecorator):
         names = _tensor_name(op, op.inputs)
         bad = next(name for name, pg in zip(names, input_grads) if pg is not None and not _finite(pg))
         anomaly = Anomaly("backward", op, op.scope, t, f"the gradient for {bad}", step=self._step, root=self._root,
-                          root_grad=self._root_grad, grad=g, where=self.where)
+                          root_grad=self._root_grad, grad=g, where=self._where())
         g_finite = _finite(g)
         lines = [f"incoming gradient g: {summary(g)}"
                  + ("" if g_finite else "  ← first non-finite: the ops before it summed to NaN/inf")]
@@ -181,9 +182,12 @@ class detect_anomaly(contextlib.ContextDecorator):
         self._raise(anomaly, f"backward of {op.name} (step {self._step} of backward) returned NaN/inf "
                              f"as the gradient for {bad}", lines)
 
+    def _where(self):
+        return self.where() if callable(self.where) else self.where
+
     def _raise(self, anomaly, headline, lines):
         op = anomaly.op
-        head = [f"{WHO}: {headline}" + (f" at {self.where}" if self.where else "")]
+        head = [f"{WHO}: {headline}" + (f" at {anomaly.where}" if anomaly.where else "")]
         if op is not None:
             head.append(f"op: {op.name}, rule {op.rule or '(none declared)'}")
             head.append(f"module: {anomaly.scope or '(outside any module)'}")

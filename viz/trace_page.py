@@ -59,15 +59,16 @@ def page_steps(steps, max_values=16, decimals=6):
     return {"loss": steps.root_label, "steps": data, "leaves": leaves}
 
 
-def write_page(steps, path, title, max_values=16, decimals=6):
-    """Write the page for a trace (viz.trace.trace(loss), the loss's graph still there) to `path`."""
+def write_page(steps, path, title, max_values=16, decimals=6, start=1):
+    """Write the page for a trace (viz.trace.trace(loss), the loss's graph still there) to `path`;
+    it opens at step `start` (1 is the op that made the loss)."""
     if shutil.which("dot") is None:
         raise RuntimeError(f"the trace page shows the graph's picture, which needs Graphviz's `dot`: {INSTALL_DOT}")
     data = page_steps(steps, max_values, decimals)
     svg = draw(steps.root).pipe(format="svg").decode("utf-8")  # the title sits above the picture, not in it
     svg = svg[svg.index("<svg"):]  # drop the XML prolog and DOCTYPE: the SVG goes inline
-    page = PAGE.replace("{{title}}", html.escape(title)).replace("{{svg}}", svg).replace(
-        "{{data}}", json.dumps(data, ensure_ascii=False).replace("</", "<\\/"))
+    page = PAGE.replace("{{start}}", str(start - 1)).replace("{{title}}", html.escape(title)).replace(
+        "{{svg}}", svg).replace("{{data}}", json.dumps(data, ensure_ascii=False).replace("</", "<\\/"))
     path = Path(path)
     tmp = path.with_name(path.name + ".part")
     tmp.write_text(page, encoding="utf-8")
@@ -176,7 +177,7 @@ document.addEventListener("keydown", e => {
   const to = {ArrowRight: current + 1, ArrowLeft: current - 1, Home: 0, End: total - 1}[e.key];
   if (to !== undefined) { e.preventDefault(); show(to); }
 });
-show(0);
+show({{start}});
 </script>
 </body>
 </html>

@@ -58,13 +58,19 @@ TOKENIZER_FILE = "gptgrad_tokenizer.json"  # this project's record; tokenizer.js
 OPTIMIZER_FILE = "optimizer.npz"
 STATE_FILE = "train_state.json"
 PLOT_FILE = "loss.png"
+# What the training app writes beside a checkpoint: the loss curve, the health report (models/training/health.py)
+# and detect_anomaly's pictures (viz/anomaly.py). A folder may hold them; every save keeps them.
+HEALTH_FILES = ("health.jsonl", "health.png")
+ANOMALY_FILES = ("anomaly_graph.svg", "anomaly_graph.dot", "anomaly_trace.html")
+REPORT_FILES = (PLOT_FILE, *HEALTH_FILES, *ANOMALY_FILES)
 FILES = (CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, *hf_checkpoint.HF_TOKENIZER_FILES, OPTIMIZER_FILE, STATE_FILE)
 _PLOT_DEBRIS = f".{PLOT_FILE}.tmp-*"  # what models.io.atomic_path leaves of a plot when killed
 
 # What a checkpoint fixes for good (its model) and what it does not store (how this run is carried out);
 # every other option is stored with the checkpoint and, on --resume, used again unless the command line changes it.
 MODEL_OPTIONS = ("tokenizer", "n_layer", "n_head", "n_embd", "no_bias", "init_from")
-RUN_OPTIONS = ("out_dir", "resume", "overwrite", "device", "peak_tflops", "sample_tokens", "no_progress")
+RUN_OPTIONS = ("out_dir", "resume", "overwrite", "device", "peak_tflops", "sample_tokens", "no_progress",
+               "detect_anomaly", "health_interval")
 
 FORMAT = 2  # train_state.json's layout; 1 (no "format" field) kept the optimizer's step counts apart from its buffers
 _NUMBER = (int, float)
@@ -144,7 +150,7 @@ def check_out_dir(folder, resume, overwrite):
     """Refuse, in one line, to train into `folder` where that would lose something or find nothing to resume."""
     current = _current(folder)
     names = sorted(p.name for p in current.iterdir()) if current.is_dir() else []
-    foreign = [name for name in names if name not in (*FILES, PLOT_FILE) and not fnmatch.fnmatch(name, _PLOT_DEBRIS)]
+    foreign = [name for name in names if name not in (*FILES, *REPORT_FILES) and not fnmatch.fnmatch(name, _PLOT_DEBRIS)]
     if foreign:
         listed = ", ".join(foreign[:3]) + (", …" if len(foreign) > 3 else "")
         raise ValueError(f"--out-dir {folder} holds {listed}, which no checkpoint has; every save replaces "
@@ -171,8 +177,9 @@ def save(folder, model, tokenizer, optimizer, run):
         hf_checkpoint.save_tokenizer(tokenizer, new, model.config.block_size)  # for transformers' AutoTokenizer
         _save_optimizer(new / OPTIMIZER_FILE, optimizer.state_dict())
         (new / STATE_FILE).write_text(json.dumps(run.to_json(), indent=2), encoding="utf-8")
-        if (folder / PLOT_FILE).is_file():
-            _link_or_copy(folder / PLOT_FILE, new / PLOT_FILE)
+        for name in REPORT_FILES:
+            if (folder / name).is_file():
+                _link_or_copy(folder / name, new / name)
         for path in new.iterdir():
             fsync(path)
         fsync(new)

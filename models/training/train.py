@@ -17,6 +17,7 @@ only continued (--resume) or replaced (--overwrite), never overwritten unasked.
 Read `train` first: the loop, as nanoGPT's, batch → forward/backward → clip →
 step, with an evaluation (and perhaps a save) every --eval-interval.
 """
+import contextlib
 import math
 import sys
 import time
@@ -27,7 +28,7 @@ import numpy as np
 
 import autograd as ag
 import nn
-from models import checkpoint
+from models import checkpoint, health
 from models.cli import Parser, device, input_file, input_folder, interval, output_folder
 from models.data import Layout, TokenData, load_text
 from models.gpt2 import GPT, GPTConfig
@@ -82,6 +83,13 @@ def make_parser():
                    help="the hardware peak for model-FLOPs utilisation (default: measured with a matmul)")
     g.add_argument("--sample-tokens", type=COUNT, default=300, help="length of the sample printed at the end")
     g.add_argument("--no-progress", action="store_true", help="no progress bar (logs still print)")
+    g = p.add_argument_group("diagnostics")
+    g.add_argument("--detect-anomaly", action="store_true",
+                   help="stop at the first op that makes NaN/inf, naming it (autograd.detect_anomaly); with viz, "
+                        "its pictures go to --out-dir")
+    g.add_argument("--health-interval", type=COUNT, nargs="?", const=50, default=0, metavar="N",
+                   help=f"every N iterations (N=50 if not given) record gradient, update and activation health "
+                        f"in {health.JSONL_FILE} and {health.PLOT_FILE} in --out-dir, and warn (0: off)")
     return p
 
 
@@ -134,6 +142,9 @@ def train(args, world):
     schedule = nn.optim.WarmupCosineLR(optimizer, args.warmup_iters, args.lr_decay_iters or args.max_iters,
                                        args.min_lr, max_lr=args.lr, last_step=run.iter - 1)
     resumed_at = run.iter if args.resume else None  # that evaluation is the checkpoint's own
+    monitor = health.Health(model, args.health_interval if world.is_root else 0, out_dir, args.grad_clip,
+                            args.batch_size, progress.say)
+    anomaly = anomaly_mode(args, run)
     for it in range(run.iter, args.max_iters + 1):
         if (it % args.eval_interval == 0 or it == args.max_iters) and it != resumed_at:
             evaluate(model, tokenizer, optimizer, data, run, args, world, progress.say)
@@ -142,18 +153,21 @@ def train(args, world):
         progress.begin()
         x, y = data.batch("train", run.layout.rows, args.block_size, run.data_rng)  # alike on every rank
         optimizer.zero_grad()
-        with world.together():
+        with world.together(), anomaly:
             local_loss = accumulate_gradients(model, x, y, run.layout, world.rank, args)
         loss = world.mean([local_loss])[0]
         check_finite(loss, run, optimizer, out_dir)  # every rank alike, before the update
         world.all_reduce_gradients(model)
+        monitor.after_backward(it, x)
         if args.grad_clip:
             nn.optim.clip_grad_norm_(model.parameters(), args.grad_clip)
         optimizer.step()
+        monitor.after_step(it)
         schedule.step()
         run.record(loss)
         progress.end(loss)
     progress.close()
+    monitor.close()
     world.separate()  # no rank waits for another from here: Ctrl-C stops each at once
     if world.is_root:  # rank 0 alone plots, reports and samples
         finish(model, tokenizer, data, run, args, progress)
@@ -272,13 +286,27 @@ def accumulate_gradients(model, x, y, layout, rank, args):
     return total / args.grad_accum
 
 
+def anomaly_mode(args, run):
+    """--detect-anomaly: autograd.detect_anomaly naming the iteration, its pictures in --out-dir when viz can
+    draw them (graphviz installed); otherwise a context that does nothing."""
+    if not args.detect_anomaly:
+        return contextlib.nullcontext()
+    try:
+        from viz.anomaly import pictures
+    except ImportError:  # viz needs the graphviz package: the message still names the op
+        pictures = None
+    return ag.detect_anomaly(pictures=pictures and pictures(args.out_dir),
+                             where=lambda: f"training iteration {run.iter}")
+
+
 def check_finite(loss, run, optimizer, out_dir):
     """Stop, before anything of this iteration is saved, when a loss is NaN or infinite."""
     if not math.isfinite(loss):
         kept = (f"{out_dir} keeps the checkpoint of iteration {run.saved_iter}" if run.saved_iter is not None
                 else "no checkpoint was written")
         raise ValueError(f"the loss became {loss} at iteration {run.iter} (lr {optimizer.param_groups[0]['lr']:.2e}); "
-                         f"stopped, and {kept}; try a smaller --lr or a --grad-clip")
+                         f"stopped, and {kept}; --detect-anomaly names the op that made it, "
+                         "or try a smaller --lr or a --grad-clip")
 
 
 class Progress:
@@ -422,7 +450,7 @@ def main(argv=None):
                 train(args, world)
     except PeerFailed:
         return 1  # the rank that failed has said why
-    except (ValueError, OSError, KeyError, MemoryError, dist.DistributedError) as exc:
+    except (ValueError, OSError, KeyError, MemoryError, dist.DistributedError, ag.AnomalyError) as exc:
         return report(exc, world)
     except KeyboardInterrupt:
         if world.is_root:
