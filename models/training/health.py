@@ -32,6 +32,7 @@ import numpy as np
 
 import autograd as ag
 from autograd import backend
+from autograd.ops import GELU
 from models.gpt2 import Block
 from models.checkpoint import HEALTH_FILES
 from models.io import atomic_path
@@ -66,11 +67,11 @@ RULES = (
     Rule("update too small", "param", lambda p: p["log10_update_ratio"], False, -5.0, "update/weight 10^{:.1f}",
          "the learning rate is likely too low, or the layer gets no gradient",
          "Karpathy, Building makemore part 3 (2022): ~10^-3 is healthy, far below it the layer barely learns"),
-    Rule("GELU saturated", "block", lambda b: b["gelu_below_-3"], True, 0.05, "{:.0%} of GELU inputs below -3",
+    Rule("GELU saturated", "block", lambda b: b.get("gelu_below_-3"), True, 0.05, "{:.0%} of GELU inputs below -3",
          "the initialisation (or the learning rate) is likely too large: the pre-activations are too wide",
          "Karpathy, Building makemore part 3 (2022), on saturated tanh units; GELU's slope is under 0.012 below -3 "
-         "(Hendrycks and Gimpel 2016)"),
-    Rule("attention collapsed", "block", lambda b: min(b["attention_entropy"]), False, 0.1,
+         "(Hendrycks and Gimpel 2016), and GPT-2's init puts none there (N(0, 0.23²) here)"),
+    Rule("attention collapsed", "block", lambda b: min(b.get("attention_entropy") or [math.inf]), False, 0.1,
          "lowest head attention entropy {:.3f} nats",
          "the initialisation (or the learning rate) is likely too large: the scores q·k are too wide",
          "Zhai et al. 2023, Stabilizing Transformer Training by Preventing Attention Entropy Collapse"),
@@ -119,7 +120,7 @@ def activations(model, idx):
             continue
         if op.scope == owner:  # the block's own ops are its residual adds: the last is its output
             out[owner]["output"] = t.data
-        elif op.name == "GELU":
+        elif isinstance(op, GELU):  # a subclass too: a GELU with its own backward is still a GELU
             x = backend.to_host(op.inputs[0].data)
             out[owner]["gelu_below_-3"] = float((x < GELU_DEAD).mean())
         elif op.name == "ScaledDotProductAttention":
@@ -196,7 +197,7 @@ class Health:
                     continue
                 if all(rule.holds(r[kind][layer]) for r in recent):
                     self.warned.add((rule.name, layer))
-                    lines.append(f"health: {_short(layer)}: {rule.says.format(rule.figure(figures))} for {span} "
+                    lines.append(f"health: {layer_name(layer)}: {rule.says.format(rule.figure(figures))} for {span} "
                                  f"iterations: {rule.cause}")
         return lines
 
@@ -207,7 +208,42 @@ class Health:
             self.say(f"wrote the health report to {self.path} and {self.plot_path}")
 
 
-def _short(name):
+def descent_check(model, idx, targets, eps=1e-2):
+    """Does the loss change along each weight matrix's gradient as that gradient says? {name: ratio}.
+
+    For each parameter w with gradient g (from one backward on the batch), the
+    central difference (L(w + εĝ) − L(w − εĝ)) / 2ε, ĝ = g/‖g‖, estimates the
+    slope of the loss along ĝ, which is ‖g‖ when g is right: the ratio of the
+    two is 1. A parameter whose gradient comes through a wrong VJP has a ratio
+    far from 1 (about −1 for a sign error on its only path): where to look.
+    gradcheck's idea, one direction per parameter, on the whole model; costs
+    two forward passes per parameter, so it is a tool to call, not a record.
+    """
+    training = model.training
+    model.eval()  # no dropout: every loss below sees the same network
+    try:
+        model.zero_grad()
+        model(ag.Tensor(idx), ag.Tensor(targets))[1].backward()
+        ratios = {}
+        with ag.no_grad():
+            for name, p in model.named_parameters():
+                size = _norm(p.grad) if p.grad is not None else 0.0
+                if p.ndim < 2 or size == 0:  # biases and LayerNorm gains sit beside a weight that says the same
+                    continue
+                original, step = p.data, p.grad * (eps / size)
+                slopes = []
+                for sign in (1, -1):
+                    p.data = original + sign * step
+                    slopes.append(model(ag.Tensor(idx), ag.Tensor(targets))[1].item())
+                p.data = original
+                ratios[name] = (slopes[0] - slopes[1]) / (2 * eps) / size
+    finally:
+        model.zero_grad()
+        model.train(training)
+    return ratios
+
+
+def layer_name(name):
     """transformer.h.2.mlp.c_fc.weight → h.2.mlp.c_fc (the layer, as people say it)."""
     name = name.removeprefix("transformer.")
     return name.removesuffix(".weight")
@@ -238,7 +274,7 @@ def plot(path, records):
     fig, axes = plt.subplots(2, 3, figsize=(16, 8.5), dpi=100)
     ax = axes[0, 0]
     for n in weights:
-        ax.plot(its, series("params", n, "log10_update_ratio"), label=_short(n), **style(n))
+        ax.plot(its, series("params", n, "log10_update_ratio"), label=layer_name(n), **style(n))
     ax.axhline(-3, color="black", linewidth=1.5, linestyle="--", label="10^-3 guide")
     ax.axhline(RULES[0].limit, color="#d62728", linewidth=1, linestyle=":", label="warning")
     ax.set_title("update / weight, log10 ‖Δw‖/‖w‖")
@@ -261,14 +297,14 @@ def plot(path, records):
     for ax, key, title in ((axes[1, 0], "std", "block output std (residual stream)"),
                            (axes[1, 1], "gelu_below_-3", "fraction of GELU inputs below -3 (near-dead)")):
         for i, b in enumerate(blocks):
-            ax.plot(its, series("blocks", b, key), color=colours[i], label=_short(b))
+            ax.plot(its, series("blocks", b, key), color=colours[i], label=layer_name(b))
         ax.set_title(title)
-    axes[1, 1].axhline(0.05, color="black", linewidth=1.5, linestyle="--", label="5% warning")
+    axes[1, 1].axhline(RULES[2].limit, color="#d62728", linewidth=1, linestyle=":", label="warning")
     ax = axes[1, 2]
     for i, b in enumerate(blocks):
         ax.plot(its, [min(r["blocks"][b]["attention_entropy"]) for r in records], color=colours[i],
-                label=f"{_short(b)} (lowest head)")
-    ax.axhline(0.1, color="black", linewidth=1.5, linestyle="--", label="collapse warning")
+                label=f"{layer_name(b)} (lowest head)")
+    ax.axhline(RULES[3].limit, color="#d62728", linewidth=1, linestyle=":", label="collapse warning")
     ax.set_title("attention entropy, nats (lowest head per block)")
     for ax in axes.flat:
         ax.set_xlabel("iteration")
