@@ -21,6 +21,8 @@ GRADED = {
     "tiny_transformer.ipynb": ("backward() disagrees with finite differences",
                                "correct: backward matches finite differences; ∂L/∂logit(你) = -0.915193"),
     "gpt2_kv_cache.ipynb": ("not yet: differs from the full attention", "correct\n"),
+    "troubleshoot.ipynb": ("not yet: backward() disagrees with finite differences",
+                           "correct: backward matches finite differences"),
 }
 
 
