@@ -90,14 +90,6 @@ def _finite(array):
     return array.dtype.kind != "f" or bool(backend.xp_for(backend.device_of(array) or "cpu").isfinite(array).all())
 
 
-def _tensor_name(op, inputs):
-    """The rule's name for each input (x, W, b; x₁, x₂ … for any number), as the op declares them."""
-    names = op.input_names
-    if len(names) == 1 and len(inputs) > 1:
-        return [f"{names[0]}[{i}]" for i in range(len(inputs))]
-    return [names[i] if i < len(names) else f"input[{i}]" for i in range(len(inputs))]
-
-
 def _origin(t):
     """What a non-finite input is, for the line that says where it came from."""
     if t.op is not None:
@@ -138,7 +130,7 @@ class detect_anomaly(contextlib.ContextDecorator):
     def check_forward(self, op, inputs, result):
         if _finite(result.data):
             return
-        names = _tensor_name(op, inputs)
+        names = op.input_labels(len(inputs))
         bad = [name for name, t in zip(names, inputs) if not _finite(t.data)]
         scope = op.scope or (_tensor._scopes[-1] if _tensor._scopes else "")
         anomaly = Anomaly("forward", op, scope, result, bad[0] if bad else "output", where=self._where())
@@ -167,7 +159,7 @@ class detect_anomaly(contextlib.ContextDecorator):
         if all(pg is None or _finite(pg) for pg in input_grads):
             return
         op = t.op
-        names = _tensor_name(op, op.inputs)
+        names = op.input_labels(len(op.inputs))
         bad = next(name for name, pg in zip(names, input_grads) if pg is not None and not _finite(pg))
         anomaly = Anomaly("backward", op, op.scope, t, f"the gradient for {bad}", step=self._step, root=self._root,
                           root_grad=self._root_grad, grad=g, where=self._where())

@@ -22,6 +22,7 @@ _grad_enabled = True
 _scopes = []  # dotted names of the modules whose forward is running, innermost last
 _anomaly = None  # the active detect_anomaly (autograd/anomaly.py), checking every op; None: no check at all
 
+_SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 FLOAT_KINDS = "f"
 DATA_KINDS = "fiub"  # floats, integers (token ids), booleans (masks)
 
@@ -109,6 +110,14 @@ class Function:
 
     def save(self, *arrays):
         self.saved = arrays
+
+    def input_labels(self, count):
+        """A name for each of `count` inputs: the declared ones, numbered (x₁, x₂, …) when one name
+        stands for any number of inputs (concat, stack); what viz and detect_anomaly print."""
+        names = self.input_names
+        if len(names) == 1 and count > 1:
+            return [f"{names[0]}{str(i).translate(_SUBSCRIPTS)}" for i in range(1, count + 1)]
+        return [names[i] if i < len(names) else f"input[{i}]" for i in range(count)]
 
     @classmethod
     def apply(cls, *inputs, **params):

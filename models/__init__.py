@@ -1,6 +1,6 @@
 """models: what the engine is for, in three families, each a folder of its own.
 
-    lessons/    the seeds' lessons, number for number: bigram, softmax, tiny, neuron
+    lessons/    the seeds' lessons, number for number: bigram, softmax, tiny, neuron; troubleshoot (when training fails)
     gpt/        the GPT-2 library: gpt2 (the model), gpt2_params, hf_checkpoint, sampling, tokenizer
     training/   the training application: train and sample (the CLIs), checkpoint, parallel (MPI), data
 

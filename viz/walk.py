@@ -13,16 +13,10 @@ arrays it saved, so that the picture and the trace say what the rule says.
 """
 from autograd import Tensor, topological_order
 
-SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
-
-
 def input_names(op, count):
     """A name for each of an op's `count` inputs: the ones it declares, numbered (x₁, x₂, …) when it
-    declares one name for any number of inputs (concat, stack)."""
-    names = op.input_names
-    if len(names) == 1 and count > 1:
-        return [f"{names[0]}{str(i).translate(SUBSCRIPTS)}" for i in range(1, count + 1)]
-    return [names[i] if i < len(names) else f"input[{i}]" for i in range(count)]
+    declares one name for any number of inputs (concat, stack); see Function.input_labels."""
+    return op.input_labels(count)
 
 
 def saved_values(op):

@@ -13,6 +13,10 @@ Options are checked as they are parsed; a folder that holds a checkpoint is
 only continued (--resume) or replaced (--overwrite), never overwritten unasked.
 `mpiexec -n N python -m models.train` trains data-parallel on N processes
 (see models/training/parallel.py): the same checkpoints, any N.
+`--detect-anomaly` stops at the first op that makes NaN/inf and names it
+(autograd/anomaly.py); `--health-interval N` records gradient, update and
+activation health every N iterations (models/training/health.py). Both off,
+the run is bit-for-bit what it is without them.
 
 Read `train` first: the loop, as nanoGPT's, batch → forward/backward → clip →
 step, with an evaluation (and perhaps a save) every --eval-interval.
