@@ -140,6 +140,7 @@ class Health:
         self.path = out_dir / JSONL_FILE if interval else None
         self.plot_path = out_dir / PLOT_FILE if interval else None
         self.records, self.pending, self.warned, self._before = [], None, set(), None
+        self.matrices = {name for name, p in model.named_parameters() if p.ndim >= 2}  # what "param" rules judge
         self.window_records = max(2, window // interval + 1) if interval else 0
         if interval:
             out_dir.mkdir(parents=True, exist_ok=True)  # before the first checkpoint makes it
@@ -193,7 +194,7 @@ class Health:
         for rule in RULES:
             kind = "params" if rule.applies == "param" else "blocks"
             for layer, figures in recent[-1][kind].items():
-                if rule.applies == "param" and not layer.endswith("weight") or (rule.name, layer) in self.warned:
+                if rule.applies == "param" and layer not in self.matrices or (rule.name, layer) in self.warned:
                     continue
                 if all(rule.holds(r[kind][layer]) for r in recent):
                     self.warned.add((rule.name, layer))

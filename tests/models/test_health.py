@@ -130,6 +130,7 @@ def fake_record(it, ratio, gelu, entropy):
 
 def test_a_rule_warns_once_it_held_for_the_window_naming_the_layer_and_the_cause(model, tmp_path):
     monitor = health.Health(model, 25, tmp_path)
+    monitor.matrices = {"transformer.h.2.mlp.c_fc.weight"}
     assert monitor.window_records == 3  # iterations 0, 25, 50: the rule held for 50 iterations
     monitor.records = [fake_record(0, -1.3, 0.2, 0.05), fake_record(25, -0.9, 0.2, 0.05)]
     assert monitor.warnings() == []  # not yet held for the window
