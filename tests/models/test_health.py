@@ -136,8 +136,8 @@ def test_a_rule_warns_once_it_held_for_the_window_naming_the_layer_and_the_cause
     assert monitor.warnings() == []  # not yet held for the window
     monitor.records.append(fake_record(50, -0.9, 0.2, 0.05))
     assert monitor.warnings() == [
-        "health: h.2: 20% of GELU inputs below -3 for 50 iterations: the initialisation (or the learning rate) "
-        "is likely too large: the pre-activations are too wide",
+        "health: h.2: 20% of GELU inputs below -3 for 50 iterations: the initialisation is likely too large: "
+        "the pre-activations are too wide",
         "health: h.2: lowest head attention entropy 0.050 nats for 50 iterations: the initialisation (or the "
         "learning rate) is likely too large: the scores q·k are too wide"]
     monitor.records.append(fake_record(75, -0.8, 0.0, 2.0))
@@ -145,6 +145,12 @@ def test_a_rule_warns_once_it_held_for_the_window_naming_the_layer_and_the_cause
         "health: h.2.mlp.c_fc: update/weight 10^-0.8 for 50 iterations: the learning rate is likely too high"]
     monitor.records.append(fake_record(100, -0.8, 0.2, 0.05))
     assert monitor.warnings() == []  # each layer and rule once; the bias is never judged
+
+
+def test_gelu_saturation_is_judged_at_the_start_only(model, tmp_path):
+    monitor = health.Health(model, 25, tmp_path)
+    monitor.records = [fake_record(it, -2, 0.0 if it < 75 else 0.2, 2.0) for it in range(0, 150, 25)]
+    assert monitor.warnings() == []  # a trained MLP has units below -3: not a warning later on
 
 
 def test_train_cli_writes_the_report_at_the_interval(tmp_path, capsys):
