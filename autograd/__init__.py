@@ -19,6 +19,7 @@ from .functional import (concat, stack, split, where, softmax, log_softmax, cros
                          layer_norm, dropout, scaled_dot_product_attention, linear, checkpoint,
                          zeros, ones, randn, rand, arange)
 from .gradcheck import gradcheck, GradcheckError, jacobian
+from .anomaly import detect_anomaly, AnomalyError
 
 __all__ = [
     "Tensor", "Value", "Function", "ShapeError", "no_grad", "name_scope", "is_grad_enabled",
@@ -28,4 +29,5 @@ __all__ = [
     "layer_norm", "dropout", "scaled_dot_product_attention", "linear", "checkpoint",
     "zeros", "ones", "randn", "rand", "arange",
     "gradcheck", "GradcheckError", "topological_order", "backward_steps", "root_grad", "jacobian",
+    "detect_anomaly", "AnomalyError",
 ]

@@ -25,7 +25,9 @@ from .intervals import check
 _default_dtype = np.dtype(np.float32)
 _grad_enabled = True
 _scopes = []  # dotted names of the modules whose forward is running, innermost last
+_anomaly = None  # the active detect_anomaly (autograd/anomaly.py), checking every op; None: no check at all
 
+_SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 FLOAT_KINDS = "f"
 DATA_KINDS = "fiub"  # floats, integers (token ids), booleans (masks)
 
@@ -114,6 +116,14 @@ class Function:
     def save(self, *arrays):
         self.saved = arrays
 
+    def input_labels(self, count):
+        """A name for each of `count` inputs: the declared ones, numbered (x₁, x₂, …) when one name
+        stands for any number of inputs (concat, stack); what viz and detect_anomaly print."""
+        names = self.input_names
+        if len(names) == 1 and count > 1:
+            return [f"{names[0]}{str(i).translate(_SUBSCRIPTS)}" for i in range(1, count + 1)]
+        return [names[i] if i < len(names) else f"input[{i}]" for i in range(count)]
+
     @classmethod
     def apply(cls, *inputs, **params):
         device = inputs[0].device
@@ -142,7 +152,10 @@ class Function:
             op.inputs, op.params = inputs, params
             if _scopes:
                 op.scope = _scopes[-1]
-        return Tensor._make(out, out_device, requires_grad, op if requires_grad else None)
+        result = Tensor._make(out, out_device, requires_grad, op if requires_grad else None)
+        if _anomaly is not None:
+            _anomaly.check_forward(op, inputs, result)
+        return result
 
     def forward(self, *arrays, **params):
         raise NotImplementedError
@@ -549,8 +562,11 @@ def backward_steps(root, grad, free=True):
     (input, gradient, shape the op returned) per input of t's op, the gradient
     summed back to the input's shape (None where no gradient flows). Tensor.backward
     stores the leaves' g; viz.trace prints every step. With `free`, each op's
-    saved arrays are dropped as soon as its VJP has run.
+    saved arrays are dropped as soon as its VJP has run (under detect_anomaly with
+    pictures, kept until the graph goes, so the pictures can show the whole pass).
     """
+    if _anomaly is not None:
+        free = _anomaly.begin_backward(root, grad, free)
     grads = {id(root): grad}
     order = topological_order(root)
     for i in range(len(order)):
@@ -567,6 +583,8 @@ def backward_steps(root, grad, free=True):
             input_grads = op.backward(g)
             if not isinstance(input_grads, tuple):
                 input_grads = (input_grads,)
+            if _anomaly is not None:
+                _anomaly.check_backward(t, g, input_grads)
             for x, pg in zip(op.inputs, input_grads):
                 if pg is None or not x._requires_grad:
                     sent.append((x, None, None))

@@ -1,7 +1,8 @@
 """models: what the engine is for, in three families, each a folder of its own.
 
     lessons/    the seeds' lessons, number for number: bigram, softmax, tiny, neuron;
-                chapter one's network on Value: value_nn (Neuron, Layer, MLP) and moons (micrograd's demo)
+                chapter one's network on Value: value_nn (Neuron, Layer, MLP) and moons (micrograd's demo);
+                troubleshoot (when training fails)
     gpt/        the GPT-2 library: gpt2 (the model), gpt2_params, hf_checkpoint, sampling, tokenizer
     training/   the training application: train and sample (the CLIs), checkpoint, parallel (MPI), data
 

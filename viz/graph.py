@@ -52,6 +52,7 @@ CONSTANT = ("#eeeeee", "#9e9e9e")
 OP = ("#d9e5fb", "#3b5b92")
 MODULE = ("#e8ddf5", "#6a4c93")
 SAVED = "#ef8a00"                      # the thick border of a tensor whose data an op keeps
+HIGHLIGHT = "#d62728"                  # the border of a node a caller points at (draw(highlight=...))
 MUTED = "#5a5a5a"
 FONT = "Helvetica,Arial,sans-serif"
 SMALL = 16                             # a tensor of at most this many elements shows its values
@@ -564,7 +565,7 @@ def draw_value(root, title=None, grads=None):
     return graph
 
 
-def draw(tensor, collapse=False, depth=None, title=None, grads=None):
+def draw(tensor, collapse=False, depth=None, title=None, grads=None, highlight=()):
     """The backward graph of `tensor` (a Tensor or a Value) as a `graphviz.Digraph` (render it, or show it in Jupyter).
 
     collapse: False draws every op; True folds each module (the ops' `scope`) into one box,
@@ -576,6 +577,7 @@ def draw(tensor, collapse=False, depth=None, title=None, grads=None):
         needs one, in place of what backward left in `.grad`. They are the last lines of the box, which
         Graphviz makes wide enough for them: the trace page passes the widest text a box will hold and
         writes each step's gradients over it.
+    highlight: ops or tensors to mark with a thick red border (detect_anomaly's culprit).
     Reads the graph only. Call it before backward(), or after backward(retain_graph=True):
     a plain backward() frees the graph, and only its last op can then be drawn.
     """
@@ -592,6 +594,10 @@ def draw(tensor, collapse=False, depth=None, title=None, grads=None):
         pic = _collapsed(walk, pic, tkey, okey, collapse)
     if depth is not None:
         pic = _limit_depth(pic, tkey[id(tensor)], depth)
+    for node in highlight:
+        key = okey.get(id(node)) or tkey.get(id(node))
+        if key in pic.nodes:
+            pic.nodes[key].attrs.update(color=HIGHLIGHT, penwidth="5")
     graph = _digraph(title)
     graph.node("legend", label=_legend(set().union(*(n.legend for n in pic.nodes.values()))),
                shape="plaintext", margin="0")

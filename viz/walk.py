@@ -19,16 +19,13 @@ import re
 
 from autograd import Function, Tensor, Value, topological_order
 
-SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
-
-
 def input_names(op, count):
     """A name for each of an op's `count` inputs: the ones it declares, numbered (x₁, x₂, …) when it
-    declares one name for any number of inputs (concat, stack); for a Value's op, the ones its rule
-    differentiates by (∂out/∂a, ∂out/∂b: a and b)."""
-    names = op.input_names if isinstance(op, Function) else re.findall(r"∂out/∂(\w+)", op.rule)
-    if len(names) == 1 and count > 1:
-        return [f"{names[0]}{str(i).translate(SUBSCRIPTS)}" for i in range(1, count + 1)]
+    declares one name for any number of inputs (concat, stack: see Function.input_labels); for a Value's op,
+    the ones its rule differentiates by (∂out/∂a, ∂out/∂b: a and b)."""
+    if isinstance(op, Function):
+        return op.input_labels(count)
+    names = re.findall(r"∂out/∂(\w+)", op.rule)
     return [names[i] if i < len(names) else f"input[{i}]" for i in range(count)]
 
 

@@ -62,6 +62,11 @@ TOKENIZER_FILE = "gptgrad_tokenizer.json"  # this project's record; tokenizer.js
 OPTIMIZER_FILE = "optimizer.npz"
 STATE_FILE = "train_state.json"
 PLOT_FILE = "loss.png"
+# What the training app writes beside a checkpoint: the loss curve, the health report (models/training/health.py)
+# and detect_anomaly's pictures (viz/anomaly.py). A folder may hold them; every save keeps them.
+HEALTH_FILES = ("health.jsonl", "health.png")
+ANOMALY_FILES = ("anomaly_graph.svg", "anomaly_graph.dot", "anomaly_trace.html")
+REPORT_FILES = (PLOT_FILE, *HEALTH_FILES, *ANOMALY_FILES)
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTERS_FILE = "adapters.safetensors"
 FILES = (CONFIG_FILE, WEIGHTS_FILE, ADAPTER_CONFIG_FILE, ADAPTERS_FILE, TOKENIZER_FILE,
@@ -74,7 +79,8 @@ _PLOT_DEBRIS = f".{PLOT_FILE}.tmp-*"  # what models.io.atomic_path leaves of a p
 # every other option is stored with the checkpoint and, on --resume, used again unless the command line changes it.
 MODEL_OPTIONS = ("tokenizer", "n_layer", "n_head", "n_embd", "no_bias", "init_from", "lora_r", "lora_alpha",
                  "lora_targets")
-RUN_OPTIONS = ("out_dir", "resume", "overwrite", "eval_only", "device", "sample_tokens", "no_progress")
+RUN_OPTIONS = ("out_dir", "resume", "overwrite", "eval_only", "device", "sample_tokens", "no_progress",
+               "detect_anomaly", "health_interval")
 
 FORMAT = 2  # train_state.json's layout; 1 (no "format" field) kept the optimizer's step counts apart from its buffers
 _NUMBER = (int, float)
@@ -154,7 +160,7 @@ def check_out_dir(folder, resume, overwrite):
     """Refuse, in one line, to train into `folder` where that would lose something or find nothing to resume."""
     current = _current(folder)
     names = sorted(p.name for p in current.iterdir()) if current.is_dir() else []
-    foreign = [name for name in names if name not in (*FILES, PLOT_FILE) and not fnmatch.fnmatch(name, _PLOT_DEBRIS)]
+    foreign = [name for name in names if name not in (*FILES, *REPORT_FILES) and not fnmatch.fnmatch(name, _PLOT_DEBRIS)]
     if foreign:
         listed = ", ".join(foreign[:3]) + (", …" if len(foreign) > 3 else "")
         raise ValueError(f"--out-dir {folder} holds {listed}, which no checkpoint has; every save replaces "
@@ -201,9 +207,10 @@ def save(folder, model, tokenizer, optimizer, run):
         writing = STATE_FILE
         digests[weights_file] = _sha256(new / weights_file)
         (new / STATE_FILE).write_text(json.dumps(run.to_json(digests), indent=2), encoding="utf-8")
-        writing = PLOT_FILE
-        if (folder / PLOT_FILE).is_file():
-            _link_or_copy(folder / PLOT_FILE, new / PLOT_FILE)
+        writing = ", ".join(REPORT_FILES)
+        for name in REPORT_FILES:
+            if (folder / name).is_file():
+                _link_or_copy(folder / name, new / name)
         writing = f"{new}/ (flushing it to the disk)"
         for path in new.iterdir():
             fsync(path)

@@ -16,6 +16,10 @@ beside it win); `--eval-only` evaluates a checkpoint once and writes nothing.
 Progress shows as a bar on a terminal, else as a plain line every --log-interval.
 `mpiexec -n N python -m models.train` trains data-parallel on N processes
 (see models/training/parallel.py): the same checkpoints, any N.
+`--detect-anomaly` stops at the first op that makes NaN/inf and names it
+(autograd/anomaly.py); `--health-interval N` records gradient, update and
+activation health every N iterations (models/training/health.py). Both off,
+the run is bit-for-bit what it is without them.
 
 Read `train` first: the loop, as nanoGPT's, batch → forward/backward → clip →
 step, with an evaluation (and perhaps a save) every --eval-interval.
@@ -40,7 +44,7 @@ import numpy as np
 
 import autograd as ag
 import nn
-from models import checkpoint
+from models import checkpoint, health
 from models.cli import Parser, device, input_file, interval, model_folder, output_folder, show_default
 from models.data import Layout, TokenData, load_text
 from models.gpt2 import GPT, GPTConfig
@@ -143,6 +147,13 @@ def make_parser():
                                    f"GPU ({settings['shakespeare-char']}); cpu-small: this program's defaults, "
                                    f"nanoGPT's CPU run of it ({settings['cpu-small']}). An option given beside a "
                                    "preset wins, and a line says so (default: none, each option's own default)")
+    g = p.add_argument_group("diagnostics")
+    g.add_argument("--detect-anomaly", action="store_true",
+                   help="stop at the first op that makes NaN/inf, naming it (autograd.detect_anomaly); with viz, "
+                        "its pictures go to --out-dir")
+    g.add_argument("--health-interval", type=COUNT, nargs="?", const=50, default=0, metavar="N",
+                   help=f"every N iterations (N=50 if not given) record gradient, update and activation health "
+                        f"in {health.JSONL_FILE} and {health.PLOT_FILE} in --out-dir, and warn (0: off)")
     return p
 
 
@@ -310,6 +321,9 @@ def train(args, world):
     schedule = nn.optim.WarmupCosineLR(optimizer, args.warmup_iters, args.lr_decay_iters or args.max_iters,
                                        args.min_lr, max_lr=args.lr, last_step=run.iter - 1)
     resumed_at = run.iter if args.resume else None  # that evaluation is the checkpoint's own
+    monitor = health.Health(model, args.health_interval if world.is_root else 0, out_dir, args.grad_clip,
+                            args.batch_size, progress.say)
+    anomaly = anomaly_mode(args, run)
     for it in range(run.iter, args.max_iters + 1):
         if (it % args.eval_interval == 0 or it == args.max_iters) and it != resumed_at:
             evaluate(model, tokenizer, optimizer, data, run, args, world, progress.say)
@@ -318,18 +332,21 @@ def train(args, world):
         progress.begin()
         x, y = data.batch("train", run.layout.rows, args.block_size, run.data_rng)  # alike on every rank
         optimizer.zero_grad()
-        with world.together():
+        with world.together(), anomaly:
             local_loss = accumulate_gradients(model, x, y, run.layout, world.rank, args)
         loss = world.mean([local_loss])[0]
         check_finite(loss, run, optimizer, out_dir)  # every rank alike, before the update
         world.all_reduce_gradients(model)
+        monitor.after_backward(it, x)
         if args.grad_clip:
             nn.optim.clip_grad_norm_(model.parameters(), args.grad_clip)
         optimizer.step()
+        monitor.after_step(it)
         schedule.step()
         run.record(loss)
         progress.end(run.iter, loss)
     progress.close()
+    monitor.close()
     world.separate()  # no rank waits for another from here: Ctrl-C stops each at once
     if world.is_root:  # rank 0 alone plots, reports and samples
         finish(model, tokenizer, data, run, args, progress)
@@ -479,13 +496,27 @@ def accumulate_gradients(model, x, y, layout, rank, args):
     return total / args.grad_accum
 
 
+def anomaly_mode(args, run):
+    """--detect-anomaly: autograd.detect_anomaly naming the iteration, its pictures in --out-dir when viz can
+    draw them (graphviz installed); otherwise a context that does nothing."""
+    if not args.detect_anomaly:
+        return contextlib.nullcontext()
+    try:
+        from viz.anomaly import pictures
+    except ImportError:  # viz needs the graphviz package: the message still names the op
+        pictures = None
+    return ag.detect_anomaly(pictures=pictures and pictures(args.out_dir),
+                             where=lambda: f"training iteration {run.iter}")
+
+
 def check_finite(loss, run, optimizer, out_dir):
     """Stop, before anything of this iteration is saved, when a loss is NaN or infinite."""
     if not math.isfinite(loss):
         kept = (f"{out_dir} keeps the checkpoint of iteration {run.saved_iter}" if run.saved_iter is not None
                 else "no checkpoint was written")
         raise ValueError(f"the loss became {loss} at iteration {run.iter} (lr {optimizer.param_groups[0]['lr']:.2e}); "
-                         f"stopped, and {kept}; try a smaller --lr or a --grad-clip")
+                         f"stopped, and {kept}; --detect-anomaly names the op that made it, "
+                         "or try a smaller --lr or a --grad-clip")
 
 
 class Progress:
@@ -658,7 +689,7 @@ def main(argv=None):
                 (evaluate_only if args.eval_only else train)(args, world)
     except PeerFailed:
         return 1  # the rank that failed has said why
-    except (ValueError, OSError, KeyError, MemoryError, dist.DistributedError) as exc:
+    except (ValueError, OSError, KeyError, MemoryError, dist.DistributedError, ag.AnomalyError) as exc:
         return report(exc, world)
     except KeyboardInterrupt:
         if world.is_root:

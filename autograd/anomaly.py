@@ -1,0 +1,200 @@
+"""Anomaly mode: stop at the first op whose forward output or VJP holds NaN or inf, and say where.
+
+    with ag.detect_anomaly():            # or @ag.detect_anomaly() on a function
+        loss = model(x, y)[1]
+        loss.backward()
+
+The error, `AnomalyError` (a FloatingPointError), names forward or backward,
+the op's class and rule, the module that recorded it (its `name_scope`), each
+input's shape and summary (min, max, how many NaN and inf) and which input or
+output went non-finite first: an op whose inputs are all finite made the bad
+value itself; an input that was already non-finite came from outside the
+checked ops (a leaf: a parameter the optimizer wrote, or the data).
+
+Off, it costs the engine one test of a module global per op and per VJP
+(`autograd.tensor._anomaly is not None`) and nothing else. On, every op's
+output and every VJP's gradients are scanned once (`isfinite`).
+
+Two things a caller may add, since autograd knows nothing above it:
+`where` (text the message carries, or a function giving it, e.g. models.train's
+"training iteration 37") and `pictures`, a function called with the `Anomaly` before the error is
+raised, returning {what: path} of files it wrote (viz.anomaly.pictures draws
+the graph around the culprit and a trace page opening at its step); with
+`pictures`, backward keeps the graph until it is dropped, so the trace can
+walk the whole pass.
+"""
+import contextlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import backend
+from . import tensor as _tensor
+
+WHO = "detect_anomaly"
+
+
+class AnomalyError(FloatingPointError):
+    """NaN or inf at an op; `.anomaly` holds the op, its output and what the message says."""
+
+    def __init__(self, message, anomaly):
+        super().__init__(message)
+        self.anomaly = anomaly
+
+
+@dataclass
+class Anomaly:
+    """Where the first non-finite value appeared.
+
+    phase       "forward" or "backward".
+    op          the Function (its class, `rule`, `input_names`).
+    scope       the module that recorded it ("" outside any).
+    output      forward: the op's result; backward: the tensor whose op's VJP ran.
+    culprit     which value first went non-finite: "output", or an input's or a gradient's name.
+    step        backward: the op's place in the backward pass (1 = the op that made the root), as viz.trace numbers it.
+    root, root_grad   backward: where the pass started, and its gradient.
+    grad        backward: the gradient that came into the op.
+    where       the caller's note (models.train: the training iteration).
+    files       {what: path} the pictures hook wrote.
+    """
+
+    phase: str
+    op: object
+    scope: str
+    output: object
+    culprit: str
+    step: int = None
+    root: object = None
+    root_grad: object = None
+    grad: object = None
+    where: str = ""
+    files: dict = field(default_factory=dict)
+
+
+def summary(array):
+    """'shape (2, 3) float32, min -1, max inf, 0 NaN, 1 inf' (min and max leave NaN out)."""
+    a = backend.to_host(array)
+    head = f"shape {tuple(a.shape)} {a.dtype}"
+    if a.size == 0:
+        return head + ", empty"
+    if a.dtype.kind != "f":
+        return f"{head}, min {a.min()}, max {a.max()}"
+    nan = int(np.isnan(a).sum())
+    inf = int(np.isinf(a).sum())
+    if nan == a.size:
+        return f"{head}, all {nan} NaN"
+    return f"{head}, min {np.nanmin(a):.4g}, max {np.nanmax(a):.4g}, {nan} NaN, {inf} inf"
+
+
+def _finite(array):
+    return array.dtype.kind != "f" or bool(backend.xp_for(backend.device_of(array) or "cpu").isfinite(array).all())
+
+
+def _origin(t):
+    """What a non-finite input is, for the line that says where it came from."""
+    if t.op is not None:
+        return f"made by {t.op.name}" + (f" in {t.op.scope}" if t.op.scope else "") + " outside detect_anomaly"
+    if t.name:
+        return f"the leaf {t.name} (a parameter: the optimizer's last update or its initialisation made it so)"
+    return "a leaf (the data, or a tensor made outside any op)"
+
+
+class detect_anomaly(contextlib.ContextDecorator):
+    """Raise AnomalyError at the first NaN or inf an op makes, forward or backward (see the module's docstring).
+
+    pictures: None, or f(Anomaly) -> {what: path}, called before the error is raised
+        (e.g. viz.anomaly.pictures("out")); its paths go into the message.
+    where: a note for the message, or a function returning one when an anomaly is found
+        (models.train: lambda: f"training iteration {run.iter}").
+    """
+
+    def __init__(self, pictures=None, where=""):
+        if pictures is not None and not callable(pictures):
+            raise TypeError(f"{WHO}: pictures must be a function of the Anomaly returning {{what: path}}, "
+                            f"got {type(pictures).__name__}; e.g. viz.anomaly.pictures('out')")
+        self.pictures, self.where = pictures, where
+        self._previous = []  # a stack: a decorated function may call itself
+        self._root = self._root_grad = None
+        self._step = 0
+
+    def __enter__(self):
+        self._previous.append(_tensor._anomaly)
+        _tensor._anomaly = self
+        return self
+
+    def __exit__(self, *exc):
+        _tensor._anomaly = self._previous.pop()
+
+    # ---- called by the engine (autograd/tensor.py), only while this is active ----
+
+    def check_forward(self, op, inputs, result):
+        if _finite(result.data):
+            return
+        names = op.input_labels(len(inputs))
+        bad = [name for name, t in zip(names, inputs) if not _finite(t.data)]
+        scope = op.scope or (_tensor._scopes[-1] if _tensor._scopes else "")
+        anomaly = Anomaly("forward", op, scope, result, bad[0] if bad else "output", where=self._where())
+        lines = [f"output: {summary(result.data)}" + ("  ← first non-finite: every input is finite" if not bad else "")]
+        for name, t in zip(names, inputs):
+            mark = ""
+            if bad and name == bad[0]:
+                mark = f"  ← first non-finite: it came in so, {_origin(t)}"
+            lines.append(f"input {name}: {summary(t.data)}{mark}")
+        what = "made NaN/inf" if not bad else f"received NaN/inf in its input {bad[0]}"
+        self._raise(anomaly, f"forward of {op.name} {what}", lines)
+
+    def begin_backward(self, root, grad, free):
+        """A backward pass starts: check its gradient; whether to free the graph as it goes (not for pictures)."""
+        self._root, self._root_grad, self._step = root, grad, 0
+        if not _finite(grad):
+            name = f"{root.op.name}'s output" if root.op is not None else "the root"
+            anomaly = Anomaly("backward", root.op, root.op.scope if root.op else "", root, "the starting gradient",
+                              root=root, root_grad=grad, grad=grad, where=self._where())
+            self._raise(anomaly, f"backward from {name} starts from a non-finite gradient",
+                        [f"grad: {summary(grad)}"])
+        return free and self.pictures is None
+
+    def check_backward(self, t, g, input_grads):
+        self._step += 1
+        if all(pg is None or _finite(pg) for pg in input_grads):
+            return
+        op = t.op
+        names = op.input_labels(len(op.inputs))
+        bad = next(name for name, pg in zip(names, input_grads) if pg is not None and not _finite(pg))
+        anomaly = Anomaly("backward", op, op.scope, t, f"the gradient for {bad}", step=self._step, root=self._root,
+                          root_grad=self._root_grad, grad=g, where=self._where())
+        g_finite = _finite(g)
+        lines = [f"incoming gradient g: {summary(g)}"
+                 + ("" if g_finite else "  ← first non-finite: the ops before it summed to NaN/inf")]
+        for name, x, pg in zip(names, op.inputs, input_grads):
+            lines.append(f"input {name}: {summary(x.data)}")
+            if pg is not None:
+                mark = "  ← first non-finite" + (": g and the inputs are finite" if g_finite else "") if name == bad else ""
+                lines.append(f"  gradient for {name}: {summary(pg)}{mark}")
+        self._raise(anomaly, f"backward of {op.name} (step {self._step} of backward) returned NaN/inf "
+                             f"as the gradient for {bad}", lines)
+
+    def _where(self):
+        return self.where() if callable(self.where) else self.where
+
+    def _raise(self, anomaly, headline, lines):
+        op = anomaly.op
+        head = [f"{WHO}: {headline}" + (f" at {anomaly.where}" if anomaly.where else "")]
+        if op is not None:
+            head.append(f"op: {op.name}, rule {op.rule or '(none declared)'}")
+            head.append(f"module: {anomaly.scope or '(outside any module)'}")
+        if self.pictures is not None:
+            anomaly.files = self._draw(anomaly)
+        tail = [f"{what}: {path}" for what, path in anomaly.files.items()]
+        raise AnomalyError("\n  ".join(head + lines + tail), anomaly) from None
+
+    def _draw(self, anomaly):
+        """The caller's pictures, drawn with the check off (drawing may run ops, and a trace reruns backward)."""
+        previous, _tensor._anomaly = _tensor._anomaly, None
+        try:
+            with np.errstate(all="ignore"):
+                return dict(self.pictures(anomaly))
+        except Exception as exc:  # a picture that fails must not hide the anomaly it was drawing
+            return {"pictures": f"not written ({type(exc).__name__}: {exc})"}
+        finally:
+            _tensor._anomaly = previous

@@ -1,0 +1,325 @@
+"""Is training healthy? Every N iterations, the checks people make by hand, as records, a picture and warnings.
+
+    health = Health(model, interval=50, out_dir="out", max_norm=1.0)
+    ... backward ...
+    health.after_backward(it, x)      # gradients final, before clipping; x: the batch's token ids
+    ... clip, optimizer.step() ...
+    health.after_step(it)             # the update this step made
+    health.close()                    # out/health.png
+
+What a record (one line of out/health.jsonl) holds:
+- per parameter: the gradient's norm, the weight's norm, and log10 ‖Δw‖/‖w‖,
+  the update this step made relative to the weight;
+- per block (`Block`s of models/gpt/gpt2.py): the mean and std of its output
+  (the residual stream), the fraction of GELU's inputs below −3 (GELU is
+  flat there: those units pass almost no gradient), and each head's mean
+  attention entropy in nats (a head near 0 looks at one key only);
+- for the step: the global gradient norm and whether clipping scaled it.
+
+The activations come from one more forward pass on the iteration's first
+`rows` rows, in eval mode (no dropout, so no random number is drawn) and
+only on a health iteration, read from the graph it records: the ops know
+their module (`op.scope`). The normal forward is untouched, and with
+interval 0 nothing here runs at all. `RULES` are checked after each record;
+a rule that holds at every record across `WINDOW` iterations (the first
+`WINDOW` for a rule about the start) prints one warning naming the layer and
+the likely cause (once per layer and rule).
+"""
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+import autograd as ag
+from autograd import backend
+from autograd.ops import GELU
+from models.gpt2 import Block
+from models.checkpoint import HEALTH_FILES
+from models.io import atomic_path
+
+JSONL_FILE, PLOT_FILE = HEALTH_FILES  # checkpoint.save keeps them in the folder
+WINDOW = 50  # iterations a rule must hold before it warns
+GELU_DEAD = -3.0  # GELU's slope is below 0.012 in magnitude left of here
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A warning: `figure` of one layer (a weight matrix, or a block) beyond `limit` at every record of the window."""
+
+    name: str
+    applies: str  # "param" (weight matrices only) or "block"
+    figure: object  # that layer's figures in a record -> a number, or None where it has none
+    above: bool  # warn above the limit (else below)
+    limit: float
+    says: str  # the warning's figure, formatted with the last record's number
+    cause: str
+    source: str
+    at_start: bool = False  # judge the run's first window of records only
+
+    def holds(self, figures):
+        x = self.figure(figures)
+        return x is not None and (x > self.limit if self.above else x < self.limit)
+
+
+RULES = (
+    Rule("update too large", "param", lambda p: p["log10_update_ratio"], True, -1.0, "update/weight 10^{:.1f}",
+         "the learning rate is likely too high",
+         "Karpathy, Building makemore part 3 (2022): ~10^-3 is healthy; the default run peaks near 10^-1.3"),
+    Rule("update too small", "param", lambda p: p["log10_update_ratio"], False, -5.0, "update/weight 10^{:.1f}",
+         "the learning rate is likely too low, or the layer gets no gradient",
+         "Karpathy, Building makemore part 3 (2022): ~10^-3 is healthy, far below it the layer barely learns"),
+    Rule("GELU saturated", "block", lambda b: b.get("gelu_below_-3"), True, 0.05, "{:.0%} of GELU inputs below -3",
+         "the initialisation is likely too large: the pre-activations are too wide",
+         "Karpathy, Building makemore part 3 (2022), on saturated tanh units at initialisation; GELU's slope is "
+         "under 0.012 below -3 (Hendrycks and Gimpel 2016). GPT-2's init puts none there; a trained MLP has "
+         "many (the default run: 9% by iteration 2000), so only the start is judged", at_start=True),
+    Rule("attention collapsed", "block", lambda b: min(b.get("attention_entropy") or [math.inf]), False, 0.1,
+         "lowest head attention entropy {:.3f} nats",
+         "the initialisation (or the learning rate) is likely too large: the scores q·k are too wide",
+         "Zhai et al. 2023, Stabilizing Transformer Training by Preventing Attention Entropy Collapse"),
+)
+
+
+def _norm(array):
+    a = backend.to_host(array).astype(np.float64, copy=False).ravel()
+    return math.sqrt(float(a @ a))
+
+
+def _finite_or_none(x):
+    return x if math.isfinite(x) else None
+
+
+def attention_entropy(q, k):
+    """Each head's mean entropy (nats) of causal softmax(q kᵀ/√D) over batch and queries: (B, H, T, D) → (H,)."""
+    q, k = (backend.to_host(a).astype(np.float64) for a in (q, k))
+    scores = q @ k.swapaxes(-1, -2) / math.sqrt(q.shape[-1])
+    T = scores.shape[-1]
+    scores = np.where(np.tril(np.ones((T, T), dtype=bool)), scores, -np.inf)
+    scores -= scores.max(axis=-1, keepdims=True)
+    p = np.exp(scores)
+    p /= p.sum(axis=-1, keepdims=True)
+    plogp = np.where(p > 0, p * np.log(np.where(p > 0, p, 1)), 0.0)
+    return (-plogp.sum(axis=-1)).mean(axis=(0, 2))
+
+
+def activations(model, idx):
+    """{block name: {mean, std, gelu_below_-3, attention_entropy}} from one forward pass of `model` on `idx`."""
+    blocks = [name for name, m in model.named_modules() if isinstance(m, Block)]
+    training = model.training
+    model.eval()
+    try:
+        logits, _ = model(idx)
+        order = ag.topological_order(logits)[::-1]  # forward order
+    finally:
+        model.train(training)
+    out = {name: {} for name in blocks}
+    for t in order:
+        op = t.op
+        if op is None:
+            continue
+        owner = next((b for b in blocks if op.scope == b or op.scope.startswith(b + ".")), None)
+        if owner is None:
+            continue
+        if op.scope == owner:  # the block's own ops are its residual adds: the last is its output
+            out[owner]["output"] = t.data
+        elif isinstance(op, GELU):  # a subclass too: a GELU with its own backward is still a GELU
+            x = backend.to_host(op.inputs[0].data)
+            out[owner]["gelu_below_-3"] = float((x < GELU_DEAD).mean())
+        elif op.name == "ScaledDotProductAttention":
+            out[owner]["attention_entropy"] = [float(h) for h in attention_entropy(op.inputs[0].data,
+                                                                                   op.inputs[1].data)]
+    for figures in out.values():
+        y = backend.to_host(figures.pop("output")).astype(np.float64)
+        figures["mean"], figures["std"] = float(y.mean()), float(y.std())
+    return out
+
+
+class Health:
+    """The health report of one run (see the module's docstring); interval 0 makes every method a no-op."""
+
+    def __init__(self, model, interval, out_dir, max_norm=0.0, rows=None, say=print, window=WINDOW):
+        self.model, self.interval, self.max_norm, self.rows, self.say = model, interval, max_norm, rows, say
+        self.path = out_dir / JSONL_FILE if interval else None
+        self.plot_path = out_dir / PLOT_FILE if interval else None
+        self.records, self.pending, self.warned, self._before = [], None, set(), None
+        self.matrices = {name for name, p in model.named_parameters() if p.ndim >= 2}  # what "param" rules judge
+        self.window_records = max(2, window // interval + 1) if interval else 0
+        if interval:
+            out_dir.mkdir(parents=True, exist_ok=True)  # before the first checkpoint makes it
+            self.path.write_text("")
+
+    def due(self, it):
+        return bool(self.interval) and it % self.interval == 0
+
+    def after_backward(self, it, idx):
+        """Gradients (before clipping) and activations of iteration `it`, if it is due; `idx`: its token ids."""
+        if not self.due(it):
+            return
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        params = {n: {"grad_norm": _norm(p.grad) if p.grad is not None else 0.0, "weight_norm": _norm(p.data)}
+                  for n, p in named}
+        total = math.sqrt(sum(f["grad_norm"] ** 2 for f in params.values()))
+        clipped = bool(self.max_norm) and self.max_norm / (total + 1e-6) < 1  # clip_grad_norm_'s own test
+        rows = idx[:self.rows] if self.rows else idx
+        self.pending = {"iter": it, "grad_norm": _finite_or_none(total), "max_norm": self.max_norm,
+                        "clipped": clipped, "params": params,
+                        "blocks": activations(self.model, ag.Tensor(rows, device=named[0][1].device))}
+        self._before = {n: p.data.copy() for n, p in named}
+
+    def after_step(self, it):
+        """The update this step made, the record written, the rules checked."""
+        if self.pending is None:
+            return
+        record, self.pending = self.pending, None
+        for name, p in self.model.named_parameters():
+            if name in self._before:
+                figures = record["params"][name]
+                step, weight = _norm(p.data - self._before[name]), figures["weight_norm"]
+                figures["log10_update_ratio"] = (_finite_or_none(math.log10(step / weight))
+                                                 if step > 0 and weight > 0 else None)
+        self._before = None
+        for figures in record["params"].values():
+            figures["grad_norm"] = _finite_or_none(figures["grad_norm"])
+        self.records.append(record)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        for line in self.warnings():
+            self.say(line)
+
+    def warnings(self):
+        """The lines of the rules that now hold across the window, each layer and rule once per run."""
+        recent = self.records[-self.window_records:]
+        if len(recent) < self.window_records:
+            return []
+        span = recent[-1]["iter"] - recent[0]["iter"]
+        lines = []
+        for rule in RULES:
+            if rule.at_start and len(self.records) != self.window_records:
+                continue
+            kind = "params" if rule.applies == "param" else "blocks"
+            for layer, figures in recent[-1][kind].items():
+                if rule.applies == "param" and layer not in self.matrices or (rule.name, layer) in self.warned:
+                    continue
+                if all(rule.holds(r[kind][layer]) for r in recent):
+                    self.warned.add((rule.name, layer))
+                    lines.append(f"health: {layer_name(layer)}: {rule.says.format(rule.figure(figures))} for {span} "
+                                 f"iterations: {rule.cause}")
+        return lines
+
+    def close(self):
+        """Draw out/health.png from the records (nothing when there are none)."""
+        if self.records:
+            plot(self.plot_path, self.records)
+            self.say(f"wrote the health report to {self.path} and {self.plot_path}")
+
+
+def descent_check(model, idx, targets, eps=1e-2):
+    """Does the loss change along each weight matrix's gradient as that gradient says? {name: ratio}.
+
+    For each parameter w with gradient g (from one backward on the batch), the
+    central difference (L(w + εĝ) − L(w − εĝ)) / 2ε, ĝ = g/‖g‖, estimates the
+    slope of the loss along ĝ, which is ‖g‖ when g is right: the ratio of the
+    two is 1. A parameter whose gradient comes through a wrong VJP has a ratio
+    far from 1 (about −1 for a sign error on its only path): where to look.
+    gradcheck's idea, one direction per parameter, on the whole model; costs
+    two forward passes per parameter, so it is a tool to call, not a record.
+    """
+    training = model.training
+    model.eval()  # no dropout: every loss below sees the same network
+    try:
+        model.zero_grad()
+        model(ag.Tensor(idx), ag.Tensor(targets))[1].backward()
+        ratios = {}
+        with ag.no_grad():
+            for name, p in model.named_parameters():
+                size = _norm(p.grad) if p.grad is not None else 0.0
+                if p.ndim < 2 or size == 0:  # biases and LayerNorm gains sit beside a weight that says the same
+                    continue
+                original, step = p.data, p.grad * (eps / size)
+                slopes = []
+                for sign in (1, -1):
+                    p.data = original + sign * step
+                    slopes.append(model(ag.Tensor(idx), ag.Tensor(targets))[1].item())
+                p.data = original
+                ratios[name] = (slopes[0] - slopes[1]) / (2 * eps) / size
+    finally:
+        model.zero_grad()
+        model.train(training)
+    return ratios
+
+
+def layer_name(name):
+    """transformer.h.2.mlp.c_fc.weight → h.2.mlp.c_fc (the layer, as people say it)."""
+    name = name.removeprefix("transformer.")
+    return name.removesuffix(".weight")
+
+
+def plot(path, records):
+    """Six panels over iterations: update ratio (with the 10^-3 guide), gradient norm, the global norm and
+    clipping, each block's output std, GELU's near-dead fraction and the lowest head entropy."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    its = [r["iter"] for r in records]
+    weights = [n for n in records[0]["params"] if n.endswith("weight") and "ln_" not in n]
+    blocks = list(records[0]["blocks"])
+    colours = plt.get_cmap("viridis")(np.linspace(0, 0.9, max(1, len(blocks))))
+    kinds = {}
+
+    def style(name):
+        block = next((i for i, b in enumerate(blocks) if name.startswith(b + ".")), None)
+        kind = name.split(".")[-2]
+        ls = kinds.setdefault(kind, ["-", "--", ":", "-."][len(kinds) % 4])
+        return {"color": colours[block] if block is not None else "#d62728", "linestyle": ls, "linewidth": 1.1}
+
+    def series(kind, name, key):
+        return [np.nan if r[kind][name][key] is None else r[kind][name][key] for r in records]
+
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5), dpi=100)
+    ax = axes[0, 0]
+    for n in weights:
+        ax.plot(its, series("params", n, "log10_update_ratio"), label=layer_name(n), **style(n))
+    ax.axhline(-3, color="black", linewidth=1.5, linestyle="--", label="10^-3 guide")
+    ax.axhline(RULES[0].limit, color="#d62728", linewidth=1, linestyle=":", label="warning")
+    ax.set_title("update / weight, log10 ‖Δw‖/‖w‖")
+    ax = axes[0, 1]
+    for n in weights:
+        ax.plot(its, series("params", n, "grad_norm"), **style(n))
+    ax.set_yscale("log")
+    ax.set_title("gradient norm per weight (before clipping)")
+    ax = axes[0, 2]
+    ax.plot(its, [np.nan if r["grad_norm"] is None else r["grad_norm"] for r in records], color="black",
+            label="global gradient norm")
+    clipped = [r for r in records if r["clipped"]]
+    ax.plot([r["iter"] for r in clipped], [r["grad_norm"] for r in clipped], "o", color="#d62728",
+            markersize=4, label="clipping scaled it")
+    if records[-1]["max_norm"]:
+        ax.axhline(records[-1]["max_norm"], color="#d62728", linewidth=1, linestyle=":", label="clipping norm")
+    ax.set_yscale("log")
+    ax.set_title("global gradient norm")
+    ax.legend(fontsize=8)
+    for ax, key, title in ((axes[1, 0], "std", "block output std (residual stream)"),
+                           (axes[1, 1], "gelu_below_-3", "GELU inputs below -3 (near-dead; judged at the start)")):
+        for i, b in enumerate(blocks):
+            ax.plot(its, series("blocks", b, key), color=colours[i], label=layer_name(b))
+        ax.set_title(title)
+    axes[1, 1].axhline(RULES[2].limit, color="#d62728", linewidth=1, linestyle=":", label="warning")
+    ax = axes[1, 2]
+    for i, b in enumerate(blocks):
+        ax.plot(its, [min(r["blocks"][b]["attention_entropy"]) for r in records], color=colours[i],
+                label=f"{layer_name(b)} (lowest head)")
+    ax.axhline(RULES[3].limit, color="#d62728", linewidth=1, linestyle=":", label="collapse warning")
+    ax.set_title("attention entropy, nats (lowest head per block)")
+    for ax in axes.flat:
+        ax.set_xlabel("iteration")
+        ax.grid(alpha=0.3)
+    axes[1, 0].legend(fontsize=8)
+    axes[1, 2].legend(fontsize=8)
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="center right", fontsize=8, frameon=False)
+    fig.suptitle("Training health")
+    fig.tight_layout(rect=(0, 0, 0.88, 0.96))
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)

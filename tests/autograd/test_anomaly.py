@@ -1,0 +1,160 @@
+"""detect_anomaly: a NaN put at a known op in a known module is named exactly, forward and backward; off, nothing changes."""
+import numpy as np
+import pytest
+
+import autograd as ag
+from autograd import Function, Tensor
+from autograd import tensor as engine
+
+
+class Poison(Function):
+    """z = x, except that entry `at` of the output (forward) or of the gradient (backward) becomes NaN."""
+
+    rule = "dx = g"
+
+    def forward(self, x, at=None, in_backward=False):
+        self.at, self.in_backward = at, in_backward
+        z = x.copy()
+        if not in_backward:
+            z[at] = np.nan
+        return z
+
+    def backward(self, g):
+        g = g.copy()
+        if self.in_backward:
+            g[self.at] = np.inf
+        return g
+
+
+def model(x, w, **poison):
+    """Three ops in two modules; Poison sits in h.1.mlp, between a MatMul and a Tanh."""
+    with ag.name_scope("h.0"):
+        h = (x @ w).tanh()
+    with ag.name_scope("h.1.mlp"):
+        h = Poison.apply(h * 2.0, **poison)
+        return (h.tanh() * 3.0).sum()
+
+
+def inputs():
+    rng = np.random.default_rng(0)
+    return (Tensor(rng.normal(size=(2, 3)).astype(np.float32)),
+            Tensor(rng.normal(size=(3, 4)).astype(np.float32), requires_grad=True))
+
+
+def test_a_nan_made_in_forward_is_named_with_its_op_module_rule_and_inputs():
+    x, w = inputs()
+    with pytest.raises(ag.AnomalyError) as caught, ag.detect_anomaly(where="training iteration 7"):
+        model(x, w, at=(1, 2))
+    lines = str(caught.value).splitlines()
+    assert lines[0] == "detect_anomaly: forward of Poison made NaN/inf at training iteration 7"
+    assert lines[1:3] == ["  op: Poison, rule dx = g", "  module: h.1.mlp"]
+    assert lines[3].startswith("  output: shape (2, 4) float32, min ")
+    assert lines[3].endswith(", 1 NaN, 0 inf  ← first non-finite: every input is finite")
+    h = np.tanh(x.data @ w.data) * 2
+    assert lines[4] == f"  input x: shape (2, 4) float32, min {h.min():.4g}, max {h.max():.4g}, 0 NaN, 0 inf"
+    anomaly = caught.value.anomaly
+    assert (anomaly.phase, anomaly.op.name, anomaly.scope, anomaly.culprit) == ("forward", "Poison", "h.1.mlp", "output")
+    assert isinstance(caught.value, FloatingPointError)
+    assert engine._anomaly is None  # the mode ends with the block, error or not
+
+
+def test_a_nan_made_by_a_vjp_is_named_with_its_step_of_backward():
+    x, w = inputs()
+    loss = model(x, w, at=(0, 1), in_backward=True)
+    with pytest.raises(ag.AnomalyError) as caught, ag.detect_anomaly():
+        loss.backward()
+    lines = str(caught.value).splitlines()
+    # backward runs Sum, Mul (× 3), Tanh, then Poison: the fourth step
+    assert lines[0] == "detect_anomaly: backward of Poison (step 4 of backward) returned NaN/inf as the gradient for x"
+    assert lines[1:3] == ["  op: Poison, rule dx = g", "  module: h.1.mlp"]
+    assert lines[3].startswith("  incoming gradient g: shape (2, 4) float32") and lines[3].endswith("0 NaN, 0 inf")
+    assert lines[4].startswith("  input x: shape (2, 4) float32")
+    assert lines[5].endswith(", 0 NaN, 1 inf  ← first non-finite: g and the inputs are finite")
+    anomaly = caught.value.anomaly
+    assert (anomaly.phase, anomaly.step, anomaly.culprit, anomaly.root) == ("backward", 4, "the gradient for x", loss)
+    assert w.grad is None  # stopped before the gradient reached the parameter
+
+
+def test_a_non_finite_leaf_is_named_as_the_input_that_came_in_so():
+    x, w = inputs()
+    w.data[0, 0] = np.inf
+    w.name = "h.0.weight"
+    with pytest.raises(ag.AnomalyError) as caught, ag.detect_anomaly():
+        model(x, w, at=(0, 0))
+    message = str(caught.value)
+    assert message.splitlines()[0] == "detect_anomaly: forward of MatMul received NaN/inf in its input B"
+    assert "  module: h.0\n" in message
+    assert ("input B: shape (3, 4) float32, min " in message and "0 NaN, 1 inf  ← first non-finite: it came in so, "
+            "the leaf h.0.weight (a parameter: the optimizer's last update or its initialisation made it so)" in message)
+    assert caught.value.anomaly.culprit == "B"
+
+
+def test_a_non_finite_starting_gradient_is_named():
+    x, w = inputs()
+    loss = (x @ w).sum()
+    with pytest.raises(ag.AnomalyError, match=r"backward from Sum's output starts from a non-finite gradient\n"
+                                              r"  op: Sum"):
+        with ag.detect_anomaly():
+            loss.backward(np.float32(np.nan))
+
+
+def test_as_a_decorator_nested_and_reentered_it_restores_the_previous_mode():
+    outer = ag.detect_anomaly()
+
+    @ag.detect_anomaly()
+    def inner():
+        assert engine._anomaly is not outer
+        return engine._anomaly
+
+    with outer:
+        assert engine._anomaly is outer
+        assert inner() is not outer
+        assert engine._anomaly is outer
+    assert engine._anomaly is None
+
+
+def test_pictures_hook_gets_the_anomaly_and_its_paths_are_in_the_message(tmp_path):
+    x, w = inputs()
+    seen = []
+
+    def pictures(anomaly):
+        seen.append(anomaly)
+        assert engine._anomaly is None  # drawing runs ops: the check is off meanwhile
+        assert anomaly.root.op.inputs is not None  # with pictures the graph is kept, so a trace can walk all of it
+        return {"graph": str(tmp_path / "g.svg")}
+
+    loss = model(x, w, at=(0, 1), in_backward=True)
+    with pytest.raises(ag.AnomalyError) as caught, ag.detect_anomaly(pictures=pictures):
+        loss.backward()
+    assert str(caught.value).endswith(f"\n  graph: {tmp_path / 'g.svg'}")
+    assert seen == [caught.value.anomaly] and caught.value.anomaly.files == {"graph": str(tmp_path / "g.svg")}
+
+
+def test_a_failing_pictures_hook_does_not_hide_the_anomaly():
+    def broken(anomaly):
+        raise OSError("disk full")
+
+    x, w = inputs()
+    with pytest.raises(ag.AnomalyError, match=r"\n  pictures: not written \(OSError: disk full\)$"):
+        with ag.detect_anomaly(pictures=broken):
+            model(x, w, at=(0, 0))
+
+
+def test_pictures_must_be_a_function():
+    with pytest.raises(TypeError, match="detect_anomaly: pictures must be a function"):
+        ag.detect_anomaly(pictures="out")
+
+
+def test_on_without_an_anomaly_every_number_is_bit_identical_to_off():
+    def run():
+        rng = np.random.default_rng(3)
+        x = Tensor(rng.normal(size=(4, 8)).astype(np.float32))
+        w = Tensor(rng.normal(size=(8, 5)).astype(np.float32), requires_grad=True)
+        loss = ag.cross_entropy(ag.layer_norm((x @ w).gelu(), ag.ones(5)), np.array([0, 1, 2, 3]))
+        loss.backward()
+        return loss.data.copy(), w.grad.copy()
+
+    off = run()
+    with ag.detect_anomaly():
+        on = run()
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(off, on))

@@ -1,0 +1,54 @@
+"""viz.anomaly: detect_anomaly's pictures, the graph with the culprit in red and the trace page opening at its step."""
+import json
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+import autograd as ag
+from autograd import Tensor
+from viz.anomaly import pictures
+from viz.graph import HIGHLIGHT
+
+pytest.importorskip("graphviz")
+needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
+
+
+@needs_dot
+def test_a_backward_anomaly_gets_the_graph_and_the_trace_page_at_its_step(tmp_path):
+    x = Tensor(np.array([1.0, 0.0, 2.0], dtype=np.float32), requires_grad=True)
+    with ag.name_scope("layer"):
+        loss = (x.sqrt() * 3.0).sum()
+    with pytest.raises(ag.AnomalyError) as caught, ag.detect_anomaly(pictures=pictures(tmp_path / "pics")):
+        loss.backward()
+    message = str(caught.value)
+    assert message.splitlines()[0] == "detect_anomaly: backward of Sqrt (step 3 of backward) returned NaN/inf as the gradient for x"
+    assert message.endswith(f"\n  graph: {tmp_path / 'pics' / 'anomaly_graph.svg'}\n"
+                            f"  trace page: {tmp_path / 'pics' / 'anomaly_trace.html'}")
+    svg = (tmp_path / "pics" / "anomaly_graph.svg").read_text()
+    sqrt_node = re.search(r'<g id="node\d+" class="node">\s*<title>op\d+</title>(?:(?!</g>).)*Sqrt', svg, re.S)
+    assert sqrt_node and f'stroke="{HIGHLIGHT}"' in sqrt_node.group(0) and 'stroke-width="5"' in sqrt_node.group(0)
+    page = (tmp_path / "pics" / "anomaly_trace.html").read_text()
+    assert "show(2);" in page  # the page's step 3, counted from 0
+    data = json.loads(re.search(r'<script id="trace-data" type="application/json">(.*?)</script>', page, re.S).group(1))
+    assert data["steps"][2]["name"] == "Sqrt" and data["steps"][2]["scope"] == "layer"
+
+
+@needs_dot
+def test_a_forward_anomaly_gets_the_graph_only(tmp_path):
+    x = Tensor(np.array([1.0, 0.0], dtype=np.float32), requires_grad=True)
+    with pytest.raises(ag.AnomalyError) as caught, ag.detect_anomaly(pictures=pictures(tmp_path)):
+        (x * 2.0).log()
+    assert caught.value.anomaly.files == {"graph": str(tmp_path / "anomaly_graph.svg")}
+    assert "forward anomaly: Log (red border); output went non&#45;finite" in (tmp_path / "anomaly_graph.svg").read_text()
+
+
+def test_without_dot_it_writes_the_source_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    x = Tensor(np.array([0.0], dtype=np.float32), requires_grad=True)
+    with pytest.raises(ag.AnomalyError) as caught, ag.detect_anomaly(pictures=pictures(tmp_path)):
+        x.log()
+    assert str(caught.value).endswith(
+        f"\n  graph source (install Graphviz's dot to render it): {tmp_path / 'anomaly_graph.dot'}")
+    assert (tmp_path / "anomaly_graph.dot").read_text().startswith("digraph backward")

@@ -1,0 +1,60 @@
+"""Pictures for `autograd.detect_anomaly`: the graph around the op that made the first NaN/inf, and the trace page.
+
+    import autograd as ag
+    from viz.anomaly import pictures
+
+    with ag.detect_anomaly(pictures=pictures("out")):
+        loss.backward()
+    # AnomalyError: detect_anomaly: backward of Log (step 5 of backward) ...
+    #   graph: out/anomaly_graph.svg
+    #   trace page: out/anomaly_trace.html
+
+autograd cannot import viz (it is the bottom layer), so the caller hands this
+hook to detect_anomaly, which calls it with the `Anomaly` before raising.
+It writes:
+- anomaly_graph.svg: the backward graph below the culprit's output, `depth`
+  ops deep, the culprit op with a thick red border;
+- anomaly_trace.html (a backward anomaly): the trace page of the whole pass
+  (viz.trace_page), opening at the culprit's step.
+Without Graphviz's `dot` it writes the graph's .dot source and no page.
+"""
+import shutil
+from pathlib import Path
+
+from .graph import draw
+from .trace import trace
+from .trace_page import write_page
+
+GRAPH_FILE, TRACE_FILE = "anomaly_graph", "anomaly_trace.html"
+
+
+def pictures(directory, depth=3):
+    """A `pictures` hook for detect_anomaly that writes into `directory` (made if missing): {what: path}."""
+    directory = Path(directory)
+
+    def write(anomaly):
+        directory.mkdir(parents=True, exist_ok=True)
+        where = f" in {anomaly.scope}" if anomaly.scope else ""
+        step = f", step {anomaly.step} of backward" if anomaly.step else ""
+        title = f"{anomaly.phase} anomaly: {anomaly.op.name}{where}{step} (red border); {anomaly.culprit} went non-finite"
+        graph = draw(anomaly.output, depth=depth, title=title, highlight=(anomaly.op,))
+        if shutil.which("dot") is None:
+            path = directory / f"{GRAPH_FILE}.dot"
+            _write(path, graph.source.encode("utf-8"))
+            return {"graph source (install Graphviz's dot to render it)": str(path)}
+        path = directory / f"{GRAPH_FILE}.svg"
+        _write(path, graph.pipe(format="svg"))
+        files = {"graph": str(path)}
+        if anomaly.phase == "backward" and anomaly.step:
+            page = directory / TRACE_FILE
+            write_page(trace(anomaly.root, anomaly.root_grad), page, title, start=anomaly.step)
+            files["trace page"] = str(page)
+        return files
+
+    return write
+
+
+def _write(path, data):
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_bytes(data)
+    tmp.replace(path)  # never a half-written picture
