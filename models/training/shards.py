@@ -1,0 +1,201 @@
+"""Prepared corpora: token shards on disk, and the training data that memory-maps them.
+
+A folder that `python -m models.prepare` made holds
+
+    meta.json              the tokenizer, the token dtype, the split, every shard with its token count, and
+                           every source file with its size and SHA-256
+    train_000000.bin, ...  the training split's tokens, in shards of `shard_tokens` tokens (its last one shorter)
+    val_000000.bin, ...    the validation split's, likewise
+
+A shard is a 32-byte header and its tokens, little-endian:
+
+    magic     8 bytes   b"GPTGTOKS"
+    version   uint32    1
+    itemsize  uint32    2 (uint16 tokens) or 4 (uint32)
+    count     uint64    how many tokens follow
+    crc32     uint32    of the token bytes
+    reserved  uint32    0
+
+`read_header` checks a shard against its own header (magic, version, dtype,
+size) and `open_shard(verify=True)` against its checksum too; each names the
+file and what is wrong in one line. `PreparedData` is `TokenData` over such a
+folder: the same `batch(split, rows, block, rng)`, drawing blocks at random
+offsets of each split's shards taken end to end, so a corpus larger than memory
+trains with flat memory. It maps the shards afresh for every batch, so the
+pages a batch read leave the process's resident set with it.
+"""
+import argparse
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from models.data import TokenData
+from models.io import read_json
+from models.tokenizer import tokenizer_from_dict
+
+MAGIC = b"GPTGTOKS"
+VERSION = 1
+HEADER = struct.Struct("<8sIIQII")
+DTYPES = {2: np.dtype("<u2"), 4: np.dtype("<u4")}  # by itemsize, as the header gives it
+DTYPE_NAMES = {dtype.name: dtype for dtype in DTYPES.values()}  # "uint16", "uint32", as meta.json gives it
+META_FILE = "meta.json"
+META_FORMAT = 1
+SPLITS = ("train", "val")
+
+
+class ShardError(ValueError):
+    """A shard or meta.json that is not what models.prepare writes; the message names the file."""
+
+
+def token_dtype(vocab_size):
+    """uint16 when every id fits in it, else uint32."""
+    return DTYPES[2] if vocab_size <= 1 << 16 else DTYPES[4]
+
+
+def shard_name(split, index):
+    return f"{split}_{index:06d}.bin"
+
+
+def shard_bytes(tokens):
+    """A shard's whole content: its header, then `tokens` (a uint16 or uint32 array) as little-endian bytes."""
+    dtype = tokens.dtype.newbyteorder("<")
+    if dtype not in DTYPES.values():
+        raise TypeError(f"shard_bytes: tokens must be uint16 or uint32, got {tokens.dtype}")
+    payload = np.ascontiguousarray(tokens, dtype=dtype).tobytes()
+    return HEADER.pack(MAGIC, VERSION, dtype.itemsize, len(tokens), zlib.crc32(payload), 0) + payload
+
+
+def read_header(path):
+    """(dtype, count, crc32) from the header of the shard at `path`, checked against the file's size."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEADER.size)
+    except FileNotFoundError:
+        raise ShardError(f"{path} is missing; prepare the folder again with python -m models.prepare") from None
+    if len(head) < HEADER.size:
+        raise ShardError(f"{path} is not a token shard: {len(head)} bytes, shorter than the {HEADER.size}-byte header")
+    magic, version, itemsize, count, crc, _ = HEADER.unpack(head)
+    if magic != MAGIC:
+        raise ShardError(f"{path} is not a token shard (it starts with {magic!r}, not {MAGIC!r})")
+    if version != VERSION:
+        raise ShardError(f"{path} is a version {version} shard and this models.prepare reads version {VERSION}; "
+                         "prepare the corpus again")
+    if itemsize not in DTYPES:
+        raise ShardError(f"{path}: its header gives {itemsize}-byte tokens; shards hold 2 (uint16) or 4 (uint32)")
+    expected, size = HEADER.size + count * itemsize, path.stat().st_size
+    if size != expected:
+        raise ShardError(f"{path} is {'truncated' if size < expected else 'too long'}: its header gives {count:,} "
+                         f"tokens ({expected:,} bytes) but it has {size:,} bytes")
+    return DTYPES[itemsize], count, crc
+
+
+def open_shard(path, verify=False):
+    """The tokens of the shard at `path`, memory-mapped read-only; `verify` checks them against the checksum."""
+    dtype, count, crc = read_header(path)
+    tokens = np.memmap(path, dtype=dtype, mode="r", offset=HEADER.size, shape=(count,))
+    if verify and zlib.crc32(tokens) != crc:
+        raise ShardError(f"{path} is damaged: its tokens do not match the checksum in its header")
+    return tokens
+
+
+class ShardedTokens:
+    """One split's tokens: its shards taken end to end, indexed like an array without being loaded."""
+
+    def __init__(self, paths, dtype, counts):
+        self.paths, self.dtype = list(paths), dtype
+        self.counts = np.asarray(counts, dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.counts)])
+
+    def __len__(self):
+        return int(self.starts[-1])
+
+    def __getitem__(self, index):
+        """The tokens at `index` (an integer array, or a slice) as int64, read from the shards that hold them."""
+        if isinstance(index, slice):
+            index = np.arange(*index.indices(len(self)))
+        index = np.asarray(index)
+        out = np.empty(index.shape, dtype=np.int64)
+        which = np.searchsorted(self.starts, index, side="right") - 1
+        for k in np.unique(which):
+            here = which == k
+            tokens = np.memmap(self.paths[k], dtype=self.dtype, mode="r", offset=HEADER.size,
+                               shape=(int(self.counts[k]),))
+            out[here] = tokens[index[here] - self.starts[k]]
+            del tokens  # unmapped: its pages leave this process's resident set
+        return out
+
+
+class PreparedData(TokenData):
+    """TokenData over a prepared folder: each split's shards, memory-mapped, and the tokenizer that made them.
+
+    The shards' headers are checked against meta.json on opening (a missing,
+    truncated or foreign shard is one line naming it); their checksums are
+    models.eval's and models.prepare's to check, which read them through.
+    """
+
+    def __init__(self, folder):  # TokenData's own constructor cuts an array; this one opens shards
+        self.folder = Path(folder)
+        self.meta = read_meta(self.folder)
+        dtype = DTYPE_NAMES[self.meta["dtype"]]
+        self.splits = {}
+        for split in SPLITS:
+            shards = self.meta["splits"][split]["shards"]
+            paths = [self.folder / shard["name"] for shard in shards]
+            for path, shard in zip(paths, shards):
+                found, count, _ = read_header(path)
+                if found != dtype or count != shard["tokens"]:
+                    raise ShardError(f"{path} holds {count:,} {found} tokens but {self.folder / META_FILE} lists "
+                                     f"{shard['tokens']:,} {dtype} tokens; it comes from another preparation")
+            self.splits[split] = ShardedTokens(paths, dtype, [shard["tokens"] for shard in shards])
+
+    def tokenizer(self):
+        """The tokenizer that meta.json describes, whose ids the shards hold."""
+        try:
+            return tokenizer_from_dict(self.meta["tokenizer"])
+        except (KeyError, TypeError, ValueError, OSError) as exc:
+            raise ShardError(f"{self.folder / META_FILE}: 'tokenizer' does not describe a tokenizer ({exc})") from None
+
+
+def read_meta(folder):
+    """meta.json of a prepared folder, checked for what PreparedData reads, with one-line errors."""
+    folder = Path(folder)
+    path = folder / META_FILE
+    if not path.is_file():
+        unfinished = any(folder.glob("*.bin"))
+        raise ShardError(f"{folder} has no {META_FILE}: " + (
+            "its preparation did not finish; run the same python -m models.prepare command again to finish it"
+            if unfinished else "it is not a folder that python -m models.prepare made; make one with "
+            f"python -m models.prepare FILES_OR_FOLDERS --out {folder}"))
+    meta = read_json(path)
+    if meta.get("format") != META_FORMAT:
+        raise ShardError(f"{path} is of format {meta.get('format')!r}; this version reads {META_FORMAT}: "
+                         "prepare the corpus again")
+    try:
+        dtype_ok = meta["dtype"] in DTYPE_NAMES
+        shards_ok = all(isinstance(shard["name"], str) and isinstance(shard["tokens"], int)
+                        for split in SPLITS for shard in meta["splits"][split]["shards"])
+        tokenizer_ok = isinstance(meta["tokenizer"], dict)
+    except (KeyError, TypeError) as exc:
+        raise ShardError(f"{path} lacks {exc}; prepare the corpus again") from None
+    if not (dtype_ok and shards_ok and tokenizer_ok):
+        raise ShardError(f"{path} is damaged: 'dtype' should be uint16 or uint32, every shard a name and a token "
+                         "count, 'tokenizer' an object; prepare the corpus again")
+    return meta
+
+
+def data_path(text):
+    """A `type=` function for --data: a text file, or a folder that models.prepare made (it holds meta.json)."""
+    path = Path(text)
+    if path.is_dir():
+        try:
+            read_meta(path)
+        except (ShardError, OSError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    elif not path.exists():
+        raise argparse.ArgumentTypeError(f"no file or folder {text}")
+    elif not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text} is not a regular file")
+    return text
