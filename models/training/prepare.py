@@ -36,12 +36,9 @@ import numpy as np
 
 from models.cli import Parser, interval, output_folder
 from models.io import atomic_path, read_json
-from models.shards import (DTYPE_NAMES, HEADER, META_FILE, META_FORMAT, SPLITS, ShardError, open_shard, shard_bytes,
+from models.shards import (DTYPE_NAMES, HEADER, META_FILE, META_FORMAT, PROGRESS_FILE, SPLITS, ShardError, open_shard, shard_bytes,
                            shard_name, token_dtype)
 from models.tokenizer import CharTokenizer, GPT2Tokenizer, tokenizer_from_dict
-
-PROGRESS_FILE = "prepare_progress.json"
-
 
 def default_workers():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

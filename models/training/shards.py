@@ -2,7 +2,7 @@
 
 A folder that `python -m models.prepare` made holds
 
-    meta.json              the tokenizer, the token dtype, the split, every shard with its token count, and
+    meta.json              (written last) the tokenizer, the token dtype, the split, every shard with its token count, and
                            every source file with its size and SHA-256
     train_000000.bin, ...  the training split's tokens, in shards of `shard_tokens` tokens (its last one shorter)
     val_000000.bin, ...    the validation split's, likewise
@@ -41,6 +41,7 @@ HEADER = struct.Struct("<8sIIQII")
 DTYPES = {2: np.dtype("<u2"), 4: np.dtype("<u4")}  # by itemsize, as the header gives it
 DTYPE_NAMES = {dtype.name: dtype for dtype in DTYPES.values()}  # "uint16", "uint32", as meta.json gives it
 META_FILE = "meta.json"
+PROGRESS_FILE = "prepare_progress.json"  # an unfinished preparation's, until meta.json replaces it
 META_FORMAT = 1
 SPLITS = ("train", "val")
 
@@ -159,16 +160,27 @@ class PreparedData(TokenData):
             raise ShardError(f"{self.folder / META_FILE}: 'tokenizer' does not describe a tokenizer ({exc})") from None
 
 
+def check_tokenizer(data, tokenizer, source):
+    """A one-line error unless `tokenizer` (the model's, from `source`) is the one that made the shards of `data`."""
+    if tokenizer.to_dict() == data.meta["tokenizer"]:
+        return
+    made = data.tokenizer()
+    same_kind = "another vocabulary of " if made.kind == tokenizer.kind else ""
+    raise ValueError(f"{data.folder} holds tokens of the {made.kind} tokenizer ({made.vocab_size:,} ids), but the "
+                     f"model of {source} reads {same_kind}the {tokenizer.kind} tokenizer ({tokenizer.vocab_size:,} "
+                     f"ids); prepare the text again with that tokenizer, or train a new model on it")
+
+
 def read_meta(folder):
     """meta.json of a prepared folder, checked for what PreparedData reads, with one-line errors."""
     folder = Path(folder)
     path = folder / META_FILE
     if not path.is_file():
-        unfinished = any(folder.glob("*.bin"))
+        unfinished = (folder / PROGRESS_FILE).is_file() or any(folder.glob("*.bin"))
         raise ShardError(f"{folder} has no {META_FILE}: " + (
             "its preparation did not finish; run the same python -m models.prepare command again to finish it"
-            if unfinished else "it is not a folder that python -m models.prepare made; make one with "
-            f"python -m models.prepare FILES_OR_FOLDERS --out {folder}"))
+            if unfinished else "it is not a folder that python -m models.prepare made; if it holds text, "
+            f"prepare that first: python -m models.prepare {folder} --out DIR, then --data DIR"))
     meta = read_json(path)
     if meta.get("format") != META_FORMAT:
         raise ShardError(f"{path} is of format {meta.get('format')!r}; this version reads {META_FORMAT}: "
