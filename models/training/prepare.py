@@ -36,9 +36,9 @@ import numpy as np
 
 from models.cli import Parser, interval, output_folder
 from models.io import atomic_path, read_json
-from models.shards import (DTYPE_NAMES, HEADER, META_FILE, META_FORMAT, PROGRESS_FILE, SPLITS, ShardError, open_shard, shard_bytes,
-                           shard_name, token_dtype)
-from models.tokenizer import CharTokenizer, GPT2Tokenizer, tokenizer_from_dict
+from models.shards import (HEADER, META_FILE, META_FORMAT, PROGRESS_FILE, SPLITS, ShardError, open_shard,
+                           shard_bytes, shard_name, token_dtype)
+from models.tokenizer import CharTokenizer, GPT2Tokenizer
 
 def default_workers():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -208,9 +208,8 @@ class SectionEncoder:
     """A section's text → its token ids as an array of the shards' dtype (the tokenizer's `encode`, done fast
     for characters), with GPT-2's <|endoftext|> after a file's last section."""
 
-    def __init__(self, description, dtype_name):
-        self.tokenizer = tokenizer_from_dict(description)
-        self.dtype = DTYPE_NAMES[dtype_name]
+    def __init__(self, tokenizer, dtype):
+        self.tokenizer, self.dtype = tokenizer, dtype
         if isinstance(self.tokenizer, CharTokenizer):
             codes = np.array([ord(ch) for ch in self.tokenizer.chars])
             self.table = np.zeros(codes.max() + 1, dtype=self.dtype)
@@ -221,7 +220,8 @@ class SectionEncoder:
         if isinstance(self.tokenizer, CharTokenizer):
             ids = self.table[np.frombuffer(text.encode("utf-32-le"), dtype="<u4")]
         else:
-            ids = np.array(self.tokenizer.encode(text), dtype=self.dtype)
+            ids = self.tokenizer.encode(text)
+            ids = np.fromiter(ids, dtype=self.dtype, count=len(ids))
         if ends_file and self.end is not None:
             ids = np.append(ids, np.array([self.end], dtype=self.dtype))
         return ids
@@ -230,9 +230,9 @@ class SectionEncoder:
 _worker_encoder = None
 
 
-def _start_worker(description, dtype_name):
+def _start_worker(encoder):
     global _worker_encoder
-    _worker_encoder = SectionEncoder(description, dtype_name)
+    _worker_encoder = encoder  # forked, the parent's very object (no pickling, no second vocabulary load)
 
 
 def _encode_in_worker(text, ends_file):
@@ -374,7 +374,7 @@ def prepare(args):
     hashes = {path: hashlib.sha256() for path in files}
     bar = Bar(total_bytes, "tokenizing", args.no_progress)
     tasks = sections(parts, args.section_kb * 1024, hashes, lambda n: bar.advance(n, new_tokens()))
-    with Encoders(description, dtype.name, args.workers) as encode:
+    with Encoders(SectionEncoder(tokenizer, dtype), args.workers) as encode:
         for index, part, ids in encode(tasks, lambda index, part: writers[part.split].wants(index)):
             if writers[part.split].add(index, ids):
                 save_progress()
@@ -416,18 +416,17 @@ def describe(meta):
 class Encoders:
     """Sections → ids, in the sections' order: in this process (one worker) or in a pool of processes."""
 
-    def __init__(self, description, dtype_name, workers):
-        self.description, self.dtype_name, self.workers = description, dtype_name, workers
+    def __init__(self, encoder, workers):
+        self.encoder, self.workers = encoder, workers
         self.pool = None
 
     def __enter__(self):
         if self.workers > 1:
             import multiprocessing
-            self.pool = multiprocessing.get_context("spawn" if sys.platform != "linux" else "fork").Pool(
-                self.workers, _start_worker, (self.description, self.dtype_name))
+            self.pool = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn").Pool(
+                self.workers, _start_worker, (self.encoder,))
             return self._in_pool
-        encoder = SectionEncoder(self.description, self.dtype_name)
-        return lambda tasks, wanted: ((index, part, encoder(text, ends_file))
+        return lambda tasks, wanted: ((index, part, self.encoder(text, ends_file))
                                       for index, part, text, ends_file in tasks if wanted(index, part))
 
     def _in_pool(self, tasks, wanted):
