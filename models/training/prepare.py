@@ -316,11 +316,12 @@ class Bar:
                         dynamic_ncols=True, file=sys.stderr)
         self.start = time.perf_counter()
 
-    def advance(self, nbytes, tokens=None):
-        if tokens is not None:
-            self.bar.set_postfix_str(f"{tokens / max(time.perf_counter() - self.start, 1e-9):,.0f} tokens/s",
-                                     refresh=False)
+    def advance(self, nbytes):
         self.bar.update(nbytes)
+
+    def tokens(self, count):
+        """The tokens made so far, shown as a rate."""
+        self.bar.set_postfix_str(f"{count / max(time.perf_counter() - self.start, 1e-9):,.0f} tokens/s")
 
     def close(self):
         self.bar.close()
@@ -373,11 +374,12 @@ def prepare(args):
 
     hashes = {path: hashlib.sha256() for path in files}
     bar = Bar(total_bytes, "tokenizing", args.no_progress)
-    tasks = sections(parts, args.section_kb * 1024, hashes, lambda n: bar.advance(n, new_tokens()))
+    tasks = sections(parts, args.section_kb * 1024, hashes, bar.advance)
     with Encoders(SectionEncoder(tokenizer, dtype), args.workers) as encode:
         for index, part, ids in encode(tasks, lambda index, part: writers[part.split].wants(index)):
             if writers[part.split].add(index, ids):
                 save_progress()
+            bar.tokens(new_tokens())
     for writer in writers.values():
         writer.finish()
     bar.close()

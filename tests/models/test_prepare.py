@@ -325,3 +325,15 @@ def test_a_folder_that_was_never_prepared_is_one_line(tmp_path, corpus, capsys):
         train.main(["--data", str(corpus), "--out-dir", str(tmp_path / "r")])
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"python -m models.prepare {corpus} --out DIR" in err
+
+
+def test_mpi_ranks_read_the_same_shards_and_train_as_one_process(tmp_path, prepared):
+    from tests.models import mpi_train
+    from tests.models.test_train_mpi import B, TINY as MPI_TINY, assert_same_training, have_mpi, mpiexec
+    if not have_mpi():
+        pytest.skip("needs the dist extra (mpi4py and an mpiexec): pip install -e \".[dist]\"")
+    data = ["--data", str(prepared), "--max-iters", "10"]
+    assert mpi_train.main([*MPI_TINY, *data, "--batch-size", str(2 * B), "--out-dir", str(tmp_path / "one")]) == 0
+    code, _, err, _ = mpiexec(*MPI_TINY, *data, "--batch-size", str(B), "--out-dir", str(tmp_path / "two"))
+    assert code == 0, err
+    assert_same_training(tmp_path / "two", tmp_path / "one")
