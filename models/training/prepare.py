@@ -26,6 +26,7 @@ import codecs
 import hashlib
 import json
 import os
+import signal
 import sys
 import time
 from collections import deque
@@ -233,6 +234,7 @@ _worker_encoder = None
 def _start_worker(encoder):
     global _worker_encoder
     _worker_encoder = encoder  # forked, the parent's very object (no pickling, no second vocabulary load)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the pool
 
 
 def _encode_in_worker(text, ends_file):

@@ -96,6 +96,8 @@ def read_header(path):
 def open_shard(path, verify=False):
     """The tokens of the shard at `path`, memory-mapped read-only; `verify` checks them against the checksum."""
     dtype, count, crc = read_header(path)
+    if count == 0:  # nothing to map
+        return np.empty(0, dtype=dtype)
     tokens = np.memmap(path, dtype=dtype, mode="r", offset=HEADER.size, shape=(count,))
     if verify and zlib.crc32(tokens) != crc:
         raise ShardError(f"{path} is damaged: its tokens do not match the checksum in its header")
