@@ -45,6 +45,17 @@ def corpus(tmp_path):
     return write_corpus(tmp_path / "corpus", files=12, lines=60)
 
 
+@pytest.fixture(scope="module")
+def gpt2_prepared(tmp_path_factory):
+    """A corpus of twelve files and its GPT-2 shards (one worker, 1 MB sections, shards of 3000 tokens)."""
+    root = tmp_path_factory.mktemp("gpt2")
+    corpus = write_corpus(root / "corpus", files=12, lines=60)
+    out = root / "out1"
+    assert prepare.main([str(corpus), "--out", str(out), "--workers", "1", "--shard-tokens", "3000",
+                         "--no-progress"]) == 0
+    return corpus, out
+
+
 def run_prepare(capsys, *argv):
     code = prepare.main([*argv, "--no-progress"])
     out, err = capsys.readouterr()
@@ -103,21 +114,18 @@ def test_a_damaged_shard_is_one_line_naming_it(tmp_path, how, message):
 # --- prepare -------------------------------------------------------------------
 
 
-def test_tokens_are_each_file_encoded_whole_and_the_same_for_any_workers(tmp_path, corpus, capsys):
-    outs = []
-    for workers, section_kb in [(1, 1024), (3, 1)]:
-        out = tmp_path / f"out{workers}"
-        code, line, err = run_prepare(capsys, str(corpus), "--out", str(out), "--workers", str(workers),
-                                      "--section-kb", str(section_kb), "--shard-tokens", "3000")
-        assert code == 0, err
-        outs.append(files_of(out))
-    assert outs[0] == outs[1]  # byte for byte, meta.json too
+def test_tokens_are_each_file_encoded_whole_and_the_same_for_any_workers(tmp_path, gpt2_prepared, capsys):
+    corpus, one_worker = gpt2_prepared
+    code, line, err = run_prepare(capsys, str(corpus), "--out", str(tmp_path / "out3"), "--workers", "3",
+                                  "--section-kb", "1", "--shard-tokens", "3000")
+    assert code == 0, err
+    assert files_of(tmp_path / "out3") == files_of(one_worker)  # byte for byte, meta.json too
     files = sorted(corpus.rglob("*.txt"))
     gpt2 = GPT2Tokenizer()
     expected = {"train": [], "val": []}
     for i, path in enumerate(files):  # twelve files: the tenth is held out
         expected["val" if i == 9 else "train"] += gpt2.encode(path.read_text(encoding="utf-8")) + [gpt2.eot_token]
-    data = PreparedData(tmp_path / "out1")
+    data = PreparedData(one_worker)
     for split in ("train", "val"):
         assert data.splits[split][:].tolist() == expected[split]
     meta = data.meta
@@ -288,11 +296,10 @@ def test_resume_on_prepared_data_continues_exactly(tmp_path, prepared, capsys):
     assert history(split) == history(straight)
 
 
-def test_a_tokenizer_other_than_the_checkpoints_is_one_line(tmp_path, prepared, corpus, capsys):
+def test_a_tokenizer_other_than_the_checkpoints_is_one_line(tmp_path, prepared, gpt2_prepared, capsys):
     run = tmp_path / "run"
     assert train_on(capsys, "--data", str(prepared), "--max-iters", "1", "--out-dir", str(run))[0] == 0
-    gpt2_data = tmp_path / "gpt2"
-    assert run_prepare(capsys, str(corpus), "--out", str(gpt2_data))[0] == 0
+    gpt2_data = gpt2_prepared[1]
     message = (f"holds tokens of the gpt2 tokenizer (50,257 ids), but the model of {run} reads the char tokenizer "
                f"({PreparedData(prepared).tokenizer().vocab_size} ids); prepare the text again with that tokenizer")
     code, _, err = train_on(capsys, "--data", str(gpt2_data), "--out-dir", str(run), "--resume", "--max-iters", "2")
