@@ -1,6 +1,6 @@
 """A corpus bigger than this benchmark lets any process hold: prepare's speed and memory, and train's on the shards.
 
-Run from the repository root:  python -m benchmarks.prepare [--mb 256] [--workers 1,2] [--tokenizer gpt2]
+Run from the repository root:  python -m benchmarks.prepare [--mb 256] [--workers 1,2] [--tokenizer char]
 
 It writes a corpus of --mb megabytes (files of 4 MB, lines of Tiny Shakespeare
 drawn at random, seeded) into a temporary folder, then, each in a fresh
@@ -9,8 +9,12 @@ speed-up over the first count), and `python -m models.train --data` on the
 shards for --iters iterations (the seconds from the start of the process to
 its first evaluation, which comes before the first step, and then the speed).
 For each process it reports the peak resident memory of the largest of its
-processes (prepare's workers included), beside the corpus's size. Prints;
-asserts nothing. Not part of the test suite: at 256 MB it takes minutes.
+processes (prepare's workers included), beside the corpus's size. With
+characters (the default) the model is the main job's, so train's memory shows
+what the data costs; with --tokenizer gpt2 (the BPE's speed) its 50,257-wide
+logits dominate train's memory. --steps prepare or train runs one half (train
+reads --keep's shards of the last --workers count). Prints; asserts nothing.
+Not part of the test suite: at 256 MB it takes minutes.
 """
 import argparse
 import json
@@ -67,7 +71,8 @@ def main(argv=None):
     p = Parser("python -m benchmarks.prepare", __doc__.splitlines()[0])
     p.add_argument("--mb", type=int, default=256, help="corpus size in MB")
     p.add_argument("--workers", default="1,2", help="the --workers counts to prepare with, comma-separated")
-    p.add_argument("--tokenizer", choices=["char", "gpt2"], default="gpt2")
+    p.add_argument("--tokenizer", choices=["char", "gpt2"], default="char")
+    p.add_argument("--steps", default="prepare,train", help="prepare, train, or both")
     p.add_argument("--iters", type=int, default=50, help="training iterations on the prepared shards")
     p.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it (default: a temporary one)")
     p.add_argument("--measure", help=argparse.SUPPRESS)  # internal: the fresh process that runs one command
@@ -82,8 +87,9 @@ def main(argv=None):
             f.stat().st_size for f in corpus.iterdir())
         print(f"corpus: {size / 1e6:,.0f} MB in {len(list(corpus.iterdir()))} files ({time.perf_counter() - start:.0f} s "
               f"to write); tokenizer {args.tokenizer}")
-        first = None
-        for workers in map(int, args.workers.split(",")):
+        first, counts = None, list(map(int, args.workers.split(",")))
+        out = work / f"shards-{counts[-1]}"
+        for workers in counts if "prepare" in args.steps else []:
             out = work / f"shards-{workers}"
             shutil.rmtree(out, ignore_errors=True)
             run = measured([sys.executable, "-m", "models.prepare", str(corpus), "--out", str(out), "--tokenizer",
@@ -94,6 +100,8 @@ def main(argv=None):
                   f"--workers {args.workers.split(',')[0]}), peak RSS {run['peak_rss_mb']:.0f} MB "
                   f"({run['peak_rss_mb'] / (size / 1e6):.1%} of the corpus)")
             print("  " + run["lines"][-1][1])
+        if "train" not in args.steps:
+            return
         shutil.rmtree(work / "run", ignore_errors=True)
         run = measured([sys.executable, "-m", "models.train", "--data", str(out), "--out-dir", str(work / "run"),
                         "--max-iters", str(args.iters), "--eval-interval", str(args.iters), "--eval-iters", "5",

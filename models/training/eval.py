@@ -58,7 +58,9 @@ def evaluate(model, tokens, n, block, stride, batch_size, device, progress):
     spans = list(windows(n, block, stride))
     for first in range(0, len(spans), batch_size):
         batch = spans[first:first + batch_size]
-        rows = np.stack([tokens[begin:begin + block + 1] for begin, _ in batch])
+        low = batch[0][0]
+        span = tokens[low:batch[-1][0] + block + 1]  # one read for the batch: its windows overlap
+        rows = np.stack([span[begin - low:begin - low + block + 1] for begin, _ in batch])
         x, y = rows[:, :-1], rows[:, 1:].copy()
         for row, (_, skip) in enumerate(batch):
             y[row, :skip] = -1  # scored before: cross_entropy ignores -1

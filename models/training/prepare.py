@@ -8,7 +8,8 @@ in memory (models/training/shards.py describes the folder it writes).
 * It streams: each file is read in sections of about --section-kb, cut where
   the text tokenizes the same in pieces as whole (a newline or a space between
   two non-space characters), so the tokens are those of each file encoded whole,
-  whatever the section size. Memory stays bounded by the shards being filled.
+  whatever the section size. Shards are written as their tokens come, so
+  memory holds a few sections, whatever the corpus or the shard size.
 * --workers N tokenizes sections in N processes; the sections come back in
   order, so the output is byte for byte the same for any N.
 * The validation split is held out by document: with at least 1/--val-fraction
@@ -37,8 +38,8 @@ import numpy as np
 
 from models.cli import Parser, interval, output_folder
 from models.io import atomic_path, read_json
-from models.shards import (HEADER, META_FILE, META_FORMAT, PROGRESS_FILE, SPLITS, ShardError, open_shard,
-                           shard_bytes, shard_name, token_dtype)
+from models.shards import (META_FILE, META_FORMAT, PROGRESS_FILE, SPLITS, ShardError, ShardWriter, open_shard,
+                           shard_name, token_dtype)
 from models.tokenizer import CharTokenizer, GPT2Tokenizer
 
 def default_workers():
@@ -242,18 +243,18 @@ def _encode_in_worker(text, ends_file):
 
 
 class SplitWriter:
-    """One split's shards: tokens are gathered into a buffer of one shard and written whole when it is full.
+    """One split's shards, each written as its tokens come and given its real name (atomically) once full.
 
     `done` lists the finished shards, each with where the next one's tokens start
     (a section index and an offset among its tokens): a rerun goes on from the last.
     """
 
     def __init__(self, folder, split, dtype, shard_tokens, done):
-        self.folder, self.split = folder, split
-        self.buffer, self.fill = np.empty(shard_tokens, dtype=dtype), 0
+        self.folder, self.split, self.dtype, self.shard_tokens = folder, split, dtype, shard_tokens
         self.done = list(done)
         self.resume_section, self.resume_offset = (done[-1]["next"] if done else (0, 0))
         self.new_tokens = 0
+        self._target = self._shard = None  # the shard being written: its atomic_path, its ShardWriter
 
     def wants(self, section):
         return section >= self.resume_section
@@ -261,33 +262,40 @@ class SplitWriter:
     def add(self, section, ids):
         """Take a section's ids; True when a shard was finished (the progress should be saved)."""
         offset = self.resume_offset if section == self.resume_section else 0
-        wrote = False
+        finished = False
         while offset < len(ids):
-            take = min(len(ids) - offset, len(self.buffer) - self.fill)
-            self.buffer[self.fill:self.fill + take] = ids[offset:offset + take]
-            self.fill, offset = self.fill + take, offset + take
+            if self._shard is None:
+                self._target = atomic_path(self.folder / shard_name(self.split, len(self.done)))
+                self._shard = ShardWriter(self._target.__enter__(), self.dtype)
+            take = min(len(ids) - offset, self.shard_tokens - self._shard.count)
+            self._shard.write(ids[offset:offset + take])
+            offset += take
             self.new_tokens += take
-            if self.fill == len(self.buffer):
-                self._write(next_at=[section, offset] if offset < len(ids) else [section + 1, 0])
-                wrote = True
-        return wrote
+            if self._shard.count == self.shard_tokens:
+                self._finish_shard(next_at=[section, offset] if offset < len(ids) else [section + 1, 0])
+                finished = True
+        return finished
 
     def finish(self):
-        if self.fill:
-            self._write(next_at=None)
+        if self._shard is not None:
+            self._finish_shard(next_at=None)
 
-    def _write(self, next_at):
-        content = shard_bytes(self.buffer[:self.fill])
-        name = shard_name(self.split, len(self.done))
-        with atomic_path(self.folder / name) as tmp:
-            tmp.write_bytes(content)
-        self.done.append({"name": name, "tokens": self.fill, "crc32": HEADER.unpack_from(content)[4],
+    def abandon(self):
+        """Remove the shard being written (a run that stops midway leaves only finished ones)."""
+        if self._shard is not None:
+            self._shard.file.close()
+            self._target.__exit__(*sys.exc_info())
+
+    def _finish_shard(self, next_at):
+        crc, count = self._shard.close(), self._shard.count
+        self._target.__exit__(None, None, None)  # flushed to the disk and renamed: it appears whole
+        self.done.append({"name": shard_name(self.split, len(self.done)), "tokens": count, "crc32": crc,
                           "next": next_at})
-        self.fill = 0
+        self._target = self._shard = None
 
     @property
     def tokens(self):
-        return sum(shard["tokens"] for shard in self.done) + self.fill
+        return sum(shard["tokens"] for shard in self.done)
 
 
 def verified_shards(folder, shards):
@@ -377,11 +385,16 @@ def prepare(args):
     hashes = {path: hashlib.sha256() for path in files}
     bar = Bar(total_bytes, "tokenizing", args.no_progress)
     tasks = sections(parts, args.section_kb * 1024, hashes, bar.advance)
-    with Encoders(SectionEncoder(tokenizer, dtype), args.workers) as encode:
-        for index, part, ids in encode(tasks, lambda index, part: writers[part.split].wants(index)):
-            if writers[part.split].add(index, ids):
-                save_progress()
-            bar.tokens(new_tokens())
+    try:
+        with Encoders(SectionEncoder(tokenizer, dtype), args.workers) as encode:
+            for index, part, ids in encode(tasks, lambda index, part: writers[part.split].wants(index)):
+                if writers[part.split].add(index, ids):
+                    save_progress()
+                bar.tokens(new_tokens())
+    except BaseException:
+        for writer in writers.values():
+            writer.abandon()
+        raise
     for writer in writers.values():
         writer.finish()
     bar.close()

@@ -59,13 +59,29 @@ def shard_name(split, index):
     return f"{split}_{index:06d}.bin"
 
 
-def shard_bytes(tokens):
-    """A shard's whole content: its header, then `tokens` (a uint16 or uint32 array) as little-endian bytes."""
-    dtype = tokens.dtype.newbyteorder("<")
-    if dtype not in DTYPES.values():
-        raise TypeError(f"shard_bytes: tokens must be uint16 or uint32, got {tokens.dtype}")
-    payload = np.ascontiguousarray(tokens, dtype=dtype).tobytes()
-    return HEADER.pack(MAGIC, VERSION, dtype.itemsize, len(tokens), zlib.crc32(payload), 0) + payload
+class ShardWriter:
+    """A shard written as its tokens come: a placeholder header first, the real one (count, checksum) at `close`."""
+
+    def __init__(self, path, dtype):
+        self.dtype = np.dtype(dtype).newbyteorder("<")
+        if self.dtype not in DTYPES.values():
+            raise TypeError(f"ShardWriter: tokens are uint16 or uint32, not {dtype}")
+        self.file = open(path, "wb")
+        self.file.write(bytes(HEADER.size))
+        self.count, self.crc = 0, 0
+
+    def write(self, tokens):
+        tokens = np.ascontiguousarray(tokens, dtype=self.dtype)
+        self.file.write(tokens.data)
+        self.crc = zlib.crc32(tokens, self.crc)
+        self.count += len(tokens)
+
+    def close(self):
+        """Write the header and close the file; the shard's checksum."""
+        self.file.seek(0)
+        self.file.write(HEADER.pack(MAGIC, VERSION, self.dtype.itemsize, self.count, self.crc, 0))
+        self.file.close()
+        return self.crc
 
 
 def read_header(path):
@@ -118,17 +134,27 @@ class ShardedTokens:
     def __getitem__(self, index):
         """The tokens at `index` (an integer array, or a slice) as int64, read from the shards that hold them."""
         if isinstance(index, slice):
-            index = np.arange(*index.indices(len(self)))
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                raise ValueError(f"ShardedTokens: a slice takes every token (step 1), not every {step}th")
+            return self._range(start, max(start, stop))
         index = np.asarray(index)
         out = np.empty(index.shape, dtype=np.int64)
         which = np.searchsorted(self.starts, index, side="right") - 1
         for k in np.unique(which):
             here = which == k
-            tokens = np.memmap(self.paths[k], dtype=self.dtype, mode="r", offset=HEADER.size,
-                               shape=(int(self.counts[k]),))
-            out[here] = tokens[index[here] - self.starts[k]]
-            del tokens  # unmapped: its pages leave this process's resident set
+            out[here] = self._map(k)[index[here] - self.starts[k]]
         return out
+
+    def _range(self, start, stop):
+        first, last = np.searchsorted(self.starts, [start, stop], side="right") - 1
+        pieces = [self._map(k)[max(start - self.starts[k], 0):stop - self.starts[k]]
+                  for k in range(first, min(last, len(self.paths) - 1) + 1)]
+        return np.concatenate(pieces).astype(np.int64) if pieces else np.empty(0, dtype=np.int64)
+
+    def _map(self, k):
+        """Shard k's tokens, mapped until the caller drops them (then its pages leave this process's resident set)."""
+        return np.memmap(self.paths[k], dtype=self.dtype, mode="r", offset=HEADER.size, shape=(int(self.counts[k]),))
 
 
 class PreparedData(TokenData):

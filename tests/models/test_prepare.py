@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from models import checkpoint
 from models import eval as evaluate
 from models import prepare, train
 from models.data import TokenData
-from models.shards import (HEADER, MAGIC, PreparedData, ShardError, open_shard, read_header, shard_bytes,
+from models.shards import (HEADER, MAGIC, PreparedData, ShardError, ShardWriter, open_shard, read_header,
                            token_dtype)
 from models.tokenizer import CharTokenizer, GPT2Tokenizer
 
@@ -73,7 +74,10 @@ def files_of(folder):
 def test_a_shard_round_trips_with_its_header(tmp_path, dtype):
     tokens = np.array([0, 1, 7, np.iinfo(dtype).max], dtype=dtype)
     path = tmp_path / "s.bin"
-    path.write_bytes(shard_bytes(tokens))
+    shard = ShardWriter(path, tokens.dtype)
+    shard.write(tokens[:1])
+    shard.write(tokens[1:])
+    assert shard.close() == zlib.crc32(tokens.astype(f"<u{tokens.itemsize}").tobytes())
     magic, version, itemsize, count, _, reserved = HEADER.unpack(path.read_bytes()[:HEADER.size])
     assert (magic, version, itemsize, count, reserved) == (MAGIC, 1, tokens.itemsize, 4, 0)
     assert path.stat().st_size == 32 + 4 * tokens.itemsize
@@ -104,7 +108,9 @@ def damage(path, how):
                                           ("token", "is damaged: its tokens do not match the checksum")])
 def test_a_damaged_shard_is_one_line_naming_it(tmp_path, how, message):
     path = tmp_path / "train_000000.bin"
-    path.write_bytes(shard_bytes(np.arange(10, dtype=np.uint16)))
+    shard = ShardWriter(path, np.uint16)
+    shard.write(np.arange(10))
+    shard.close()
     damage(path, how)
     with pytest.raises(ShardError) as caught:
         open_shard(path, verify=True)
