@@ -273,10 +273,18 @@ class _ByteLevelBPE:
         self._token_bytes = token_bytes
         self._chunk_ids = _IdCache(self._encode_chunk)
         self._word_ids = _IdCache(self._encode_word)
-        self._spaced_ids = _IdCache(lambda piece: self._encode_word(" " + piece))
+        self._spaced_ids = _IdCache(self._encode_spaced)
 
     def _encode_word(self, word):
         return list(chain.from_iterable(map(self._chunk_ids.__getitem__, self._splitter.findall(word))))
+
+    def _encode_spaced(self, piece):
+        """The ids of " " + `piece`, from its words' (the same list where it is one word). A piece that holds a
+        newline joins the word before it to the word after it, a pair seldom seen twice: its words are not."""
+        words = _GPT2_WORDS.findall(" " + piece)
+        if len(words) == 1:
+            return self._word_ids[words[0]]
+        return list(chain.from_iterable(map(self._word_ids.__getitem__, words)))
 
     def _gpt2_id_lists(self, text):
         """The ids of `text` (GPT-2's pattern) as iterables of lists, piece by piece: `str.split` up to each loose
