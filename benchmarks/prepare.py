@@ -7,7 +7,8 @@ drawn at random, seeded) into a temporary folder, then, each in a fresh
 process: `python -m models.prepare` once per --workers count (MB/s, and the
 speed-up over the first count), and `python -m models.train --data` on the
 shards for --iters iterations (the seconds from the start of the process to
-its first evaluation, which comes before the first step, and then the speed).
+its first evaluation, which comes before the first step, and then the speed),
+and the same training on Tiny Shakespeare's shards: the model's own share.
 For each process it reports the peak resident memory of the largest of its
 processes (prepare's workers included), beside the corpus's size. With
 characters (the default) the model is the main job's, so train's memory shows
@@ -102,15 +103,20 @@ def main(argv=None):
             print("  " + run["lines"][-1][1])
         if "train" not in args.steps:
             return
-        shutil.rmtree(work / "run", ignore_errors=True)
-        run = measured([sys.executable, "-m", "models.train", "--data", str(out), "--out-dir", str(work / "run"),
-                        "--max-iters", str(args.iters), "--eval-interval", str(args.iters), "--eval-iters", "5",
-                        "--no-progress", "--sample-tokens", "0", "--peak-tflops", "1"])
-        first_eval = next(t for t, line in run["lines"] if line.startswith("iter "))
-        speed = next((line for _, line in run["lines"] if line.startswith("speed:")), "")
-        print(f"train --data (the main job's model, {args.iters} iterations): first evaluation after "
-              f"{first_eval:.1f} s, whole run {run['seconds']:.1f} s, peak RSS {run['peak_rss_mb']:.0f} MB "
-              f"({run['peak_rss_mb'] / (size / 1e6):.1%} of the corpus)\n  {speed}")
+        small = work / "shards-shakespeare"  # the same training on 1 MB: what the model costs alone
+        if not (small / "meta.json").is_file():
+            subprocess.run([sys.executable, "-m", "models.prepare", str(DEFAULT_CORPUS), "--out", str(small),
+                            "--tokenizer", args.tokenizer, "--no-progress"], check=True, capture_output=True)
+        for data, what in ((out, f"{size / 1e6:,.0f} MB"), (small, "Tiny Shakespeare, 1 MB")):
+            shutil.rmtree(work / "run", ignore_errors=True)
+            run = measured([sys.executable, "-m", "models.train", "--data", str(data), "--out-dir", str(work / "run"),
+                            "--max-iters", str(args.iters), "--eval-interval", str(args.iters), "--eval-iters", "5",
+                            "--no-progress", "--sample-tokens", "0", "--peak-tflops", "1"])
+            first_eval = next(t for t, line in run["lines"] if line.startswith("iter "))
+            speed = next((line for _, line in run["lines"] if line.startswith("speed:")), "")
+            print(f"train --data on {what} (the main job's model, {args.iters} iterations): first evaluation after "
+                  f"{first_eval:.1f} s, whole run {run['seconds']:.1f} s, peak RSS {run['peak_rss_mb']:.0f} MB"
+                  f"\n  {speed}")
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)

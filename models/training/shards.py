@@ -235,7 +235,7 @@ def data_path(text):
         except (ShardError, OSError) as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
     elif not path.exists():
-        raise argparse.ArgumentTypeError(f"no file or folder {text}")
+        raise argparse.ArgumentTypeError(f"no file {text}")
     elif not path.is_file():
         raise argparse.ArgumentTypeError(f"{text} is not a regular file")
     return text
