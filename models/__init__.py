@@ -4,7 +4,8 @@
                 chapter one's network on Value: value_nn (Neuron, Layer, MLP) and moons (micrograd's demo);
                 troubleshoot (when training fails)
     gpt/        the GPT-2 library: gpt2 (the model), gpt2_params, hf_checkpoint, sampling, tokenizer
-    training/   the training application: train and sample (the CLIs), checkpoint, parallel (MPI), data
+    training/   the training application: train, sample, prepare and eval (the CLIs), checkpoint, parallel (MPI),
+                data, shards (prepared corpora)
 
 Beside them, at this level, what all three and viz share: cli (the command
 lines' parser and checks), numbers (how numbers are written), io (atomic files),

@@ -45,11 +45,12 @@ import numpy as np
 import autograd as ag
 import nn
 from models import checkpoint, health
-from models.cli import Parser, device, input_file, interval, model_folder, output_folder, show_default
+from models.cli import Parser, device, interval, model_folder, output_folder, show_default
 from models.data import Layout, TokenData, load_text
 from models.gpt2 import GPT, GPTConfig
 from models.io import atomic_path
 from models.parallel import PeerFailed, World
+from models.shards import PreparedData, check_tokenizer, data_path
 from models.tokenizer import CharTokenizer, GPT2Tokenizer
 from nn import distributed as dist
 
@@ -76,8 +77,9 @@ def make_parser():
     p = Parser("python -m models.train", __doc__.splitlines()[0], renamed=NANOGPT_NAMES)
     preset_group = p.add_argument_group("preset")
     g = p.add_argument_group("data")
-    g.add_argument("--data", type=input_file, default=None,
-                   help="a UTF-8 text file (default: the shipped Tiny Shakespeare)")
+    g.add_argument("--data", type=data_path, default=None, metavar="PATH",
+                   help="a UTF-8 text file (default: the shipped Tiny Shakespeare), or a folder of token shards "
+                        "that python -m models.prepare made")
     g.add_argument("--tokenizer", choices=["char", "gpt2"], default="char",
                    help="characters, or GPT-2's byte-level BPE (--init-from brings its own)")
     g = p.add_argument_group("model")
@@ -364,14 +366,18 @@ def start(args, world):
             print(f"train: the checkpoint in {out_dir} is at iteration {run.iter} and --max-iters is "
                   f"{args.max_iters}: nothing to do (raise --max-iters to train on)")
             return None
-        text = load_text(args.data)
-    else:
-        text = load_text(args.data)
-        model, tokenizer = new_model(args, text)
+    prepared = PreparedData(args.data) if args.data is not None and Path(args.data).is_dir() else None
+    text = None if prepared else load_text(args.data)
+    if not args.resume:
+        model, tokenizer = new_model(args, text, prepared)
     if args.block_size > model.config.block_size:
         raise ValueError(f"--block-size {args.block_size} exceeds the model's block_size {model.config.block_size}")
     source = out_dir if args.resume else args.init_from  # whose tokenizer it is, where it is not the text's own
-    data = encode_data(tokenizer, text, source)
+    if prepared:
+        check_tokenizer(prepared, tokenizer, source)
+        data = prepared
+    else:
+        data = encode_data(tokenizer, text, source)
     data.check_fits(args.block_size)
     model.to(args.device)
     model.transformer.checkpoint_blocks = args.checkpoint_blocks
@@ -389,8 +395,9 @@ def start(args, world):
     return model, tokenizer, data, optimizer, run
 
 
-def new_model(args, text):
-    """A model and its tokenizer: fresh (a character tokenizer built from `text`, or GPT-2's), or --init-from's."""
+def new_model(args, text, prepared=None):
+    """A model and its tokenizer: fresh (a character tokenizer built from `text`, or GPT-2's, or the one that made
+    the `prepared` shards), or --init-from's."""
     ag.manual_seed(args.seed)  # the initial weights (or adapters), then dropout, draw from --seed
     if args.init_from:
         ignored = [f"--{name.replace('_', '-')}" for name in checkpoint.MODEL_OPTIONS
@@ -409,7 +416,14 @@ def new_model(args, text):
             print(f"lora: rank {args.lora_r} adapters in {len(layers)} layers ({', '.join(args.lora_targets)}); "
                   f"{model.num_parameters(trainable=True):,} of {model.num_parameters():,} parameters train")
         return model, tokenizer
-    tokenizer = GPT2Tokenizer() if args.tokenizer == "gpt2" else CharTokenizer(text)
+    if prepared:
+        tokenizer = prepared.tokenizer()
+        if "tokenizer" in args.given and args.tokenizer != tokenizer.kind:
+            raise ValueError(f"--tokenizer {args.tokenizer}, but {args.data} holds tokens of the {tokenizer.kind} "
+                             f"tokenizer; prepare the text again with --tokenizer {args.tokenizer}, or leave it out")
+        args.tokenizer = tokenizer.kind
+    else:
+        tokenizer = GPT2Tokenizer() if args.tokenizer == "gpt2" else CharTokenizer(text)
     config = GPTConfig(vocab_size=tokenizer.vocab_size, block_size=args.block_size, n_layer=args.n_layer,
                        n_head=args.n_head, n_embd=args.n_embd, dropout=args.dropout, bias=not args.no_bias)
     return GPT(config), tokenizer

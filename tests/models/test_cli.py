@@ -45,7 +45,8 @@ def test_the_defaults_read_as_typed_and_none_says_what_it_means(capsys):
     train_help = help_entries("models.train", capsys)
     assert train_help["--n-layer N_LAYER"] == "transformer blocks (default: 4)"
     assert train_help["--out-dir OUT_DIR"] == "the checkpoint folder (default: out)"
-    assert train_help["--data DATA"] == "a UTF-8 text file (default: the shipped Tiny Shakespeare)"
+    assert train_help["--data PATH"] == ("a UTF-8 text file (default: the shipped Tiny Shakespeare), or a folder of "
+                                         "token shards that python -m models.prepare made")
     assert train_help["--lr-decay-iters LR_DECAY_ITERS"].endswith("(default: none, --max-iters)")
     assert train_help["--min-lr MIN_LR"].endswith("(default: 0.0001)")
     sample_help = help_entries("models.sample", capsys)

@@ -4,6 +4,7 @@ it is installed)."""
 
 import importlib.util
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -296,6 +297,42 @@ def test_gpt2_round_trips_shakespeare(gpt2):
     assert gpt2.decode(ids) == text
     assert gpt2.encode(text) == ids  # the second pass is served by the cache
     assert 300_000 < len(ids) < 350_000
+
+
+@pytest.fixture(scope="module")
+def gpt2_files(gpt2):
+    encoder = json.loads((GPT2_DIR / "encoder.json").read_text(encoding="utf-8"))
+    lines = (GPT2_DIR / "vocab.bpe").read_text(encoding="utf-8").splitlines()[1:]
+    return encoder, {tuple(line.split(" ")): rank for rank, line in enumerate(filter(None, lines))}
+
+
+def reference_gpt2_ids(gpt2_files, text):
+    """GPT-2's encoding read straight off its definition: chunks by the pattern, every chunk merged by rank,
+    each step merging every occurrence of the lowest-ranked pair (the tokenizer takes shortcuts)."""
+    (encoder, ranks), alphabet = gpt2_files, bytes_to_unicode()
+    ids = []
+    for chunk in regex.findall(GPT2_SPLIT_PATTERN, text):
+        symbols = [alphabet[b] for b in chunk.encode("utf-8")]
+        while len(symbols) > 1:
+            pair = min(zip(symbols, symbols[1:]), key=lambda p: ranks.get(p, float("inf")))
+            if pair not in ranks:
+                break
+            symbols = _merge(symbols, pair, pair[0] + pair[1])
+        ids += [encoder[s] for s in symbols]
+    return ids
+
+
+def test_gpt2_words_split_on_the_whitespace_of_the_regex_module():
+    every_character = "".join(map(chr, range(0x110000)))
+    assert regex.findall(r"\s", every_character) == re.findall(f"[{tokenizer_module._SPACE}]", every_character)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(list("ab Z9'’s\n\t\r\x0b\x0c\x1c\x85\xa0\u2003\u3000é中三Ⅻ.,!-_😀")
+                                + ["'s", "'ll", "  ", "\n\n", " \n"])).map("".join))
+def test_gpt2_fast_path_matches_the_definition(gpt2, gpt2_files, text):
+    """Words cut by `re` and looked up, chunks merged one pair at a time: the same ids as the plain definition."""
+    assert gpt2.encode_ordinary(text) == reference_gpt2_ids(gpt2_files, text)
 
 
 @settings(max_examples=500, deadline=None)

@@ -283,7 +283,7 @@ def parse_error(argv):
 
 @pytest.mark.parametrize("argv, message", [
     (["--data", "/no/such/file.txt"], "argument --data: no file /no/such/file.txt"),
-    (["--data", "/"], "argument --data: / is a folder, not a file"),
+    (["--data", "/"], "argument --data: / has no meta.json: it is not a folder that python -m models.prepare made"),
     (["--init-from", "/no/such/folder"], "argument --init-from: no folder /no/such/folder"),
     (["--n-embd", "30", "--n-head", "4"], "--n-embd 30 is not a multiple of --n-head 4"),
     (["--eval-interval", "0"], "argument --eval-interval: must be in [1, inf), got 0"),

@@ -1,0 +1,487 @@
+"""python -m models.prepare: text files or folders → token shards and a meta.json, which models.train --data reads.
+
+    python -m models.prepare books/ notes.txt --out data/books --tokenizer gpt2 --workers 2
+
+Tokenizes once, so that training starts at once and holds none of the corpus
+in memory (models/training/shards.py describes the folder it writes).
+
+* It streams: each file is read in sections of about --section-kb, cut where
+  the text tokenizes the same in pieces as whole (a newline or a space between
+  two non-space characters), so the tokens are those of each file encoded whole,
+  whatever the section size. Shards are written as their tokens come, so
+  memory holds a few sections, whatever the corpus or the shard size.
+* --workers N tokenizes sections in N processes; the sections come back in
+  order, so the output is byte for byte the same for any N.
+* The validation split is held out by document: with at least 1/--val-fraction
+  files, every (1/f)-th file in sorted order; with fewer, the tail of each file
+  (its last fraction f of bytes, from a line or word boundary on). With GPT-2's
+  tokenizer every file ends with <|endoftext|>, and a literal <|endoftext|> in
+  the text separates documents as well.
+* A character vocabulary is the set of the corpus's characters (a first pass).
+* It is safe to interrupt: every shard appears whole (models.io.atomic_path),
+  and after each one the progress so far goes into prepare_progress.json; the
+  same command again checks the finished shards and goes on from there. meta.json
+  is written last, so a folder without it is never mistaken for a finished one.
+"""
+import codecs
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from models.cli import Parser, interval, output_folder
+from models.io import atomic_path, read_json
+from models.shards import (META_FILE, META_FORMAT, PROGRESS_FILE, SPLITS, ShardError, ShardWriter, open_shard,
+                           shard_name, token_dtype)
+from models.tokenizer import CharTokenizer, GPT2Tokenizer
+
+def default_workers():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def make_parser():
+    p = Parser("python -m models.prepare", __doc__.splitlines()[0])
+    p.add_argument("inputs", nargs="+", metavar="PATH", help="text files, or folders searched for --pattern")
+    p.add_argument("--out", type=output_folder, required=True, metavar="DIR", help="the folder to write")
+    p.add_argument("--tokenizer", choices=["char", "gpt2"], default="gpt2",
+                   help="characters (a vocabulary from the data) or GPT-2's byte-level BPE")
+    p.add_argument("--workers", type=interval(int, "[1, 1024]"), default=default_workers(),
+                   help="tokenizing processes (the output does not depend on it)")
+    p.add_argument("--val-fraction", type=interval(float, "[0, 1)"), default=0.1,
+                   help="the share held out for validation, by file or by each file's tail")
+    p.add_argument("--shard-tokens", type=interval(int, "[1, inf)"), default=1 << 24, help="tokens per shard")
+    p.add_argument("--pattern", default="*.txt", help="the files a folder contributes (searched recursively)")
+    p.add_argument("--section-kb", type=interval(int, "[1, inf)"), default=1024,
+                   help="text per piece of work (the output does not depend on it)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+@dataclass(frozen=True)
+class Part:
+    """A stretch of bytes of one source file that goes to one split; `ends_file` when it reaches the file's end."""
+
+    path: Path
+    start: int
+    end: int
+    split: str
+    ends_file: bool
+
+
+def find_sources(inputs, pattern):
+    """The files named, and those under the folders named that match `pattern` (hidden ones aside), each once."""
+    files = []
+    for given in map(Path, inputs):
+        if given.is_dir():
+            found = sorted(p for p in given.rglob(pattern)
+                           if p.is_file() and not any(part.startswith(".") for part in p.relative_to(given).parts))
+            if not found:
+                raise ValueError(f"{given} holds no file matching {pattern!r} (see --pattern)")
+            files += found
+        elif given.is_file():
+            files.append(given)
+        else:
+            raise ValueError(f"no file or folder {given}")
+    seen = set()
+    for path in files:
+        if path.resolve() in seen:
+            raise ValueError(f"{path} is given twice; name each file or folder once")
+        seen.add(path.resolve())
+    return files
+
+
+# A cut between a newline or a space and its neighbours, both visible ASCII: encoding
+# the two sides apart gives the tokens of the whole (GPT-2's chunks never cross it).
+_VISIBLE = range(0x21, 0x7F)
+
+
+def safe_cut_in_bytes(data, start):
+    """The first offset ≥ `start` in `data` (bytes) where the text may be cut, or None."""
+    for i in range(max(start, 1), len(data) - 1):
+        if data[i] in b"\n " and data[i - 1] in _VISIBLE and data[i + 1] in _VISIBLE:
+            return i + 1 if data[i] == 0x0A else i  # after a newline, before a space (it joins the next word)
+    return None
+
+
+def last_safe_cut(text):
+    """The last place in `text` (a str) where it may be cut, or 0: after a newline, else before a space,
+    between two non-space characters."""
+    for sep, after in (("\n", 1), (" ", 0)):
+        i = text.rfind(sep, 1, len(text) - 1)
+        while i > 0:
+            if not text[i - 1].isspace() and not text[i + 1].isspace():
+                return i + after
+            i = text.rfind(sep, 1, i)
+    return 0
+
+
+def tail_start(path, size, val_fraction):
+    """Where the validation tail of the file at `path` starts: the first cut at or after its last fraction."""
+    start = int(size * (1 - val_fraction))
+    with open(path, "rb") as f:
+        while start < size:
+            f.seek(max(start - 1, 0))
+            data = f.read(1 << 16)
+            cut = safe_cut_in_bytes(data, start - max(start - 1, 0))
+            if cut is not None:
+                return max(start - 1, 0) + cut
+            start += max(len(data) - 2, 1)
+    return size
+
+
+def plan_parts(files, val_fraction):
+    """Every file's parts in order, and how the split was made ("file" or "tail")."""
+    sizes = [path.stat().st_size for path in files]
+    if val_fraction and len(files) >= round(1 / val_fraction):
+        every = round(1 / val_fraction)
+        return [Part(path, 0, size, "val" if i % every == every - 1 else "train", True)
+                for i, (path, size) in enumerate(zip(files, sizes))], "file"
+    parts = []
+    for path, size in zip(files, sizes):
+        cut = tail_start(path, size, val_fraction) if val_fraction else size
+        parts.append(Part(path, 0, cut, "train", cut == size))
+        if cut < size:
+            parts.append(Part(path, cut, size, "val", True))
+    return parts, "tail"
+
+
+def read_sections(part, section_bytes, hasher, progress):
+    """(text, last) for the sections of `part`, of about `section_bytes` each, cut where the text may be cut.
+
+    Every byte read goes to `hasher` and its count to `progress`.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    pending, pos = "", part.start
+    with open(part.path, "rb") as f:
+        f.seek(part.start)
+        while pos < part.end:
+            raw = f.read(min(section_bytes, part.end - pos))
+            if not raw:
+                raise ValueError(f"{part.path} became shorter while it was read; prepare it again")
+            hasher.update(raw)
+            try:
+                pending += decoder.decode(raw, final=pos + len(raw) >= part.end)
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{part.path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                                 f"{pos + exc.start}); convert it first, e.g. `iconv -t utf-8`") from None
+            pos += len(raw)
+            progress(len(raw))
+            cut = last_safe_cut(pending) if pos < part.end else 0
+            if cut:
+                yield pending[:cut], False
+                pending = pending[cut:]
+    if part.end > part.start:
+        yield pending, True
+
+
+def sections(parts, section_bytes, hashes, progress):
+    """(index, part, text, ends_file) for every section of every part, in order; `ends_file` for a file's last."""
+    index = 0
+    for part in parts:
+        for text, last in read_sections(part, section_bytes, hashes[part.path], progress):
+            yield index, part, text, last and part.ends_file
+            index += 1
+
+
+def read_characters(files, progress):
+    """Every character of the files (a first pass, for a character vocabulary)."""
+    chars = set()
+    for path in files:
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        with open(path, "rb") as f:
+            while raw := f.read(1 << 20):
+                try:
+                    chars.update(decoder.decode(raw))
+                except UnicodeDecodeError as exc:
+                    raise ValueError(f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x}); "
+                                     "convert it first, e.g. `iconv -t utf-8`") from None
+                progress(len(raw))
+    return "".join(chars)
+
+
+class SectionEncoder:
+    """A section's text → its token ids as an array of the shards' dtype (the tokenizer's `encode`, done fast
+    for characters), with GPT-2's <|endoftext|> after a file's last section."""
+
+    def __init__(self, tokenizer, dtype):
+        self.tokenizer, self.dtype = tokenizer, dtype
+        if isinstance(self.tokenizer, CharTokenizer):
+            codes = np.array([ord(ch) for ch in self.tokenizer.chars])
+            self.table = np.zeros(codes.max() + 1, dtype=self.dtype)
+            self.table[codes] = np.arange(len(codes))
+        self.end = getattr(self.tokenizer, "eot_token", None)
+
+    def __call__(self, text, ends_file):
+        if isinstance(self.tokenizer, CharTokenizer):
+            ids = self.table[np.frombuffer(text.encode("utf-32-le"), dtype="<u4")]
+        else:
+            ids = self.tokenizer.encode(text)
+            ids = np.fromiter(ids, dtype=self.dtype, count=len(ids))
+        if ends_file and self.end is not None:
+            ids = np.append(ids, np.array([self.end], dtype=self.dtype))
+        return ids
+
+
+_worker_encoder = None
+
+
+def _start_worker(encoder):
+    global _worker_encoder
+    _worker_encoder = encoder  # forked, the parent's very object (no pickling, no second vocabulary load)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the pool
+
+
+def _encode_in_worker(text, ends_file):
+    return _worker_encoder(text, ends_file)
+
+
+class SplitWriter:
+    """One split's shards, each written as its tokens come and given its real name (atomically) once full.
+
+    `done` lists the finished shards, each with where the next one's tokens start
+    (a section index and an offset among its tokens): a rerun goes on from the last.
+    """
+
+    def __init__(self, folder, split, dtype, shard_tokens, done):
+        self.folder, self.split, self.dtype, self.shard_tokens = folder, split, dtype, shard_tokens
+        self.done = list(done)
+        self.resume_section, self.resume_offset = (done[-1]["next"] if done else (0, 0))
+        self.new_tokens = 0
+        self._target = self._shard = None  # the shard being written: its atomic_path, its ShardWriter
+
+    def wants(self, section):
+        return section >= self.resume_section
+
+    def add(self, section, ids):
+        """Take a section's ids; True when a shard was finished (the progress should be saved)."""
+        offset = self.resume_offset if section == self.resume_section else 0
+        finished = False
+        while offset < len(ids):
+            if self._shard is None:
+                self._target = atomic_path(self.folder / shard_name(self.split, len(self.done)))
+                self._shard = ShardWriter(self._target.__enter__(), self.dtype)
+            take = min(len(ids) - offset, self.shard_tokens - self._shard.count)
+            self._shard.write(ids[offset:offset + take])
+            offset += take
+            self.new_tokens += take
+            if self._shard.count == self.shard_tokens:
+                self._finish_shard(next_at=[section, offset] if offset < len(ids) else [section + 1, 0])
+                finished = True
+        return finished
+
+    def finish(self):
+        if self._shard is not None:
+            self._finish_shard(next_at=None)
+
+    def abandon(self):
+        """Remove the shard being written (a run that stops midway leaves only finished ones)."""
+        if self._shard is not None:
+            self._shard.file.close()
+            self._target.__exit__(*sys.exc_info())
+
+    def _finish_shard(self, next_at):
+        crc, count = self._shard.close(), self._shard.count
+        self._target.__exit__(None, None, None)  # flushed to the disk and renamed: it appears whole
+        self.done.append({"name": shard_name(self.split, len(self.done)), "tokens": count, "crc32": crc,
+                          "next": next_at})
+        self._target = self._shard = None
+
+    @property
+    def tokens(self):
+        return sum(shard["tokens"] for shard in self.done)
+
+
+def verified_shards(folder, shards):
+    """The leading shards of a saved progress that are on disk as recorded (a rerun redoes the rest)."""
+    good = []
+    for shard in shards:
+        try:
+            tokens = open_shard(folder / shard["name"], verify=True)
+        except ShardError:
+            break
+        if len(tokens) != shard["tokens"] or shard["next"] is None:
+            break
+        good.append(shard)
+    return good
+
+
+def write_json(path, obj):
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=1), encoding="utf-8")
+
+
+class Bar:
+    """The progress bar: MB read, MB/s and tokens/s."""
+
+    def __init__(self, total, desc, disable):
+        from tqdm import tqdm
+        self.bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1000, disable=disable,
+                        dynamic_ncols=True, file=sys.stderr)
+        self.start = time.perf_counter()
+
+    def advance(self, nbytes):
+        self.bar.update(nbytes)
+
+    def tokens(self, count):
+        """The tokens made so far, shown as a rate."""
+        self.bar.set_postfix_str(f"{count / max(time.perf_counter() - self.start, 1e-9):,.0f} tokens/s")
+
+    def close(self):
+        self.bar.close()
+
+
+def prepare(args):
+    """Prepare the corpus as `args` say; the summary line."""
+    started = time.perf_counter()
+    out = Path(args.out)
+    files = find_sources(args.inputs, args.pattern)
+    parts, split_by = plan_parts(files, args.val_fraction)
+    total_bytes = sum(path.stat().st_size for path in files)
+    plan = {"sources": [{"path": str(path), "bytes": path.stat().st_size, "mtime_ns": path.stat().st_mtime_ns}
+                        for path in files],
+            "tokenizer": args.tokenizer, "val_fraction": args.val_fraction, "shard_tokens": args.shard_tokens}
+    if (out / META_FILE).is_file():
+        meta = read_json(out / META_FILE)
+        if meta.get("plan") != plan:
+            raise ValueError(f"{out} holds a corpus prepared from other files or options; "
+                             "choose another --out, or delete it first")
+        return f"{out} already holds this corpus: " + describe(meta)
+    progress_path = out / PROGRESS_FILE
+    saved = read_json(progress_path) if progress_path.is_file() else None
+    if saved is not None and saved.get("plan") != plan:
+        raise ValueError(f"{out} holds an unfinished preparation of other files or options; "
+                         "choose another --out, or delete it first")
+    out.mkdir(parents=True, exist_ok=True)
+    for debris in out.glob(".*.tmp-*"):  # what atomic_path leaves of a killed write
+        debris.unlink()
+
+    if args.tokenizer == "char":
+        bar = Bar(total_bytes, "characters", args.no_progress)
+        tokenizer = CharTokenizer(read_characters(files, bar.advance) or "\n")
+        bar.close()
+    else:
+        tokenizer = GPT2Tokenizer()
+    description, dtype = tokenizer.to_dict(), token_dtype(tokenizer.vocab_size)
+    done = {split: verified_shards(out, saved["shards"][split]) if saved else [] for split in SPLITS}
+    if saved is not None and saved["tokenizer"] != description:
+        done = {split: [] for split in SPLITS}
+    writers = {split: SplitWriter(out, split, dtype, args.shard_tokens, done[split]) for split in SPLITS}
+    resumed = sum(map(len, done.values()))
+
+    def save_progress():
+        write_json(progress_path, {"plan": plan, "tokenizer": description, "command": sys.argv,
+                                   "shards": {split: w.done for split, w in writers.items()}})
+
+    def new_tokens():
+        return sum(w.new_tokens for w in writers.values())
+
+    hashes = {path: hashlib.sha256() for path in files}
+    bar = Bar(total_bytes, "tokenizing", args.no_progress)
+    tasks = sections(parts, args.section_kb * 1024, hashes, bar.advance)
+    try:
+        with Encoders(SectionEncoder(tokenizer, dtype), args.workers) as encode:
+            for index, part, ids in encode(tasks, lambda index, part: writers[part.split].wants(index)):
+                if writers[part.split].add(index, ids):
+                    save_progress()
+                bar.tokens(new_tokens())
+    except BaseException:
+        for writer in writers.values():
+            writer.abandon()
+        raise
+    for writer in writers.values():
+        writer.finish()
+    bar.close()
+
+    meta = {"format": META_FORMAT, "tokenizer": description, "vocab_size": tokenizer.vocab_size,
+            "dtype": dtype.name, "shard_tokens": args.shard_tokens,
+            "split": {"by": split_by, "val_fraction": args.val_fraction,
+                      "val": [{"path": str(p.path), "from_byte": p.start} for p in parts if p.split == "val"]},
+            "splits": {split: {"tokens": w.tokens, "shards": [{k: shard[k] for k in ("name", "tokens", "crc32")}
+                                                              for shard in w.done]}
+                       for split, w in writers.items()},
+            "sources": [{"path": str(path), "bytes": path.stat().st_size, "sha256": hashes[path].hexdigest()}
+                        for path in files],
+            "bytes": total_bytes, "plan": plan}
+    write_json(out / META_FILE, meta)
+    progress_path.unlink(missing_ok=True)
+    listed = {shard["name"] for w in writers.values() for shard in w.done}
+    for stale in (p for split in SPLITS for p in out.glob(f"{split}_*.bin") if p.name not in listed):
+        stale.unlink()
+    seconds = time.perf_counter() - started
+    note = f"; went on after {resumed} finished shard{'s' * (resumed != 1)}" if resumed else ""
+    return (f"prepared {out}: " + describe(meta) + f"; {seconds:.1f} s, {total_bytes / 1e6 / seconds:.1f} MB/s, "
+            f"{new_tokens() / seconds:,.0f} tokens/s" + note)
+
+
+def describe(meta):
+    """The corpus of a meta.json in a few words: files, tokens per split, tokenizer, shards."""
+    train, val = (meta["splits"][split] for split in SPLITS)
+    kind = meta["tokenizer"]["kind"]
+    return (f"{len(meta['sources'])} file{'s' * (len(meta['sources']) != 1)} ({meta['bytes'] / 1e6:.1f} MB) → "
+            f"{train['tokens']:,} train + {val['tokens']:,} val tokens (held out by {meta['split']['by']}), "
+            f"{kind} tokenizer ({meta['vocab_size']:,} ids, {meta['dtype']}), "
+            f"{len(train['shards']) + len(val['shards'])} shards")
+
+
+class Encoders:
+    """Sections → ids, in the sections' order: in this process (one worker) or in a pool of processes."""
+
+    def __init__(self, encoder, workers):
+        self.encoder, self.workers = encoder, workers
+        self.pool = None
+
+    def __enter__(self):
+        if self.workers > 1:
+            import multiprocessing
+            self.pool = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn").Pool(
+                self.workers, _start_worker, (self.encoder,))
+            return self._in_pool
+        return lambda tasks, wanted: ((index, part, self.encoder(text, ends_file))
+                                      for index, part, text, ends_file in tasks if wanted(index, part))
+
+    def _in_pool(self, tasks, wanted):
+        """Each wanted section's ids; at most two sections per worker in flight, so memory stays bounded."""
+        pending = deque()
+        for index, part, text, ends_file in tasks:
+            if wanted(index, part):
+                pending.append((index, part, self.pool.apply_async(_encode_in_worker, (text, ends_file))))
+            while len(pending) > 2 * self.workers:
+                index_done, part_done, result = pending.popleft()
+                yield index_done, part_done, result.get()
+        while pending:
+            index_done, part_done, result = pending.popleft()
+            yield index_done, part_done, result.get()
+
+    def __exit__(self, *exc):
+        if self.pool is None:
+            return
+        if exc[0] is None:
+            self.pool.close()
+        else:
+            self.pool.terminate()
+        self.pool.join()
+
+
+def main(argv=None):
+    args = make_parser().parse_args(argv)
+    try:
+        print(prepare(args))
+    except (ValueError, OSError) as exc:
+        print(f"prepare: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"\nprepare: interrupted; the shards written so far are whole: run the same command again to go on "
+              f"(see {Path(args.out) / PROGRESS_FILE})", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

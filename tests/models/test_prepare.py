@@ -1,0 +1,352 @@
+"""models.prepare → models.train --data DIR → models.eval: the shard format, the same output for any number of
+workers, interruptions that never leave a shard that looks whole, and one-line errors for damaged folders."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import autograd as ag
+from models import checkpoint
+from models import eval as evaluate
+from models import prepare, train
+from models.data import TokenData
+from models.shards import (HEADER, MAGIC, PreparedData, ShardError, ShardWriter, open_shard, read_header,
+                           token_dtype)
+from models.tokenizer import CharTokenizer, GPT2Tokenizer
+
+ROOT = Path(__file__).resolve().parents[2]
+WORDS = ["the", "king", "queen", "of", "and", "thou", "art", "it's", "don't", "1999", "café", "中文", "🙂", "—"]
+TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4",
+        "--eval-interval", "10", "--eval-iters", "2", "--warmup-iters", "2", "--lr-decay-iters", "20",
+        "--peak-tflops", "1", "--no-progress", "--sample-tokens", "5"]
+
+
+def write_corpus(folder, files, lines, seed=0):
+    """`files` text files of random words, with GPT-2's awkward whitespace (runs of spaces, blank lines, tabs)."""
+    rng = random.Random(seed)
+    for i in range(files):
+        path = folder / ("sub" if i % 4 == 0 else "") / f"book{i:02d}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 12)))
+                                + rng.choice(["\n", "\n", "  \n", "\n\n", "\t\n"]) for _ in range(lines)),
+                        encoding="utf-8")
+    return folder
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    return write_corpus(tmp_path / "corpus", files=12, lines=60)
+
+
+@pytest.fixture(scope="module")
+def gpt2_prepared(tmp_path_factory):
+    """A corpus of twelve files and its GPT-2 shards (one worker, 1 MB sections, shards of 3000 tokens)."""
+    root = tmp_path_factory.mktemp("gpt2")
+    corpus = write_corpus(root / "corpus", files=12, lines=60)
+    out = root / "out1"
+    assert prepare.main([str(corpus), "--out", str(out), "--workers", "1", "--shard-tokens", "3000",
+                         "--no-progress"]) == 0
+    return corpus, out
+
+
+def run_prepare(capsys, *argv):
+    code = prepare.main([*argv, "--no-progress"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def files_of(folder):
+    return {p.name: p.read_bytes() for p in sorted(Path(folder).iterdir())}
+
+
+# --- the shard format ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32"])
+def test_a_shard_round_trips_with_its_header(tmp_path, dtype):
+    tokens = np.array([0, 1, 7, np.iinfo(dtype).max], dtype=dtype)
+    path = tmp_path / "s.bin"
+    shard = ShardWriter(path, tokens.dtype)
+    shard.write(tokens[:1])
+    shard.write(tokens[1:])
+    assert shard.close() == zlib.crc32(tokens.astype(f"<u{tokens.itemsize}").tobytes())
+    magic, version, itemsize, count, _, reserved = HEADER.unpack(path.read_bytes()[:HEADER.size])
+    assert (magic, version, itemsize, count, reserved) == (MAGIC, 1, tokens.itemsize, 4, 0)
+    assert path.stat().st_size == 32 + 4 * tokens.itemsize
+    assert read_header(path)[:2] == (np.dtype(dtype), 4)
+    np.testing.assert_array_equal(open_shard(path, verify=True), tokens)
+
+
+def test_tokens_are_uint16_while_the_vocabulary_fits():
+    assert token_dtype(65536) == np.uint16 and token_dtype(65537) == np.uint32 and token_dtype(50257) == np.uint16
+
+
+def damage(path, how):
+    data = bytearray(path.read_bytes())
+    if how == "truncated":
+        data = data[:-3]
+    elif how == "magic":
+        data[:8] = b"NOTASHRD"
+    elif how == "version":
+        data[8:12] = (2).to_bytes(4, "little")
+    elif how == "token":
+        data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how, message", [("truncated", "is truncated: its header gives"),
+                                          ("magic", "is not a token shard"),
+                                          ("version", "is a version 2 shard and this models.prepare reads version 1"),
+                                          ("token", "is damaged: its tokens do not match the checksum")])
+def test_a_damaged_shard_is_one_line_naming_it(tmp_path, how, message):
+    path = tmp_path / "train_000000.bin"
+    shard = ShardWriter(path, np.uint16)
+    shard.write(np.arange(10))
+    shard.close()
+    damage(path, how)
+    with pytest.raises(ShardError) as caught:
+        open_shard(path, verify=True)
+    assert message in str(caught.value) and str(path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+# --- prepare -------------------------------------------------------------------
+
+
+def test_tokens_are_each_file_encoded_whole_and_the_same_for_any_workers(tmp_path, gpt2_prepared, capsys):
+    corpus, one_worker = gpt2_prepared
+    code, line, err = run_prepare(capsys, str(corpus), "--out", str(tmp_path / "out3"), "--workers", "3",
+                                  "--section-kb", "1", "--shard-tokens", "3000")
+    assert code == 0, err
+    assert files_of(tmp_path / "out3") == files_of(one_worker)  # byte for byte, meta.json too
+    files = sorted(corpus.rglob("*.txt"))
+    gpt2 = GPT2Tokenizer()
+    expected = {"train": [], "val": []}
+    for i, path in enumerate(files):  # twelve files: the tenth is held out
+        expected["val" if i == 9 else "train"] += gpt2.encode(path.read_text(encoding="utf-8")) + [gpt2.eot_token]
+    data = PreparedData(one_worker)
+    for split in ("train", "val"):
+        assert data.splits[split][:].tolist() == expected[split]
+    meta = data.meta
+    assert meta["dtype"] == "uint16" and meta["tokenizer"] == {"kind": "gpt2"}
+    assert meta["split"]["by"] == "file" and meta["split"]["val"] == [{"path": str(files[9]), "from_byte": 0}]
+    assert [s["tokens"] for s in meta["splits"]["train"]["shards"][:-1]] == [3000] * (len(expected["train"]) // 3000)
+    assert [s["path"] for s in meta["sources"]] == list(map(str, files))
+    assert meta["sources"][0]["bytes"] == files[0].stat().st_size
+    import hashlib
+    assert meta["sources"][3]["sha256"] == hashlib.sha256(files[3].read_bytes()).hexdigest()
+    assert line.startswith(f"prepared {tmp_path / 'out3'}: 12 files (") and "held out by file" in line
+    assert "MB/s" in line and "tokens/s" in line and line.count("\n") == 1
+
+
+def test_few_files_hold_out_each_files_tail_from_a_line_on(tmp_path, capsys):
+    folder = write_corpus(tmp_path / "few", files=2, lines=300)
+    code, _, err = run_prepare(capsys, str(folder), "--out", str(tmp_path / "out"), "--tokenizer", "char",
+                               "--section-kb", "2")
+    assert code == 0, err
+    data = PreparedData(tmp_path / "out")
+    texts = [p.read_text(encoding="utf-8") for p in sorted(folder.rglob("*.txt"))]
+    tokenizer = CharTokenizer("".join(texts))
+    assert data.meta["tokenizer"] == tokenizer.to_dict()
+    val = data.meta["split"]["val"]
+    assert data.meta["split"]["by"] == "tail" and len(val) == 2
+    train_text, val_text = "", ""
+    for text, held_out in zip(texts, val):
+        cut = len(text.encode("utf-8")[:held_out["from_byte"]].decode("utf-8"))
+        assert 0.88 < held_out["from_byte"] / len(text.encode("utf-8")) < 0.92
+        assert text[cut - 1] == "\n" or text[cut] == " "  # a line or a word boundary
+        train_text, val_text = train_text + text[:cut], val_text + text[cut:]
+    assert data.splits["train"][:].tolist() == tokenizer.encode(train_text)
+    assert data.splits["val"][:].tolist() == tokenizer.encode(val_text)
+
+
+def test_prepared_batches_are_tokendatas_across_shard_boundaries(tmp_path, corpus, capsys):
+    assert run_prepare(capsys, str(corpus), "--out", str(tmp_path / "out"), "--shard-tokens", "50",
+                       "--tokenizer", "char")[0] == 0
+    data = PreparedData(tmp_path / "out")
+    assert len(data.splits["train"].paths) > 20
+    whole = TokenData(np.arange(1))
+    whole.splits = {split: np.asarray(data.splits[split][:]) for split in ("train", "val")}
+    for split in ("train", "val"):
+        x, y = data.batch(split, 6, 64, np.random.default_rng(3))  # 64 > 50: every block crosses a boundary
+        xw, yw = whole.batch(split, 6, 64, np.random.default_rng(3))
+        assert x.dtype == np.int64 and x.shape == (6, 64)
+        np.testing.assert_array_equal(x, xw)
+        np.testing.assert_array_equal(y, yw)
+
+
+def test_a_rerun_of_a_finished_folder_does_nothing_and_other_options_are_refused(tmp_path, corpus, capsys):
+    out = tmp_path / "out"
+    assert run_prepare(capsys, str(corpus), "--out", str(out), "--tokenizer", "char")[0] == 0
+    before = files_of(out)
+    code, line, _ = run_prepare(capsys, str(corpus), "--out", str(out), "--tokenizer", "char")
+    assert code == 0 and line.startswith(f"{out} already holds this corpus: 12 files")
+    assert files_of(out) == before
+    code, _, err = run_prepare(capsys, str(corpus), "--out", str(out), "--tokenizer", "gpt2")
+    assert code == 1 and err == (f"prepare: error: {out} holds a corpus prepared from other files or options; "
+                                 "choose another --out, or delete it first\n")
+
+
+@pytest.mark.parametrize("content, message", [(b"ok\n\xff\xfe bad", "is not UTF-8 text (byte 0xff at offset 3)")])
+def test_a_file_that_is_not_utf8_is_one_line(tmp_path, capsys, content, message):
+    (tmp_path / "bad.txt").write_bytes(content)
+    code, _, err = run_prepare(capsys, str(tmp_path / "bad.txt"), "--out", str(tmp_path / "out"), "--tokenizer",
+                               "gpt2")
+    assert code == 1 and err.count("\n") == 1 and message in err and str(tmp_path / "bad.txt") in err
+
+
+def test_an_interrupted_prepare_never_leaves_a_shard_that_looks_whole(tmp_path):
+    """Killed at random moments while it writes shards, then run again: every file named as a shard is whole,
+    no meta.json appears before the end, and the last run ends with exactly an uninterrupted run's output."""
+    corpus = write_corpus(tmp_path / "corpus", files=3, lines=4000)
+    argv = [sys.executable, "-m", "models.prepare", str(corpus), "--tokenizer", "char", "--workers", "2",
+            "--shard-tokens", "2000", "--section-kb", "8", "--no-progress"]
+    subprocess.run([*argv, "--out", str(tmp_path / "whole")], cwd=ROOT, check=True, capture_output=True)
+    out, rng, killed = tmp_path / "out", random.Random(1), 0
+
+    def shards():
+        return [*out.glob("train_*.bin"), *out.glob("val_*.bin")]
+
+    for _ in range(4):
+        before = len(shards())
+        proc = subprocess.Popen([*argv, "--out", str(out)], cwd=ROOT, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while proc.poll() is None and len(shards()) <= before:  # until it writes shards of its own
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0, 0.1))
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the run and its workers, at once
+            killed += 1
+        proc.wait()
+        for path in shards():
+            open_shard(path, verify=True)
+        if not (out / "meta.json").exists():
+            with pytest.raises(ShardError, match="its preparation did not finish"):
+                PreparedData(out)
+    assert killed >= 2, "the runs were not interrupted: the corpus is too small for this machine"
+    subprocess.run([*argv, "--out", str(out)], cwd=ROOT, check=True, capture_output=True)
+    assert files_of(out) == files_of(tmp_path / "whole")
+
+
+# --- train --data DIR and eval ---------------------------------------------------
+
+
+@pytest.fixture
+def prepared(tmp_path, corpus, capsys):
+    out = tmp_path / "prepared"
+    code, _, err = run_prepare(capsys, str(corpus), "--out", str(out), "--tokenizer", "char",
+                               "--shard-tokens", "1000")
+    assert code == 0, err
+    return out
+
+
+def train_on(capsys, *argv):
+    code = train.main([*TINY, *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def history(folder):
+    return json.loads((folder / "train_state.json").read_text())["history"]
+
+
+def test_prepare_train_eval(tmp_path, prepared, capsys):
+    run = tmp_path / "run"
+    code, out, err = train_on(capsys, "--data", str(prepared), "--max-iters", "20", "--out-dir", str(run))
+    assert code == 0, err
+    data = PreparedData(prepared)
+    assert f"data: {len(data.splits['train']):,} train / {len(data.splits['val']):,} val tokens" in out
+    assert history(run)[-1] < history(run)[0]
+    model, tokenizer = checkpoint.load_model(run)
+    assert tokenizer.to_dict() == data.meta["tokenizer"]
+
+    assert evaluate.main([str(run), "--data", str(prepared), "--stride", "1", "--max-tokens", "60",
+                          "--no-progress"]) == 0
+    line = capsys.readouterr().out
+    # stride 1: token p is scored once, from the (at most 16) tokens before it
+    tokens = data.splits["val"][:60]
+    model.eval()
+    with ag.no_grad():
+        losses = [model(ag.Tensor(tokens[max(0, p - 16):p][None]))[0].log_softmax().numpy()[0, -1, tokens[p]]
+                  for p in range(1, 60)]
+    mean = -float(np.mean(losses))
+    assert line.startswith(f"eval: {run} on the val split of {prepared} (its first 60 of "
+                           f"{len(data.splits['val']):,} tokens, 59 scored): loss {mean:.4f}, "
+                           f"perplexity {np.exp(mean):.2f} (block 16, stride 1, ")
+
+
+def test_eval_windows_score_every_target_once_with_the_context_promised():
+    for n, block, stride in [(100, 16, 8), (100, 16, 16), (17, 16, 5), (50, 7, 1), (33, 16, 16)]:
+        scored = []
+        for begin, skip in evaluate.windows(n, block, stride):
+            assert 0 <= begin <= n - 1 - block and 0 <= skip < block
+            positions = list(range(begin + 1 + skip, begin + block + 1))
+            assert all(p - begin >= min(p, block - stride) for p in positions)  # context before each target
+            scored += positions
+        assert scored == list(range(1, n))
+
+
+def test_resume_on_prepared_data_continues_exactly(tmp_path, prepared, capsys):
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    assert train_on(capsys, "--data", str(prepared), "--max-iters", "20", "--out-dir", str(straight))[0] == 0
+    assert train_on(capsys, "--data", str(prepared), "--max-iters", "10", "--out-dir", str(split))[0] == 0
+    code, _, err = train_on(capsys, "--max-iters", "20", "--out-dir", str(split), "--resume")  # --data saved
+    assert code == 0, err
+    assert history(split) == history(straight)
+
+
+def test_a_tokenizer_other_than_the_checkpoints_is_one_line(tmp_path, prepared, gpt2_prepared, capsys):
+    run = tmp_path / "run"
+    assert train_on(capsys, "--data", str(prepared), "--max-iters", "1", "--out-dir", str(run))[0] == 0
+    gpt2_data = gpt2_prepared[1]
+    message = (f"holds tokens of the gpt2 tokenizer (50,257 ids), but the model of {run} reads the char tokenizer "
+               f"({PreparedData(prepared).tokenizer().vocab_size} ids); prepare the text again with that tokenizer")
+    code, _, err = train_on(capsys, "--data", str(gpt2_data), "--out-dir", str(run), "--resume", "--max-iters", "2")
+    assert code == 1 and err.count("\n") == 1 and message in err
+    assert evaluate.main([str(run), "--data", str(gpt2_data), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+    code, _, err = train_on(capsys, "--data", str(prepared), "--tokenizer", "gpt2", "--out-dir", str(tmp_path / "x"))
+    assert code == 1 and f"--tokenizer gpt2, but {prepared} holds tokens of the char tokenizer" in err
+
+
+@pytest.mark.parametrize("how", ["truncated", "magic", "version"])
+def test_train_on_a_damaged_shard_is_one_line_naming_it(tmp_path, prepared, capsys, how):
+    shard = prepared / "train_000001.bin"
+    damage(shard, how)
+    code, _, err = train_on(capsys, "--data", str(prepared), "--max-iters", "1", "--out-dir", str(tmp_path / "r"))
+    assert code == 1 and err.count("\n") == 1 and err.startswith(f"train: error: {shard} ")
+
+
+def test_eval_checks_the_checksums_of_what_it_reads(tmp_path, prepared, capsys):
+    assert train_on(capsys, "--data", str(prepared), "--max-iters", "1", "--out-dir", str(tmp_path / "r"))[0] == 0
+    damage(prepared / "val_000000.bin", "token")
+    assert evaluate.main([str(tmp_path / "r"), "--data", str(prepared), "--no-progress"]) == 1
+    assert capsys.readouterr().err == (f"eval: error: {prepared / 'val_000000.bin'} is damaged: its tokens do not "
+                                       "match the checksum in its header\n")
+
+
+def test_a_folder_that_was_never_prepared_is_one_line(tmp_path, corpus, capsys):
+    with pytest.raises(SystemExit):
+        train.main(["--data", str(corpus), "--out-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"python -m models.prepare {corpus} --out DIR" in err
+
+
+def test_mpi_ranks_read_the_same_shards_and_train_as_one_process(tmp_path, prepared):
+    from tests.models import mpi_train
+    from tests.models.test_train_mpi import B, TINY as MPI_TINY, assert_same_training, have_mpi, mpiexec
+    if not have_mpi():
+        pytest.skip("needs the dist extra (mpi4py and an mpiexec): pip install -e \".[dist]\"")
+    data = ["--data", str(prepared), "--max-iters", "10"]
+    assert mpi_train.main([*MPI_TINY, *data, "--batch-size", str(2 * B), "--out-dir", str(tmp_path / "one")]) == 0
+    code, _, err, _ = mpiexec(*MPI_TINY, *data, "--batch-size", str(B), "--out-dir", str(tmp_path / "two"))
+    assert code == 0, err
+    assert_same_training(tmp_path / "two", tmp_path / "one")
