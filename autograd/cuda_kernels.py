@@ -21,6 +21,8 @@ Warp-per-row kernels take a row of any length; every loop is lane-strided
 """
 import numpy
 
+from . import backend
+
 # GELU, tanh approximation: y = ½x(1 + tanh u), u = √(2/π)(x + 0.044715x³)
 GELU_FORWARD = ("T x", "T y", """
     const T c = 0.7978845608028654, a = 0.044715;
@@ -331,17 +333,17 @@ def attention_softmax_backward(kernel, dp, p, g, o, offset, scale):
 
 
 def layer_norm_forward(kernel, x, w, b, eps):
-    """(y, mean, rstd) for C-contiguous x (…, n); mean and rstd have one entry per row."""
+    """(y, stats) for C-contiguous x (…, n): stats (2, rows) holds each row's μ and rstd."""
     xp = _array_module(x)
     n = x.shape[-1]
     rows = x.size // n
     y = xp.empty_like(x)
-    mean, rstd = xp.empty(rows, dtype=x.dtype), xp.empty(rows, dtype=x.dtype)
-    kernel(*_rows_grid(rows), (x, w, b, y, mean, rstd, _int(rows), _int(n), x.dtype.type(eps)))
-    return y, mean, rstd
+    stats = xp.empty((2, rows), dtype=x.dtype)
+    kernel(*_rows_grid(rows), (x, w, b, y, stats[0], stats[1], _int(rows), _int(n), x.dtype.type(eps)))
+    return y, stats
 
 
-def layer_norm_backward(kernel, columns, g, x, w, mean, rstd):
+def layer_norm_backward(kernel, columns, g, x, w, stats):
     """(dx, dγ, dβ) in two launches: dx and per-block partial column sums, then their sums."""
     xp = _array_module(x)
     n = x.shape[-1]
@@ -349,7 +351,7 @@ def layer_norm_backward(kernel, columns, g, x, w, mean, rstd):
     blocks = (rows + LN_ROWS_PER_BLOCK - 1) // LN_ROWS_PER_BLOCK
     dx = xp.empty_like(x)
     partial_dw, partial_db = xp.empty((blocks, n), dtype=x.dtype), xp.empty((blocks, n), dtype=x.dtype)
-    kernel((blocks,), (32 * ROW_WARPS,), (g, x, w, mean, rstd, dx, partial_dw, partial_db, _int(rows), _int(n),
+    kernel((blocks,), (32 * ROW_WARPS,), (g, x, w, stats[0], stats[1], dx, partial_dw, partial_db, _int(rows), _int(n),
                                           _int(LN_ROWS_PER_BLOCK)))
     dw, db = xp.empty(n, dtype=x.dtype), xp.empty(n, dtype=x.dtype)
     columns(((n + 255) // 256,), (256,), (partial_dw, partial_db, dw, db, _int(blocks), _int(n)))
@@ -378,8 +380,7 @@ def grad_norm(kernel, scale_kernel, flat, max_norm):
 
 
 def _array_module(array):
-    import cupy
-    return cupy.get_array_module(array)
+    return backend.xp_for(backend.device_of(array))
 
 
 # What backend.fused(name, array) hands an op: name → (launcher, the raw kernels it takes, in order).

@@ -163,7 +163,7 @@ def scaled_dot_product_attention(q, k, v, causal=True, dropout_p=0.0):
     if causal and tq > 1:  # a single query is the newest position: it sees every key
         xp = backend.xp_for(q.device)
         mask = xp.arange(tk)[None, :] <= xp.arange(tq)[:, None] + (tk - tq)  # (Tq, Tk)
-    return ops.ScaledDotProductAttention.apply(q, k, v, mask=mask, dropout_p=dropout_p)
+    return ops.ScaledDotProductAttention.apply(q, k, v, mask=mask, dropout_p=dropout_p, causal=mask is not None)
 
 
 def linear(x, weight, bias=None):
