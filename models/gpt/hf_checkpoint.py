@@ -207,6 +207,8 @@ def _write(model, directory):
     from safetensors.numpy import save_file
 
     tensors = {name: np.ascontiguousarray(p.numpy()) for name, p in model.named_parameters()}  # transformer.…
+    wte = "transformer.wte.weight"
+    tensors[wte] = np.ascontiguousarray(tensors[wte][:model.config.vocab_size])  # a padded vocabulary's real rows
     with atomic_path(directory / "model.safetensors") as tmp:
         save_file(tensors, str(tmp), metadata={"format": "pt"})
     dtype = str(model.transformer.wte.weight.dtype)
