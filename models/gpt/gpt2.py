@@ -291,6 +291,9 @@ class GPT(nn.Module):
         """
         config = replace(self.config, pad_vocab_to=multiple)  # checks `multiple`
         wte = self.transformer.wte
+        if wte.weight.shape[0] == config.padded_vocab_size:
+            self.config = config
+            return self
         real = wte.weight.data[:config.vocab_size]
         padding = ag.zeros(config.padded_vocab_size - config.vocab_size, config.n_embd, dtype=real.dtype,
                            device=wte.weight.device).data

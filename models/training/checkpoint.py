@@ -72,7 +72,7 @@ _PLOT_DEBRIS = f".{PLOT_FILE}.tmp-*"  # what models.io.atomic_path leaves of a p
 # every other option is stored with the checkpoint and, on --resume, used again unless the command line changes it.
 MODEL_OPTIONS = ("tokenizer", "n_layer", "n_head", "n_embd", "no_bias", "init_from", "lora_r", "lora_alpha",
                  "lora_targets")
-RUN_OPTIONS = ("out_dir", "resume", "overwrite", "eval_only", "device", "sample_tokens", "no_progress")
+RUN_OPTIONS = ("out_dir", "resume", "overwrite", "eval_only", "device", "pad_vocab", "sample_tokens", "no_progress")
 
 FORMAT = 2  # train_state.json's layout; 1 (no "format" field) kept the optimizer's step counts apart from its buffers
 _NUMBER = (int, float)

@@ -155,3 +155,62 @@ def test_twins_use_the_kernels_launch_shapes():
     # the twins read these from cuda_kernels, so a change of launch shape there is checked here too
     assert ck.CE_THREADS % twin.LANES == 0 and ck.CE_THREADS // twin.LANES <= twin.LANES
     assert ck.ROW_WARPS * twin.LANES <= 1024 and ck.LN_ROWS_PER_BLOCK >= ck.ROW_WARPS
+
+
+@pytest.fixture
+def twins_as_kernels(monkeypatch):
+    """backend.fused hands the ops the twins for NumPy arrays: their GPU paths (the hooks in ops.py and
+    nn/optim.py: saved statistics, offsets, in-place writes, deferred scaling) run on the CPU."""
+    from autograd import backend
+
+    def grad_norm(flat, max_norm):
+        norm, scale = twin.grad_norm(flat, max_norm)
+        return np.array([norm]), np.array([scale])
+    stand_ins = {"attention_softmax_forward": twin.attention_softmax_forward,
+                 "attention_softmax_backward": twin.attention_softmax_backward,
+                 "layer_norm_forward": twin.layer_norm_forward, "layer_norm_backward": twin.layer_norm_backward,
+                 "cross_entropy_forward": lambda z, t, vocab, ignore, out: twin.cross_entropy_forward(
+                     z, t, vocab, -1 if ignore is None else ignore, out),
+                 "grad_norm": grad_norm}
+    assert set(stand_ins) == set(ck.LAUNCHERS)
+    monkeypatch.setattr(backend, "fused", lambda name, array: stand_ins.get(name))
+    monkeypatch.setattr(backend, "free_memory", lambda: 0)  # P is rebuilt in backward, the longer path
+
+
+def model_loss_and_grads(seed=0, steps=2):
+    from models.gpt2 import GPT, GPTConfig
+    with ag.seeded(seed):
+        model = GPT(GPTConfig(vocab_size=50, block_size=40, n_layer=1, n_head=2, n_embd=8)).pad_vocab(64)
+    for p in model.parameters():
+        p.data = p.data.astype(np.float64)
+    opt = nn.optim.AdamW(model.parameters(), lr=1e-2, flat_grads=True)
+    x = np.random.default_rng(seed).integers(0, 50, size=(2, 37))
+    y = np.where(np.arange(37) < 30, np.roll(x, -1, axis=1), -1)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        _, loss = model(x, y, return_logits=False)
+        loss.backward()
+        norm = nn.optim.clip_grad_norm_(model.parameters(), 0.05)
+        losses.append((loss.item(), float(np.asarray(norm).reshape(-1)[0])))
+        opt.step()
+    return losses, {n: p.data.copy() for n, p in model.named_parameters()}
+
+
+def test_the_ops_gpu_paths_through_the_twins_train_as_the_composed_ops(twins_as_kernels):
+    fused_losses, fused_weights = model_loss_and_grads()
+    from autograd import backend
+    backend.fused = lambda name, array: None  # monkeypatch restores it after the test
+    losses, weights = model_loss_and_grads()
+    np.testing.assert_allclose(fused_losses, losses, rtol=1e-10)
+    assert fused_losses[0][1] > 0.05  # clipping did scale (deferred into the step on the GPU path)
+    for name, w in weights.items():
+        np.testing.assert_allclose(fused_weights[name], w, rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+def test_the_fused_cross_entropy_backpropagates_once(twins_as_kernels, rng):
+    z = leaf(rng.normal(size=(3, 5)))
+    loss = ag.cross_entropy(z, np.array([0, 1, 2]))
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="CrossEntropy: the GPU kernel's gradient is scaled in place"):
+        loss.backward()
