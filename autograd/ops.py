@@ -692,8 +692,8 @@ class LayerNorm(Function):
         self.kernel = backend.fused("layer_norm_backward", x)
         if self.kernel is not None:
             x = xp.ascontiguousarray(x)
-            y, stats = backend.fused("layer_norm_forward", x)(x, weight, xp.zeros_like(weight) if bias is None else bias,
-                                                              eps)
+            bias = xp.zeros_like(weight) if bias is None else bias
+            y, stats = backend.fused("layer_norm_forward", x)(x, weight, bias, eps)
             self.save(x, stats, weight)  # x, not x̂, and the rows' (μ, 1/σ) for the backward kernel
             return y
         mean = _sum_last(xp, x)

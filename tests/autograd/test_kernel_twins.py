@@ -214,3 +214,40 @@ def test_the_fused_cross_entropy_backpropagates_once(twins_as_kernels, rng):
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="CrossEntropy: the GPU kernel's gradient is scaled in place"):
         loss.backward()
+
+
+def test_each_cuda_kernel_matches_its_twin_in_float64(device, rng):
+    """Under --device cuda: the kernels themselves, launched by backend.fused, against their twins."""
+    from autograd import backend
+    cp = backend.xp_for(device)
+
+    def on(a):
+        return cp.asarray(a)
+
+    def same(got, expected):
+        np.testing.assert_allclose(backend.to_host(got), expected, rtol=1e-12, atol=1e-13)
+    s = rng.normal(size=(2, 3, 37, 45))
+    same(backend.fused("attention_softmax_forward", on(s))(on(s), 8, 0.3),
+         twin.attention_softmax_forward(s.copy(), 8, 0.3))
+    dp, p = rng.normal(size=s.shape), rng.random(size=s.shape)
+    g, o = rng.normal(size=(2, 3, 37, 5)), rng.normal(size=(2, 3, 37, 5))
+    same(backend.fused("attention_softmax_backward", on(dp))(on(dp), on(p), on(g), on(o), 8, 0.3),
+         twin.attention_softmax_backward(dp.copy(), p, g, o, 8, 0.3))
+    x, w, b = rng.normal(size=(70, 70)), rng.normal(size=70), rng.normal(size=70)
+    y, stats = backend.fused("layer_norm_forward", on(x))(on(x), on(w), on(b), 1e-5)
+    y_twin, stats_twin = twin.layer_norm_forward(x, w, b, 1e-5)
+    same(y, y_twin)
+    same(stats, stats_twin)
+    g = rng.normal(size=x.shape)
+    for got, expected in zip(backend.fused("layer_norm_backward", on(x))(on(g), on(x), on(w), stats),
+                             twin.layer_norm_backward(g, x, w, stats_twin)):
+        same(got, expected)
+    z, targets = rng.normal(size=(6, 1152)) * 4, rng.integers(0, 1100, size=6)
+    targets[2] = -1
+    z_gpu, out = on(z), z.copy()
+    same(backend.fused("cross_entropy_forward", z_gpu)(z_gpu, on(targets), 1100, -1, z_gpu),
+         twin.cross_entropy_forward(z, targets, 1100, -1, out))
+    same(z_gpu, out)  # written in place
+    flat = rng.normal(size=300_000)
+    norm, scale = backend.fused("grad_norm", on(flat))(on(flat), 1.0)
+    assert (float(norm[0]), float(scale[0])) == pytest.approx(twin.grad_norm(flat, 1.0), rel=1e-12)
