@@ -792,7 +792,8 @@ class ScaledDotProductAttention(Function):
             p = kernel(q @ k.swapaxes(-1, -2), self.offset, self.scale)  # S by cuBLAS, then P over it in place
             drop = _dropout_mask(p, dropout_p) if dropout_p else None
             out = (p if drop is None else p * drop) @ v
-            self.save(q, k, v, out, drop, p if 2 * p.nbytes <= backend.free_memory() else None, None)
+            keep_p = any(self.needs_grad) and 2 * p.nbytes <= backend.free_memory()  # P kept if 2× its size is free
+            self.save(q, k, v, out, drop, p if keep_p else None, None)
             return out
         scores = (q * self.scale) @ k.swapaxes(-1, -2)  # (B, H, Tq, Tk)
         p, lse = _softmax(self.xp, scores, -1, mask, out=scores)

@@ -37,7 +37,7 @@ def compile_cuda(source, arch, name_expressions=()):
     options = [f"--gpu-architecture={arch}".encode(), b"--std=c++14"]
     (result,) = module.nvrtcCompileProgram(program, len(options), options)
     _, size = module.nvrtcGetProgramLogSize(program)
-    log = b" " * size
+    log = bytearray(size)  # NVRTC writes into it: never a bytes object, which CPython may share (b" " is one)
     module.nvrtcGetProgramLog(program, log)
     assert result == module.nvrtcResult.NVRTC_SUCCESS, f"NVRTC ({arch}):\n{log.decode(errors='replace')}"
     for expression in name_expressions:
