@@ -188,8 +188,7 @@ def _raw_kernel(name, dtype):
     from . import cuda_kernels
     expression = cuda_kernels.name_expression(name, dtype)
     if expression not in _kernels:
-        module = _cupy.RawModule(code=cuda_kernels.source(name), options=("--std=c++14",),
-                                 name_expressions=[expression])
+        module = _cupy.RawModule(code=cuda_kernels.source(name), name_expressions=[expression])
         _kernels[expression] = module.get_function(expression)
     return _kernels[expression]
 
