@@ -9,6 +9,7 @@ a program calls it (the training and sampling commands do).
 """
 import contextlib
 import copy
+import functools
 import ctypes
 import os
 
@@ -164,15 +165,38 @@ def fused(name, array):
     """The compiled CuPy kernel `name` (see cuda_kernels.py) for a GPU array, else None.
 
     None on the CPU, or with AUTOGRAD_FUSED=0: the op then composes the same
-    formula from array-module calls.
+    formula from array-module calls. An elementwise kernel comes back as
+    CuPy's ElementwiseKernel; a raw one as its launcher with the kernels
+    compiled for `array`'s dtype (cuda_kernels.LAUNCHERS).
     """
     if _cupy is None or not isinstance(array, _cupy.ndarray) or os.environ.get("AUTOGRAD_FUSED", "1") == "0":
         return None
-    if name not in _kernels:
-        from .cuda_kernels import KERNELS
-        inputs, outputs, body = KERNELS[name]
-        _kernels[name] = _cupy.ElementwiseKernel(inputs, outputs, body, f"autograd_{name}")
-    return _kernels[name]
+    from . import cuda_kernels
+    if name in cuda_kernels.ELEMENTWISE:
+        if name not in _kernels:
+            inputs, outputs, body = cuda_kernels.ELEMENTWISE[name]
+            _kernels[name] = _cupy.ElementwiseKernel(inputs, outputs, body, f"autograd_{name}")
+        return _kernels[name]
+    if array.dtype not in (numpy.float32, numpy.float64):  # the raw kernels' two instantiations
+        return None
+    launcher, names = cuda_kernels.LAUNCHERS[name]
+    return functools.partial(launcher, *[_raw_kernel(k, array.dtype) for k in names])
+
+
+def _raw_kernel(name, dtype):
+    """Raw kernel `name` compiled (once) for float32 or float64 arrays: CuPy's RawModule with a name expression."""
+    from . import cuda_kernels
+    expression = cuda_kernels.name_expression(name, dtype)
+    if expression not in _kernels:
+        module = _cupy.RawModule(code=cuda_kernels.source(name), name_expressions=[expression])
+        _kernels[expression] = module.get_function(expression)
+    return _kernels[expression]
+
+
+def free_memory():
+    """Bytes a new GPU array can still take: the device's free memory plus the blocks CuPy's pool holds free."""
+    free, _ = _cupy.cuda.Device().mem_info
+    return free + _cupy.get_default_memory_pool().free_bytes()
 
 
 def keep_freed_memory():

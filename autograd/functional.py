@@ -96,8 +96,14 @@ def log_softmax(x, axis=-1, *, dim=None):
     return ops.LogSoftmax.apply(x, axis=_axis("log_softmax", axis, dim, -1))
 
 
-def cross_entropy(logits, targets, ignore_index=None, reduction="mean"):
-    """Mean (or summed, or per-row) −log p[target], classes on the last axis of `logits`."""
+def cross_entropy(logits, targets, ignore_index=None, reduction="mean", classes=None, reuse_logits=False):
+    """Mean (or summed, or per-row) −log p[target], classes on the last axis of `logits`.
+
+    `classes`: only the first `classes` columns are classes (a padded
+    vocabulary); the others get no probability and no gradient.
+    `reuse_logits`: on a GPU the kernel may write the gradient over the
+    logits' array, which must not be read again (a training step's).
+    """
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     targets = _constant(targets, logits.device, "cross_entropy", "iu", "targets (class ids)")
@@ -105,9 +111,14 @@ def cross_entropy(logits, targets, ignore_index=None, reduction="mean"):
         raise ShapeError(
             f"cross_entropy: targets have shape {targets.shape} but logits {logits.shape} need targets of "
             f"shape {logits.shape[:-1]} (one class id per row; classes on the last axis)")
+    width = logits.shape[-1]
+    if classes is not None and (isinstance(classes, bool) or not isinstance(classes, int) or not 0 < classes <= width):
+        raise ValueError(f"cross_entropy: classes must be an int in [1, {width}] (the logits' last axis), "
+                         f"got {classes!r}")
     scored = targets if ignore_index is None else targets[targets != ignore_index]
-    _check_ids_below("cross_entropy", "targets", scored, logits.shape[-1], "the number of classes")
-    return ops.CrossEntropy.apply(logits, targets=targets, ignore_index=ignore_index, reduction=reduction)
+    _check_ids_below("cross_entropy", "targets", scored, classes or width, "the number of classes")
+    return ops.CrossEntropy.apply(logits, targets=targets, ignore_index=ignore_index, reduction=reduction,
+                                  classes=None if classes == width else classes, reuse_logits=reuse_logits)
 
 
 def _check_ids_below(op, what, ids, limit, meaning):
@@ -163,7 +174,7 @@ def scaled_dot_product_attention(q, k, v, causal=True, dropout_p=0.0):
     if causal and tq > 1:  # a single query is the newest position: it sees every key
         xp = backend.xp_for(q.device)
         mask = xp.arange(tk)[None, :] <= xp.arange(tq)[:, None] + (tk - tq)  # (Tq, Tk)
-    return ops.ScaledDotProductAttention.apply(q, k, v, mask=mask, dropout_p=dropout_p)
+    return ops.ScaledDotProductAttention.apply(q, k, v, mask=mask, dropout_p=dropout_p, causal=mask is not None)
 
 
 def linear(x, weight, bias=None):

@@ -589,28 +589,41 @@ class CrossEntropy(Function):
 
     ∂L/∂z = p − onehot(y): the softmax Jacobian and the log's 1/p cancel. With
     reduction="mean" it is divided by the number of rows whose target is not
-    `ignore_index`; ignored rows get no gradient.
+    `ignore_index`; ignored rows get no gradient. With `classes`, only the
+    first `classes` columns are classes (a vocabulary padded for the GPU's
+    sake): the rest get no probability and a zero gradient. On a GPU one
+    kernel (cuda_kernels.CROSS_ENTROPY_FORWARD) computes the losses and
+    p − onehot(y) together, over z itself with `reuse_logits` (the caller
+    promises not to read the logits again), so backward only scales it.
     """
 
     rule = "dz = p − y"
     input_names, saved_names = ("logits",), ("p", "targets", "kept")
 
-    def forward(self, logits, targets, ignore_index=None, reduction="mean"):
+    def forward(self, logits, targets, ignore_index=None, reduction="mean", classes=None, reuse_logits=False):
         xp = self.xp
         vocab = logits.shape[-1]
         z = logits.reshape(-1, vocab)
         t = targets.reshape(-1)
         valid = None if ignore_index is None else t != ignore_index
-        if valid is not None:
-            t = xp.where(valid, t, 0)
-        p, lse = _softmax(xp, z, 1)
-        rows = xp.arange(len(t))
-        nll = lse[:, 0] - z[rows, t]
-        if valid is not None:
-            nll *= valid
         count = len(t) if valid is None else xp.maximum(valid.sum(dtype=z.dtype), 1)  # stays on the device
-        self.save(p, t, valid)
-        self.count, self.reduction, self.shape = count, reduction, logits.shape
+        self.count, self.reduction, self.shape, self.fused = count, reduction, logits.shape, False
+        kernel = backend.fused("cross_entropy_forward", z)
+        if kernel is not None:
+            z = xp.ascontiguousarray(z)
+            dz = z if reuse_logits else xp.empty_like(z)
+            nll = kernel(z, t, vocab if classes is None else classes, ignore_index, dz)
+            self.save(dz, None, None)  # p − onehot(y), zero in ignored rows and padded columns
+            self.fused = True
+        else:
+            if valid is not None:
+                t = xp.where(valid, t, 0)
+            p, lse = _softmax(xp, z if classes is None else z[:, :classes], 1)
+            rows = xp.arange(len(t))
+            nll = lse[:, 0] - z[rows, t]
+            if valid is not None:
+                nll *= valid
+            self.save(p, t, valid)
         if reduction == "none":
             return nll.reshape(targets.shape)
         total = nll.sum()
@@ -622,11 +635,20 @@ class CrossEntropy(Function):
             scale = g.reshape(-1, 1)
         else:
             scale = g / self.count if self.reduction == "mean" else g
+        if self.fused:
+            if p is None:
+                raise RuntimeError("CrossEntropy: the GPU kernel's gradient is scaled in place and can be "
+                                   "backpropagated once; set AUTOGRAD_FUSED=0 to backpropagate through it again")
+            self.saved = (None, None, None)
+            p *= scale  # the kernel's p − onehot(y), scaled in place: the backward GEMMs read it as it is
+            return p.reshape(self.shape)
         dz = p * scale
         rows = self.xp.arange(len(t))
         dz[rows, t] -= scale[:, 0] if self.reduction == "none" else scale
         if valid is not None:
             dz *= valid[:, None]
+        if dz.shape[1] != self.shape[-1]:  # padded columns: no class, no gradient
+            dz = self.xp.concatenate([dz, self.xp.zeros((len(dz), self.shape[-1] - dz.shape[1]), dz.dtype)], 1)
         return dz.reshape(self.shape)
 
 
@@ -657,7 +679,9 @@ class LayerNorm(Function):
     dx = (ĝ − mean(ĝ) − x̂ ⊙ mean(ĝ ⊙ x̂)) / √(σ² + ε),  dγ = Σ g ⊙ x̂,  dβ = Σ g,
     γ's and β's sums running over every row. x̂ is kept from forward (cheaper
     than rebuilding it); the row means of ĝ and ĝ ⊙ x̂ are (g ⊙ x̂) γ / n and g γ / n,
-    matrix-vector products that reuse the g ⊙ x̂ dγ sums.
+    matrix-vector products that reuse the g ⊙ x̂ dγ sums. On a GPU two kernels
+    (cuda_kernels.LAYER_NORM_FORWARD, LAYER_NORM_BACKWARD) do it from x and the
+    saved μ and 1/σ: one launch forward, two backward (the second sums dγ, dβ).
     """
 
     rule = "dx = (ĝ − mean ĝ − x̂·mean(ĝx̂))/σ"
@@ -665,6 +689,13 @@ class LayerNorm(Function):
 
     def forward(self, x, weight, bias=None, eps=1e-5):
         xp, n = self.xp, x.shape[-1]
+        self.kernel = backend.fused("layer_norm_backward", x)
+        if self.kernel is not None:
+            x = xp.ascontiguousarray(x)
+            bias = xp.zeros_like(weight) if bias is None else bias
+            y, stats = backend.fused("layer_norm_forward", x)(x, weight, bias, eps)
+            self.save(x, stats, weight)  # x, not x̂, and the rows' (μ, 1/σ) for the backward kernel
+            return y
         mean = _sum_last(xp, x)
         mean *= 1 / n
         xhat = x - mean
@@ -683,6 +714,9 @@ class LayerNorm(Function):
 
     def backward(self, g):
         xhat, rstd, weight = self.saved
+        if self.kernel is not None:
+            grads = self.kernel(self.xp.ascontiguousarray(g), xhat, weight, rstd)  # (dx, dγ, dβ)
+            return tuple(d if need else None for d, need in zip(grads, self.needs_grad))
         n = xhat.shape[-1]
         gxhat = g * xhat
         dweight = gxhat.reshape(-1, n).sum(axis=0) if self.needs_grad[1] else None
@@ -735,13 +769,32 @@ class ScaledDotProductAttention(Function):
     P is kept for backward while it is no larger than Q, K, V and O together
     (Tk ≤ 4D); a longer context keeps only the row log-sum-exps and rebuilds
     P = exp(S − lse) with one more matmul, for far less memory.
+
+    On a GPU, with the causal mask or none, S = Q Kᵀ and O = P V stay cuBLAS
+    batched GEMMs and one kernel between them scales, masks and normalises S
+    in place (cuda_kernels.ATTENTION_SOFTMAX_FORWARD); backward's
+    dS = P ⊙ (dP − G·O) is one in-place kernel too (ATTENTION_SOFTMAX_BACKWARD).
+    There P is kept while the device has memory to spare, else S is
+    recomputed and normalised again.
     """
 
     rule = "dV = PᵀG, dS = P·(GVᵀ − G·O), dQ = dS K/√D, dK = dSᵀQ/√D"
     input_names, saved_names = ("q", "k", "v"), ("q", "k", "v", "O", "dropout mask", "P", "logsumexp")
 
-    def forward(self, q, k, v, mask=None, dropout_p=0.0):
+    def forward(self, q, k, v, mask=None, dropout_p=0.0, causal=False):
+        """`causal`: `mask` is the causal one, query i seeing keys up to i + Tk − Tq (the GPU kernel's own)."""
         self.scale, self.mask = 1.0 / math.sqrt(q.shape[-1]), mask
+        kernel = backend.fused("attention_softmax_forward", q) if mask is None or causal else None
+        self.kernels = None if kernel is None else (kernel, backend.fused("attention_softmax_backward", q))
+        if kernel is not None:
+            # query i sees keys 0 … i + offset: Tk − Tq with the causal mask, all Tk without one
+            self.offset = k.shape[-2] - q.shape[-2] if mask is not None else k.shape[-2]
+            p = kernel(q @ k.swapaxes(-1, -2), self.offset, self.scale)  # S by cuBLAS, then P over it in place
+            drop = _dropout_mask(p, dropout_p) if dropout_p else None
+            out = (p if drop is None else p * drop) @ v
+            keep_p = any(self.needs_grad) and 2 * p.nbytes <= backend.free_memory()  # P kept if 2× its size is free
+            self.save(q, k, v, out, drop, p if keep_p else None, None)
+            return out
         scores = (q * self.scale) @ k.swapaxes(-1, -2)  # (B, H, Tq, Tk)
         p, lse = _softmax(self.xp, scores, -1, mask, out=scores)
         drop = _dropout_mask(p, dropout_p) if dropout_p else None
@@ -751,6 +804,8 @@ class ScaledDotProductAttention(Function):
         return out
 
     def backward(self, g):
+        if self.kernels is not None:
+            return self._fused_backward(g)
         q, k, v, out, drop, p, lse = self.saved
         xp = self.xp
         if p is None:
@@ -774,6 +829,24 @@ class ScaledDotProductAttention(Function):
             if self.needs_grad[1]:
                 dk = ds.swapaxes(-1, -2) @ q
                 dk *= self.scale
+        return dq, dk, dv
+
+    def _fused_backward(self, g):
+        """The GPU path: cuBLAS GEMMs around one in-place kernel for dS (its 1/√D folded in)."""
+        q, k, v, out, drop, p, _ = self.saved
+        forward, backward = self.kernels
+        if p is None:
+            p = forward(q @ k.swapaxes(-1, -2), self.offset, self.scale)
+        dq = dk = dv = None
+        if self.needs_grad[2]:
+            dv = (p if drop is None else p * drop).swapaxes(-1, -2) @ g
+        if self.needs_grad[0] or self.needs_grad[1]:
+            dp = g @ v.swapaxes(-1, -2)
+            if drop is not None:
+                dp *= drop
+            ds = backward(dp, p, self.xp.ascontiguousarray(g), out, self.offset, self.scale)
+            dq = ds @ k if self.needs_grad[0] else None
+            dk = ds.swapaxes(-1, -2) @ q if self.needs_grad[1] else None
         return dq, dk, dv
 
 

@@ -10,13 +10,18 @@ full training step: forward, backward, clip_grad_norm_(1.0) and AdamW over all 1
 parameters. The PyTorch peer is benchmarks/torch_reference.py. Figures are the
 medians over the rounds of each process's median; peak RSS is the whole
 process's, AdamW's moments included. `--device cuda --batch 8 --seq 1024`
-times the GPU workload of benchmarks/gpu.py. Prints; asserts nothing.
+times the GPU workload of benchmarks/gpu.py; `--shape shakespeare-char`
+swaps GPT-2 small for nanoGPT's Shakespeare-char GPU model (6 layers, 6 heads,
+384 wide, block 256, vocabulary 65, dropout 0.2; benchmarks.gpu runs it at
+batch 64 × 256). Prints; asserts nothing.
 """
 from benchmarks import alone
 from benchmarks.train_step import median_seconds, ours_runs, torch_runs
 
 PEERS = ["ours", "torch"]
 GPT2_SMALL = dict(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768)
+SHAKESPEARE_CHAR = dict(vocab_size=65, block_size=256, n_layer=6, n_head=6, n_embd=384, dropout=0.2)
+SHAPES = {"gpt2-small": GPT2_SMALL, "shakespeare-char": SHAKESPEARE_CHAR}
 
 
 def main(argv=None):
@@ -25,14 +30,17 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="gpt2-small", help="the model")
     args = parser.parse_args(argv)
+    shape = SHAPES[args.shape]
     if args.peer:
-        runs = (ours_runs if args.peer == "ours" else torch_runs)(GPT2_SMALL, args.batch, args.seq, args.device)
+        runs = (ours_runs if args.peer == "ours" else torch_runs)(shape, args.batch, args.seq, args.device)
         loss, fwd_bwd = median_seconds(runs["fwd_bwd"], args.steps, warmup=2)
         _, step = median_seconds(runs["step"], args.steps, warmup=2)
         alone.emit(args.peer, {"fwd_bwd_s": fwd_bwd, "step_s": step, "first_loss": loss})
         return
-    print(f"GPT-2 small (124M), batch {args.batch} x {args.seq} tokens, float32 on {args.device}; "
+    print(f"{args.shape} ({', '.join(f'{k} {v}' for k, v in shape.items())}), batch {args.batch} x {args.seq} "
+          f"tokens, float32 on {args.device}; "
           f"{args.threads} thread(s) per peer, {args.steps} timed runs of each workload per process")
     results = alone.run("benchmarks.gpt2", args, argv)
     alone.report(results, "fwd_bwd_s", "(a) forward + backward", "ms", scale=1e3, memory=False)

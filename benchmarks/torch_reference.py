@@ -25,9 +25,9 @@ class Linear(torch.nn.Module):
 
 
 class Block(torch.nn.Module):
-    def __init__(self, n_head, n_embd):
+    def __init__(self, n_head, n_embd, dropout=0.0):
         super().__init__()
-        self.n_head = n_head
+        self.n_head, self.dropout = n_head, dropout
         self.ln_1, self.ln_2 = torch.nn.LayerNorm(n_embd), torch.nn.LayerNorm(n_embd)
         self.attn = torch.nn.Module()
         self.attn.c_attn, self.attn.c_proj = Linear(n_embd, 3 * n_embd), Linear(n_embd, n_embd)
@@ -41,9 +41,10 @@ class Block(torch.nn.Module):
         if cache is not None:
             k, v = cache.append(k, v)  # every position so far
         # one new query sees every cached key; a prefill is causal from the cache's start
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
-        x = x + self.attn.c_proj(y.transpose(1, 2).reshape(B, T, C))
-        return x + self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
+        p = self.dropout if self.training else 0.0  # nanoGPT's: on attention weights and both residual branches
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, dropout_p=p)
+        x = x + F.dropout(self.attn.c_proj(y.transpose(1, 2).reshape(B, T, C)), p, self.training)
+        return x + F.dropout(self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh")), p, self.training)
 
 
 class LayerCache:
@@ -61,13 +62,13 @@ class LayerCache:
 
 
 class GPT(torch.nn.Module):
-    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd):
+    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd, dropout=0.0):
         super().__init__()
-        self.block_size, self.n_head, self.n_embd = block_size, n_head, n_embd
+        self.block_size, self.n_head, self.n_embd, self.dropout = block_size, n_head, n_embd, dropout
         self.transformer = torch.nn.Module()
         self.transformer.wte = torch.nn.Embedding(vocab_size, n_embd)
         self.transformer.wpe = torch.nn.Embedding(block_size, n_embd)
-        self.transformer.h = torch.nn.ModuleList(Block(n_head, n_embd) for _ in range(n_layer))
+        self.transformer.h = torch.nn.ModuleList(Block(n_head, n_embd, dropout) for _ in range(n_layer))
         self.transformer.ln_f = torch.nn.LayerNorm(n_embd)
         for name, p in self.named_parameters():
             if name.endswith("weight") and p.ndim == 2:  # weights and embeddings; biases 0, LayerNorm scales 1
@@ -78,7 +79,8 @@ class GPT(torch.nn.Module):
         """logits (B, T, V) and the mean cross-entropy against `targets` (None without)."""
         t = self.transformer
         start = caches[0].length if caches is not None else 0
-        x = t.wte(idx) + t.wpe(torch.arange(start, start + idx.shape[1], device=idx.device))
+        x = F.dropout(t.wte(idx) + t.wpe(torch.arange(start, start + idx.shape[1], device=idx.device)), self.dropout,
+                      self.training)
         for i, block in enumerate(t.h):
             x = block(x, caches[i] if caches is not None else None)
         x = t.ln_f(x)

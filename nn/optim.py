@@ -9,6 +9,7 @@ it), not at the step that would trip on it, and a refused call changes nothing.
 """
 import math
 import numbers
+import weakref
 
 from autograd import Tensor, backend
 from autograd.intervals import check
@@ -97,7 +98,12 @@ class Optimizer:
     def _params(self):
         return [p for group in self.param_groups for p in group["params"]]
 
+    grad_buffer = None  # a GradBuffer when the optimizer keeps every gradient in one array (AdamW's flat_grads)
+
     def zero_grad(self):
+        if self.grad_buffer is not None:
+            self.grad_buffer.zero_()
+            return
         for p in self._params():
             p.grad = None
 
@@ -231,12 +237,32 @@ class AdamW(Optimizer):
     array per piece; √(1−β₂ᵗ) moves from the denominator into ε and the step
     size, which is the same update with one pass fewer. On a GPU one fused
     kernel per parameter does it all (autograd/cuda_kernels.py).
+
+    `flat_grads=True` keeps every gradient as a view of one array (a
+    GradBuffer): zero_grad() zeroes it instead of dropping the gradients, so a
+    parameter that backward does not reach is still stepped, with a zero
+    gradient. On a GPU clip_grad_norm_ then reads the buffer in one reduction
+    and leaves its factor on the device for this kernel to apply.
     """
 
     buffers, counters = ("exp_avg", "exp_avg_sq"), ("step",)
+    _scale = None  # during step(): clip_grad_norm_'s factor, a one-element device array, still to apply
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, flat_grads=False):
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
+        if flat_grads:
+            self.grad_buffer = GradBuffer(self._params())
+
+    def step(self):
+        """As Optimizer.step, each gradient first scaled by clip_grad_norm_'s pending factor (flat_grads on a GPU)."""
+        buffer = self.grad_buffer
+        self._scale = None if buffer is None else buffer.scale
+        try:
+            super().step()
+        finally:
+            self._scale = None
+            if buffer is not None:
+                buffer.scale = None
 
     def _check_group(self, group):
         super()._check_group(group)
@@ -261,8 +287,11 @@ class AdamW(Optimizer):
         step_size = -(lr / (1 - beta1 ** t)) * root_bc2
         kernel = backend.fused("adamw", p.data)
         if kernel is not None:
-            kernel(grad, decay, beta1, beta2, eps, step_size, p.data, state["exp_avg"], state["exp_avg_sq"])
+            scale = xp.ones(1, dtype=p.dtype) if self._scale is None else self._scale
+            kernel(grad, scale, decay, beta1, beta2, eps, step_size, p.data, state["exp_avg"], state["exp_avg_sq"])
             return
+        if self._scale is not None:  # clipped on the GPU's fused path, stepped on the composed one
+            grad *= self._scale
         for w, g, m, v in backend.pieces(p.data, grad, state["exp_avg"], state["exp_avg_sq"]):
             scratch = xp.subtract(g, m)
             if decay != 1:
@@ -280,10 +309,50 @@ class AdamW(Optimizer):
             w += scratch
 
 
+_buffers = weakref.WeakSet()  # every live GradBuffer: clip_grad_norm_ recognises gradients that are one's views
+
+
+class GradBuffer:
+    """Every gradient of `params` as a view of one flat array (`flat`), for one reduction over them all.
+
+    `zero_()` fills the array with zeros and points each parameter's .grad at
+    its view; backward then adds into the views in place, as into any
+    existing .grad. `scale` is a clipping factor left on the device by
+    clip_grad_norm_ for the optimizer to apply (None when there is none).
+    """
+
+    def __init__(self, params):
+        params = list(params)
+        kinds = {(p.device, p.dtype) for p in params}
+        if len(kinds) != 1:
+            raise ValueError(f"GradBuffer: the parameters must share one device and dtype to share a buffer, "
+                             f"got {sorted(map(str, kinds))}; make one optimizer per device and dtype")
+        device, dtype = kinds.pop()
+        self.flat = backend.xp_for(device).zeros(sum(p.size for p in params), dtype=dtype)
+        self.params, self.views, offset = params, [], 0
+        for p in params:
+            self.views.append(self.flat[offset:offset + p.size].reshape(p.shape))
+            offset += p.size
+        self.ids = frozenset(map(id, self.views))
+        self.scale = None
+        _buffers.add(self)
+
+    def zero_(self):
+        self.flat.fill(0)
+        for p, view in zip(self.params, self.views):
+            p.grad = view
+        self.scale = None
+
+
 def clip_grad_norm_(params, max_norm):
     """Scale all gradients together so their global L2 norm is at most `max_norm`; returns the norm before.
 
     `params` is an iterable of parameters or, as in PyTorch, one parameter.
+    When the gradients are exactly the views of an AdamW's flat buffer
+    (flat_grads=True) on a GPU, two kernels compute the norm and the factor
+    on the device: the norm comes back as a 0-d device array (no copy to the
+    host, so no wait for the GPU) and the gradients are left as they are, the
+    factor pending in the buffer until the optimizer's fused step applies it.
     """
     check("clip_grad_norm_", "max_norm", max_norm, "(0, inf]")
     if isinstance(params, Tensor):  # iterating a tensor would give its rows, which have no gradients
@@ -291,6 +360,13 @@ def clip_grad_norm_(params, max_norm):
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return 0.0
+    kernel = backend.fused("grad_norm", grads[0])
+    if kernel is not None:
+        ids = frozenset(map(id, grads))
+        buffer = next((b for b in _buffers if b.ids == ids), None)
+        if buffer is not None:
+            norm, buffer.scale = kernel(buffer.flat, max_norm)
+            return norm[0]
     xp = backend.xp_for(backend.device_of(grads[0]))
     # A dot product per cache-sized piece (one pass, no temporary), summed in float64 for accuracy;
     # one read back from a GPU, not one per tensor.

@@ -32,7 +32,7 @@ import numpy as np
 
 import autograd as ag
 import nn
-from autograd import Tensor
+from autograd import Tensor, backend
 from models import hf_checkpoint, sampling
 
 
@@ -60,9 +60,16 @@ class GPTConfig:
     dropout: float = 0.0  # on embeddings, attention weights and both residual branches
     bias: bool = True  # biases in the Linears and LayerNorms, as GPT-2 has them
     layer_norm_epsilon: float = 1e-5
+    # wte's rows: vocab_size rounded up to a multiple of this (64 on a GPU: GPT-2's 50,257 → 50,304, so the LM
+    # head's GEMMs tile evenly). The padding rows are never a token: no probability, no gradient, not saved.
+    pad_vocab_to: int = 1
+
+    @property
+    def padded_vocab_size(self):
+        return -(-self.vocab_size // self.pad_vocab_to) * self.pad_vocab_to
 
     def __post_init__(self):
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "pad_vocab_to"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"GPTConfig: {name} must be a positive integer, got {value!r}")
@@ -161,7 +168,7 @@ class Transformer(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wte = nn.Embedding(config.padded_vocab_size, config.n_embd)
         self.wpe = nn.Embedding(config.block_size, config.n_embd)
         self.drop = nn.Dropout(config.dropout)
         self.h = nn.ModuleList(Block(config) for _ in range(config.n_layer))
@@ -253,26 +260,56 @@ class GPT(nn.Module):
                 p.data[...] = 1
             else:
                 std = resid_std if name.endswith("c_proj.weight") else 0.02
-                p.data = (ag.randn(*p.shape, dtype=p.dtype) * std).data
+                rows = self.config.vocab_size if name == "transformer.wte.weight" else p.shape[0]
+                p.data[...] = 0  # the padding rows of wte stay 0, as they never score a real token
+                p.data[:rows] = (ag.randn(rows, *p.shape[1:], dtype=p.dtype) * std).data
 
-    def forward(self, idx, targets=None, kv_cache=None, last_only=False):
+    def forward(self, idx, targets=None, kv_cache=None, last_only=False, return_logits=True):
         """logits (B, T, V) for ids `idx` (B, T); loss = mean cross-entropy against `targets` (−1 = ignore).
 
         With a `kv_cache` (inference only), `idx` continues the cached positions.
         `last_only` computes the last position's logits alone, (B, 1, V): all
         that generation needs, and the LM head is the largest matmul.
+        `return_logits=False` (a training step's) returns (None, loss): on a
+        GPU the loss's kernel then writes its gradient over the logits.
+        With a padded vocabulary the LM head scores every row of wte and the
+        loss and logits cover the real vocab_size columns alone.
         """
         idx = self._check_ids(idx, kv_cache)
         x = self.transformer(idx, kv_cache)  # (B, T, C)
         if last_only and x.shape[1] > 1:  # a cached step's one position is already the last
             x = x[:, -1:, :]  # (B, 1, C)
-        logits = self._lm_head(x)  # (B, T, V)
-        logits.name = "logits"
+        scores = self._lm_head(x)  # (B, T, padded V)
+        V = self.config.vocab_size
         loss = None
         if targets is not None:
-            loss = ag.cross_entropy(logits, targets, ignore_index=-1)
+            loss = ag.cross_entropy(scores, targets, ignore_index=-1, classes=V, reuse_logits=not return_logits)
             loss.name = "loss"
+        if not return_logits:
+            return None, loss
+        logits = scores if scores.shape[-1] == V else scores[..., :V]  # (B, T, V)
+        logits.name = "logits"
         return logits, loss
+
+    def pad_vocab(self, multiple):
+        """Pad wte with zero rows to a multiple of `multiple` (GPTConfig.pad_vocab_to), in place; returns self.
+
+        The same Parameter keeps its handle; a model loaded from a checkpoint (always vocab_size rows) is
+        padded this way before training on a GPU.
+        """
+        config = replace(self.config, pad_vocab_to=multiple)  # checks `multiple`
+        wte = self.transformer.wte
+        if wte.weight.shape[0] == config.padded_vocab_size:
+            self.config = config
+            return self
+        real = wte.weight.data[:config.vocab_size]
+        padding = ag.zeros(config.padded_vocab_size - config.vocab_size, config.n_embd, dtype=real.dtype,
+                           device=wte.weight.device).data
+        wte.weight.data = backend.xp_for(wte.weight.device).concatenate([real, padding])
+        wte.weight.grad = None
+        wte.num_embeddings = config.padded_vocab_size
+        self.config = config
+        return self
 
     def _lm_head(self, x):
         """Scores against every token embedding: x @ wteᵀ, one GEMM over all B·T rows."""

@@ -224,6 +224,8 @@ def _write(model, directory):
     from safetensors.numpy import save_file
 
     tensors = {name: np.ascontiguousarray(p.numpy()) for name, p in model.named_parameters()}  # transformer.…
+    wte = "transformer.wte.weight"
+    tensors[wte] = np.ascontiguousarray(tensors[wte][:model.config.vocab_size])  # a padded vocabulary's real rows
     path = directory / "model.safetensors"
     with atomic_path(path) as tmp:
         try:

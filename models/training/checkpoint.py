@@ -79,8 +79,8 @@ _PLOT_DEBRIS = f".{PLOT_FILE}.tmp-*"  # what models.io.atomic_path leaves of a p
 # every other option is stored with the checkpoint and, on --resume, used again unless the command line changes it.
 MODEL_OPTIONS = ("tokenizer", "n_layer", "n_head", "n_embd", "no_bias", "init_from", "lora_r", "lora_alpha",
                  "lora_targets")
-RUN_OPTIONS = ("out_dir", "resume", "overwrite", "eval_only", "device", "sample_tokens", "no_progress",
-               "detect_anomaly", "health_interval")
+RUN_OPTIONS = ("out_dir", "resume", "overwrite", "eval_only", "device", "pad_vocab", "sample_tokens",
+               "no_progress", "detect_anomaly", "health_interval")
 
 FORMAT = 2  # train_state.json's layout; 1 (no "format" field) kept the optimizer's step counts apart from its buffers
 _NUMBER = (int, float)
@@ -574,12 +574,27 @@ def load_model(folder, dropout=0.0):
     return model, tokenizer
 
 
+def _fit_rows(value, shape):
+    """A saved 2-D buffer cut or padded with zero rows to `shape` when only its row count differs: the
+    embedding's moments from a run whose vocabulary was padded (on a GPU) or not. The padding rows never get
+    a gradient, so their moments are zero and the cut or the padding is exact."""
+    if getattr(value, "ndim", 0) != 2 or len(shape) != 2 or value.shape[1] != shape[1] or value.shape[0] == shape[0]:
+        return value
+    if value.shape[0] > shape[0]:
+        return value[:shape[0]]
+    return np.concatenate([value, np.zeros((shape[0] - value.shape[0], shape[1]), dtype=value.dtype)])
+
+
 def restore_optimizer(optimizer, state_dict, folder):
     """Load a checkpoint's optimizer `state_dict` into `optimizer`, which keeps its own hyper-parameters (the
     options, as the command line may have changed them); a one-line error names the file where it does not fit."""
     groups = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    params = optimizer._params()
+    state = {i: {k: _fit_rows(v, params[i].shape) for k, v in buffers.items()}
+             if isinstance(i, int) and 0 <= i < len(params) and isinstance(buffers, dict) else buffers
+             for i, buffers in state_dict["state"].items()}
     try:
-        optimizer.load_state_dict({**state_dict, "param_groups": groups})
+        optimizer.load_state_dict({**state_dict, "state": state, "param_groups": groups})
     except ValueError as exc:
         raise ValueError(f"{_current(folder) / OPTIMIZER_FILE} does not fit this model: {exc}") from None
 

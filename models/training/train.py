@@ -132,6 +132,9 @@ def make_parser():
     g.add_argument("--seed", type=interval(int, "[0, 4294967295]"), default=1337,
                    help="seeds the initial weights, the batches and dropout")
     g.add_argument("--device", type=device, default="cpu", metavar="{cpu,cuda}")
+    g.add_argument("--pad-vocab", type=POSITIVE, default=None, metavar="N",
+                   help="round the embedding table's rows up to a multiple of N (padding rows are never a "
+                        "token; checkpoints keep the real vocabulary) (default: 64 on cuda, 1 on cpu)")
     g.add_argument("--peak-tflops", type=interval(float, "(0, inf)"), default=None,
                    help="one process's hardware peak in TFLOP/s, the yardstick of model-FLOPs utilisation (MFU) "
                         "(default: none, measured at the start with a float32 matmul, the best of several, and kept "
@@ -380,10 +383,12 @@ def start(args, world):
         data = encode_data(tokenizer, text, source)
     data.check_fits(args.block_size)
     model.to(args.device)
+    model.pad_vocab(args.pad_vocab or (64 if args.device == "cuda" else 1))  # GPT-2 on a GPU: 50,304 rows
     model.transformer.checkpoint_blocks = args.checkpoint_blocks
     options = {k: v for k, v in vars(args).items() if k not in checkpoint.RUN_OPTIONS and k != "given"}
+    # on a GPU every gradient is a view of one buffer: clipping is one reduction, its factor applied by AdamW
     optimizer = nn.optim.AdamW(model.optimizer_groups(args.weight_decay), lr=args.lr,
-                               betas=(args.beta1, args.beta2))
+                               betas=(args.beta1, args.beta2), flat_grads=args.device == "cuda")
     if args.resume:
         checkpoint.restore_optimizer(optimizer, optimizer_state, out_dir)
         run.options = options  # the next save keeps what this run trains with
@@ -494,7 +499,7 @@ def estimate_loss(model, data, layout, args, world, it):
 def micro_batch_losses(model, x, y, layout, rank, args):
     """The loss of each of this rank's micro-batches of (x, y), one forward pass each."""
     for xb, yb in layout.micro_batches(x, y, rank):
-        yield model(ag.Tensor(xb, device=args.device), ag.Tensor(yb, device=args.device))[1]
+        yield model(ag.Tensor(xb, device=args.device), ag.Tensor(yb, device=args.device), return_logits=False)[1]
 
 
 def accumulate_gradients(model, x, y, layout, rank, args):

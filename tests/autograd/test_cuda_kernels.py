@@ -1,52 +1,119 @@
 """The fused CUDA kernels, checked as far as a machine without a GPU can.
 
-Their sources must compile as CUDA for float and double (with nvcc, when the
-machine has it, wrapped the way CuPy's ElementwiseKernel wraps them), and
-the CPU must never reach them. Their numbers are checked against the CPU in
-tests/test_devices.py under --device cuda.
+Every source compiles with NVRTC (the pip packages nvidia-cuda-nvrtc-cu12
+and cuda-bindings, the extra ".[kernels]") for sm_80 and sm_90, as float and
+double: the raw kernels as CuPy's RawModule compiles them (no extra options,
+the same name expressions), the elementwise ones wrapped the way CuPy's
+ElementwiseKernel wraps them. A compile error fails with NVRTC's log.
+The tests skip only when those packages are absent. The CPU never reaches a
+kernel; their algorithms are checked by the NumPy twins (test_kernel_twins.py)
+and their numbers against the CPU under --device cuda (tests/test_devices.py).
 """
-import shutil
-import subprocess
-
 import numpy as np
 import pytest
 
-from autograd import backend
-from autograd.cuda_kernels import KERNELS
+from autograd import backend, cuda_kernels
+
+ARCHES = ("sm_80", "sm_90")  # A100, H100/H200
 
 
-def harness(name, inputs, outputs, body, dtype):
-    """A __global__ function that gives every parameter a per-element variable, as ElementwiseKernel does."""
-    ins = [p.split()[-1] for p in inputs.split(",")]
-    outs = [p.split()[-1] for p in outputs.split(",")]
-    args = ", ".join([f"const T* {n}_in" for n in ins] + [f"T* {n}_out" for n in outs] + ["int n"])
-    loads = " ".join(f"const T {n} = {n}_in[i];" for n in ins)
-    decls = " ".join(f"T {n};" for n in outs)
+def nvrtc():
+    try:
+        from cuda.bindings import nvrtc as module
+        module.nvrtcVersion()  # loads libnvrtc: fails without nvidia-cuda-nvrtc-cu12
+    except Exception as exc:  # ImportError, or the library not found
+        pytest.skip(f"NVRTC is not installed ({type(exc).__name__}); pip install -e \".[kernels]\"")
+    return module
+
+
+def compile_cuda(source, arch, name_expressions=()):
+    """Compile `source` to a cubin for `arch`; fail the test with NVRTC's log on an error."""
+    module = nvrtc()
+    err, program = module.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], [])
+    assert err == module.nvrtcResult.NVRTC_SUCCESS, err
+    for expression in name_expressions:
+        (err,) = module.nvrtcAddNameExpression(program, expression.encode())
+        assert err == module.nvrtcResult.NVRTC_SUCCESS, err
+    options = [f"--gpu-architecture={arch}".encode()]  # NVRTC's default C++ standard, as CuPy leaves it
+    (result,) = module.nvrtcCompileProgram(program, len(options), options)
+    _, size = module.nvrtcGetProgramLogSize(program)
+    log = bytearray(size)  # NVRTC writes into it: never a bytes object, which CPython may share (b" " is one)
+    module.nvrtcGetProgramLog(program, log)
+    assert result == module.nvrtcResult.NVRTC_SUCCESS, f"NVRTC ({arch}):\n{log.decode(errors='replace')}"
+    for expression in name_expressions:
+        err, lowered = module.nvrtcGetLoweredName(program, expression.encode())
+        assert err == module.nvrtcResult.NVRTC_SUCCESS and lowered, f"{expression} was not instantiated"
+    _, cubin_size = module.nvrtcGetCUBINSize(program)
+    module.nvrtcDestroyProgram(program)
+    return cubin_size
+
+
+def elementwise_harness(name, inputs, outputs, body, dtype):
+    """A __global__ function that gives every parameter a per-element variable, as ElementwiseKernel does
+    (a `raw` parameter stays a pointer)."""
+    def parts(params):
+        return [p.split() for p in params.split(",")]
+    args, loads = [], []
+    for words in parts(inputs):
+        if words[0] == "raw":
+            args.append(f"const T* {words[-1]}")
+        else:
+            args.append(f"const T* {words[-1]}_in")
+            loads.append(f"const T {words[-1]} = {words[-1]}_in[i];")
+    outs = [words[-1] for words in parts(outputs)]
+    args += [f"T* {n}_out" for n in outs] + ["int n"]
+    decls = " ".join(f"T {n} = {n}_out[i];" for n in outs)
     stores = " ".join(f"{n}_out[i] = {n};" for n in outs)
-    return (f"typedef {dtype} T;\n__global__ void {name}({args}) {{\n"
+    return (f"typedef {dtype} T;\nextern \"C\" __global__ void {name}({', '.join(args)}) {{\n"
             f"  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-            f"  if (i < n) {{ {loads} {decls}\n{body}\n {stores} }}\n}}\n")
+            f"  if (i < n) {{ {' '.join(loads)} {decls}\n{body}\n {stores} }}\n}}\n")
 
 
-@pytest.mark.cpu_only("compiles the sources with nvcc instead of running them")
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA compiler) is not installed")
-@pytest.mark.parametrize("name", sorted(KERNELS))
+@pytest.mark.cpu_only("compiles the sources with NVRTC instead of running them")
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("name", sorted(cuda_kernels.RAW))
+def test_raw_kernels_compile_for_float_and_double(name, arch):
+    expressions = [cuda_kernels.name_expression(name, dtype) for dtype in (np.float32, np.float64)]
+    assert compile_cuda(cuda_kernels.source(name), arch, expressions) > 0
+
+
+@pytest.mark.cpu_only("compiles the sources with NVRTC instead of running them")
+@pytest.mark.parametrize("arch", ARCHES)
 @pytest.mark.parametrize("dtype", ["float", "double"])
-def test_kernel_sources_compile_as_cuda(tmp_path, name, dtype):
-    source = tmp_path / f"{name}.cu"
-    source.write_text(harness(name, *KERNELS[name], dtype))
-    result = subprocess.run(["nvcc", "-c", "-arch=sm_80", "-o", str(tmp_path / "k.o"), str(source)],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
+@pytest.mark.parametrize("name", sorted(cuda_kernels.ELEMENTWISE))
+def test_elementwise_kernels_compile(name, dtype, arch):
+    assert compile_cuda(elementwise_harness(name, *cuda_kernels.ELEMENTWISE[name], dtype), arch) > 0
+
+
+@pytest.mark.cpu_only("compiles a broken source with NVRTC")
+def test_a_compile_error_fails_with_nvrtcs_log():
+    broken = cuda_kernels.PRELUDE + "template <typename T> __global__ void k(T* x) { x[0] = undeclared; }"
+    with pytest.raises(AssertionError, match="undeclared"):
+        compile_cuda(broken, "sm_90", ["k<float>"])
+
+
+def test_every_raw_kernel_has_a_launcher_and_every_launcher_names_raw_kernels():
+    used = {k for _, names in cuda_kernels.LAUNCHERS.values() for k in names}
+    assert used == set(cuda_kernels.RAW)
+    for name, source in cuda_kernels.RAW.items():
+        assert f"__global__ void {name}(" in source
+
+
+def test_kernels_take_float32_and_float64_only():
+    assert cuda_kernels.name_expression("clip_scale", np.float32) == "clip_scale<float>"
+    with pytest.raises(TypeError, match="clip_scale: the CUDA kernel takes float32 or float64 arrays, got float16"):
+        cuda_kernels.name_expression("clip_scale", np.float16)
 
 
 def test_the_cpu_never_reaches_a_kernel():
-    assert backend.fused("gelu_forward", np.ones(3, dtype=np.float32)) is None
+    x = np.ones((2, 3), dtype=np.float32)
+    for name in (*cuda_kernels.ELEMENTWISE, *cuda_kernels.LAUNCHERS):
+        assert backend.fused(name, x) is None
 
 
-@pytest.mark.parametrize("name", sorted(KERNELS))
-def test_cupy_accepts_the_kernel_definitions(name):
+@pytest.mark.parametrize("name", sorted(cuda_kernels.ELEMENTWISE))
+def test_cupy_accepts_the_elementwise_definitions(name):
     cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
-    inputs, outputs, body = KERNELS[name]
+    inputs, outputs, body = cuda_kernels.ELEMENTWISE[name]
     kernel = cupy.ElementwiseKernel(inputs, outputs, body, f"autograd_{name}")  # parses; compiles at first call
     assert (kernel.nin, kernel.nout) == (len(inputs.split(",")), len(outputs.split(",")))

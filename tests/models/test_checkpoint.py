@@ -830,3 +830,18 @@ def test_killing_training_at_random_moments_never_loses_or_mixes_the_checkpoint(
         assert json.loads((folder / "train_state.json").read_text())["history"] == expected[:until]
         assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(f".run{trial}.")]
     assert landed_mid_save >= 1, "no kill landed inside a save; the test did not test what it should"
+
+
+def test_optimizer_state_moves_between_a_padded_and_an_unpadded_vocabulary(tmp_path):
+    # a GPU run pads wte (and its moments) to 64 rows; resumed on the CPU the moments lose the zero rows, and back
+    padded, plain = nn.Parameter(np.ones((64, 3), dtype=np.float32)), nn.Parameter(np.ones((50, 3), dtype=np.float32))
+    source = nn.optim.AdamW([padded])
+    padded.grad = np.concatenate([np.full((50, 3), 0.5, np.float32), np.zeros((14, 3), np.float32)])
+    source.step()
+    target = nn.optim.AdamW([plain])
+    checkpoint.restore_optimizer(target, source.state_dict(), tmp_path)
+    np.testing.assert_array_equal(target.state[id(plain)]["exp_avg"], source.state[id(padded)]["exp_avg"][:50])
+    back = nn.optim.AdamW([nn.Parameter(np.ones((64, 3), dtype=np.float32))])
+    checkpoint.restore_optimizer(back, target.state_dict(), tmp_path)
+    np.testing.assert_array_equal(back.state_dict()["state"][0]["exp_avg_sq"],
+                                  source.state_dict()["state"][0]["exp_avg_sq"])

@@ -419,3 +419,38 @@ def test_generate_with_a_tiny_temperature_is_greedy():
     greedy = model.generate([[4, 4, 2]], 10, temperature=0)
     ag.manual_seed(0)
     assert model.generate([[4, 4, 2]], 10, temperature=1e-320) == greedy
+
+
+def test_a_padded_vocabulary_changes_no_loss_logit_or_gradient_and_saves_the_real_rows(tmp_path):
+    config = GPTConfig(vocab_size=50, block_size=8, n_layer=1, n_head=2, n_embd=8)
+    with ag.seeded(3):
+        plain = GPT(config)
+    padded = GPT(config).pad_vocab(64)  # same weights once copied below; wte grows to 64 rows
+    assert padded.config.padded_vocab_size == 64 and padded.transformer.wte.weight.shape == (64, 8)
+    padded.load_state_dict({**plain.state_dict(), "transformer.wte.weight": np.concatenate(
+        [plain.transformer.wte.weight.data, np.full((14, 8), 7.0, dtype=np.float32)])})  # padding rows: junk
+    x = np.random.default_rng(0).integers(0, 50, size=(2, 8))
+    y = np.where(np.arange(8) < 6, np.roll(x, -1, axis=1), -1)
+    (logits, loss), (padded_logits, padded_loss) = plain(x, y), padded(x, y)
+    assert padded_logits.shape == (2, 8, 50)
+    np.testing.assert_allclose(padded_logits.data, logits.data, rtol=1e-6, atol=1e-6)
+    assert padded_loss.item() == pytest.approx(loss.item(), rel=1e-6)
+    loss.backward()
+    padded_loss.backward()
+    grads = dict(plain.named_parameters())
+    for name, p in padded.named_parameters():
+        got = p.grad[:50] if name == "transformer.wte.weight" else p.grad
+        np.testing.assert_allclose(got, grads[name].grad, rtol=1e-5, atol=1e-6, err_msg=name)
+    assert np.all(padded.transformer.wte.weight.grad[50:] == 0)  # the padding scores no token
+    _, only_loss = padded(x, y, return_logits=False)
+    assert _ is None and only_loss.item() == pytest.approx(loss.item(), rel=1e-6)
+    padded.save_pretrained(tmp_path / "hf")
+    again = GPT.from_pretrained(tmp_path / "hf")
+    assert again.config.vocab_size == 50 and again.transformer.wte.weight.shape == (50, 8)
+    np.testing.assert_array_equal(again.transformer.wte.weight.data, plain.transformer.wte.weight.data)
+
+
+def test_pad_vocab_to_must_be_a_positive_integer():
+    with pytest.raises(ValueError, match="GPTConfig: pad_vocab_to must be a positive integer, got 0"):
+        GPTConfig(pad_vocab_to=0)
+    assert GPTConfig(pad_vocab_to=64).padded_vocab_size == 50304

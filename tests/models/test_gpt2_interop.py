@@ -133,3 +133,22 @@ def test_original_hub_layout_loads(tmp_path, hf_folder, tokens):
     with torch.no_grad():
         expected = load_hf(hf_folder).eval()(torch.from_numpy(x)).logits.numpy()
     np.testing.assert_allclose(ours(x)[0].data, expected, atol=1e-4, rtol=0)
+
+
+def test_a_padded_vocabulary_keeps_parity_and_saves_the_checkpoints_rows(hf_folder, tokens, tmp_path):
+    # TINY's 64 tokens padded to 128: wte grows, the loss and logits keep to the real 64
+    hf, ours = load_hf(hf_folder), GPT.from_pretrained(hf_folder).pad_vocab(128)
+    assert ours.transformer.wte.weight.shape == (128, TINY["n_embd"])
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    logits, loss = ours(x, y)
+    np.testing.assert_allclose(logits.data, hf(torch.from_numpy(x)).logits.detach().numpy(), atol=1e-4, rtol=0)
+    reference = hf_loss(hf, tokens)
+    reference.backward()
+    loss.backward()
+    np.testing.assert_allclose(loss.item(), reference.item(), rtol=1e-6, atol=1e-6)
+    wte = ours.transformer.wte.weight.grad
+    np.testing.assert_allclose(wte[:64], hf.transformer.wte.weight.grad.numpy(), rtol=1e-4, atol=2e-6)
+    ours.save_pretrained(tmp_path / "padded")
+    again, info = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "padded", output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"]
+    assert again.transformer.wte.weight.shape == (TINY["vocab_size"], TINY["n_embd"])
