@@ -45,10 +45,15 @@ def mode(device):
 
 
 def supports(model):
-    """Whether the kernels compute this model exactly: plain Linears (no LoRA adapters), float32 or float64."""
+    """Whether the kernels compute this model as it is: plain Linears (no LoRA adapters), float32 or float64
+    weights in C order, and a head size and block size the attention kernel's block and shared memory hold."""
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
-    return (all(type(m) is nn.Linear for m in linears)
-            and np.dtype(model.transformer.wte.weight.dtype) in kernels.C_TYPES)
+    dtype = np.dtype(model.transformer.wte.weight.dtype)
+    config = model.config
+    return (all(type(m) is nn.Linear for m in linears) and dtype in kernels.C_TYPES
+            and all(p.data.flags.c_contiguous for p in model.parameters())
+            and config.n_embd // config.n_head <= kernels.ATTENTION_THREADS
+            and (config.block_size + kernels.ATTENTION_THREADS) * dtype.itemsize <= 48 * 1024)
 
 
 def run(model, tokens, start, stop, temperature, top_k, top_p, make_cache):
@@ -90,9 +95,6 @@ class StaticDecoder:
         xp = backend.xp_for(self.device)
         hs = config.n_embd // config.n_head
         if self.device == "cuda":
-            if hs > kernels.ATTENTION_THREADS:
-                raise ValueError(f"decode: head size {hs} is above the attention kernel's "
-                                 f"{kernels.ATTENTION_THREADS} threads")
             self.kernels = kernels.CudaKernels(config.n_head, hs, config.layer_norm_epsilon, dtype)
         else:
             self.kernels = kernels.NumpyKernels(config.n_head, hs, config.layer_norm_epsilon)

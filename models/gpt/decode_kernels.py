@@ -484,20 +484,37 @@ class NumpyKernels:
 def sample_rows(logits, params, position):
     """The `sample` kernel for every row of `logits` (B, V) at once: the token at `position` for each row."""
     temperature, top_k, top_p, key0, key1 = (float(p) for p in params)
-    top_k = int(top_k)
-    B, V = logits.shape
     if temperature == 0 or top_k == 1:
         return logits.argmax(axis=1)
+    kept, e = kept_tokens(logits, temperature, int(top_k), top_p)
+    B, V = logits.shape
+    chunk = -(-V // SAMPLE_THREADS)  # threads past the last chunk own nothing
+    mass = np.pad(np.where(kept, e, 0), ((0, 0), (0, -V % chunk))).reshape(B, -1, chunk)
+    within = np.cumsum(mass, axis=2)  # each thread's running mass over its chunk, in id order
+    before = np.cumsum(within[:, :, -1], axis=1) - within[:, :, -1]  # the exclusive scan of the chunks' masses
+    total = (before[:, -1] + within[:, -1, -1])[:, None]
+    run = (before[:, :, None] + within).reshape(B, -1)[:, :V]
+    u = uniform(position, np.arange(B), (int(key0), int(key1)))[:, None] * total
+    passed = kept & (run > u)
+    last = V - 1 - np.argmax(kept[:, ::-1], axis=1)
+    return np.where(passed.any(axis=1), np.argmax(passed, axis=1), last)
+
+
+def kept_tokens(logits, temperature, top_k, top_p):
+    """The tokens `sample` may draw (B, V) bool, and their unnormalised probabilities exp(x − max) (B, V).
+
+    top_k = 0 or ≥ V and top_p = 1 keep every token.
+    """
+    B, V = logits.shape
     keys = order_key(np.ascontiguousarray(logits))
     kth = np.zeros((B, 1), keys.dtype)
     if 0 < top_k < V:
         kth = _largest_key(keys, lambda cand: (keys >= cand).sum(axis=1, keepdims=True) >= top_k)
     x = logits.astype(np.float64) / temperature
-    m = x.max(axis=1, keepdims=True)
-    e = np.exp(x - m)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
     kept = keys >= kth
-    target = top_p * np.where(kept, e, 0).sum(axis=1, keepdims=True)
     if top_p < 1:
+        target = top_p * np.where(kept, e, 0).sum(axis=1, keepdims=True)
         k2 = _largest_key(keys, lambda cand: np.where(kept & (keys >= cand), e, 0).sum(axis=1, keepdims=True)
                           >= target)
         above = np.where(keys > k2, e, 0).sum(axis=1, keepdims=True)
@@ -509,16 +526,7 @@ def sample_rows(logits, params, position):
             keep_tied += (keep_tied < n_tied) & (above + keep_tied * tied_e < target)
         tie_rank = np.cumsum(tied, axis=1) - tied  # ties before each token, in id order
         kept = (keys > k2) | (tied & (tie_rank < keep_tied))
-    chunk = -(-V // SAMPLE_THREADS)
-    mass = np.pad(np.where(kept, e, 0), ((0, 0), (0, chunk * SAMPLE_THREADS - V))).reshape(B, -1, chunk)
-    within = np.cumsum(mass, axis=2)  # each thread's running mass over its chunk, in id order
-    before = np.cumsum(within[:, :, -1], axis=1) - within[:, :, -1]  # the exclusive scan of the chunks' masses
-    total = (before[:, -1] + within[:, -1, -1])[:, None]
-    run = (before[:, :, None] + within).reshape(B, -1)[:, :V]
-    u = uniform(position, np.arange(B), (int(key0), int(key1)))[:, None] * total
-    passed = kept & (run > u)
-    last = V - 1 - np.argmax(kept[:, ::-1], axis=1)
-    return np.where(passed.any(axis=1), np.argmax(passed, axis=1), last)
+    return kept, e
 
 
 class CudaKernels:

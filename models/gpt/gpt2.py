@@ -370,7 +370,8 @@ class GPT(nn.Module):
             return False
         if not decode.supports(self):
             warnings.warn("generate: the static decode path computes plain GPT-2 layers in float32 or float64 "
-                          "(no LoRA adapters); using the dynamic KV cache", RuntimeWarning, stacklevel=3)
+                          "(no LoRA adapters, heads of at most 256 features); using the dynamic KV cache",
+                          RuntimeWarning, stacklevel=3)
             return False
         return True
 
