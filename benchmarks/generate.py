@@ -99,11 +99,12 @@ def main(argv=None):
           f"{args.device}; {args.threads} thread(s) per peer, {repeats} timed generations per process")
     results = alone.run("benchmarks.generate", args, argv)
     alone.report(results, "tokens_per_s", "new tokens per second", "tokens/s", higher_is_better=True)
-    ours = {peer: [r["tokens"] for r in runs] for peer, runs in results.items() if peer.startswith("ours")}
-    if len(ours) > 1:
-        first = next(iter(ours.values()))[0]
-        same = all(tokens == first for runs in ours.values() for tokens in runs)
-        print(f"  {', '.join(ours)}: {'the same' if same else 'DIFFERENT'} tokens")
+    ours = [(peer, r["tokens"]) for peer, runs in results.items() if peer.startswith("ours") for r in runs]
+    for peer, tokens in ours[1:]:
+        differ = [i for i, (a, b) in enumerate(zip(ours[0][1], tokens)) if a != b]
+        print(f"  {peer} against {ours[0][0]}: " + (f"the same {len(tokens)} tokens" if not differ else
+              f"first different token at position {differ[0]} (where products round differently, e.g. TF32 "
+              "matmuls against fp32 kernels, a near-tie of random weights may flip)"))
 
 
 if __name__ == "__main__":

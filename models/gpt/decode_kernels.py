@@ -203,7 +203,7 @@ __global__ void matvec(const real* x, const real* W, const real* bias, real* y, 
 // Dynamic shared memory: (T + blockDim.x) reals.
 __global__ void attention(const real* qkv, real* kc, real* vc, const int* pos, real* y, int nh, int hs, int T,
                           real scale) {
-    extern __shared__ unsigned char smem[];
+    extern __shared__ __align__(16) unsigned char smem[];
     real* score = (real*)smem;
     real* part = score + T;
     __shared__ real scratch[32];

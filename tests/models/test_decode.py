@@ -271,3 +271,18 @@ def test_graph_eager_and_cpu_give_the_same_tokens(device, monkeypatch):
             runs.append(generate(m32, prompt, 50, how, monkeypatch, **options))
         np.testing.assert_array_equal(runs[1], runs[0])
         np.testing.assert_array_equal(runs[2], runs[0])
+
+
+def test_without_stream_capture_the_kernels_run_one_by_one_and_say_why(monkeypatch):
+    class NoCapture:  # a stream as an old CuPy has it
+        def begin_capture(self):
+            raise NotImplementedError("this CuPy cannot capture")
+    monkeypatch.setenv("GPT_DECODE", "static")
+    m = model()
+    expected = m.generate([[1, 2]], 6, temperature=0)
+    decoder = decode._decoders[m][(1, np.dtype(np.float64))]
+    decoder.capture, decoder.stream = True, NoCapture()
+    with pytest.warns(RuntimeWarning, match=r"^decode: stream capture is unavailable \(NotImplementedError: this "
+                                            r"CuPy cannot capture\); running the decode kernels one by one$"):
+        assert m.generate([[1, 2]], 6, temperature=0) == expected
+    assert not decoder.capture and decoder.graph is None
