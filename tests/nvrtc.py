@@ -11,8 +11,7 @@ ARCHES = ("sm_80", "sm_90")
 
 def nvrtc():
     """cuda.bindings.nvrtc, or a skip naming the packages that provide it."""
-    return pytest.importorskip("cuda.bindings.nvrtc",
-                               reason="NVRTC is not installed: pip install nvidia-cuda-nvrtc-cu12 'cuda-bindings>=12,<13'")
+    return pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC is not installed: pip install -e \".[kernels]\"")
 
 
 def compile_cuda(source, arch, name="kernels.cu"):
