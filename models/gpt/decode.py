@@ -13,7 +13,9 @@ What this file promises:
 * A step (`StaticDecoder.step`) reads the last token and its position from
   device memory and touches only buffers allocated with the decoder, so on
   "cuda" it is captured once per (model, batch size, dtype) as a CUDA graph
-  and replayed per token: one launch from the host. Tokens stay on the device
+  (after one step run launch by launch) and replayed per token: one launch
+  from the host. `supports(model)` says which models it computes exactly
+  (GPT.generate keeps the dynamic cache for the others). Tokens stay on the device
   until the caller copies them. Where capture fails, the same kernels run one
   by one, and a warning says once why.
 * `mode(device)`: the environment variable GPT_DECODE chooses — "dynamic"
@@ -130,12 +132,19 @@ class StaticDecoder:
         return len(arrays) == len(self.arrays) and all(a is b for a, b in zip(arrays, self.arrays))
 
     def on_stream(self):
-        """On "cuda", a non-default stream of the decoder's own (graphs are captured on one); else nothing."""
-        if self.device != "cuda":
-            return contextlib.nullcontext()
+        """On "cuda", a context on a non-default stream of the decoder's own (graphs are captured on one); else none."""
+        return self._on_stream() if self.device == "cuda" else contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def _on_stream(self):
+        cuda = backend.xp_for("cuda").cuda
+        caller = cuda.get_current_stream()
         if self.stream is None:
-            self.stream = backend.xp_for("cuda").cuda.Stream(non_blocking=True)
-        return self.stream
+            self.stream = cuda.Stream(non_blocking=True)  # which does not wait for the legacy default stream
+        self.stream.wait_event(caller.record())  # so it waits here: for the prompt's copy, the weights' updates
+        with self.stream:
+            yield
+        caller.wait_event(self.stream.record())  # and the caller's next work (the copy to the host) for ours
 
     def first_token(self, logits, start, temperature, top_k, top_p):
         """Sample token `start` from the prefill's last logits (B, V), and set the step's position to it."""
@@ -149,13 +158,17 @@ class StaticDecoder:
         self.kernels.advance(self.pos)
 
     def step(self):
-        """Token pos + 1 from token pos: one graph launch when captured, else the launches one by one."""
-        if self.capture and self.graph is None:
-            self._capture()
+        """Token pos + 1 from token pos: one graph launch once captured, else the launches one by one.
+
+        The first step runs one by one, then is captured for the next ones: a kernel's first launch
+        loads it onto the device (CUDA loads modules lazily), which must not happen inside a capture.
+        """
         if self.graph is not None:
             self.graph.launch(self.stream)
-        else:
-            self._launches()
+            return
+        self._launches()
+        if self.capture:
+            self._capture()
 
     def _launches(self):
         k = self.kernels
@@ -182,7 +195,8 @@ class StaticDecoder:
         try:
             self._launches()
         except Exception as exc:
-            stream.end_capture()  # leave capture mode; the partial graph is dropped
+            with contextlib.suppress(Exception):  # leave capture mode; the partial graph is dropped
+                stream.end_capture()
             return self._eagerly(f"a launch failed during capture ({type(exc).__name__}: {exc})")
         self.graph = stream.end_capture()
 
