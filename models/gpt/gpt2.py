@@ -330,7 +330,9 @@ class GPT(nn.Module):
         and then one token per step, reusing every layer's keys and values. Past
         block_size the window slides, every position shifts, and the cache is
         rebuilt from the cropped window, which keeps the result identical to
-        `use_cache=False`.
+        `use_cache=False`. On "cuda" the tokens within block_size come from a
+        static cache whose decode step is replayed as a CUDA graph
+        (models/gpt/decode.py; GPT_DECODE chooses the path on any device).
         """
         sampling.check_arguments(max_new_tokens, temperature, top_k, top_p)
         ids, give_back = sampling.as_batch(idx)
