@@ -97,9 +97,9 @@ class StaticDecoder:
         xp = backend.xp_for(self.device)
         hs = config.n_embd // config.n_head
         if self.device == "cuda":
-            self.kernels = kernels.CudaKernels(config.n_head, hs, config.layer_norm_epsilon, dtype)
+            self.kernels = kernels.CudaKernels(hs, config.layer_norm_epsilon, dtype)
         else:
-            self.kernels = kernels.NumpyKernels(config.n_head, hs, config.layer_norm_epsilon)
+            self.kernels = kernels.NumpyKernels(config.layer_norm_epsilon)
         self.arrays = [p.data for p in model.parameters()]  # the addresses the graph holds
         self.cache = cache
         B, C, V = batch_size, config.n_embd, config.vocab_size

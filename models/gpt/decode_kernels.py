@@ -33,6 +33,8 @@ COLS, SLICES, ROWS = 8, 32, 4  # matvec: a block sums 8 output columns over 32 s
 ATTENTION_THREADS = 256
 LM_HEAD_WARPS = 8  # vocabulary rows per block of the LM head, one warp each
 SAMPLE_THREADS = 1024  # one block per row; thread t owns the t-th contiguous chunk of the vocabulary
+THREADS = {"embed": 256, "layer_norm": 256, "matvec": COLS * SLICES, "attention": ATTENTION_THREADS,
+           "lm_head": 32 * LM_HEAD_WARPS, "sample": SAMPLE_THREADS, "advance": 1}  # per block, as CudaKernels launches
 PLAIN, GELU, RESIDUAL = 0, 1, 2  # matvec epilogues: y = xW + b;  y = gelu(xW + b);  y += xW + b
 PARAMS = 5  # sample's device parameters: temperature, top_k (0 = off), top_p, Philox key (two 32-bit words)
 
@@ -430,8 +432,8 @@ def _largest_key(keys, reaches):
 class NumpyKernels:
     """The decode kernels as NumPy functions on host arrays: same arguments, same order of work as SOURCE."""
 
-    def __init__(self, n_head, head_size, eps):
-        self.n_head, self.head_size, self.eps = n_head, head_size, eps
+    def __init__(self, eps):
+        self.eps = eps  # layer norm's; the other kernels read their sizes from their arrays' shapes
 
     def embed(self, token, pos, wte, wpe, x):
         x[...] = wte[token] + wpe[pos[0]]
@@ -532,44 +534,39 @@ def kept_tokens(logits, temperature, top_k, top_p):
 class CudaKernels:
     """The same methods as NumpyKernels, launching SOURCE's kernels on CuPy's current stream (capturable)."""
 
-    def __init__(self, n_head, head_size, eps, dtype):
-        cupy = backend.xp_for("cuda")
-        self.cupy, self.n_head, self.head_size = cupy, n_head, head_size
-        self.real = np.dtype(dtype).type
-        self.eps, self.scale = self.real(eps), self.real(1 / math.sqrt(head_size))
-        module = cupy.RawModule(code=source(dtype), options=("--std=c++14",))
-        self.fn = {name: module.get_function(name)  # compiled here, never inside a capture
-                   for name in ("embed", "layer_norm", "matvec", "attention", "lm_head", "sample", "advance")}
+    def __init__(self, head_size, eps, dtype):
+        real = np.dtype(dtype).type
+        self.eps, self.scale = real(eps), real(1 / math.sqrt(head_size))
+        module = backend.xp_for("cuda").RawModule(code=source(dtype), options=("--std=c++14",))
+        self.fn = {name: module.get_function(name) for name in THREADS}  # compiled here, never inside a capture
+
+    def _launch(self, name, grid, *args, shared_mem=0):
+        """Kernel `name` over `grid` blocks of THREADS[name]; Python ints become the kernels' int parameters."""
+        args = tuple(np.int32(a) if isinstance(a, int) else a for a in args)
+        self.fn[name](grid, (THREADS[name],), args, shared_mem=shared_mem)
 
     def embed(self, token, pos, wte, wpe, x):
-        B, C = x.shape
-        self.fn["embed"]((B,), (256,), (token, pos, wte, wpe, x, np.int32(C)))
+        self._launch("embed", (x.shape[0],), token, pos, wte, wpe, x, x.shape[1])
 
     def layer_norm(self, x, w, bias, y):
-        B, C = x.shape
-        self.fn["layer_norm"]((B,), (256,), (x, w, bias, y, np.int32(C), self.eps))
+        self._launch("layer_norm", (x.shape[0],), x, w, bias, y, x.shape[1], self.eps)
 
     def matvec(self, x, W, bias, y, epilogue):
         (B, K), N = x.shape, W.shape[1]
-        grid = (-(-N // COLS), -(-B // ROWS))
-        self.fn["matvec"](grid, (COLS * SLICES,), (x, W, bias, y, np.int32(B), np.int32(K), np.int32(N),
-                                                   np.int32(epilogue)))
+        self._launch("matvec", (-(-N // COLS), -(-B // ROWS)), x, W, bias, y, B, K, N, epilogue)
 
     def attention(self, qkv, keys, values, pos, y):
         B, nh, T, hs = keys.shape
-        shared = (T + ATTENTION_THREADS) * keys.itemsize
-        self.fn["attention"]((nh, B), (ATTENTION_THREADS,), (qkv, keys, values, pos, y, np.int32(nh), np.int32(hs),
-                                                            np.int32(T), self.scale), shared_mem=shared)
+        self._launch("attention", (nh, B), qkv, keys, values, pos, y, nh, hs, T, self.scale,
+                     shared_mem=(T + ATTENTION_THREADS) * keys.itemsize)
 
     def lm_head(self, x, wte, logits):
         (B, C), V = x.shape, wte.shape[0]
-        grid = (-(-V // LM_HEAD_WARPS), -(-B // ROWS))
-        self.fn["lm_head"](grid, (32 * LM_HEAD_WARPS,), (x, wte, logits, np.int32(B), np.int32(V), np.int32(C)))
+        self._launch("lm_head", (-(-V // LM_HEAD_WARPS), -(-B // ROWS)), x, wte, logits, B, V, C)
 
     def sample(self, logits, params, pos, token, out):
         B, V = logits.shape
-        self.fn["sample"]((B,), (SAMPLE_THREADS,), (logits, params, pos, token, out, np.int32(V),
-                                                    np.int32(out.shape[1])))
+        self._launch("sample", (B,), logits, params, pos, token, out, V, out.shape[1])
 
     def advance(self, pos):
-        self.fn["advance"]((1,), (1,), (pos,))
+        self._launch("advance", (1,), pos)

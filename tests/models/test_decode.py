@@ -17,7 +17,7 @@ import nn
 from models import decode, decode_kernels as dk
 from models.gpt2 import GPT, GPTConfig
 from models.sampling import top_k_mask, top_p_mask
-from tests.nvrtc import ARCHES, compile_cuda
+from tests.nvrtc import ARCHES, REGISTERS_PER_BLOCK, compile_cuda, registers
 
 SMALL = dict(vocab_size=40, block_size=12, n_layer=2, n_head=2, n_embd=16)
 
@@ -114,7 +114,7 @@ def test_order_key_orders_as_the_floats():
 
 def test_layer_norm_matvec_and_lm_head_twins_match_the_ops():
     rng = np.random.default_rng(0)
-    k = dk.NumpyKernels(n_head=2, head_size=3, eps=1e-5)
+    k = dk.NumpyKernels(eps=1e-5)
     x, w, b = rng.standard_normal((3, 37)), rng.standard_normal(37), rng.standard_normal(37)
     y = np.empty_like(x)
     k.layer_norm(x, w, b, y)
@@ -140,7 +140,7 @@ def test_attention_twin_writes_the_cache_and_matches_sdpa():
     keys, values = rng.standard_normal((B, nh, T, hs)), rng.standard_normal((B, nh, T, hs))
     qkv = rng.standard_normal((B, 3 * nh * hs))
     y = np.empty((B, nh * hs))
-    dk.NumpyKernels(nh, hs, 1e-5).attention(qkv, keys, values, np.array([p], np.int32), y)
+    dk.NumpyKernels(1e-5).attention(qkv, keys, values, np.array([p], np.int32), y)
     q, k, v = (qkv[:, i * nh * hs:(i + 1) * nh * hs].reshape(B, nh, 1, hs) for i in range(3))
     np.testing.assert_array_equal(keys[:, :, p:p + 1], k)
     np.testing.assert_array_equal(values[:, :, p:p + 1], v)
@@ -236,6 +236,17 @@ def test_a_lora_model_keeps_the_dynamic_cache(monkeypatch):
 def test_the_decode_kernels_compile_for_the_gpus_ci_names(arch, dtype):
     log = compile_cuda(dk.source(dtype), arch, "decode_kernels.cu")
     assert log is None, log
+
+
+@pytest.mark.cpu_only("compiles with NVRTC, which needs no GPU")
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_kernels_block_fits_a_multiprocessors_registers(arch, dtype):
+    """A launch of more registers than a block may have fails on the GPU only: "too many resources requested"."""
+    used = registers(dk.source(dtype), arch, "decode_kernels.cu")
+    assert set(used) == set(dk.THREADS)
+    for kernel, count in used.items():
+        assert count * dk.THREADS[kernel] <= REGISTERS_PER_BLOCK, (kernel, count, dk.THREADS[kernel])
 
 
 @pytest.mark.cpu_only("compiles with NVRTC, which needs no GPU")
