@@ -24,9 +24,9 @@ def _compile(source, arch, name, options=()):
         flags = [f"--gpu-architecture={arch}".encode(), b"--std=c++14", *(o.encode() for o in options)]
         (err,) = lib.nvrtcCompileProgram(program, len(flags), flags)
         _, size = lib.nvrtcGetProgramLogSize(program)
-        log = b" " * size
+        log = bytearray(size)  # NVRTC writes into it: never a bytes object (b" " * 1 is CPython's shared b" ")
         lib.nvrtcGetProgramLog(program, log)
-        return err == lib.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace")
+        return err == lib.nvrtcResult.NVRTC_SUCCESS, log.rstrip(b"\0").decode(errors="replace")
     finally:
         lib.nvrtcDestroyProgram(program)
 
