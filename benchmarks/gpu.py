@@ -7,8 +7,12 @@ Run on a machine with a GPU, CuPy and PyTorch for CUDA, from the repository root
     TF32 matrix products allowed on both sides, AdamW and gradient clipping:
     benchmarks.gpt2 with --device cuda, plus tokens/s and model-FLOPs
     utilisation (target: ours at least 50 % of PyTorch's throughput).
-(2) Greedy generation with the KV cache, 256 new tokens after 16:
-    benchmarks.generate --model gpt2 --device cuda.
+(2) Greedy generation with the KV cache, GPT-2 small, batch 1, 256 new tokens after 16:
+    benchmarks.generate --model gpt2 --device cuda, ours (the static cache's
+    decode step captured as a CUDA graph, replayed per token) against the same
+    kernels launched one by one, our dynamic cache, PyTorch eager with its own
+    cache and transformers' generate; ours must agree on the tokens
+    (target: ours >= 1.5x PyTorch eager).
 (3) Each fused CUDA kernel against the composed version of its op
     (AUTOGRAD_FUSED=0), for values (the largest difference) and time: attention,
     layer norm, the padded cross-entropy, GELU, clipping + AdamW over one flat
@@ -173,7 +177,7 @@ def main(argv=None):
 
     print("(2) generation")
     generate.main(["--model", "gpt2", "--device", "cuda", "--new-tokens", str(args.new_tokens),
-                   "--rounds", str(args.rounds)])
+                   "--rounds", str(args.rounds), "--peers", ",".join(generate.PEERS)])
     kernels()
 
     char_argv = ["--device", "cuda", "--shape", "shakespeare-char", "--batch", "64", "--seq", "256",

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The device check, for a lent GPU machine (CuPy and PyTorch for CUDA installed there), in under 8 minutes:
-# the device-aware tests on "cuda" (the CUDA kernels against their NumPy twins included), then the GPU benchmark:
-# GPT-2 small's training step against PyTorch CUDA eager, generation, each fused kernel against its composed op
-# (values and time), and nanoGPT's Shakespeare-char GPU configuration against PyTorch eager. Run from the root:
+# The device check, for a lent GPU machine (CuPy and PyTorch for CUDA installed there), in about 8 minutes:
+# the device-aware tests on "cuda" (the CUDA kernels against their NumPy twins, the decode path's graph against its
+# eager kernels and the CPU's tokens), then the GPU benchmark: GPT-2 small's training step against PyTorch CUDA
+# eager, generation, each fused kernel against its composed op (values and time), and nanoGPT's Shakespeare-char
+# GPU configuration against PyTorch eager. Run from the root:
 #     bash benchmarks/gpu_check.sh
 # Everything it prints also lands in ${OUT:-.}/gpu_check.log.
 set -uo pipefail
@@ -13,7 +14,8 @@ log="${OUT:-.}/gpu_check.log"
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
     python3 -c "import cupy, torch; print('cupy', cupy.__version__, '| torch', torch.__version__)"
     echo "== tests on cuda =="
-    timeout 200 python3 -m pytest --device cuda -q -p no:cacheprovider tests/test_devices.py tests/autograd tests/nn
+    timeout 220 python3 -m pytest --device cuda -q -p no:cacheprovider tests/test_devices.py tests/autograd tests/nn \
+        tests/models/test_decode.py
     echo "pytest exit: $?"
     echo "== benchmark =="
     timeout 270 python3 -m benchmarks.gpu --steps 5 --rounds 1 --new-tokens 64

@@ -10,7 +10,9 @@ What this file promises:
 * `model.generate(...)`: greedy, temperature, top-k and top-p sampling with a
   key/value cache, seeded by `autograd.manual_seed` (the token choice is in
   models/gpt/sampling.py); cached and uncached
-  decoding give the same tokens, also past block_size.
+  decoding give the same tokens, also past block_size. On "cuda" the tokens
+  within block_size come from models/gpt/decode.py's static cache, one CUDA
+  graph launch per token.
 * `GPT.from_pretrained(folder)` / `model.save_pretrained(folder)`: Hugging
   Face's folder format (in models/gpt/hf_checkpoint.py), which transformers reads.
 * `demo_loss()`: a tiny GPT's deterministic loss, for viz.
@@ -25,6 +27,7 @@ What this file promises:
 Shapes: B batch, T time, C = n_embd, nh heads of hs = C / nh features, V = vocab_size.
 """
 import math
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -33,7 +36,7 @@ import numpy as np
 import autograd as ag
 import nn
 from autograd import Tensor, backend
-from models import hf_checkpoint, sampling
+from models import decode, hf_checkpoint, sampling
 
 
 def _name(made_here, names):
@@ -372,7 +375,9 @@ class GPT(nn.Module):
         and then one token per step, reusing every layer's keys and values. Past
         block_size the window slides, every position shifts, and the cache is
         rebuilt from the cropped window, which keeps the result identical to
-        `use_cache=False`.
+        `use_cache=False`. On "cuda" the tokens within block_size come from a
+        static cache whose decode step is replayed as a CUDA graph
+        (models/gpt/decode.py; GPT_DECODE chooses the path on any device).
         """
         sampling.check_arguments(max_new_tokens, temperature, top_k, top_p)
         ids, give_back = sampling.as_batch(idx)
@@ -387,7 +392,11 @@ class GPT(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            for n in range(T, T + max_new_tokens):
+            first = T
+            if use_cache and max_new_tokens and T <= self.config.block_size and self._static_decoding():
+                first = decode.run(self, tokens, T, T + max_new_tokens, temperature, top_k, top_p,
+                                   lambda batch: KVCache(self.config, batch, wte.dtype, wte.device))
+            for n in range(first, T + max_new_tokens):  # the dynamic cache: all of it, or past block_size
                 start = max(0, n - self.config.block_size)  # the window the model sees: tokens[:, start:n]
                 if cache is None:
                     window = tokens[:, start:n]
@@ -401,6 +410,17 @@ class GPT(nn.Module):
         finally:
             self.train(was_training)
         return give_back(out.numpy())
+
+    def _static_decoding(self):
+        """Whether generate hands the tokens within block_size to models/gpt/decode.py (see decode.mode)."""
+        if decode.mode(self.transformer.wte.weight.device) == "dynamic":
+            return False
+        if not decode.supports(self):
+            warnings.warn("generate: the static decode path computes plain GPT-2 layers in float32 or float64 "
+                          "(no LoRA adapters, heads of at most 256 features); using the dynamic KV cache",
+                          RuntimeWarning, stacklevel=3)
+            return False
+        return True
 
     @classmethod
     def from_pretrained(cls, directory, dropout=0.0):
