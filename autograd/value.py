@@ -130,7 +130,7 @@ class Value:
 def _result(data, op, a, da, b=None, db=0.0):
     """A Value computed by `op` from a (and b), with ∂/∂a = da (and ∂/∂b = db). Its slots are filled here,
     not by calling the class: in CPython a class call packs its arguments into a tuple and dispatches to
-    __init__, which took a quarter of each op's time."""
+    __init__, a sixth of the time of micrograd's demo forward pass."""
     out = object.__new__(Value)
     out.data, out.grad, out.op = data, 0.0, op
     out.a, out.da = a, da
