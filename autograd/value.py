@@ -1,21 +1,16 @@
 """Value: a scalar that remembers how it was computed — the whole idea of autograd in one screen.
 
-A scalar op has one or two inputs, `a` and `b`; its result keeps them and,
-beside them, its local derivatives ∂out/∂a and ∂out/∂b (`da`, `db`; `inputs`
-and `local_grads` read them as tuples, as a Tensor's op has them). `backward()`
-orders the graph topologically and walks it from the output back, adding local
-derivative × out.grad into each input's grad (adding, because an input used
-twice must receive both contributions).
-
-A node points only at its inputs, never back at itself: a dropped graph is
-freed at once, leaving the garbage collector nothing to find. The collector
-still walks every live object that can hold others whenever allocations
-outpace frees, as building a graph does; so a node is one object, its inputs
-in slots, not three (a Value, a tuple of inputs, a tuple of derivatives). On
-micrograd's demo step that took the collector from 42 % of the time (1.7 full
-passes a step) to 30 % (0.7). `Tensor` is the same story with arrays, and the
-same words: `name`, `op` (with its `name` and `rule`), `inputs`,
-`topological_order()`.
+An op has one or two inputs, `a` and `b`; its result keeps them and their local
+derivatives ∂out/∂a, ∂out/∂b (`da`, `db`; `inputs` and `local_grads` read them
+as tuples, as on a Tensor's op). `backward()` orders the graph topologically and
+walks it from the output back, adding local derivative × out.grad into each
+input's grad (adding: an input used twice receives both contributions). A node
+points only at its inputs, so a dropped graph is freed at once, no cycle left to
+collect; but the collector walks every live object that can hold others as a
+graph grows, so a node is one object, not three (a Value and tuples of inputs
+and derivatives): on micrograd's demo step its share fell from 42 % (1.7 full
+passes a step) to 30 % (0.7). `Tensor` tells the same story with arrays, in the
+same words: `name`, `op` (its `name`, `rule`), `inputs`, `topological_order()`.
 """
 import math
 from collections import namedtuple
