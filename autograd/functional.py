@@ -191,21 +191,23 @@ def linear(x, weight, bias=None):
 # ---- constructors ---------------------------------------------------------------------
 
 
-def checkpoint(fn, *inputs):
+def checkpoint(fn, *inputs, params=()):
     """fn(*inputs) without keeping fn's activations: backward recomputes them (ops.Checkpoint), bit for bit.
 
     `fn` takes the input Tensors and returns one Tensor; the parameters it reads
-    get their gradients as without checkpointing. At least one input must
-    require grad (the activations flowing in), or backward could not reach fn.
+    get their gradients as without checkpointing. An input must require grad,
+    or one of `params`, the parameters fn reads that do (a frozen model's LoRA
+    adapters behind inputs that need none): else backward could not reach fn.
     """
-    if not inputs or not all(isinstance(x, Tensor) for x in inputs):
+    if not inputs or not all(isinstance(x, Tensor) for x in (*inputs, *params)):
         raise TypeError("checkpoint: pass fn and the Tensors it takes, e.g. checkpoint(block, x)")
     if not is_grad_enabled():
         return fn(*inputs)  # nothing will be backpropagated: nothing to save or recompute
-    if not any(x.requires_grad for x in inputs):
+    params = [p for p in params if p.requires_grad]
+    if not any(x.requires_grad for x in inputs) and not params:
         raise ValueError("checkpoint: no input requires grad, so backward would never reach fn's parameters; "
-                         "checkpoint a function of the activations (a tensor that requires grad)")
-    return ops.Checkpoint.apply(*inputs, fn=fn, device=inputs[0].device)
+                         "checkpoint a function of the activations, or name the parameters it trains in params=")
+    return ops.Checkpoint.apply(*inputs, *params, fn=fn, device=inputs[0].device, n_inputs=len(inputs))
 
 
 def _shape(shape):

@@ -864,18 +864,20 @@ class Checkpoint(Function):
 
     rule = "recompute fn, then backward through it"
 
-    def forward(self, *xs, fn, device):
-        self.fn, self.device, self.rng = fn, device, backend.snapshot_rng(device)
+    def forward(self, *xs, fn, device, n_inputs):
+        self.fn, self.device, self.n_inputs, self.rng = fn, device, n_inputs, backend.snapshot_rng(device)
         with no_grad():
-            out = fn(*[Tensor(x) for x in xs])
+            out = fn(*[Tensor(x) for x in xs[:n_inputs]])  # the rest are params fn reads itself
         if not isinstance(out, Tensor):
             raise TypeError(f"checkpoint: fn must return one Tensor, got {type(out).__name__}")
         return out.data
 
     def backward(self, g):
-        leaves = [Tensor(x.data, requires_grad=need) for x, need in zip(self.inputs, self.needs_grad)]
+        n = self.n_inputs
+        leaves = [Tensor(x.data, requires_grad=need) for x, need in zip(self.inputs[:n], self.needs_grad)]
         with backend.replaying(self.device, self.rng):
             out = self.fn(*leaves)
         if out.requires_grad:
-            out.backward(g)
-        return tuple(leaf.grad if need else None for leaf, need in zip(leaves, self.needs_grad))
+            out.backward(g)  # fn's parameters (params= among them) accumulate their own gradients here
+        return (*(leaf.grad if need else None for leaf, need in zip(leaves, self.needs_grad)),
+                *(None,) * (len(self.inputs) - n))

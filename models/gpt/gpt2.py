@@ -188,7 +188,8 @@ class Transformer(nn.Module):
         recording = emb.op is not None
         for i, block in enumerate(self.h):
             if self.checkpoint_blocks and kv_cache is None and ag.is_grad_enabled():
-                x = ag.checkpoint(block, x)  # its activations recomputed in backward, not kept
+                trained = [p for p in block.parameters() if p.requires_grad]  # LoRA's adapters, in a frozen model
+                x = ag.checkpoint(block, x, params=trained)  # its activations recomputed in backward, not kept
             else:
                 x = block(x, cache=kv_cache.layers[i] if kv_cache is not None else None)
             if recording:

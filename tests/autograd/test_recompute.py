@@ -31,6 +31,26 @@ def test_checkpointed_blocks_give_the_same_loss_gradients_and_random_stream_bit_
     assert plain[2] == checked[2]  # dropout drew its masks once from the live stream, as without checkpointing
 
 
+def test_a_frozen_model_with_lora_adapters_checkpoints_its_blocks_bit_for_bit():
+    import nn
+    results = []
+    for checkpoint_blocks in (False, True):
+        ag.manual_seed(0)
+        model = GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=8, dropout=0.1))
+        nn.lora(model, 2, 4, ["c_attn"])
+        for p in model.parameters():
+            if p.requires_grad:
+                p.data = p.data + 0.1  # B nonzero: every adapter path carries gradient
+        model.transformer.checkpoint_blocks = checkpoint_blocks
+        x = np.random.default_rng(0).integers(0, 16, size=(3, 9))
+        _, loss = model(x[:, :-1], x[:, 1:])  # the embeddings are frozen: no block input requires grad
+        loss.backward()
+        results.append({n: p.grad.copy() for n, p in model.named_parameters() if p.requires_grad})
+    assert results[0].keys() == results[1].keys() and len(results[0]) == 4
+    for name in results[0]:
+        np.testing.assert_array_equal(results[0][name], results[1][name], err_msg=name)
+
+
 def test_the_checkpointed_op_keeps_only_its_inputs():
     w = Tensor(np.random.default_rng(0).standard_normal((4, 4)), requires_grad=True)
     x = Tensor(np.random.default_rng(1).standard_normal((2, 4)), requires_grad=True)
