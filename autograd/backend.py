@@ -162,14 +162,21 @@ def quiet_division(array):
 
 
 def fused(name, array):
-    """The compiled CuPy kernel `name` (see cuda_kernels.py) for a GPU array, else None.
+    """The fused kernel `name` for `array`: CUDA (cuda_kernels.py) on a GPU, numba's (cpu_kernels.py) on the CPU.
 
-    None on the CPU, or with AUTOGRAD_FUSED=0: the op then composes the same
-    formula from array-module calls. An elementwise kernel comes back as
-    CuPy's ElementwiseKernel; a raw one as its launcher with the kernels
-    compiled for `array`'s dtype (cuda_kernels.LAUNCHERS).
+    None with AUTOGRAD_FUSED=0, and on the CPU for arrays that are not
+    float32, smaller than the kernel pays for, or when numba is not
+    installed: the op then composes the same formula from array-module
+    calls. An elementwise GPU kernel comes back as CuPy's ElementwiseKernel;
+    a raw one as its launcher with the kernels compiled for `array`'s dtype
+    (cuda_kernels.LAUNCHERS); a CPU kernel as its launcher, which takes the
+    same arguments.
     """
-    if _cupy is None or not isinstance(array, _cupy.ndarray) or os.environ.get("AUTOGRAD_FUSED", "1") == "0":
+    if os.environ.get("AUTOGRAD_FUSED", "1") == "0":
+        return None
+    if isinstance(array, numpy.ndarray):
+        return _cpu_kernel(name, array)
+    if _cupy is None or not isinstance(array, _cupy.ndarray):
         return None
     from . import cuda_kernels
     if name in cuda_kernels.ELEMENTWISE:
@@ -181,6 +188,33 @@ def fused(name, array):
         return None
     launcher, names = cuda_kernels.LAUNCHERS[name]
     return functools.partial(launcher, *[_raw_kernel(k, array.dtype) for k in names])
+
+
+_cpu = {"kernels": None, "threads": None}  # cpu_kernels once loaded (False without numba); a thread count set
+
+
+def _cpu_kernel(name, array):
+    if array.dtype != numpy.float32:
+        return None
+    if _cpu["kernels"] is None:
+        try:
+            from . import cpu_kernels
+        except ImportError:  # numba is not installed: every op keeps its NumPy path
+            _cpu["kernels"] = False
+            return None
+        cpu_kernels.set_threads(_cpu["threads"] or cpu_kernels.threads())
+        _cpu["kernels"] = cpu_kernels
+    if not _cpu["kernels"]:
+        return None
+    launcher, smallest = _cpu["kernels"].LAUNCHERS.get(name, (None, 0))
+    return launcher if launcher is not None and array.size >= smallest else None
+
+
+def share_cpu_threads(n):
+    """Run the CPU kernels on `n` threads (nn.distributed gives each MPI rank its share of the cores)."""
+    _cpu["threads"] = n
+    if _cpu["kernels"]:
+        _cpu["kernels"].set_threads(n)
 
 
 def _raw_kernel(name, dtype):

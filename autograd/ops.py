@@ -306,7 +306,8 @@ class GELU(Function):
     A = 0.044715
 
     def forward(self, x):
-        kernel = backend.fused("gelu_forward", x)
+        # a subclass with its own backward reads (x, s) as saved below, so it keeps the composed forward
+        kernel = backend.fused("gelu_forward", x) if type(self).backward is GELU.backward else None
         if kernel is not None:
             self.save(x, None)  # the CUDA kernel rebuilds s in backward
             return kernel(x)
@@ -594,7 +595,9 @@ class CrossEntropy(Function):
     sake): the rest get no probability and a zero gradient. On a GPU one
     kernel (cuda_kernels.CROSS_ENTROPY_FORWARD) computes the losses and
     p − onehot(y) together, over z itself with `reuse_logits` (the caller
-    promises not to read the logits again), so backward only scales it.
+    promises not to read the logits again), so backward only scales it (in
+    place on a GPU, once; on the CPU, numba's twin in cpu_kernels.py, into a
+    new array, so a second backward or viz.trace can run it again).
     """
 
     rule = "dz = p − y"
@@ -639,6 +642,8 @@ class CrossEntropy(Function):
             if p is None:
                 raise RuntimeError("CrossEntropy: the GPU kernel's gradient is scaled in place and can be "
                                    "backpropagated once; set AUTOGRAD_FUSED=0 to backpropagate through it again")
+            if backend.device_of(p) == "cpu":  # memory to spare: scaled into a new array, so it can run again
+                return (p * scale).reshape(self.shape)
             self.saved = (None, None, None)
             p *= scale  # the kernel's p − onehot(y), scaled in place: the backward GEMMs read it as it is
             return p.reshape(self.shape)
@@ -775,7 +780,8 @@ class ScaledDotProductAttention(Function):
     in place (cuda_kernels.ATTENTION_SOFTMAX_FORWARD); backward's
     dS = P ⊙ (dP − G·O) is one in-place kernel too (ATTENTION_SOFTMAX_BACKWARD).
     There P is kept while the device has memory to spare, else S is
-    recomputed and normalised again.
+    recomputed and normalised again. On the CPU, numba's twins of the two
+    kernels (cpu_kernels.py) do the same for float32, P kept by the rule above.
     """
 
     rule = "dV = PᵀG, dS = P·(GVᵀ − G·O), dQ = dS K/√D, dK = dSᵀQ/√D"
@@ -792,7 +798,8 @@ class ScaledDotProductAttention(Function):
             p = kernel(q @ k.swapaxes(-1, -2), self.offset, self.scale)  # S by cuBLAS, then P over it in place
             drop = _dropout_mask(p, dropout_p) if dropout_p else None
             out = (p if drop is None else p * drop) @ v
-            keep_p = any(self.needs_grad) and 2 * p.nbytes <= backend.free_memory()  # P kept if 2× its size is free
+            keep_p = any(self.needs_grad) and (p.shape[-1] <= 4 * q.shape[-1] if backend.device_of(q) == "cpu"
+                                               else 2 * p.nbytes <= backend.free_memory())  # a GPU: if 2× P is free
             self.save(q, k, v, out, drop, p if keep_p else None, None)
             return out
         scores = (q * self.scale) @ k.swapaxes(-1, -2)  # (B, H, Tq, Tk)

@@ -122,7 +122,9 @@ def _share_cores(ranks_here):
         return
     from threadpoolctl import threadpool_limits
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    threadpool_limits(max(1, cores // ranks_here), user_api="blas")
+    share = max(1, cores // ranks_here)
+    threadpool_limits(share, user_api="blas")
+    backend.share_cpu_threads(share)  # numba's kernels too: the rank's threads never outnumber its cores
 
 
 def _timed(collective, *args):

@@ -1,0 +1,324 @@
+"""Fused CPU kernels, compiled by numba: one pass over each row where NumPy makes several, on every core given.
+
+The CPU twin of cuda_kernels.py, with the same launchers (backend.fused()
+hands an op either): each kernel computes exactly the formula its op states
+(ops.py has the Jacobians, nn/optim.py AdamW's update) and names it in its
+docstring. They are float32 only: float64 is this project's checking
+precision, and stays on the composed NumPy path that the gradient checks
+test; tests/autograd/test_cpu_kernels.py checks every kernel against that
+path in float32. AUTOGRAD_FUSED=0 switches them off, as it does the GPU's.
+
+Why they pay: NumPy runs `(x − μ)·rstd·γ + β` as five single-threaded passes
+with a temporary each; here each row is read once or twice from cache, and
+rows are spread over the threads. NumPy's exp is SIMD; a loop calling libm's
+is not, so the exponentials go through `_exp32`, a polynomial LLVM
+vectorises (relative error below 2e-7, about float32's own).
+
+Threads: as many as BLAS has (OMP_NUM_THREADS, else the cores this process
+may run on, or the share nn.distributed gives each MPI rank), never more:
+the two never run at once, so the cores are not over-subscribed. numba's
+"workqueue" layer is used since its idle threads sleep, where an OpenMP
+layer's would spin beside OpenBLAS's. Compiled kernels are cached on disk
+(numba's `cache=True`): the first run compiles them (a few seconds), later
+runs load them.
+"""
+import math
+import os
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import prange
+from numba.core import types
+from numba.extending import intrinsic
+
+numba.config.THREADING_LAYER = "workqueue"
+_MATH = {"nsz", "arcp", "contract", "afn", "reassoc"}  # not nnan/ninf: NaNs and infinities pass through as in NumPy
+_jit = dict(cache=True, fastmath=_MATH)
+_F32 = np.float32
+ROW_BLOCKS = 64  # layer norm backward: dγ, dβ summed over this many fixed blocks of rows, so the order never varies
+
+
+def threads():
+    """The threads a kernel runs on: OMP_NUM_THREADS, else every core this process may use."""
+    given = os.environ.get("OMP_NUM_THREADS", "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def set_threads(n):
+    """Run the kernels on `n` threads (at most numba's pool, which is as wide as the machine)."""
+    numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+
+
+# ---- exp in float32, vectorisable ----------------------------------------------
+
+
+@intrinsic
+def _float_from_bits(typingctx, bits):
+    """The float32 whose IEEE bits are the int32 `bits` (a reinterpretation, no conversion)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.int32), codegen
+
+
+@numba.njit(inline="always", **_jit)
+def _exp32(x):
+    """eˣ for float32 x: eˣ = 2ᵏ eʳ with k = round(x log₂e), r = x − k ln 2 in [−ln2/2, ln2/2], and
+    eʳ by its degree-7 (minimax) polynomial; 2ᵏ as the product of two powers of two built from their
+    exponent bits, so that subnormal results and those near the largest float32 come out right.
+    0 below −104 and inf above 88.73, as in NumPy; NaN for NaN."""
+    v = min(max(x, _F32(-104)), _F32(88.73))
+    k = np.floor(v * _F32(1.4426950408889634) + _F32(0.5))
+    r = v - k * _F32(0.693359375) + k * _F32(2.12194440e-4)  # ln 2 in two pieces: r exact to float32
+    p = _F32(1.9875691500e-4)
+    p = p * r + _F32(1.3981999507e-3)
+    p = p * r + _F32(8.3334519073e-3)
+    p = p * r + _F32(4.1665795894e-2)
+    p = p * r + _F32(1.6666665459e-1)
+    p = p * r + _F32(5.0000001201e-1)
+    half = np.int32(k) >> 1
+    e = (p * r * r + r + _F32(1)) * _float_from_bits((half + 127) << 23) * _float_from_bits(
+        (np.int32(k) - half + 127) << 23)
+    if x < _F32(-104):
+        e = _F32(0)
+    if x > _F32(88.73):
+        e = _F32(np.inf)
+    if x != x:
+        e = x
+    return e
+
+
+# ---- GELU ------------------------------------------------------------------------
+
+_C2, _A = _F32(2 * math.sqrt(2 / math.pi)), _F32(0.044715)
+
+
+@numba.njit(parallel=True, **_jit)
+def _gelu_forward(x, y):
+    """ops.GELU: y = x σ(2u), u = √(2/π)(x + 0.044715x³) (= ½x(1 + tanh u))."""
+    for i in prange(x.size):
+        v = x[i]
+        y[i] = v / (_F32(1) + _exp32(-_C2 * (v + _A * v * v * v)))
+
+
+@numba.njit(parallel=True, **_jit)
+def _gelu_backward(x, g, dx):
+    """ops.GELU's VJP: dx = g s (1 + x (1 − s) 2u′), s = σ(2u), 2u′ = 2√(2/π)(1 + 3·0.044715x²)."""
+    for i in prange(x.size):
+        v = x[i]
+        s = _F32(1) / (_F32(1) + _exp32(-_C2 * (v + _A * v * v * v)))
+        dx[i] = g[i] * s * (_F32(1) + v * (_F32(1) - s) * _C2 * (_F32(1) + _F32(3) * _A * v * v))
+
+
+def gelu_forward(x):
+    y = np.empty_like(x)
+    _gelu_forward(x.reshape(-1), y.reshape(-1))
+    return y
+
+
+def gelu_backward(x, g):
+    dx = np.empty_like(x)
+    _gelu_backward(x.reshape(-1), np.ascontiguousarray(g).reshape(-1), dx.reshape(-1))
+    return dx
+
+
+# ---- layer norm --------------------------------------------------------------------
+
+
+@numba.njit(parallel=True, **_jit)
+def _layer_norm_forward(x, w, b, y, mean, rstd, eps):
+    """ops.LayerNorm: y = (x − μ) rstd γ + β per row, rstd = 1/√(σ² + ε), σ² = mean((x − μ)²); keeps μ, rstd."""
+    rows, n = x.shape
+    for r in prange(rows):
+        mu = _F32(0)
+        for j in range(n):
+            mu += x[r, j]
+        mu /= n
+        var = _F32(0)
+        for j in range(n):
+            d = x[r, j] - mu
+            var += d * d
+        rs = _F32(1) / math.sqrt(var / n + eps)
+        for j in range(n):
+            y[r, j] = (x[r, j] - mu) * rs * w[j] + b[j]
+        mean[r], rstd[r] = mu, rs
+
+
+@numba.njit(parallel=True, **_jit)
+def _layer_norm_backward(g, x, w, mean, rstd, dx, partial_dw, partial_db):
+    """ops.LayerNorm's VJP: dx = (ĝ − mean ĝ − x̂ mean(ĝ x̂)) rstd, ĝ = g γ, x̂ = (x − μ) rstd; and each block of
+    rows' partial dγ = Σ g x̂, dβ = Σ g (the blocks fixed, so the sums' order is the same on any thread count)."""
+    rows, n = x.shape
+    blocks = partial_dw.shape[0]
+    per_block = (rows + blocks - 1) // blocks
+    for k in prange(blocks):
+        for j in range(n):
+            partial_dw[k, j] = _F32(0)
+            partial_db[k, j] = _F32(0)
+        for r in range(k * per_block, min(rows, (k + 1) * per_block)):
+            mu, rs = mean[r], rstd[r]
+            sg = _F32(0)
+            sgx = _F32(0)
+            for j in range(n):
+                xh = (x[r, j] - mu) * rs
+                gh = g[r, j] * w[j]
+                sg += gh
+                sgx += gh * xh
+                partial_dw[k, j] += g[r, j] * xh
+                partial_db[k, j] += g[r, j]
+            sg /= n
+            sgx /= n
+            for j in range(n):
+                dx[r, j] = (g[r, j] * w[j] - sg - (x[r, j] - mu) * rs * sgx) * rs
+
+
+def layer_norm_forward(x, w, b, eps):
+    """(y, stats) as cuda_kernels.layer_norm_forward: stats (2, rows) holds each row's μ and rstd."""
+    n = x.shape[-1]
+    rows = x.reshape(-1, n)
+    y = np.empty_like(rows)
+    stats = np.empty((2, len(rows)), dtype=x.dtype)
+    _layer_norm_forward(rows, w, b, y, stats[0], stats[1], _F32(eps))
+    return y.reshape(x.shape), stats
+
+
+def layer_norm_backward(g, x, w, stats):
+    """(dx, dγ, dβ): dx and each block's partial column sums in one kernel, then the blocks' sums in order."""
+    n = x.shape[-1]
+    rows = x.reshape(-1, n)
+    dx = np.empty_like(rows)
+    blocks = max(1, min(ROW_BLOCKS, len(rows)))
+    partial_dw, partial_db = np.empty((blocks, n), dtype=x.dtype), np.empty((blocks, n), dtype=x.dtype)
+    _layer_norm_backward(np.ascontiguousarray(g).reshape(-1, n), rows, w, stats[0], stats[1], dx, partial_dw,
+                         partial_db)
+    return dx.reshape(x.shape), partial_dw.sum(axis=0), partial_db.sum(axis=0)
+
+
+# ---- attention's masked softmax ---------------------------------------------------
+
+
+@numba.njit(parallel=True, **_jit)
+def _attention_softmax_forward(s, tq, offset, scale):
+    """ops.ScaledDotProductAttention: P = softmax(scale·S) per row in place, query i seeing keys 0 … i + offset
+    (Tk − Tq for the causal mask, ≥ Tk for none), 0 above."""
+    rows, tk = s.shape
+    for r in prange(rows):
+        last = min(r % tq + offset, tk - 1)
+        m = _F32(-np.inf)
+        for j in range(last + 1):  # scaled once and stored: exp(s − m) is then exactly 1 at the maximum, where
+            s[r, j] *= scale       # a fused multiply-add of s·scale − m would keep the product's rounding error
+            m = max(m, s[r, j])
+        total = _F32(0)
+        for j in range(last + 1):
+            e = _exp32(s[r, j] - m)
+            s[r, j] = e
+            total += e
+        inv = _F32(1) / total
+        for j in range(last + 1):
+            s[r, j] *= inv
+        for j in range(last + 1, tk):
+            s[r, j] = _F32(0)
+
+
+@numba.njit(parallel=True, **_jit)
+def _attention_softmax_backward(dp, p, g, o, tq, offset, scale):
+    """ops.ScaledDotProductAttention's VJP through the softmax: dS = scale · P ⊙ (dP − Gᵢ·Oᵢ) in place over dP
+    (Gᵢ·Oᵢ = Σⱼ dPᵢⱼ Pᵢⱼ), the 1/√D of dQ = dS K and dK = dSᵀ Q folded in; 0 above the mask."""
+    rows, tk = dp.shape
+    dv = g.shape[1]
+    for r in prange(rows):
+        last = min(r % tq + offset, tk - 1)
+        dot = _F32(0)
+        for d in range(dv):
+            dot += g[r, d] * o[r, d]
+        for j in range(last + 1):
+            dp[r, j] = scale * p[r, j] * (dp[r, j] - dot)
+        for j in range(last + 1, tk):
+            dp[r, j] = _F32(0)
+
+
+def attention_softmax_forward(s, offset, scale):
+    """s (…, Tq, Tk), C-contiguous, becomes P in place."""
+    tq, tk = s.shape[-2:]
+    _attention_softmax_forward(s.reshape(-1, tk), tq, offset, _F32(scale))
+    return s
+
+
+def attention_softmax_backward(dp, p, g, o, offset, scale):
+    """dp (…, Tq, Tk) becomes dS in place."""
+    tq, tk = dp.shape[-2:]
+    dv = o.shape[-1]
+    _attention_softmax_backward(dp.reshape(-1, tk), p.reshape(-1, tk), np.ascontiguousarray(g).reshape(-1, dv),
+                                np.ascontiguousarray(o).reshape(-1, dv), tq, offset, _F32(scale))
+    return dp
+
+
+# ---- cross-entropy -------------------------------------------------------------------
+
+
+@numba.njit(parallel=True, **_jit)
+def _cross_entropy_forward(z, dz, targets, loss, vocab, ignore):
+    """ops.CrossEntropy, forward and backward together: per row, loss = lse − z[t] over the first `vocab`
+    columns and dz = softmax(z) − onehot(t) (dz may be z itself); 0 in padded columns and ignored rows."""
+    rows, stride = z.shape
+    for r in prange(rows):
+        t = targets[r]
+        m = z[r, 0]
+        for j in range(1, vocab):
+            m = max(m, z[r, j])
+        total = _F32(0)
+        for j in range(vocab):
+            total += _exp32(z[r, j] - m)
+        valid = t != ignore
+        loss[r] = m + math.log(total) - z[r, t] if valid else _F32(0)  # read z[t] before dz may overwrite it
+        inv = _F32(1) / total
+        for j in range(vocab):
+            dz[r, j] = _exp32(z[r, j] - m) * inv - (_F32(1) if j == t else _F32(0)) if valid else _F32(0)
+        for j in range(vocab, stride):
+            dz[r, j] = _F32(0)
+
+
+def cross_entropy_forward(z, targets, vocab, ignore, out):
+    """Per-row losses; softmax − onehot over z's first `vocab` columns written to `out` (z itself for in place)."""
+    loss = np.empty(len(z), dtype=z.dtype)
+    targets = np.ascontiguousarray(targets, dtype=np.int64)
+    _cross_entropy_forward(z, out, targets, loss, vocab, -1 if ignore is None else ignore)
+    return loss
+
+
+# ---- AdamW ---------------------------------------------------------------------------
+
+
+@numba.njit(parallel=True, **_jit)
+def _adamw(g, scale, decay, beta1, beta2, eps, step_size, w, m, v):
+    """nn.optim.AdamW's update (its docstring has the formula), w, m, v in place, g first scaled by `scale`:
+    m ← m + (1−β₁)(sg − m);  v ← β₂v + (1−β₂)(sg)²;  w ← w·decay + step_size · m / (√v + eps)."""
+    for i in prange(w.size):
+        sg = g[i] * scale
+        m[i] += (_F32(1) - beta1) * (sg - m[i])
+        v[i] = beta2 * v[i] + (_F32(1) - beta2) * sg * sg
+        w[i] = w[i] * decay + step_size * m[i] / (math.sqrt(v[i]) + eps)
+
+
+def adamw(g, scale, decay, beta1, beta2, eps, step_size, w, m, v):
+    """The update as cuda_kernels.ADAMW takes it: `scale` a one-element array; w, m, v C-contiguous, in place."""
+    _adamw(np.ascontiguousarray(g).reshape(-1), _F32(scale[0]), _F32(decay), _F32(beta1), _F32(beta2), _F32(eps),
+           _F32(step_size), w.reshape(-1), m.reshape(-1), v.reshape(-1))
+
+
+# What backend.fused(name, array) hands an op on the CPU, with the fewest elements at which it is used: below
+# about 16K, numba's dispatch (about 10 µs a call) costs as much as the passes it saves, and the lessons'
+# small models keep the composed ops whose numbers their texts print.
+SMALLEST = 16384
+LAUNCHERS = {
+    "gelu_forward": (gelu_forward, SMALLEST),
+    "gelu_backward": (gelu_backward, SMALLEST),
+    "layer_norm_forward": (layer_norm_forward, SMALLEST),
+    "layer_norm_backward": (layer_norm_backward, SMALLEST),
+    "attention_softmax_forward": (attention_softmax_forward, SMALLEST),
+    "attention_softmax_backward": (attention_softmax_backward, SMALLEST),
+    "cross_entropy_forward": (cross_entropy_forward, SMALLEST),
+    "adamw": (adamw, 1024),  # a dozen passes over four arrays in NumPy: it pays from 1K elements
+}

@@ -1,0 +1,234 @@
+"""numba's fused CPU kernels (autograd/cpu_kernels.py) against the composed NumPy ops they replace, in float32.
+
+The composed ops are the reference: their VJPs are checked against finite
+differences in float64 (test_ops.py and the others), and float64 never
+reaches a kernel. Each test runs the same op twice, AUTOGRAD_FUSED=1 and =0,
+with a spy that proves the kernel ran, and compares values and gradients.
+"""
+import sys
+
+import numpy as np
+import pytest
+
+import autograd as ag
+import nn
+from autograd import backend
+
+numba = pytest.importorskip("numba", reason="numba is not installed: the CPU keeps its NumPy path")
+from autograd import cpu_kernels  # noqa: E402  (after the skip: it imports numba)
+
+RTOL, ATOL = 2e-5, 2e-6
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """calls[name]: how many times the launcher `name` ran."""
+    calls = {}
+    for name, (launcher, smallest) in list(cpu_kernels.LAUNCHERS.items()):
+        def counted(*args, _launcher=launcher, _name=name, **kwargs):
+            calls[_name] = calls.get(_name, 0) + 1
+            return _launcher(*args, **kwargs)
+        monkeypatch.setitem(cpu_kernels.LAUNCHERS, name, (counted, smallest))
+    return calls
+
+
+def both(monkeypatch, run):
+    """run() with the kernels, then with the composed ops."""
+    monkeypatch.setenv("AUTOGRAD_FUSED", "1")
+    fused = run()
+    monkeypatch.setenv("AUTOGRAD_FUSED", "0")
+    return fused, run()
+
+
+def grads(fn, *arrays, seed=1):
+    """fn's output and the gradients of Σ output ⊙ R (R fixed random) with respect to each array."""
+    leaves = [ag.Tensor(a.copy(), requires_grad=True) for a in arrays]
+    out = fn(*leaves)
+    weights = np.random.default_rng(seed).standard_normal(out.shape).astype(np.float32)
+    (out * ag.Tensor(weights)).sum().backward()
+    return [out.data] + [leaf.grad for leaf in leaves]
+
+
+def close(fused, composed, rtol=RTOL, atol=ATOL):
+    for a, b in zip(fused, composed):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+
+
+def test_exp32_is_numpys_exp_to_float32_rounding():
+    @numba.njit
+    def exp_all(x, out):
+        for i in range(x.size):
+            out[i] = cpu_kernels._exp32(x[i])
+    x = np.concatenate([np.linspace(-110, 90, 400_001), [np.nan, np.inf, -np.inf, 0.0]]).astype(np.float32)
+    got = np.empty_like(x)
+    exp_all(x, got)
+    exact = np.exp(x.astype(np.float64))
+    normal = (exact > np.finfo(np.float32).tiny) & (exact < np.finfo(np.float32).max)
+    assert np.max(np.abs(got[normal] - exact[normal]) / exact[normal]) < 2e-7
+    subnormal = (exact > 0) & ~normal & (x < 0)
+    assert np.max(np.abs(got[subnormal] - exact[subnormal])) <= 2 ** -149  # within one subnormal step
+    assert np.all(got[x < -104] == 0) and np.all(np.isinf(got[x > 88.73]))
+    assert np.isnan(got[-4]) and got[-3] == np.inf and got[-2] == 0 and got[-1] == 1
+
+
+def test_gelu(monkeypatch, spy):
+    x = (np.random.default_rng(0).standard_normal((64, 512)) * 3).astype(np.float32)
+    fused, composed = both(monkeypatch, lambda: grads(lambda t: t.gelu(), x))
+    assert spy == {"gelu_forward": 1, "gelu_backward": 1}
+    close(fused, composed)
+
+
+def test_a_gelu_subclass_with_its_own_backward_keeps_the_composed_forward(monkeypatch, spy):
+    class Doubled(ag.ops.GELU):
+        def backward(self, g):
+            x, s = self.saved  # the composed forward's saved s
+            return 2 * super().backward(g)
+    x = np.random.default_rng(0).standard_normal((64, 512)).astype(np.float32)
+    out, dx = grads(lambda t: Doubled.apply(t), x)
+    assert "gelu_forward" not in spy
+    _, plain = grads(lambda t: t.gelu(), x)
+    np.testing.assert_allclose(dx, 2 * plain, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_layer_norm(monkeypatch, spy, bias):
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((4, 48, 128)) * 2 + 1).astype(np.float32)
+    w = rng.standard_normal(128).astype(np.float32)
+    b = rng.standard_normal(128).astype(np.float32)
+    if bias:
+        run = lambda: grads(lambda t, wt, bt: ag.layer_norm(t, wt, bt), x, w, b)  # noqa: E731
+    else:
+        run = lambda: grads(lambda t, wt: ag.layer_norm(t, wt, None), x, w)  # noqa: E731
+    fused, composed = both(monkeypatch, run)
+    assert spy == {"layer_norm_forward": 1, "layer_norm_backward": 1}
+    close(fused, composed, rtol=1e-4, atol=1e-4)  # dγ, dβ: sums over 192 rows
+
+
+def test_layer_norm_gradients_are_the_same_bits_on_any_thread_count():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1000, 128)).astype(np.float32)
+    w, g = rng.standard_normal(128).astype(np.float32), rng.standard_normal((1000, 128)).astype(np.float32)
+    _, stats = cpu_kernels.layer_norm_forward(x, w, np.zeros_like(w), 1e-5)
+    before = numba.get_num_threads()
+    try:
+        runs = []
+        for n in (1, 2, 3):
+            cpu_kernels.set_threads(n)
+            runs.append(cpu_kernels.layer_norm_backward(g, x, w, stats))
+    finally:
+        numba.set_num_threads(before)
+    for run in runs[1:]:
+        for a, b in zip(run, runs[0]):
+            assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("tq, tk, causal", [(64, 64, True), (64, 64, False), (32, 256, True)])
+def test_attention(monkeypatch, spy, tq, tk, causal):
+    """(32, 256): fewer queries than keys, as with a KV cache, query i seeing keys up to i + 224."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in ((2, 4, tq, 64), (2, 4, tk, 64),
+                                                                         (2, 4, tk, 64)))
+    fused, composed = both(monkeypatch, lambda: grads(
+        lambda a, b, c: ag.scaled_dot_product_attention(a, b, c, causal=causal), q, k, v))
+    assert spy == {"attention_softmax_forward": 1, "attention_softmax_backward": 1}
+    close(fused, composed, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_with_dropout_draws_the_composed_ops_masks(monkeypatch, spy):
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 4, 64, 32)).astype(np.float32) for _ in range(3))
+
+    def run():
+        ag.manual_seed(7)
+        return grads(lambda a, b, c: ag.scaled_dot_product_attention(a, b, c, dropout_p=0.3), q, k, v)
+    fused, composed = both(monkeypatch, run)
+    assert spy["attention_softmax_forward"] == 1
+    close(fused, composed, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_scores_far_from_zero_give_the_composed_probabilities(monkeypatch):
+    """Scores of 1e9 and more: the row maximum must give exp(0) = 1 exactly, or the row becomes inf / inf."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 4, 32, 64)).astype(np.float32) * scale for scale in (1e5, 1e5, 1))
+    fused, composed = both(monkeypatch, lambda: ag.scaled_dot_product_attention(
+        ag.Tensor(q), ag.Tensor(k), ag.Tensor(v)).data)
+    assert np.isfinite(fused).all()
+    np.testing.assert_allclose(fused, composed, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("reuse", [False, True])
+def test_cross_entropy_with_ignored_rows_and_a_padded_vocabulary(monkeypatch, spy, reuse):
+    rng = np.random.default_rng(0)
+    logits = (rng.standard_normal((768, 72)) * 3).astype(np.float32)
+    targets = rng.integers(0, 65, size=768)
+    targets[::7] = -1
+
+    def run():
+        z = ag.Tensor(logits.copy(), requires_grad=True)
+        loss = ag.cross_entropy(z, ag.Tensor(targets), ignore_index=-1, classes=65, reuse_logits=reuse)
+        loss.backward(retain_graph=True)
+        first = z.grad.copy()
+        z.grad = None
+        loss.backward()  # a second backward through the same graph gives the same gradient on the CPU
+        np.testing.assert_array_equal(z.grad, first)
+        return [loss.data, first]
+    fused, composed = both(monkeypatch, run)
+    assert spy == {"cross_entropy_forward": 1}
+    close(fused, composed)
+    assert np.all(fused[1][:, 65:] == 0) and np.all(fused[1][::7] == 0)
+
+
+def test_adamw_steps_with_clipping(monkeypatch, spy):
+    rng = np.random.default_rng(0)
+    start = [rng.standard_normal(shape).astype(np.float32) for shape in ((128, 384), (384,), (64, 128))]
+    gradients = [[rng.standard_normal(w.shape).astype(np.float32) for w in start] for _ in range(5)]
+
+    def run():
+        params = [nn.Parameter(w.copy()) for w in start]
+        opt = nn.optim.AdamW([{"params": params[:1] + params[2:], "weight_decay": 0.1},
+                              {"params": params[1:2], "weight_decay": 0.0}], lr=2e-3, betas=(0.9, 0.99))
+        for step in gradients:
+            for p, g in zip(params, step):
+                p.grad = g.copy()
+            nn.optim.clip_grad_norm_(params, 1.0)
+            opt.step()
+        return [p.data for p in params] + [opt.state[id(p)]["exp_avg_sq"] for p in params]
+    fused, composed = both(monkeypatch, run)
+    assert spy == {"adamw": 10}  # 2 parameters of ≥ 1K elements, 5 steps; the bias stays composed
+    close(fused, composed, rtol=1e-5, atol=1e-7)
+
+
+def test_the_composed_op_runs_for_float64_for_small_arrays_and_with_AUTOGRAD_FUSED_0(monkeypatch):
+    big = np.ones((256, 256), dtype=np.float32)
+    assert backend.fused("layer_norm_forward", big) is cpu_kernels.layer_norm_forward
+    assert backend.fused("layer_norm_forward", big.astype(np.float64)) is None
+    assert backend.fused("layer_norm_forward", big[:8, :8]) is None
+    monkeypatch.setenv("AUTOGRAD_FUSED", "0")
+    assert backend.fused("layer_norm_forward", big) is None
+
+
+def test_without_numba_every_op_keeps_its_numpy_path(monkeypatch):
+    monkeypatch.setitem(sys.modules, "numba", None)  # `import numba` now raises ImportError
+    monkeypatch.delitem(sys.modules, "autograd.cpu_kernels")
+    monkeypatch.delattr(ag, "cpu_kernels")
+    monkeypatch.setitem(backend._cpu, "kernels", None)
+    assert backend.fused("gelu_forward", np.ones((256, 256), dtype=np.float32)) is None
+    x = ag.Tensor(np.linspace(-3, 3, 65536, dtype=np.float32), requires_grad=True)
+    x.gelu().sum().backward()
+    assert x.grad.shape == (65536,) and backend._cpu["kernels"] is False
+
+
+def test_threads_follow_omp_num_threads_and_the_ranks_share(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert cpu_kernels.threads() == 1
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert cpu_kernels.threads() == len(__import__("os").sched_getaffinity(0))
+    before = numba.get_num_threads()
+    try:
+        backend.fused("gelu_forward", np.ones((256, 256), dtype=np.float32))  # loads the kernels
+        backend.share_cpu_threads(1)
+        assert numba.get_num_threads() == 1
+    finally:
+        monkeypatch.setitem(backend._cpu, "threads", None)
+        numba.set_num_threads(before)
