@@ -33,7 +33,9 @@ from numba.core import types
 from numba.extending import intrinsic
 
 numba.config.THREADING_LAYER = "workqueue"
-_MATH = {"nsz", "arcp", "contract", "afn", "reassoc"}  # not nnan/ninf: NaNs and infinities pass through as in NumPy
+# Fast math that keeps NumPy's answers: sums may be reordered (vectorised) and multiply-adds fused, but divisions
+# stay divisions (no "arcp"), and NaNs and infinities pass through as in NumPy (no "nnan", "ninf").
+_MATH = {"nsz", "contract", "afn", "reassoc"}
 _jit = dict(cache=True, fastmath=_MATH)
 _F32 = np.float32
 ROW_BLOCKS = 64  # layer norm backward: dγ, dβ summed over this many fixed blocks of rows, so the order never varies
@@ -215,9 +217,8 @@ def _attention_softmax_forward(s, tq, offset, scale):
             e = _exp32(s[r, j] - m)
             s[r, j] = e
             total += e
-        inv = _F32(1) / total
         for j in range(last + 1):
-            s[r, j] *= inv
+            s[r, j] /= total
         for j in range(last + 1, tk):
             s[r, j] = _F32(0)
 
@@ -273,9 +274,8 @@ def _cross_entropy_forward(z, dz, targets, loss, vocab, ignore):
             total += _exp32(z[r, j] - m)
         valid = t != ignore
         loss[r] = m + math.log(total) - z[r, t] if valid else _F32(0)  # read z[t] before dz may overwrite it
-        inv = _F32(1) / total
         for j in range(vocab):
-            dz[r, j] = _exp32(z[r, j] - m) * inv - (_F32(1) if j == t else _F32(0)) if valid else _F32(0)
+            dz[r, j] = _exp32(z[r, j] - m) / total - (_F32(1) if j == t else _F32(0)) if valid else _F32(0)
         for j in range(vocab, stride):
             dz[r, j] = _F32(0)
 
