@@ -10,7 +10,7 @@ What this file promises:
   ends, in bytes, in the UTF-8 `data` — the chunks `regex.findall` gives.
 * `pair_table(ranks, merged_ids)`: the merges as an open-addressing hash
   table in NumPy arrays, pair of ids → its rank and the id it merges into.
-* `bpe(data, ends, byte_ids, table)`: every chunk's ids, merged by rank.
+* `bpe(data, ends, byte_ids, pairs)`: every chunk's ids, merged by rank.
 
 Why compiled: in Python, merging a word seen for the first time costs
 microseconds a pair, which held text never seen before to a fifth of
@@ -28,7 +28,7 @@ import regex
 SPACE, LETTER, NUMBER, OTHER = 0, 1, 2, 3
 _EMPTY = -1  # a free slot of the pair table
 _HASH = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: 2⁶⁴ / golden ratio, odd
-SHORT = 32  # chunks up to this many bytes are merged by scanning, longer ones with a heap (see bpe)
+SHORT = 32  # chunks up to this many bytes are merged by scanning (_merge_short), longer ones with a heap
 _jit = dict(cache=True, nogil=True)
 
 
@@ -131,6 +131,7 @@ def _slot(table, shift, key):
 
 @numba.njit(**_jit)
 def _fill_table(lefts, rights, ranks, merged, pairs):
+    """Put merge k, (lefts[k], rights[k]) → (ranks[k], merged[k]), into the pair table, for every k."""
     table, shift, width = pairs
     for k in range(len(lefts)):
         key = lefts[k] * width + rights[k]
@@ -140,7 +141,7 @@ def _fill_table(lefts, rights, ranks, merged, pairs):
 
 def pair_table(ranks, merged_ids):
     """The merges {(left, right): rank} and {(left, right): merged id} as an open-addressing hash table at
-    most a quarter full: (rows of key, rank, merged id; the hash's shift; width), a pair's key being
+    most half full: (rows of key, rank, merged id; the hash's shift; width), a pair's key being
     left · width + right. A row is one lookup's only read from memory."""
     pairs = np.array(list(ranks), dtype=np.int64).reshape(-1, 2)
     width = int(pairs.max()) + 1 if len(pairs) else 1
@@ -163,6 +164,7 @@ def _rank(pairs, left, right):
 
 @numba.njit(**_jit)
 def _push(heap, size, item):
+    """Add `item` to the min-heap heap[:size] (it then holds size + 1 items)."""
     heap[size] = item
     while size > 0 and heap[(size - 1) >> 1] > heap[size]:
         parent = (size - 1) >> 1

