@@ -84,10 +84,12 @@ def gpt2_chunk_ends(data, classes):
     single whitespace character before a non-space (`\\s+`).
     """
     n = len(data)
-    ends = np.empty(n, np.int64)
+    ends = np.empty(n // 4 + 16, np.int64)  # a chunk of English is about 4 bytes; grown when more come
     count = 0
     i = 0
     while i < n:
+        if count == len(ends):
+            ends = _grown(ends, count)
         end = i + _contraction(data, i)
         if end == i:
             cls, width = _char(data, i, classes)
@@ -117,6 +119,14 @@ def gpt2_chunk_ends(data, classes):
         count += 1
         i = end
     return ends[:count]
+
+
+@numba.njit(**_jit)
+def _grown(array, count):
+    """A copy of array[:count] with room for twice as many items."""
+    grown = np.empty(2 * len(array), array.dtype)
+    grown[:count] = array[:count]
+    return grown
 
 
 @numba.njit(**_jit)
@@ -286,7 +296,7 @@ def bpe(data, ends, byte_ids, pairs):
     remembers where a chunk's ids were last written, and a chunk equal to it
     copies them. It lives for one call, over `out`, so it holds no memory.
     """
-    out = np.empty(len(data), np.int64)
+    out = np.empty(len(data) // 2 + 16, np.int64)  # English is about 0.3 tokens a byte; grown when more come
     longest = 0
     start = 0
     for end in ends:
@@ -305,6 +315,8 @@ def bpe(data, ends, byte_ids, pairs):
     start = 0
     for end in ends:
         m = end - start
+        while count + m > len(out):  # a chunk of m bytes has at most m ids
+            out = _grown(out, count)
         h = np.uint64(14695981039346656037)  # FNV-1a
         for i in range(start, end):
             h = (h ^ np.uint64(data[i])) * np.uint64(1099511628211)

