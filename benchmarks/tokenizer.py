@@ -5,8 +5,9 @@ Run from the repository root:  python -m benchmarks.tokenizer [--rounds 2] [--re
 Every tokenizer encodes the same corpus (Tiny Shakespeare by default) with the
 same GPT-2 vocabulary, read from the same local files, in a process pinned to
 one CPU. "cold" is a fresh instance, so every word goes through BPE once
-(ours and the Hugging Face tokenizers cache words; tiktoken caches nothing, so
-its two figures agree); "warm" encodes again with the cache full. In each
+(the Hugging Face tokenizers cache words; tiktoken caches nothing, and ours
+merges a chunk repeated within one call once and keeps nothing between calls,
+so their two figures agree); "warm" encodes again with any cache full. In each
 process a figure is the best of --repeats; the report gives the median over the
 rounds, and whether each peer's ids equal ours (compared by a checksum). Peers:
 ours; tiktoken (`pip install tiktoken`), built from the local vocabulary files

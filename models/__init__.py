@@ -4,6 +4,7 @@
                 chapter one's network on Value: value_nn (Neuron, Layer, MLP) and moons (micrograd's demo);
                 troubleshoot (when training fails)
     gpt/        the GPT-2 library: gpt2 (the model), gpt2_params, hf_checkpoint, sampling, tokenizer
+                (bpe_kernels: its compiled encoding)
     training/   the training application: train, sample, prepare and eval (the CLIs), checkpoint, parallel (MPI),
                 data, shards (prepared corpora)
 

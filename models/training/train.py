@@ -445,7 +445,7 @@ def encode_data(tokenizer, text, source):
                              f"model in {source} has no token for ({listed}): its {tokenizer.vocab_size} "
                              "characters are fixed with its weights. Train a new model on this text (without "
                              "--resume or --init-from), or remove or replace those characters in the data")
-    return TokenData(tokenizer.encode(text))
+    return TokenData(tokenizer.encode_array(text))
 
 
 def evaluate_only(args, world):

@@ -4,15 +4,17 @@ it is installed)."""
 
 import importlib.util
 import json
-import re
 from collections import Counter
+from itertools import accumulate
 from pathlib import Path
 
+import numpy as np
 import pytest
 import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from models import bpe_kernels
 from models import tokenizer as tokenizer_module
 from models.tokenizer import (
     GPT2_SPLIT_PATTERN,
@@ -246,6 +248,24 @@ def test_byte_bpe_survives_json(byte_bpe):
     assert restored.encode(CHINESE + EMOJI) == byte_bpe.encode(CHINESE + EMOJI)
 
 
+def test_byte_bpe_with_another_pattern_encodes_its_chunks_by_rank():
+    """A pattern other than GPT-2's chunks by `regex` (skipping what it does not match); the merges are the same."""
+    text = "the cat sat on the mat; the mat sat on the cat. " * 3 + CHINESE
+    tok = ByteBPETokenizer.train(text, 330, pattern=r"\w+")
+    expected = []
+    for chunk in regex.findall(r"\w+", text + " unseen, words!"):
+        ids = list(chunk.encode("utf-8"))
+        while True:
+            ranked = [(tok.merges.index(pair), i) for i, pair in enumerate(zip(ids, ids[1:])) if pair in tok.merges]
+            if not ranked:
+                break
+            rank, i = min(ranked)
+            ids[i:i + 2] = [256 + rank]
+        expected += ids
+    assert tok.encode(text + " unseen, words!") == expected
+    assert tok.decode(tok.encode(text)) == "".join(regex.findall(r"\w+", text))
+
+
 def test_byte_bpe_rejects_bad_input():
     with pytest.raises(ValueError, match="at least 256"):
         ByteBPETokenizer.train("abc", 100)
@@ -281,6 +301,7 @@ def test_bytes_to_unicode_is_gpt2s_alphabet():
 )
 def test_gpt2_known_ids(gpt2, text, ids):
     assert gpt2.encode(text) == ids
+    assert gpt2.encode_array(text).tolist() == ids
     assert gpt2.decode(ids) == text
 
 
@@ -322,17 +343,80 @@ def reference_gpt2_ids(gpt2_files, text):
     return ids
 
 
-def test_gpt2_words_split_on_the_whitespace_of_the_regex_module():
-    every_character = "".join(map(chr, range(0x110000)))
-    assert regex.findall(r"\s", every_character) == re.findall(f"[{tokenizer_module._SPACE}]", every_character)
+def chunk_ends(text):
+    """Where GPT-2's pattern ends each chunk of `text`, in UTF-8 bytes, by `regex` itself."""
+    return list(accumulate(len(chunk.encode("utf-8")) for chunk in regex.findall(GPT2_SPLIT_PATTERN, text)))
+
+
+def compiled_chunk_ends(text):
+    data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+    return bpe_kernels.gpt2_chunk_ends(data, bpe_kernels.character_classes()).tolist()
+
+
+@pytest.mark.parametrize("joiner", ["", " ", "\n "])
+def test_gpt2_compiled_chunks_are_the_patterns_for_every_character(joiner):
+    """Every code point (bar surrogates, which UTF-8 cannot hold), run together or apart: a character of the wrong
+    class would cut or join a run, or hold on to a space, differently from `regex`."""
+    every_character = [chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    text = joiner.join(every_character)
+    assert compiled_chunk_ends(text) == chunk_ends(text)
+
+
+TRICKY = list("ab Z9'’s\n\t\r\x0b\x0c\x1c\x85\xa0\u2003\u3000é中三Ⅻ.,!-_😀") + ["'s", "'ll", "'re", "  ", "\n\n", " \n"]
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(list("ab Z9'’s\n\t\r\x0b\x0c\x1c\x85\xa0\u2003\u3000é中三Ⅻ.,!-_😀")
-                                + ["'s", "'ll", "  ", "\n\n", " \n"])).map("".join))
-def test_gpt2_fast_path_matches_the_definition(gpt2, gpt2_files, text):
-    """Words cut by `re` and looked up, chunks merged one pair at a time: the same ids as the plain definition."""
+@given(st.lists(st.sampled_from(TRICKY)).map("".join) | st.text())
+def test_gpt2_compiled_chunks_are_the_patterns(text):
+    assert compiled_chunk_ends(text) == chunk_ends(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(TRICKY)).map("".join))
+def test_gpt2_compiled_path_matches_the_definition(gpt2, gpt2_files, text):
+    """Chunks cut and merged compiled, repeats served from the call's cache: the ids of the plain definition."""
     assert gpt2.encode_ordinary(text) == reference_gpt2_ids(gpt2_files, text)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.text(alphabet="aeinrstlo", min_size=1, max_size=200), min_size=1, max_size=6).map(" ".join))
+def test_gpt2_long_chunks_match_the_definition(gpt2, gpt2_files, text):
+    """Chunks longer than bpe_kernels.SHORT bytes are merged with a heap, shorter ones by scanning: both as defined."""
+    assert gpt2.encode_ordinary(text) == reference_gpt2_ids(gpt2_files, text)
+
+
+@pytest.mark.parametrize("text", ["a" * 1000, "ab" * 300, "!" * 99, "1" * 100, "\n" * 50 + "x", " " * 77,
+                                  CHINESE.replace("，", "").replace("。", "")])
+def test_gpt2_runs_of_one_class_match_the_definition(gpt2, gpt2_files, text):
+    assert len(text.encode("utf-8")) > bpe_kernels.SHORT
+    assert gpt2.encode_ordinary(text) == reference_gpt2_ids(gpt2_files, text)
+
+
+@pytest.mark.parametrize("text", ["\x01" * 100, "a b c d e " * 50])
+def test_gpt2_texts_denser_than_english_match_the_definition(gpt2, gpt2_files, text):
+    """More than half an id a byte, or a chunk every two bytes: the kernels' arrays grow past their first size."""
+    ids = gpt2.encode_ordinary(text)
+    assert ids == reference_gpt2_ids(gpt2_files, text)
+    assert len(ids) > len(text) // 2 + 16 or len(regex.findall(GPT2_SPLIT_PATTERN, text)) > len(text) // 4 + 16
+
+
+@pytest.fixture(scope="module")
+def tiktoken_gpt2(gpt2):
+    tiktoken = pytest.importorskip("tiktoken")
+    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+    ranks = data_gym_to_mergeable_bpe_ranks(str(GPT2_DIR / "vocab.bpe"), str(GPT2_DIR / "encoder.json"))
+    return tiktoken.Encoding("gpt2", pat_str=GPT2_SPLIT_PATTERN, mergeable_ranks=ranks, special_tokens={})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(TRICKY) | st.text(max_size=40)).map("".join))
+def test_gpt2_matches_tiktoken_on_any_text(gpt2, tiktoken_gpt2, text):
+    assert gpt2.encode_ordinary(text) == tiktoken_gpt2.encode_ordinary(text)
+
+
+def test_gpt2_matches_tiktoken_on_shakespeare(gpt2, tiktoken_gpt2):
+    text = shakespeare()
+    assert gpt2.encode_ordinary(text) == tiktoken_gpt2.encode_ordinary(text)
 
 
 @settings(max_examples=500, deadline=None)
