@@ -10,7 +10,7 @@ path in float32. AUTOGRAD_FUSED=0 switches them off, as it does the GPU's.
 
 Why they pay: NumPy runs `(x − μ)·rstd·γ + β` as five single-threaded passes
 with a temporary each; here each row is read once or twice from cache, and
-rows are spread over the threads. NumPy's exp is SIMD; a loop calling libm's
+on arrays large enough (PARALLEL_FROM) rows are spread over the threads. NumPy's exp is SIMD; a loop calling libm's
 is not, so the exponentials go through `_exp32`, a polynomial LLVM
 vectorises (relative error below 2e-7, about float32's own).
 
@@ -24,21 +24,39 @@ runs load them.
 """
 import math
 import os
+import types
 
 import numba
 import numpy as np
 from llvmlite import ir
 from numba import prange
-from numba.core import types
+from numba.core import types as nbtypes
 from numba.extending import intrinsic
 
 numba.config.THREADING_LAYER = "workqueue"
 # Fast math that keeps NumPy's answers: sums may be reordered (vectorised) and multiply-adds fused, but divisions
 # stay divisions (no "arcp"), and NaNs and infinities pass through as in NumPy (no "nnan", "ninf").
 _MATH = {"nsz", "contract", "afn", "reassoc"}
-_jit = dict(cache=True, fastmath=_MATH)
+_jit = dict(cache=True, fastmath=_MATH, error_model="numpy")  # numpy: x/0 is inf, no branch to raise
 _F32 = np.float32
 ROW_BLOCKS = 64  # layer norm backward: dγ, dβ summed over this many fixed blocks of rows, so the order never varies
+PARALLEL_FROM = 1 << 18  # elements from which a kernel runs on every thread; below, starting them costs more
+
+
+class _Kernel:
+    """One kernel compiled twice from one source: on this thread, and over the threads (`prange` loops split),
+    for arrays of at least PARALLEL_FROM elements (the first argument's), where it pays for waking them."""
+
+    def __init__(self, fn):
+        self.serial = numba.njit(**_jit)(fn)
+        parallel = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+        parallel.__qualname__ = f"{fn.__qualname__}_parallel"  # its own file in numba's cache
+        self.parallel = numba.njit(parallel=True, **_jit)(parallel)
+        self.__doc__ = fn.__doc__
+
+    def __call__(self, first, *rest):
+        wide = first.size >= PARALLEL_FROM and numba.get_num_threads() > 1
+        return (self.parallel if wide else self.serial)(first, *rest)
 
 
 def threads():
@@ -62,7 +80,7 @@ def _float_from_bits(typingctx, bits):
     """The float32 whose IEEE bits are the int32 `bits` (a reinterpretation, no conversion)."""
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], ir.FloatType())
-    return types.float32(types.int32), codegen
+    return nbtypes.float32(nbtypes.int32), codegen
 
 
 @numba.njit(inline="always", **_jit)
@@ -97,7 +115,7 @@ def _exp32(x):
 _C2, _A = _F32(2 * math.sqrt(2 / math.pi)), _F32(0.044715)
 
 
-@numba.njit(parallel=True, **_jit)
+@_Kernel
 def _gelu_forward(x, y):
     """ops.GELU: y = x σ(2u), u = √(2/π)(x + 0.044715x³) (= ½x(1 + tanh u))."""
     for i in prange(x.size):
@@ -105,7 +123,7 @@ def _gelu_forward(x, y):
         y[i] = v / (_F32(1) + _exp32(-_C2 * (v + _A * v * v * v)))
 
 
-@numba.njit(parallel=True, **_jit)
+@_Kernel
 def _gelu_backward(x, g, dx):
     """ops.GELU's VJP: dx = g s (1 + x (1 − s) 2u′), s = σ(2u), 2u′ = 2√(2/π)(1 + 3·0.044715x²)."""
     for i in prange(x.size):
@@ -129,7 +147,7 @@ def gelu_backward(x, g):
 # ---- layer norm --------------------------------------------------------------------
 
 
-@numba.njit(parallel=True, **_jit)
+@_Kernel
 def _layer_norm_forward(x, w, b, y, mean, rstd, eps):
     """ops.LayerNorm: y = (x − μ) rstd γ + β per row, rstd = 1/√(σ² + ε), σ² = mean((x − μ)²); keeps μ, rstd."""
     rows, n = x.shape
@@ -148,7 +166,7 @@ def _layer_norm_forward(x, w, b, y, mean, rstd, eps):
         mean[r], rstd[r] = mu, rs
 
 
-@numba.njit(parallel=True, **_jit)
+@_Kernel
 def _layer_norm_backward(g, x, w, mean, rstd, dx, partial_dw, partial_db):
     """ops.LayerNorm's VJP: dx = (ĝ − mean ĝ − x̂ mean(ĝ x̂)) rstd, ĝ = g γ, x̂ = (x − μ) rstd; and each block of
     rows' partial dγ = Σ g x̂, dβ = Σ g (the blocks fixed, so the sums' order is the same on any thread count)."""
@@ -201,7 +219,7 @@ def layer_norm_backward(g, x, w, stats):
 # ---- attention's masked softmax ---------------------------------------------------
 
 
-@numba.njit(parallel=True, **_jit)
+@_Kernel
 def _attention_softmax_forward(s, tq, offset, scale):
     """ops.ScaledDotProductAttention: P = softmax(scale·S) per row in place, query i seeing keys 0 … i + offset
     (Tk − Tq for the causal mask, ≥ Tk for none), 0 above."""
@@ -223,7 +241,7 @@ def _attention_softmax_forward(s, tq, offset, scale):
             s[r, j] = _F32(0)
 
 
-@numba.njit(parallel=True, **_jit)
+@_Kernel
 def _attention_softmax_backward(dp, p, g, o, tq, offset, scale):
     """ops.ScaledDotProductAttention's VJP through the softmax: dS = scale · P ⊙ (dP − Gᵢ·Oᵢ) in place over dP
     (Gᵢ·Oᵢ = Σⱼ dPᵢⱼ Pᵢⱼ), the 1/√D of dQ = dS K and dK = dSᵀ Q folded in; 0 above the mask."""
@@ -259,7 +277,7 @@ def attention_softmax_backward(dp, p, g, o, offset, scale):
 # ---- cross-entropy -------------------------------------------------------------------
 
 
-@numba.njit(parallel=True, **_jit)
+@_Kernel
 def _cross_entropy_forward(z, dz, targets, loss, vocab, ignore):
     """ops.CrossEntropy, forward and backward together: per row, loss = lse − z[t] over the first `vocab`
     columns and dz = softmax(z) − onehot(t) (dz may be z itself); 0 in padded columns and ignored rows."""
@@ -291,7 +309,7 @@ def cross_entropy_forward(z, targets, vocab, ignore, out):
 # ---- AdamW ---------------------------------------------------------------------------
 
 
-@numba.njit(parallel=True, **_jit)
+@_Kernel
 def _adamw(g, scale, decay, beta1, beta2, eps, step_size, w, m, v):
     """nn.optim.AdamW's update (its docstring has the formula), w, m, v in place, g first scaled by `scale`:
     m ← m + (1−β₁)(sg − m);  v ← β₂v + (1−β₂)(sg)²;  w ← w·decay + step_size · m / (√v + eps)."""
