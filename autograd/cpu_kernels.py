@@ -40,7 +40,12 @@ _MATH = {"nsz", "contract", "afn", "reassoc"}
 _jit = dict(cache=True, fastmath=_MATH, error_model="numpy")  # numpy: x/0 is inf, no branch to raise
 _F32 = np.float32
 ROW_BLOCKS = 64  # layer norm backward: dγ, dβ summed over this many fixed blocks of rows, so the order never varies
-PARALLEL_FROM = 1 << 18  # elements from which a kernel runs on every thread; below, starting them costs more
+# Elements from which a kernel runs on every thread. Waking numba's sleeping threads costs about 100 µs here
+# (an OpenMP layer's spinning ones wake at once, but then spin beside OpenBLAS's and double the step's time),
+# so threads pay only for work of several milliseconds (measured: none at 1M elements, 1.8× at 6.4M): GPT-2's
+# logits, not the main job's arrays.
+PARALLEL_FROM = 1 << 21
+CHUNK = 4096  # an elementwise kernel's work per thread at a time: its inner loop vectorises as the serial one
 
 
 class _Kernel:
@@ -70,6 +75,24 @@ def threads():
 def set_threads(n):
     """Run the kernels on `n` threads (at most numba's pool, which is as wide as the machine)."""
     numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+
+
+def _apart(like, *inputs):
+    """An empty array shaped as `like`, placed at least 512 bytes (mod 4 KB) from each of the arrays a kernel
+    reads while writing it. Where an output starts a multiple of 4 KB plus a few bytes after an input, every
+    store to it looks to the CPU as if it might feed the next loads of the input ("4K aliasing"), and the
+    loop runs 6–10 times slower: equal-sized blocks from the allocator often land exactly so."""
+    n = like.size
+    spare = 4096 // like.itemsize
+    buffer = np.empty(n + spare, dtype=like.dtype)
+    base = buffer.ctypes.data
+    best, shift = -1, 0
+    for step in range(8):  # 8 positions 512 bytes apart: at least one is ≥ 512 bytes from each of ≤ 3 inputs
+        start = base + step * 512
+        distance = min([min((start - a.ctypes.data) % 4096, (a.ctypes.data - start) % 4096) for a in inputs])
+        if distance > best:
+            best, shift = distance, step * 512 // like.itemsize
+    return buffer[shift:shift + n].reshape(like.shape)
 
 
 # ---- exp in float32, vectorisable ----------------------------------------------
@@ -118,29 +141,32 @@ _C2, _A = _F32(2 * math.sqrt(2 / math.pi)), _F32(0.044715)
 @_Kernel
 def _gelu_forward(x, y):
     """ops.GELU: y = x σ(2u), u = √(2/π)(x + 0.044715x³) (= ½x(1 + tanh u))."""
-    for i in prange(x.size):
-        v = x[i]
-        y[i] = v / (_F32(1) + _exp32(-_C2 * (v + _A * v * v * v)))
+    for c in prange((x.size + CHUNK - 1) // CHUNK):
+        for i in range(c * CHUNK, min(x.size, (c + 1) * CHUNK)):
+            v = x[i]
+            y[i] = v / (_F32(1) + _exp32(-_C2 * (v + _A * v * v * v)))
 
 
 @_Kernel
 def _gelu_backward(x, g, dx):
     """ops.GELU's VJP: dx = g s (1 + x (1 − s) 2u′), s = σ(2u), 2u′ = 2√(2/π)(1 + 3·0.044715x²)."""
-    for i in prange(x.size):
-        v = x[i]
-        s = _F32(1) / (_F32(1) + _exp32(-_C2 * (v + _A * v * v * v)))
-        dx[i] = g[i] * s * (_F32(1) + v * (_F32(1) - s) * _C2 * (_F32(1) + _F32(3) * _A * v * v))
+    for c in prange((x.size + CHUNK - 1) // CHUNK):
+        for i in range(c * CHUNK, min(x.size, (c + 1) * CHUNK)):
+            v = x[i]
+            s = _F32(1) / (_F32(1) + _exp32(-_C2 * (v + _A * v * v * v)))
+            dx[i] = g[i] * s * (_F32(1) + v * (_F32(1) - s) * _C2 * (_F32(1) + _F32(3) * _A * v * v))
 
 
 def gelu_forward(x):
-    y = np.empty_like(x)
+    y = _apart(x, x)
     _gelu_forward(x.reshape(-1), y.reshape(-1))
     return y
 
 
 def gelu_backward(x, g):
-    dx = np.empty_like(x)
-    _gelu_backward(x.reshape(-1), np.ascontiguousarray(g).reshape(-1), dx.reshape(-1))
+    g = np.ascontiguousarray(g)
+    dx = _apart(x, x, g)
+    _gelu_backward(x.reshape(-1), g.reshape(-1), dx.reshape(-1))
     return dx
 
 
@@ -198,7 +224,7 @@ def layer_norm_forward(x, w, b, eps):
     """(y, stats) as cuda_kernels.layer_norm_forward: stats (2, rows) holds each row's μ and rstd."""
     n = x.shape[-1]
     rows = x.reshape(-1, n)
-    y = np.empty_like(rows)
+    y = _apart(rows, rows)
     stats = np.empty((2, len(rows)), dtype=x.dtype)
     _layer_norm_forward(rows, w, b, y, stats[0], stats[1], _F32(eps))
     return y.reshape(x.shape), stats
@@ -207,12 +233,11 @@ def layer_norm_forward(x, w, b, eps):
 def layer_norm_backward(g, x, w, stats):
     """(dx, dγ, dβ): dx and each block's partial column sums in one kernel, then the blocks' sums in order."""
     n = x.shape[-1]
-    rows = x.reshape(-1, n)
-    dx = np.empty_like(rows)
+    rows, g = x.reshape(-1, n), np.ascontiguousarray(g).reshape(-1, n)
+    dx = _apart(rows, rows, g)
     blocks = max(1, min(ROW_BLOCKS, len(rows)))
     partial_dw, partial_db = np.empty((blocks, n), dtype=x.dtype), np.empty((blocks, n), dtype=x.dtype)
-    _layer_norm_backward(np.ascontiguousarray(g).reshape(-1, n), rows, w, stats[0], stats[1], dx, partial_dw,
-                         partial_db)
+    _layer_norm_backward(g, rows, w, stats[0], stats[1], dx, partial_dw, partial_db)
     return dx.reshape(x.shape), partial_dw.sum(axis=0), partial_db.sum(axis=0)
 
 
@@ -313,11 +338,12 @@ def cross_entropy_forward(z, targets, vocab, ignore, out):
 def _adamw(g, scale, decay, beta1, beta2, eps, step_size, w, m, v):
     """nn.optim.AdamW's update (its docstring has the formula), w, m, v in place, g first scaled by `scale`:
     m ← m + (1−β₁)(sg − m);  v ← β₂v + (1−β₂)(sg)²;  w ← w·decay + step_size · m / (√v + eps)."""
-    for i in prange(w.size):
-        sg = g[i] * scale
-        m[i] += (_F32(1) - beta1) * (sg - m[i])
-        v[i] = beta2 * v[i] + (_F32(1) - beta2) * sg * sg
-        w[i] = w[i] * decay + step_size * m[i] / (math.sqrt(v[i]) + eps)
+    for c in prange((w.size + CHUNK - 1) // CHUNK):
+        for i in range(c * CHUNK, min(w.size, (c + 1) * CHUNK)):
+            sg = g[i] * scale
+            m[i] += (_F32(1) - beta1) * (sg - m[i])
+            v[i] = beta2 * v[i] + (_F32(1) - beta2) * sg * sg
+            w[i] = w[i] * decay + step_size * m[i] / (math.sqrt(v[i]) + eps)
 
 
 def adamw(g, scale, decay, beta1, beta2, eps, step_size, w, m, v):
