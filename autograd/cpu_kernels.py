@@ -45,7 +45,6 @@ ROW_BLOCKS = 64  # layer norm backward: dγ, dβ summed over this many fixed blo
 # so threads pay only for work of several milliseconds (measured: none at 1M elements, 1.8× at 6.4M): GPT-2's
 # logits, not the main job's arrays.
 PARALLEL_FROM = 1 << 21
-CHUNK = 4096  # an elementwise kernel's work per thread at a time: its inner loop vectorises as the serial one
 
 
 class _Kernel:
@@ -141,20 +140,18 @@ _C2, _A = _F32(2 * math.sqrt(2 / math.pi)), _F32(0.044715)
 @_Kernel
 def _gelu_forward(x, y):
     """ops.GELU: y = x σ(2u), u = √(2/π)(x + 0.044715x³) (= ½x(1 + tanh u))."""
-    for c in prange((x.size + CHUNK - 1) // CHUNK):
-        for i in range(c * CHUNK, min(x.size, (c + 1) * CHUNK)):
-            v = x[i]
-            y[i] = v / (_F32(1) + _exp32(-_C2 * (v + _A * v * v * v)))
+    for i in prange(x.size):
+        v = x[i]
+        y[i] = v / (_F32(1) + _exp32(-_C2 * (v + _A * v * v * v)))
 
 
 @_Kernel
 def _gelu_backward(x, g, dx):
     """ops.GELU's VJP: dx = g s (1 + x (1 − s) 2u′), s = σ(2u), 2u′ = 2√(2/π)(1 + 3·0.044715x²)."""
-    for c in prange((x.size + CHUNK - 1) // CHUNK):
-        for i in range(c * CHUNK, min(x.size, (c + 1) * CHUNK)):
-            v = x[i]
-            s = _F32(1) / (_F32(1) + _exp32(-_C2 * (v + _A * v * v * v)))
-            dx[i] = g[i] * s * (_F32(1) + v * (_F32(1) - s) * _C2 * (_F32(1) + _F32(3) * _A * v * v))
+    for i in prange(x.size):
+        v = x[i]
+        s = _F32(1) / (_F32(1) + _exp32(-_C2 * (v + _A * v * v * v)))
+        dx[i] = g[i] * s * (_F32(1) + v * (_F32(1) - s) * _C2 * (_F32(1) + _F32(3) * _A * v * v))
 
 
 def gelu_forward(x):
@@ -338,12 +335,12 @@ def cross_entropy_forward(z, targets, vocab, ignore, out):
 def _adamw(g, scale, decay, beta1, beta2, eps, step_size, w, m, v):
     """nn.optim.AdamW's update (its docstring has the formula), w, m, v in place, g first scaled by `scale`:
     m ← m + (1−β₁)(sg − m);  v ← β₂v + (1−β₂)(sg)²;  w ← w·decay + step_size · m / (√v + eps)."""
-    for c in prange((w.size + CHUNK - 1) // CHUNK):
-        for i in range(c * CHUNK, min(w.size, (c + 1) * CHUNK)):
-            sg = g[i] * scale
-            m[i] += (_F32(1) - beta1) * (sg - m[i])
-            v[i] = beta2 * v[i] + (_F32(1) - beta2) * sg * sg
-            w[i] = w[i] * decay + step_size * m[i] / (math.sqrt(v[i]) + eps)
+    for i in prange(w.size):
+        sg = g[i] * scale
+        mi = m[i] + (_F32(1) - beta1) * (sg - m[i])
+        vi = beta2 * v[i] + (_F32(1) - beta2) * sg * sg
+        m[i], v[i] = mi, vi
+        w[i] = w[i] * decay + step_size * mi / (math.sqrt(vi) + eps)
 
 
 def adamw(g, scale, decay, beta1, beta2, eps, step_size, w, m, v):

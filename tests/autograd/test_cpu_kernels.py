@@ -232,3 +232,15 @@ def test_threads_follow_omp_num_threads_and_the_ranks_share(monkeypatch):
     finally:
         monkeypatch.setitem(backend._cpu, "threads", None)
         numba.set_num_threads(before)
+
+
+def test_outputs_start_apart_from_their_inputs_within_a_page():
+    """4K aliasing: an output a multiple of 4 KB plus a few bytes after an input slows a kernel several times."""
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        inputs = [np.empty(int(rng.integers(1, 300_000)), dtype=np.float32) for _ in range(3)]
+        out = cpu_kernels._apart(inputs[0], *inputs)
+        assert out.shape == inputs[0].shape and out.dtype == np.float32
+        for a in inputs:
+            gap = (out.ctypes.data - a.ctypes.data) % 4096
+            assert 512 <= gap <= 4096 - 512
