@@ -33,13 +33,14 @@ pytestmark = pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallinfo2"),
                                 reason="mallinfo2 is glibc's (2.33 and later): nothing to observe elsewhere")
 
 
-def mmapped_bytes(before, switch=None):
-    """How many bytes of a 16 MB array glibc served by mmap() in a fresh process, after running `before`."""
+def mmapped_bytes(before, switch=None, size=BLOCK):
+    """How many bytes of a `size`-byte array (16 MB) glibc served by mmap() in a fresh process, after `before`."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("AUTOGRAD_KEEP_FREED_MEMORY", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")}
+           if k not in ("AUTOGRAD_KEEP_FREED_MEMORY", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
+                         "MALLOC_MMAP_MAX_")}
     if switch is not None:
         env["AUTOGRAD_KEEP_FREED_MEMORY"] = switch
-    done = subprocess.run([sys.executable, "-c", PROBE.format(before=before, size=BLOCK)], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-c", PROBE.format(before=before, size=size)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return int(done.stdout.split()[-1])
@@ -48,6 +49,12 @@ def mmapped_bytes(before, switch=None):
 def test_without_the_setting_glibc_maps_the_block_and_with_it_serves_it_from_the_heap():
     assert mmapped_bytes("") >= BLOCK  # the probe sees glibc's own behaviour
     assert mmapped_bytes("import autograd; assert autograd.keep_freed_memory() is True") == 0
+
+
+def test_with_the_setting_a_block_above_32_mb_comes_from_the_heap_too():
+    size = 200 << 20  # above glibc's largest mmap threshold: only M_MMAP_MAX = 0 keeps it off mmap()
+    assert mmapped_bytes("", size=size) >= size
+    assert mmapped_bytes("import autograd; assert autograd.keep_freed_memory() is True", size=size) == 0
 
 
 def test_importing_the_engine_changes_no_allocator_setting():
