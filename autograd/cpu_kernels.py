@@ -82,15 +82,15 @@ def _apart(like, *inputs):
     store to it looks to the CPU as if it might feed the next loads of the input ("4K aliasing"), and the
     loop runs 6–10 times slower: equal-sized blocks from the allocator often land exactly so."""
     n = like.size
-    spare = 4096 // like.itemsize
-    buffer = np.empty(n + spare, dtype=like.dtype)
+    buffer = np.empty(n + 4096 // like.itemsize, dtype=like.dtype)
     base = buffer.ctypes.data
-    best, shift = -1, 0
-    for step in range(8):  # 8 positions 512 bytes apart: at least one is ≥ 512 bytes from each of ≤ 3 inputs
-        start = base + step * 512
-        distance = min([min((start - a.ctypes.data) % 4096, (a.ctypes.data - start) % 4096) for a in inputs])
-        if distance > best:
-            best, shift = distance, step * 512 // like.itemsize
+    addresses = [a.ctypes.data for a in inputs]  # once each: .ctypes builds an object per access
+
+    def distance(start):
+        return min(min((start - a) % 4096, (a - start) % 4096) for a in addresses)
+    # 8 positions 512 bytes apart: one of them is at least 512 bytes from each of up to 3 inputs
+    offset = max(range(0, 4096, 512), key=lambda offset: distance(base + offset))
+    shift = offset // like.itemsize
     return buffer[shift:shift + n].reshape(like.shape)
 
 
