@@ -594,10 +594,10 @@ class CrossEntropy(Function):
     first `classes` columns are classes (a vocabulary padded for the GPU's
     sake): the rest get no probability and a zero gradient. On a GPU one
     kernel (cuda_kernels.CROSS_ENTROPY_FORWARD) computes the losses and
-    p − onehot(y) together, over z itself with `reuse_logits` (the caller
-    promises not to read the logits again), so backward only scales it (in
-    place on a GPU, once; on the CPU, numba's twin in cpu_kernels.py, into a
-    new array, so a second backward or viz.trace can run it again).
+    p − onehot(y) together (on the CPU, numba's twin in cpu_kernels.py), over
+    z itself with `reuse_logits` (the caller promises not to read the logits
+    again), so backward only scales it: in place on its last use, into a new
+    array while the graph is kept (retain_graph, viz.trace).
     """
 
     rule = "dz = p − y"
@@ -638,15 +638,8 @@ class CrossEntropy(Function):
             scale = g.reshape(-1, 1)
         else:
             scale = g / self.count if self.reduction == "mean" else g
-        if self.fused:
-            if p is None:
-                raise RuntimeError("CrossEntropy: the GPU kernel's gradient is scaled in place and can be "
-                                   "backpropagated once; set AUTOGRAD_FUSED=0 to backpropagate through it again")
-            if backend.device_of(p) == "cpu":  # memory to spare: scaled into a new array, so it can run again
-                return (p * scale).reshape(self.shape)
-            self.saved = (None, None, None)
-            p *= scale  # the kernel's p − onehot(y), scaled in place: the backward GEMMs read it as it is
-            return p.reshape(self.shape)
+        if self.fused:  # the kernel's p − onehot(y), scaled; in place when it is its last use
+            return self.xp.multiply(p, scale, out=p if self.last_use else None).reshape(self.shape)
         dz = p * scale
         rows = self.xp.arange(len(t))
         dz[rows, t] -= scale[:, 0] if self.reduction == "none" else scale

@@ -91,7 +91,10 @@ class Function:
     there). `forward` keeps what backward needs with `save`; non-array
     settings are plain attributes. `backward` returns one gradient
     per input (None where `self.needs_grad` says none is wanted), in the
-    broadcast shape if it likes: the engine sums it back.
+    broadcast shape if it likes: the engine sums it back. `last_use` is True
+    while backward runs for the last time, the engine dropping the saved
+    arrays right after (a backward() without retain_graph): backward may then
+    write its result over a saved array instead of allocating one.
 
     What tools read from a recorded op (`tensor.op`): `name`, `rule`,
     `input_names`, `saved_names`, `scope` (the dotted name of the module that
@@ -108,6 +111,7 @@ class Function:
     inputs = None
     params = {}
     saved = ()
+    last_use = False
 
     @property
     def name(self):
@@ -580,6 +584,7 @@ def backward_steps(root, grad, free=True):
                 raise RuntimeError(
                     f"backward: the graph through {op.name} was freed by an earlier backward(); "
                     "call the first backward(retain_graph=True) to go through it twice")
+            op.last_use = free
             input_grads = op.backward(g)
             if not isinstance(input_grads, tuple):
                 input_grads = (input_grads,)

@@ -244,3 +244,17 @@ def test_outputs_start_apart_from_their_inputs_within_a_page():
         for a in inputs:
             gap = (out.ctypes.data - a.ctypes.data) % 4096
             assert 512 <= gap <= 4096 - 512
+
+
+def test_the_last_backward_scales_the_cross_entropy_gradient_in_place(spy):
+    """No second logits-sized array: on its last use the kernel's p − onehot(y) becomes dz itself."""
+    rng = np.random.default_rng(0)
+    z = ag.Tensor(rng.standard_normal((768, 65)).astype(np.float32), requires_grad=True)
+    loss = ag.cross_entropy(z, ag.Tensor(rng.integers(0, 65, size=768)), reuse_logits=True)
+    saved = loss.op.saved[0]  # p − onehot(y), over the logits' own memory
+    loss.backward(retain_graph=True)
+    np.testing.assert_allclose(saved, 768 * z.grad, rtol=1e-5, atol=1e-6)  # kept: still unscaled
+    z.grad = None
+    loss.backward()
+    np.testing.assert_array_equal(saved, z.grad)  # its last use: scaled in place (mean over 768 rows)
+    assert spy == {"cross_entropy_forward": 1}

@@ -208,21 +208,23 @@ def test_the_ops_gpu_paths_through_the_twins_train_as_the_composed_ops(twins_as_
         np.testing.assert_allclose(fused_weights[name], w, rtol=1e-9, atol=1e-12, err_msg=name)
 
 
-def test_the_fused_cross_entropy_backpropagates_again_on_the_cpu(twins_as_kernels, rng):
+def test_the_fused_cross_entropy_backpropagates_again_while_the_graph_is_kept(twins_as_kernels, rng):
     z = leaf(rng.normal(size=(3, 5)))
-    loss = ag.cross_entropy(z, np.array([0, 1, 2]))
-    loss.backward(retain_graph=True)
+    loss = ag.cross_entropy(z, np.array([0, 1, 2]), reuse_logits=True)
+    loss.backward(retain_graph=True)  # scaled into a new array: the kernel's p − onehot(y) stays
     first = z.grad.copy()
-    loss.backward()  # the CPU scales the kernel's p − onehot(y) into a new array: it is still there
+    loss.backward()  # the last use: scaled in place
     np.testing.assert_allclose(z.grad, 2 * first, rtol=1e-12)
 
 
-def test_the_fused_cross_entropy_backpropagates_once_on_a_gpu(device, rng):
+def test_the_fused_cross_entropy_backpropagates_again_on_a_gpu(device, rng):
+    from autograd import backend
     z = ag.Tensor(rng.normal(size=(3, 5)).astype(np.float32), requires_grad=True, device=device)
-    loss = ag.cross_entropy(z, ag.Tensor(np.array([0, 1, 2]), device=device))
+    loss = ag.cross_entropy(z, ag.Tensor(np.array([0, 1, 2]), device=device), reuse_logits=True)
     loss.backward(retain_graph=True)
-    with pytest.raises(RuntimeError, match="CrossEntropy: the GPU kernel's gradient is scaled in place"):
-        loss.backward()
+    first = backend.to_host(z.grad).copy()
+    loss.backward()
+    np.testing.assert_allclose(backend.to_host(z.grad), 2 * first, rtol=1e-6)
 
 
 def test_each_cuda_kernel_matches_its_twin_in_float64(device, rng):
