@@ -1,4 +1,4 @@
-"""Fused CPU kernels, compiled by numba: one pass over each row where NumPy makes several, on every core given.
+"""Fused CPU kernels, compiled by numba: one pass over each row where NumPy makes several with temporaries.
 
 The CPU twin of cuda_kernels.py, with the same launchers (backend.fused()
 hands an op either): each kernel computes exactly the formula its op states
@@ -10,9 +10,10 @@ path in float32. AUTOGRAD_FUSED=0 switches them off, as it does the GPU's.
 
 Why they pay: NumPy runs `(x − μ)·rstd·γ + β` as five single-threaded passes
 with a temporary each; here each row is read once or twice from cache, and
-on arrays large enough (PARALLEL_FROM) rows are spread over the threads. NumPy's exp is SIMD; a loop calling libm's
-is not, so the exponentials go through `_exp32`, a polynomial LLVM
-vectorises (relative error below 2e-7, about float32's own).
+on arrays large enough (PARALLEL_FROM) rows are spread over the threads.
+NumPy's exp is SIMD; a loop calling libm's is not, so the exponentials go
+through `_exp32`, a polynomial LLVM vectorises (relative error below 2e-7,
+about float32's own).
 
 Threads: as many as BLAS has (OMP_NUM_THREADS, else the cores this process
 may run on, or the share nn.distributed gives each MPI rank), never more:
