@@ -19,16 +19,16 @@ def exit_quietly_on_interrupt(prog):
     previous = sys.excepthook
 
     def hook(kind, value, traceback):
-        if _came_from_ctrl_c(value):
+        if came_from_ctrl_c(value):
             print(f"\n{prog}: interrupted", file=sys.stderr)
         else:
             previous(kind, value, traceback)
     sys.excepthook = hook
 
 
-def _came_from_ctrl_c(error):
-    """Whether `error` is a KeyboardInterrupt, or was raised because of one (an extension module interrupted while
-    it loads, NumPy's, makes an ImportError of it)."""
+def came_from_ctrl_c(error):
+    """Whether `error` is a KeyboardInterrupt, or was raised because of one: an extension module interrupted while
+    it loads (NumPy's) makes an ImportError of it, and zipfile interrupted inside np.savez a ValueError."""
     seen = set()
     while error is not None and id(error) not in seen:
         if isinstance(error, KeyboardInterrupt):

@@ -48,6 +48,7 @@ from models import checkpoint, health
 from models.cli import Parser, device, interval, model_folder, output_folder, show_default
 from models.data import Layout, TokenData, load_text
 from models.gpt2 import GPT, GPTConfig
+from models.interrupts import came_from_ctrl_c
 from models.io import atomic_path
 from models.parallel import PeerFailed, World
 from models.shards import PreparedData, check_tokenizer, data_path
@@ -709,15 +710,22 @@ def main(argv=None):
     except PeerFailed:
         return 1  # the rank that failed has said why
     except (ValueError, OSError, KeyError, MemoryError, dist.DistributedError, ag.AnomalyError) as exc:
+        if came_from_ctrl_c(exc):  # a Ctrl-C inside a library's cleanup, re-raised as its own error
+            return interrupted(args, world)
         return report(exc, world)
     except KeyboardInterrupt:
-        if world.is_root:
-            iteration = checkpoint.saved_iteration(args.out_dir)
-            kept = (f"{args.out_dir} holds the checkpoint of iteration {iteration}" if iteration is not None
-                    else "no checkpoint was written")
-            print(f"\ntrain: interrupted; {kept}", file=sys.stderr)
-        return 130
+        return interrupted(args, world)
     return 0
+
+
+def interrupted(args, world):
+    """Ctrl-C: one line naming the checkpoint the folder holds (the last whole save), and Ctrl-C's exit status."""
+    if world.is_root:
+        iteration = checkpoint.saved_iteration(args.out_dir)
+        kept = (f"{args.out_dir} holds the checkpoint of iteration {iteration}" if iteration is not None
+                else "no checkpoint was written")
+        print(f"\ntrain: interrupted; {kept}", file=sys.stderr)
+    return 130
 
 
 if __name__ == "__main__":
