@@ -310,13 +310,16 @@ def _cross_entropy_forward(z, dz, targets, loss, vocab, ignore):
         m = z[r, 0]
         for j in range(1, vocab):
             m = max(m, z[r, j])
-        total = _F32(0)
-        for j in range(vocab):
-            total += _exp32(z[r, j] - m)
         valid = t != ignore
-        loss[r] = m + math.log(total) - z[r, t] if valid else _F32(0)  # read z[t] before dz may overwrite it
+        target = z[r, t] if valid else _F32(0)  # read before dz, which may be z itself, overwrites it
+        total = _F32(0)
+        for j in range(vocab):  # each exp once: kept in dz, normalised below
+            e = _exp32(z[r, j] - m)
+            dz[r, j] = e
+            total += e
+        loss[r] = m + math.log(total) - target if valid else _F32(0)
         for j in range(vocab):
-            dz[r, j] = _exp32(z[r, j] - m) / total - (_F32(1) if j == t else _F32(0)) if valid else _F32(0)
+            dz[r, j] = dz[r, j] / total - (_F32(1) if j == t else _F32(0)) if valid else _F32(0)
         for j in range(vocab, stride):
             dz[r, j] = _F32(0)
 
