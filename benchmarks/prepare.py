@@ -1,11 +1,12 @@
 """A corpus bigger than this benchmark lets any process hold: prepare's speed and memory, and train's on the shards.
 
-Run from the repository root:  python -m benchmarks.prepare [--mb 256] [--workers 1,2] [--tokenizer char]
+Run from the repository root:  python -m benchmarks.prepare [--mb 256] [--workers 1,2] [--rounds 3] [--tokenizer char]
 
 It writes a corpus of --mb megabytes (files of 4 MB, lines of Tiny Shakespeare
 drawn at random, seeded) into a temporary folder, then, each in a fresh
-process: `python -m models.prepare` once per --workers count (MB/s, and the
-speed-up over the first count), and `python -m models.train --data` on the
+process: `python -m models.prepare` --rounds times per --workers count, the
+counts alternating (MB/s, and the speed-up of the medians over the first
+count), and `python -m models.train --data` on the
 shards for --iters iterations (the seconds from the start of the process to
 its first evaluation, which comes before the first step, and then the speed),
 and the same training on Tiny Shakespeare's shards: the model's own share.
@@ -22,6 +23,7 @@ import json
 import random
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -72,6 +74,7 @@ def main(argv=None):
     p = Parser("python -m benchmarks.prepare", __doc__.splitlines()[0])
     p.add_argument("--mb", type=int, default=256, help="corpus size in MB")
     p.add_argument("--workers", default="1,2", help="the --workers counts to prepare with, comma-separated")
+    p.add_argument("--rounds", type=int, default=1, help="prepares per --workers count, the counts alternating")
     p.add_argument("--tokenizer", choices=["char", "gpt2"], default="char")
     p.add_argument("--steps", default="prepare,train", help="prepare, train, or both")
     p.add_argument("--iters", type=int, default=50, help="training iterations on the prepared shards")
@@ -88,19 +91,27 @@ def main(argv=None):
             f.stat().st_size for f in corpus.iterdir())
         print(f"corpus: {size / 1e6:,.0f} MB in {len(list(corpus.iterdir()))} files ({time.perf_counter() - start:.0f} s "
               f"to write); tokenizer {args.tokenizer}")
-        first, counts = None, list(map(int, args.workers.split(",")))
+        counts = list(map(int, args.workers.split(",")))
         out = work / f"shards-{counts[-1]}"
-        for workers in counts if "prepare" in args.steps else []:
-            out = work / f"shards-{workers}"
-            shutil.rmtree(out, ignore_errors=True)
-            run = measured([sys.executable, "-m", "models.prepare", str(corpus), "--out", str(out), "--tokenizer",
-                            args.tokenizer, "--workers", str(workers), "--no-progress"])
-            rate = size / 1e6 / run["seconds"]
-            first = first or rate
-            print(f"prepare --workers {workers}: {run['seconds']:.1f} s, {rate:.2f} MB/s ({rate / first:.2f}x "
-                  f"--workers {args.workers.split(',')[0]}), peak RSS {run['peak_rss_mb']:.0f} MB "
-                  f"({run['peak_rss_mb'] / (size / 1e6):.1%} of the corpus)")
-            print("  " + run["lines"][-1][1])
+        seconds = {workers: [] for workers in counts}
+        for round_ in range(args.rounds if "prepare" in args.steps else 0):
+            for workers in counts:
+                out = work / f"shards-{workers}"
+                shutil.rmtree(out, ignore_errors=True)
+                run = measured([sys.executable, "-m", "models.prepare", str(corpus), "--out", str(out),
+                                "--tokenizer", args.tokenizer, "--workers", str(workers), "--no-progress"])
+                seconds[workers].append(run["seconds"])
+                print(f"round {round_ + 1}, prepare --workers {workers}: {run['seconds']:.1f} s, "
+                      f"{size / 1e6 / run['seconds']:.2f} MB/s, peak RSS {run['peak_rss_mb']:.0f} MB "
+                      f"({run['peak_rss_mb'] / (size / 1e6):.1%} of the corpus)")
+                print("  " + run["lines"][-1][1])
+        if "prepare" in args.steps:
+            base = statistics.median(seconds[counts[0]])
+            for workers in counts:
+                median = statistics.median(seconds[workers])
+                print(f"prepare --workers {workers}: median {median:.1f} s over {args.rounds} rounds "
+                      f"({min(seconds[workers]):.1f}–{max(seconds[workers]):.1f}), {size / 1e6 / median:.2f} MB/s, "
+                      f"{base / median:.2f}x --workers {counts[0]}")
         if "train" not in args.steps:
             return
         small = work / "shards-shakespeare"  # the same training on 1 MB: what the model costs alone

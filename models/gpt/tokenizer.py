@@ -495,11 +495,17 @@ class GPT2Tokenizer(_ByteLevelBPE):
             pair = (token_id(parts[0], where), token_id(parts[1], where))
             ranks[pair], merged_ids[pair] = rank, token_id(parts[0] + parts[1], where)
 
-        byte_of = {ch: b for b, ch in alphabet.items()}
-        token_bytes = {
-            i: bytes(byte_of[ch] for ch in token) if all(ch in byte_of for ch in token) else token.encode("utf-8")
-            for token, i in encoder.items()
-        }
+        # A token's characters back to its bytes: translated, then written as Latin-1. A character outside the
+        # alphabet becomes U+FFFF, which Latin-1 refuses: such a token is taken as its UTF-8 text instead.
+        byte_of = {c: 0xFFFF for c in range(256)} | {ord(ch): b for b, ch in alphabet.items()}
+
+        def bytes_of(token):
+            try:
+                return token.translate(byte_of).encode("latin-1")
+            except UnicodeEncodeError:
+                return token.encode("utf-8")
+
+        token_bytes = {i: bytes_of(token) for token, i in encoder.items()}
         super().__init__(GPT2_SPLIT_PATTERN, byte_ids, ranks, merged_ids, token_bytes)
         self.eot_token = encoder.get(END_OF_TEXT)
 

@@ -45,11 +45,15 @@ class TokenData:
 
     def fingerprint(self, tokenizer):
         """One line that differs wherever the tokenizer or the tokens differ: what MPI ranks compare."""
-        digest = zlib.crc32(json.dumps(tokenizer.to_dict(), sort_keys=True).encode())
-        for split in ("train", "val"):
-            digest = zlib.crc32(np.ascontiguousarray(self.splits[split]).tobytes(), digest)
+        digest = self._tokens_crc(zlib.crc32(json.dumps(tokenizer.to_dict(), sort_keys=True).encode()))
         return (f"a {tokenizer.kind} tokenizer of {tokenizer.vocab_size} tokens, {len(self.splits['train']):,} train "
                 f"/ {len(self.splits['val']):,} val tokens (CRC-32 {digest:08x})")
+
+    def _tokens_crc(self, crc):
+        """The CRC-32 of the tokens, continued from `crc`."""
+        for split in ("train", "val"):
+            crc = zlib.crc32(np.ascontiguousarray(self.splits[split]).tobytes(), crc)
+        return crc
 
     def check_fits(self, block_size, splits=("train", "val")):
         """A one-line error unless each split holds more than `block_size` tokens (a block and its target)."""

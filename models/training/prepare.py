@@ -5,12 +5,14 @@
 Tokenizes once, so that training starts at once and holds none of the corpus
 in memory (models/training/shards.py describes the folder it writes).
 
-* It streams: each file is read in sections of about --section-kb, cut where
-  the text tokenizes the same in pieces as whole (a newline or a space between
-  two non-space characters), so the tokens are those of each file encoded whole,
-  whatever the section size. Shards are written as their tokens come, so
-  memory holds a few sections, whatever the corpus or the shard size.
-* --workers N tokenizes sections in N processes; the sections come back in
+* It streams: each file is cut into sections of about --section-kb, where the
+  text tokenizes the same in pieces as whole (a newline or a space between two
+  non-space characters), so the tokens are those of each file encoded whole,
+  whatever the section size. Finding a cut reads only the bytes near it. Shards
+  are written as their tokens come, so memory holds a few sections, whatever
+  the corpus or the shard size.
+* --workers N tokenizes sections in N processes, each reading its sections'
+  bytes itself (the parent only hashes them); the sections' ids come back in
   order, so the output is byte for byte the same for any N.
 * The validation split is held out by document: with at least 1/--val-fraction
   files, every (1/f)-th file in sorted order; with fewer, the tail of each file
@@ -26,7 +28,9 @@ in memory (models/training/shards.py describes the folder it writes).
 import codecs
 import hashlib
 import json
+import mmap
 import os
+import re
 import signal
 import sys
 import time
@@ -97,43 +101,48 @@ def find_sources(inputs, pattern):
     return files
 
 
-# A cut between a newline or a space and its neighbours, both visible ASCII: encoding
-# the two sides apart gives the tokens of the whole (GPT-2's chunks never cross it).
-_VISIBLE = range(0x21, 0x7F)
+# A newline or a space between two non-space characters: encoding the text on its two sides
+# apart gives the tokens of the whole, since GPT-2's chunks never cross it. The cut comes after
+# the newline, and before the space (which joins the next word).
+_CUT = re.compile(r"(?<=\S)(?:\n(?=\S)|(?= \S))")
+CUTS = 2  # the version of that rule, in a saved progress: a rerun after a change starts afresh
 
 
-def safe_cut_in_bytes(data, start):
-    """The first offset ≥ `start` in `data` (bytes) where the text may be cut, or None."""
-    for i in range(max(start, 1), len(data) - 1):
-        if data[i] in b"\n " and data[i - 1] in _VISIBLE and data[i + 1] in _VISIBLE:
-            return i + 1 if data[i] == 0x0A else i  # after a newline, before a space (it joins the next word)
-    return None
+def next_cut(f, start, end, window=1 << 16):
+    """The first offset in [start, end) of the open binary file `f` where its text may be cut, else `end`.
 
-
-def last_safe_cut(text):
-    """The last place in `text` (a str) where it may be cut, or 0: after a newline, else before a space,
-    between two non-space characters."""
-    for sep, after in (("\n", 1), (" ", 0)):
-        i = text.rfind(sep, 1, len(text) - 1)
-        while i > 0:
-            if not text[i - 1].isspace() and not text[i + 1].isspace():
-                return i + after
-            i = text.rfind(sep, 1, i)
-    return 0
+    It reads `window` bytes at a time, trimmed to whole UTF-8 characters (bad
+    bytes are the encoder's to report); in UTF-8 a newline or a space never occurs
+    inside a character.
+    """
+    at = start
+    while at < end:
+        origin = max(at - 4, 0)  # the whole character before `at`, which a cut there needs
+        f.seek(origin)
+        raw = f.read(window)
+        first, last = 0, len(raw)
+        while first < last and 0x80 <= raw[first] < 0xC0:  # the rest of a character before the window
+            first += 1
+        if len(raw) == window:  # not the file's end: drop a character the window may cut short
+            while last > first and 0x80 <= raw[last - 1] < 0xC0:
+                last -= 1
+            last = max(last - 1, first)
+        text = raw[first:last].decode("utf-8", "surrogateescape")
+        for match in _CUT.finditer(text):
+            cut = origin + first + len(text[:match.end()].encode("utf-8", "surrogateescape"))
+            if cut >= at:
+                return min(cut, end)
+        if len(raw) < window or not text:
+            return end
+        # The last character's cut needs the one after it: the next window starts there.
+        at = max(origin + first + len(text[:-1].encode("utf-8", "surrogateescape")), at + 1)
+    return end
 
 
 def tail_start(path, size, val_fraction):
     """Where the validation tail of the file at `path` starts: the first cut at or after its last fraction."""
-    start = int(size * (1 - val_fraction))
     with open(path, "rb") as f:
-        while start < size:
-            f.seek(max(start - 1, 0))
-            data = f.read(1 << 16)
-            cut = safe_cut_in_bytes(data, start - max(start - 1, 0))
-            if cut is not None:
-                return max(start - 1, 0) + cut
-            start += max(len(data) - 2, 1)
-    return size
+        return next_cut(f, int(size * (1 - val_fraction)), size)
 
 
 def plan_parts(files, val_fraction):
@@ -152,58 +161,77 @@ def plan_parts(files, val_fraction):
     return parts, "tail"
 
 
-def read_sections(part, section_bytes, hasher, progress):
-    """(text, last) for the sections of `part`, of about `section_bytes` each, cut where the text may be cut.
+@dataclass(frozen=True)
+class Section:
+    """The `index`-th piece of work: the bytes [start, end) of a part, cut where the text may be cut."""
 
-    Every byte read goes to `hasher` and its count to `progress`.
-    """
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    pending, pos = "", part.start
-    with open(part.path, "rb") as f:
-        f.seek(part.start)
-        while pos < part.end:
-            raw = f.read(min(section_bytes, part.end - pos))
-            if not raw:
-                raise ValueError(f"{part.path} became shorter while it was read; prepare it again")
-            hasher.update(raw)
-            try:
-                pending += decoder.decode(raw, final=pos + len(raw) >= part.end)
-            except UnicodeDecodeError as exc:
-                raise ValueError(f"{part.path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
-                                 f"{pos + exc.start}); convert it first, e.g. `iconv -t utf-8`") from None
-            pos += len(raw)
-            progress(len(raw))
-            cut = last_safe_cut(pending) if pos < part.end else 0
-            if cut:
-                yield pending[:cut], False
-                pending = pending[cut:]
-    if part.end > part.start:
-        yield pending, True
+    index: int
+    part: Part
+    start: int
+    end: int
+
+    @property
+    def ends_file(self):
+        return self.part.ends_file and self.end == self.part.end
 
 
-def sections(parts, section_bytes, hashes, progress):
-    """(index, part, text, ends_file) for every section of every part, in order; `ends_file` for a file's last."""
+def sections(parts, section_bytes):
+    """Every part's sections, of about `section_bytes` each, in order: found by reading only near the cuts."""
     index = 0
     for part in parts:
-        for text, last in read_sections(part, section_bytes, hashes[part.path], progress):
-            yield index, part, text, last and part.ends_file
-            index += 1
+        with open(part.path, "rb") as f:
+            start = part.start
+            while start < part.end:
+                end = next_cut(f, start + section_bytes, part.end) if start + section_bytes < part.end else part.end
+                yield Section(index, part, start, end)
+                index, start = index + 1, end
+
+
+def read_bytes(section):
+    with open(section.part.path, "rb") as f:
+        f.seek(section.start)
+        raw = f.read(section.end - section.start)
+    if len(raw) < section.end - section.start:
+        raise ValueError(f"{section.part.path} became shorter while it was read; prepare it again")
+    return raw
+
+
+def read_text(section):
+    """A section's text, read from its file by whoever encodes it (a worker reads its own)."""
+    raw = read_bytes(section)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{section.part.path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                         f"{section.start + exc.start}); convert it first, e.g. `iconv -t utf-8`") from None
+
+
+def hashed(sections, hashes):
+    """The sections, each one's bytes hashed into its file's hasher as it passes."""
+    for section in sections:
+        hashes[section.part.path].update(read_bytes(section))
+        yield section
 
 
 def read_characters(files, progress):
-    """Every character of the files (a first pass, for a character vocabulary)."""
-    chars = set()
+    """Every character of the files (a first pass, for a character vocabulary).
+
+    The code points are counted with NumPy: about four times faster than a set of the text's characters.
+    """
+    codes = set()
     for path in files:
         decoder = codecs.getincrementaldecoder("utf-8")()
         with open(path, "rb") as f:
             while raw := f.read(1 << 20):
                 try:
-                    chars.update(decoder.decode(raw))
+                    text = decoder.decode(raw)
                 except UnicodeDecodeError as exc:
                     raise ValueError(f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x}); "
                                      "convert it first, e.g. `iconv -t utf-8`") from None
+                if text:
+                    codes.update(np.flatnonzero(np.bincount(np.frombuffer(text.encode("utf-32-le"), "<u4"))).tolist())
                 progress(len(raw))
-    return "".join(chars)
+    return "".join(map(chr, codes))
 
 
 class SectionEncoder:
@@ -218,27 +246,34 @@ class SectionEncoder:
             self.table[codes] = np.arange(len(codes))
         self.end = getattr(self.tokenizer, "eot_token", None)
 
-    def __call__(self, text, ends_file):
+    def __call__(self, section):
+        text = read_text(section)
         if isinstance(self.tokenizer, CharTokenizer):
             ids = self.table[np.frombuffer(text.encode("utf-32-le"), dtype="<u4")]
         else:
             ids = self.tokenizer.encode_array(text).astype(self.dtype)
-        if ends_file and self.end is not None:
+        if section.ends_file and self.end is not None:
             ids = np.append(ids, np.array([self.end], dtype=self.dtype))
         return ids
 
 
-_worker_encoder = None
+_worker = None  # a worker's encoder and the slots it hands ids back in
 
 
-def _start_worker(encoder):
-    global _worker_encoder
-    _worker_encoder = encoder  # forked, the parent's very object (no pickling, no second vocabulary load)
+def _start_worker(encoder, slots):
+    global _worker
+    _worker = encoder, slots  # forked: the parent's very objects (no pickling, no second vocabulary load)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the pool
 
 
-def _encode_in_worker(text, ends_file):
-    return _worker_encoder(text, ends_file)
+def _encode_in_worker(section, slot):
+    """A section's ids: written into the shared `slot` (only their count goes back), or sent whole."""
+    encoder, slots = _worker
+    ids = encoder(section)
+    if slots is None or len(ids) > slots.shape[1]:
+        return ids
+    slots[slot, :len(ids)] = ids
+    return len(ids)
 
 
 class SplitWriter:
@@ -368,14 +403,17 @@ def prepare(args):
     else:
         tokenizer = GPT2Tokenizer()
     description, dtype = tokenizer.to_dict(), token_dtype(tokenizer.vocab_size)
+    # A saved progress counts sections: it holds for the same cuts of the same sections only.
+    sectioning = {"section_kb": args.section_kb, "cuts": CUTS}
     done = {split: verified_shards(out, saved["shards"][split]) if saved else [] for split in SPLITS}
-    if saved is not None and saved["tokenizer"] != description:
+    if saved is not None and (saved["tokenizer"], saved.get("sectioning")) != (description, sectioning):
         done = {split: [] for split in SPLITS}
     writers = {split: SplitWriter(out, split, dtype, args.shard_tokens, done[split]) for split in SPLITS}
     resumed = sum(map(len, done.values()))
 
     def save_progress():
-        write_json(progress_path, {"plan": plan, "tokenizer": description, "command": sys.argv,
+        write_json(progress_path, {"plan": plan, "tokenizer": description, "sectioning": sectioning,
+                                   "command": sys.argv,
                                    "shards": {split: w.done for split, w in writers.items()}})
 
     def new_tokens():
@@ -383,12 +421,14 @@ def prepare(args):
 
     hashes = {path: hashlib.sha256() for path in files}
     bar = Bar(total_bytes, "tokenizing", args.no_progress)
-    tasks = sections(parts, args.section_kb * 1024, hashes, bar.advance)
+    tasks = hashed(sections(parts, args.section_kb * 1024), hashes)
     try:
-        with Encoders(SectionEncoder(tokenizer, dtype), args.workers) as encode:
-            for index, part, ids in encode(tasks, lambda index, part: writers[part.split].wants(index)):
-                if writers[part.split].add(index, ids):
+        slot_tokens = args.section_kb * 1024 + (1 << 16)  # a section's ids, unless no cut came near its size
+        with Encoders(SectionEncoder(tokenizer, dtype), args.workers, slot_tokens) as encode:
+            for section, ids in encode(tasks, lambda section: writers[section.part.split].wants(section.index)):
+                if writers[section.part.split].add(section.index, ids):
                     save_progress()
+                bar.advance(section.end - section.start)
                 bar.tokens(new_tokens())
     except BaseException:
         for writer in writers.values():
@@ -430,33 +470,50 @@ def describe(meta):
 
 
 class Encoders:
-    """Sections → ids, in the sections' order: in this process (one worker) or in a pool of processes."""
+    """Sections → ids, in the sections' order: in this process (one worker) or in a pool of processes.
 
-    def __init__(self, encoder, workers):
-        self.encoder, self.workers = encoder, workers
-        self.pool = None
+    A forked pool hands each section's ids back through memory it shares with
+    this process, one slot per section in flight: sent through a pipe instead,
+    a character corpus's ids (two bytes a character) made two workers slower
+    than one.
+    """
+
+    def __init__(self, encoder, workers, slot_tokens):
+        self.encoder, self.workers, self.slot_tokens = encoder, workers, slot_tokens
+        self.pool = self.slots = None
 
     def __enter__(self):
-        if self.workers > 1:
-            import multiprocessing
-            self.pool = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn").Pool(
-                self.workers, _start_worker, (self.encoder,))
-            return self._in_pool
-        return lambda tasks, wanted: ((index, part, self.encoder(text, ends_file))
-                                      for index, part, text, ends_file in tasks if wanted(index, part))
+        if self.workers == 1:
+            return lambda tasks, wanted: ((section, self.encoder(section)) for section in tasks if wanted(section))
+        import multiprocessing
+        forked = sys.platform == "linux"
+        if forked:  # an anonymous shared mapping, which forked workers inherit
+            in_flight, dtype = 2 * self.workers + 1, np.dtype(self.encoder.dtype)
+            buffer = mmap.mmap(-1, in_flight * self.slot_tokens * dtype.itemsize)
+            self.slots = np.frombuffer(buffer, dtype=dtype).reshape(in_flight, self.slot_tokens)
+        self.pool = multiprocessing.get_context("fork" if forked else "spawn").Pool(
+            self.workers, _start_worker, (self.encoder, self.slots))
+        return self._in_pool
 
     def _in_pool(self, tasks, wanted):
-        """Each wanted section's ids; at most two sections per worker in flight, so memory stays bounded."""
-        pending = deque()
-        for index, part, text, ends_file in tasks:
-            if wanted(index, part):
-                pending.append((index, part, self.pool.apply_async(_encode_in_worker, (text, ends_file))))
+        """Each wanted section with its ids; at most two sections per worker in flight, so memory stays bounded.
+        A worker reads its section's text itself: only its place in the file is sent."""
+        pending, free = deque(), list(range(2 * self.workers + 1))
+
+        def oldest():
+            section, slot, result = pending.popleft()
+            got = result.get()
+            free.append(slot)  # taken again only once the caller has written these ids
+            return section, got if self.slots is None or not isinstance(got, int) else self.slots[slot, :got]
+
+        for section in tasks:
+            if wanted(section):
+                slot = free.pop()
+                pending.append((section, slot, self.pool.apply_async(_encode_in_worker, (section, slot))))
             while len(pending) > 2 * self.workers:
-                index_done, part_done, result = pending.popleft()
-                yield index_done, part_done, result.get()
+                yield oldest()
         while pending:
-            index_done, part_done, result = pending.popleft()
-            yield index_done, part_done, result.get()
+            yield oldest()
 
     def __exit__(self, *exc):
         if self.pool is None:

@@ -1,5 +1,6 @@
 """models.prepare → models.train --data DIR → models.eval: the shard format, the same output for any number of
 workers, interruptions that never leave a shard that looks whole, and one-line errors for damaged folders."""
+import io
 import json
 import os
 import random
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import autograd as ag
 from models import checkpoint
@@ -146,6 +149,31 @@ def test_tokens_are_each_file_encoded_whole_and_the_same_for_any_workers(tmp_pat
     assert "MB/s" in line and "tokens/s" in line and line.count("\n") == 1
 
 
+def first_cut(data, start, end):
+    """next_cut's rule, read off the whole text: the first byte offset in [start, end) after a newline or before
+    a space, between two characters that are not whitespace; else `end`."""
+    text = data.decode("utf-8")
+    offset = 0
+    for i, ch in enumerate(text):
+        if start <= offset < end and 0 < i < len(text) and (
+                (text[i - 1] == "\n" and i > 1 and not text[i - 2].isspace() and not ch.isspace())
+                or (ch == " " and not text[i - 1].isspace() and i + 1 < len(text) and not text[i + 1].isspace())):
+            return offset
+        offset += len(ch.encode("utf-8"))
+    return end
+
+
+@given(st.text(st.sampled_from("ab \n\t\xa0\u3000é中🙂"), max_size=120), st.data())
+@settings(max_examples=300, deadline=None)
+def test_a_cut_is_the_first_safe_place_whatever_the_windows(text, data):
+    """A newline or a space between non-space characters, multi-byte ones (é, 中, 🙂) and Unicode spaces
+    (no-break, ideographic) among them, found through windows of 16 bytes that cut characters apart."""
+    raw = text.encode("utf-8")
+    start = data.draw(st.integers(0, len(raw)))
+    end = data.draw(st.integers(start, len(raw)))
+    assert prepare.next_cut(io.BytesIO(raw), start, end, window=16) == first_cut(raw, start, end)
+
+
 def test_few_files_hold_out_each_files_tail_from_a_line_on(tmp_path, capsys):
     folder = write_corpus(tmp_path / "few", files=2, lines=300)
     code, _, err = run_prepare(capsys, str(folder), "--out", str(tmp_path / "out"), "--tokenizer", "char",
@@ -182,6 +210,22 @@ def test_prepared_batches_are_tokendatas_across_shard_boundaries(tmp_path, corpu
         np.testing.assert_array_equal(y, yw)
 
 
+def test_a_prepared_corpus_is_fingerprinted_from_its_meta_without_reading_a_token(tmp_path, capsys):
+    """The line MPI ranks compare before training: from meta.json's checksums, so the shards are not read (a
+    corpus bigger than memory took minutes token by token); another corpus gives another line."""
+    for name, lines in (("a", 60), ("b", 61)):
+        folder = write_corpus(tmp_path / f"corpus-{name}", files=12, lines=lines)
+        assert run_prepare(capsys, str(folder), "--out", str(tmp_path / name), "--tokenizer", "char")[0] == 0
+    a, b = PreparedData(tmp_path / "a"), PreparedData(tmp_path / "b")
+    expected = a.fingerprint(a.tokenizer())
+    for shard in (tmp_path / "a").glob("*.bin"):
+        shard.unlink()  # opened already: the fingerprint must not need them
+    assert a.fingerprint(a.tokenizer()) == expected
+    assert expected.startswith(f"a char tokenizer of {a.tokenizer().vocab_size} tokens, "
+                               f"{len(a.splits['train']):,} train / {len(a.splits['val']):,} val tokens (CRC-32 ")
+    assert b.fingerprint(b.tokenizer()) != expected
+
+
 def test_a_rerun_of_a_finished_folder_does_nothing_and_other_options_are_refused(tmp_path, corpus, capsys):
     out = tmp_path / "out"
     assert run_prepare(capsys, str(corpus), "--out", str(out), "--tokenizer", "char")[0] == 0
@@ -200,6 +244,31 @@ def test_a_file_that_is_not_utf8_is_one_line(tmp_path, capsys, content, message)
     code, _, err = run_prepare(capsys, str(tmp_path / "bad.txt"), "--out", str(tmp_path / "out"), "--tokenizer",
                                "gpt2")
     assert code == 1 and err.count("\n") == 1 and message in err and str(tmp_path / "bad.txt") in err
+
+
+def test_a_rerun_with_other_sections_starts_afresh_and_ends_the_same(tmp_path, corpus, capsys, monkeypatch):
+    """A saved progress counts sections, so it is dropped when --section-kb changes; the output is that of a
+    run never interrupted."""
+    argv = [str(corpus), "--tokenizer", "char", "--shard-tokens", "500", "--workers", "1"]
+    assert run_prepare(capsys, *argv, "--out", str(tmp_path / "whole"), "--section-kb", "1")[0] == 0
+    finish = prepare.SplitWriter._finish_shard
+    finished = []
+
+    def stop_after_three(writer, next_at):
+        finish(writer, next_at)
+        finished.append(writer.done[-1]["name"])
+        if len(finished) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(prepare.SplitWriter, "_finish_shard", stop_after_three)
+    out = tmp_path / "out"
+    assert run_prepare(capsys, *argv, "--out", str(out), "--section-kb", "2")[0] == 130
+    saved = json.loads((out / "prepare_progress.json").read_text())
+    assert saved["sectioning"]["section_kb"] == 2 and len(saved["shards"]["train"]) == 2
+    monkeypatch.undo()
+    code, line, _ = run_prepare(capsys, *argv, "--out", str(out), "--section-kb", "1")
+    assert code == 0 and "went on after" not in line
+    assert files_of(out) == files_of(tmp_path / "whole")
 
 
 def test_an_interrupted_prepare_never_leaves_a_shard_that_looks_whole(tmp_path):
