@@ -260,3 +260,35 @@ def test_the_last_backward_scales_the_cross_entropy_gradient_in_place(spy):
     loss.backward()
     np.testing.assert_array_equal(saved, z.grad)  # its last use: scaled in place (mean over 768 rows)
     assert spy == {"cross_entropy_forward": 1}
+
+
+def llvm_resident_mb():
+    """The resident size of libllvmlite's read-only mappings in this process (code and constants)."""
+    total, counted = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) > 4:  # a mapping's header line
+                counted = fields[-1].endswith(cpu_kernels._LLVM_LIBRARY) and "w" not in fields[1]
+            elif counted and fields[0] == "Rss:":
+                total += int(fields[1])
+    return total / 1024
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_PAGEOUT and /proc/self/maps are Linux's")
+def test_a_kernels_first_load_hands_llvms_code_pages_back(monkeypatch):
+    """Loading a kernel runs LLVM; then its tens of MB of code leave the resident set, and kernels still run."""
+    released = []
+    monkeypatch.setattr(cpu_kernels, "release_compiler_pages", lambda: released.append(1))
+    gelu = cpu_kernels._Kernel(cpu_kernels._gelu_forward.serial.py_func)  # a dispatcher of its own: nothing loaded yet
+    x = np.linspace(-3, 3, 1 << 15, dtype=np.float32)
+    y, again = np.empty_like(x), np.empty_like(x)
+    gelu(x, y)
+    gelu(x, again)
+    assert released == [1]  # the first call loaded it; the second found it loaded
+    monkeypatch.undo()
+    assert numba.njit(lambda v: v + 1)(1) == 2  # LLVM compiles again: its pages come back
+    before = llvm_resident_mb()
+    assert before > 10 and cpu_kernels.release_compiler_pages()
+    assert llvm_resident_mb() < before / 4
+    np.testing.assert_array_equal(cpu_kernels.gelu_forward(x), y)
