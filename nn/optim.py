@@ -60,6 +60,8 @@ class Optimizer:
         self.steps = 0
         for group in params if groups else [{"params": params}]:
             self.add_param_group(group)
+        # A process that trains has glibc keep freed memory for the next step (backend.keep_freed_memory says why)
+        backend.keep_freed_memory()
 
     def add_param_group(self, group):
         """Add a group of parameters with settings of its own (the rest from the defaults), checked first."""
