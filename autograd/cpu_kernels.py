@@ -119,12 +119,12 @@ def _apart(like, *inputs):
     n = like.size
     buffer = np.empty(n + 4096 // like.itemsize, dtype=like.dtype)
     base = buffer.ctypes.data
-    addresses = [a.ctypes.data for a in inputs]  # once each: .ctypes builds an object per access
+    inside = [(a.ctypes.data - base) % 4096 for a in inputs]  # where each input starts within a page of buffer's
 
-    def distance(start):
-        return min(min((start - a) % 4096, (a - start) % 4096) for a in addresses)
+    def distance(offset):  # to the nearest input, around the page
+        return min(min((offset - r) % 4096, (r - offset) % 4096) for r in inside)
     # 8 positions 512 bytes apart: one of them is at least 512 bytes from each of up to 3 inputs
-    offset = max(range(0, 4096, 512), key=lambda offset: distance(base + offset))
+    offset = max(range(0, 4096, 512), key=distance)
     shift = offset // like.itemsize
     return buffer[shift:shift + n].reshape(like.shape)
 

@@ -98,6 +98,7 @@ class CharTokenizer:
             )
         self.chars = "".join(sorted(set(text)))
         self._id_of = {ch: i for i, ch in enumerate(self.chars)}
+        self._table = None  # code point → id (−1 outside the vocabulary), built by the first encode_array
 
     @classmethod
     def from_text(cls, text):
@@ -130,8 +131,19 @@ class CharTokenizer:
         return "".join([chars[i] for i in ids])
 
     def encode_array(self, text):
-        """`encode(text)` as a NumPy array of int64."""
-        return np.array(self.encode(text), dtype=np.int64)
+        """`encode(text)` as a NumPy array of int64: each code point looked up in a table, with no list made
+        (a character outside the vocabulary gets `encode`'s error)."""
+        if self._table is None:
+            codes = np.array([ord(ch) for ch in self.chars])
+            self._table = np.full(codes.max() + 1, -1, dtype=np.int64)
+            self._table[codes] = np.arange(len(codes))
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+        if len(codes) and codes.max() >= len(self._table):
+            return np.array(self.encode(text), dtype=np.int64)  # raises, naming the character
+        ids = self._table[codes]
+        if len(ids) and ids.min() < 0:
+            return np.array(self.encode(text), dtype=np.int64)
+        return ids
 
     def to_dict(self):
         return {"kind": self.kind, "chars": self.chars}

@@ -235,23 +235,15 @@ def read_characters(files, progress):
 
 
 class SectionEncoder:
-    """A section's text → its token ids as an array of the shards' dtype (the tokenizer's `encode`, done fast
-    for characters), with GPT-2's <|endoftext|> after a file's last section."""
+    """A section's text → its token ids (the tokenizer's `encode_array`) as an array of the shards' dtype, with
+    GPT-2's <|endoftext|> after a file's last section."""
 
     def __init__(self, tokenizer, dtype):
         self.tokenizer, self.dtype = tokenizer, dtype
-        if isinstance(self.tokenizer, CharTokenizer):
-            codes = np.array([ord(ch) for ch in self.tokenizer.chars])
-            self.table = np.zeros(codes.max() + 1, dtype=self.dtype)
-            self.table[codes] = np.arange(len(codes))
         self.end = getattr(self.tokenizer, "eot_token", None)
 
     def __call__(self, section):
-        text = read_text(section)
-        if isinstance(self.tokenizer, CharTokenizer):
-            ids = self.table[np.frombuffer(text.encode("utf-32-le"), dtype="<u4")]
-        else:
-            ids = self.tokenizer.encode_array(text).astype(self.dtype)
+        ids = self.tokenizer.encode_array(read_text(section)).astype(self.dtype)
         if section.ends_file and self.end is not None:
             ids = np.append(ids, np.array([self.end], dtype=self.dtype))
         return ids

@@ -142,6 +142,17 @@ def test_char_tokenizer_names_an_unknown_character():
         tok.encode("hez")
 
 
+@pytest.mark.parametrize("unknown", ["i", "\n", "中"])  # between its characters, below them, above them
+def test_char_tokenizer_encode_array_is_encode_and_names_an_unknown_character(unknown):
+    tok = CharTokenizer("hello, wörld")
+    text = "hello, wörld" * 3
+    ids = tok.encode_array(text)
+    assert ids.dtype == np.int64 and ids.tolist() == tok.encode(text)
+    assert tok.encode_array("").tolist() == []
+    with pytest.raises(ValueError, match=f"U\\+{ord(unknown):04X}, first at index 2"):
+        tok.encode_array("ho" + unknown)
+
+
 def test_char_tokenizer_rejects_ids_outside_its_vocabulary():
     tok = CharTokenizer("hello")
     for bad in (4, -1):
