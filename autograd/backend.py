@@ -184,8 +184,8 @@ def fused(name, array):
             inputs, outputs, body = cuda_kernels.ELEMENTWISE[name]
             _kernels[name] = _cupy.ElementwiseKernel(inputs, outputs, body, f"autograd_{name}")
         return _kernels[name]
-    if array.dtype not in (numpy.float32, numpy.float64):  # the raw kernels' two instantiations
-        return None
+    if array.dtype not in (numpy.float32, numpy.float64) or name not in cuda_kernels.LAUNCHERS:
+        return None  # the raw kernels' two instantiations; a CPU-only kernel (matmul: cuBLAS has the GPU's)
     launcher, names = cuda_kernels.LAUNCHERS[name]
     return functools.partial(launcher, *[_raw_kernel(k, array.dtype) for k in names])
 

@@ -15,19 +15,26 @@ NumPy's exp is SIMD; a loop calling libm's is not, so the exponentials go
 through `_exp32`, a polynomial LLVM vectorises (relative error below 2e-7,
 about float32's own).
 
-Threads: as many as BLAS has (OMP_NUM_THREADS, else the cores this process
-may run on, or the share nn.distributed gives each MPI rank), never more:
-the two never run at once, so the cores are not over-subscribed. numba's
-"workqueue" layer is used since its idle threads sleep, where an OpenMP
-layer's would spin beside OpenBLAS's. Compiled kernels are cached on disk
-(numba's `cache=True`): the first run compiles them (a few seconds), later
-runs load them.
+Threads: OMP_NUM_THREADS, else the cores this process may run on, or the
+share nn.distributed gives each MPI rank. Where NumPy brings its own OpenBLAS
+and the system has an OpenMP runtime (libgomp), one pool serves everything
+(SHARED_POOL): numba's OpenMP threads, which wake within microseconds, run
+the kernels and the matrix products too, each thread calling OpenBLAS on its
+share of the rows (`matmul`), and OpenBLAS itself keeps one thread. Two pools
+side by side fight: an OpenMP region right after an OpenBLAS product took
+2.7 ms instead of 3 µs, the spinning threads of each taking the cores from
+the other's. Elsewhere OpenBLAS keeps its threads and the kernels use
+numba's "workqueue" layer, whose idle threads sleep (and take 100–400 µs to
+wake, so only arrays of millions of elements are split there). Compiled
+kernels are cached on disk (numba's `cache=True`): the first run compiles
+them (a few seconds), later runs load them.
 """
 import ctypes
 import math
 import os
 import types
 
+import llvmlite.binding
 import numba
 import numpy as np
 from llvmlite import ir
@@ -35,18 +42,44 @@ from numba import prange
 from numba.core import types as nbtypes
 from numba.extending import intrinsic
 
-numba.config.THREADING_LAYER = "workqueue"
+
+def _numpy_openblas():
+    """(path, library) of the OpenBLAS that NumPy's wheels load (scipy-openblas, 64-bit integers); None where
+    NumPy uses another BLAS, or on a system without /proc (this is read from the process's own mappings)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "openblas" in line.rsplit("/", 1)[-1]}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        library = ctypes.CDLL(path)
+        if hasattr(library, _SGEMM) and hasattr(library, _SET_BLAS_THREADS):
+            return path, library
+    return None
+
+
+def _has_openmp():
+    try:
+        from numba.np.ufunc import omppool  # noqa: F401  (needs the system's OpenMP runtime, libgomp)
+    except (ImportError, OSError):
+        return False
+    return True
+
+
+_SGEMM, _SET_BLAS_THREADS = "scipy_cblas_sgemm64_", "scipy_openblas_set_num_threads64_"
+_BLAS = _numpy_openblas() if _has_openmp() else None
+SHARED_POOL = _BLAS is not None
+numba.config.THREADING_LAYER = "omp" if SHARED_POOL else "workqueue"
 # Fast math that keeps NumPy's answers: sums may be reordered (vectorised) and multiply-adds fused, but divisions
 # stay divisions (no "arcp"), and NaNs and infinities pass through as in NumPy (no "nnan", "ninf").
 _MATH = {"nsz", "contract", "afn", "reassoc"}
 _jit = dict(cache=True, fastmath=_MATH, error_model="numpy")  # numpy: x/0 is inf, no branch to raise
 _F32 = np.float32
 ROW_BLOCKS = 64  # layer norm backward: dγ, dβ summed over this many fixed blocks of rows, so the order never varies
-# Elements from which a kernel runs on every thread. Waking numba's sleeping threads costs about 100 µs here
-# (an OpenMP layer's spinning ones wake at once, but then spin beside OpenBLAS's and double the step's time),
-# so threads pay only for work of several milliseconds (measured: none at 1M elements, 1.8× at 6.4M): GPT-2's
-# logits, not the main job's arrays.
-PARALLEL_FROM = 1 << 21
+# Elements from which a kernel runs on every thread. With the shared pool its threads are awake (spinning) and a
+# split pays from about 32K elements; numba's sleeping "workqueue" threads cost 100–400 µs to wake, which pays only
+# for work of several milliseconds (measured: none at 1M elements, 1.8× at 6.4M): GPT-2's logits.
+PARALLEL_FROM = 1 << 15 if SHARED_POOL else 1 << 21
 
 
 class _Kernel:
@@ -62,11 +95,16 @@ class _Kernel:
 
     def __call__(self, first, *rest):
         kernel = self.parallel if first.size >= PARALLEL_FROM and numba.get_num_threads() > 1 else self.serial
-        known = len(kernel.overloads)
-        out = kernel(first, *rest)
-        if len(kernel.overloads) > known:  # this call loaded (or compiled) a kernel: LLVM is done for now
-            release_compiler_pages()
-        return out
+        return _run(kernel, first, *rest)
+
+
+def _run(kernel, *args):
+    """kernel(*args); where the call loaded (or compiled) it, LLVM is done for now, and its pages go back."""
+    known = len(kernel.overloads)
+    out = kernel(*args)
+    if len(kernel.overloads) > known:
+        release_compiler_pages()
+    return out
 
 
 def release_compiler_pages():
@@ -107,8 +145,11 @@ def threads():
 
 
 def set_threads(n):
-    """Run the kernels on `n` threads (at most numba's pool, which is as wide as the machine)."""
+    """Run the kernels (and with the shared pool, the matrix products) on `n` threads (at most numba's pool, which
+    is as wide as the machine). OpenBLAS is then told again to keep one thread, whoever changed it."""
     numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+    if SHARED_POOL:
+        getattr(_BLAS[1], _SET_BLAS_THREADS)(ctypes.c_int(1))
 
 
 def _apart(like, *inputs):
@@ -165,6 +206,81 @@ def _exp32(x):
     if x != x:
         e = x
     return e
+
+
+# ---- matrix products, over the shared pool -----------------------------------------
+
+if SHARED_POOL:
+    llvmlite.binding.load_library_permanently(_BLAS[0])  # where compiled (and cached) kernels find _SGEMM
+    _I64 = nbtypes.int64
+    _sgemm = nbtypes.ExternalFunction(_SGEMM, nbtypes.void(  # cblas_sgemm: row-major C = αAB + βC
+        nbtypes.int32, nbtypes.int32, nbtypes.int32, _I64, _I64, _I64, nbtypes.float32, nbtypes.voidptr, _I64,
+        nbtypes.voidptr, _I64, nbtypes.float32, nbtypes.voidptr, _I64))
+_ROW_MAJOR, _N, _T = np.int32(101), np.int32(111), np.int32(112)  # CBLAS's order and transposes
+SPLIT_FROM = 1 << 20  # multiply-adds from which a product is split over the threads; below, one OpenBLAS call
+
+
+@numba.njit(parallel=True, **_jit)
+def _matmul(a, b, bias, c, ta, tb, parts):
+    """c = op(a) op(b) + bias (bias of n elements, added to every row; empty for none), op(x) = xᵀ where ta (tb)
+    is set, every array C-contiguous: c's rows (or its columns, when it is wider than tall) cut into `parts`
+    blocks of whole 16-row tiles, one OpenBLAS call for each on its own thread, which then adds the bias to its
+    block while it is in cache. Each element of c is one call's dot product over all of k: the same inputs and
+    thread count give the same bits, and a block's kernel may round differently from one call's (by float32's
+    last bit or so)."""
+    m, n = c.shape
+    k = a.shape[0] if ta else a.shape[1]
+    lda, ldb = a.shape[1], b.shape[1]
+    by_rows = m >= n
+    span = m if by_rows else n
+    per = ((span + parts - 1) // parts + 15) // 16 * 16
+    for part in prange(parts):
+        lo = part * per
+        hi = min(span, lo + per)
+        if lo < hi and by_rows:
+            first = a[:, lo:] if ta else a[lo:]
+            _sgemm(_ROW_MAJOR, _T if ta else _N, _T if tb else _N, hi - lo, n, k, _F32(1), first.ctypes, lda,
+                   b.ctypes, ldb, _F32(0), c[lo:].ctypes, n)
+            if bias.size:
+                for i in range(lo, hi):
+                    for j in range(n):
+                        c[i, j] += bias[j]
+        elif lo < hi:
+            second = b[lo:] if tb else b[:, lo:]
+            _sgemm(_ROW_MAJOR, _T if ta else _N, _T if tb else _N, m, hi - lo, k, _F32(1), a.ctypes, lda,
+                   second.ctypes, ldb, _F32(0), c[:, lo:].ctypes, n)
+            if bias.size:
+                for i in range(m):
+                    for j in range(lo, hi):
+                        c[i, j] += bias[j]
+
+
+def _as_stored(x):
+    """(transposed, array): x C-contiguous as it is, or, where x is the transposed view of such an array, that
+    array (read transposed by BLAS, no copy); anything else is copied."""
+    if x.flags.c_contiguous:
+        return False, x
+    if x.flags.f_contiguous:
+        return True, x.T
+    return False, np.ascontiguousarray(x)
+
+
+def matmul(a, b, bias=None):
+    """a @ b (+ bias) for 2-D float32 a (m, k) and b (k, n): the op's product itself, split over the threads from
+    SPLIT_FROM multiply-adds (the GEMMs of ops.Linear and ops.MatMul)."""
+    m, k = a.shape
+    n = b.shape[1]
+    parts = numba.get_num_threads()
+    if b.dtype != a.dtype or (bias is not None and bias.dtype != a.dtype) or parts == 1 or m * n * k < SPLIT_FROM:
+        c = np.matmul(a, b)
+        if bias is not None:
+            c += bias
+        return c
+    ta, a = _as_stored(a)
+    tb, b = _as_stored(b)
+    c = np.empty((m, n), dtype=a.dtype)
+    _run(_matmul, a, b, np.empty(0, a.dtype) if bias is None else np.ascontiguousarray(bias), c, ta, tb, parts)
+    return c
 
 
 # ---- GELU ------------------------------------------------------------------------
@@ -276,26 +392,40 @@ def layer_norm_backward(g, x, w, stats):
 # ---- attention's masked softmax ---------------------------------------------------
 
 
+@numba.njit(inline="always", **_jit)
+def _softmax_row(s, r, last, scale):
+    """Row r of s becomes softmax(scale · s[r, :last + 1]), and 0 after `last` (the keys it may not see)."""
+    m = _F32(-np.inf)
+    for j in range(last + 1):  # scaled once and stored: exp(s − m) is then exactly 1 at the maximum, where
+        s[r, j] *= scale       # a fused multiply-add of s·scale − m would keep the product's rounding error
+        m = max(m, s[r, j])
+    total = _F32(0)
+    for j in range(last + 1):
+        e = _exp32(s[r, j] - m)
+        s[r, j] = e
+        total += e
+    for j in range(last + 1):
+        s[r, j] /= total
+    for j in range(last + 1, s.shape[1]):
+        s[r, j] = _F32(0)
+
+
+@numba.njit(inline="always", **_jit)
+def _softmax_backward_row(dp, p, r, dot, last, scale):
+    """Row r of dP becomes dS = scale · P ⊙ (dP − dot), dot = Gᵣ·Oᵣ = Σⱼ dPᵣⱼ Pᵣⱼ; 0 after `last`."""
+    for j in range(last + 1):
+        dp[r, j] = scale * p[r, j] * (dp[r, j] - dot)
+    for j in range(last + 1, dp.shape[1]):
+        dp[r, j] = _F32(0)
+
+
 @_Kernel
 def _attention_softmax_forward(s, tq, offset, scale):
     """ops.ScaledDotProductAttention: P = softmax(scale·S) per row in place, query i seeing keys 0 … i + offset
     (Tk − Tq for the causal mask, ≥ Tk for none), 0 above."""
     rows, tk = s.shape
     for r in prange(rows):
-        last = min(r % tq + offset, tk - 1)
-        m = _F32(-np.inf)
-        for j in range(last + 1):  # scaled once and stored: exp(s − m) is then exactly 1 at the maximum, where
-            s[r, j] *= scale       # a fused multiply-add of s·scale − m would keep the product's rounding error
-            m = max(m, s[r, j])
-        total = _F32(0)
-        for j in range(last + 1):
-            e = _exp32(s[r, j] - m)
-            s[r, j] = e
-            total += e
-        for j in range(last + 1):
-            s[r, j] /= total
-        for j in range(last + 1, tk):
-            s[r, j] = _F32(0)
+        _softmax_row(s, r, min(r % tq + offset, tk - 1), scale)
 
 
 @_Kernel
@@ -305,14 +435,10 @@ def _attention_softmax_backward(dp, p, g, o, tq, offset, scale):
     rows, tk = dp.shape
     dv = g.shape[1]
     for r in prange(rows):
-        last = min(r % tq + offset, tk - 1)
         dot = _F32(0)
         for d in range(dv):
             dot += g[r, d] * o[r, d]
-        for j in range(last + 1):
-            dp[r, j] = scale * p[r, j] * (dp[r, j] - dot)
-        for j in range(last + 1, tk):
-            dp[r, j] = _F32(0)
+        _softmax_backward_row(dp, p, r, dot, min(r % tq + offset, tk - 1), scale)
 
 
 def attention_softmax_forward(s, offset, scale):
@@ -329,6 +455,71 @@ def attention_softmax_backward(dp, p, g, o, offset, scale):
     _attention_softmax_backward(dp.reshape(-1, tk), p.reshape(-1, tk), np.ascontiguousarray(g).reshape(-1, dv),
                                 np.ascontiguousarray(o).reshape(-1, dv), tq, offset, _F32(scale))
     return dp
+
+
+# ---- attention, every head on its own thread (the shared pool) ----------------------
+
+
+def _rows(x):
+    """x with unit stride along its last axis (BLAS's rows), copied only if it has not; its row stride in elements."""
+    if x.strides[-1] != x.itemsize:
+        x = np.ascontiguousarray(x)
+    return x, x.strides[-2] // x.itemsize
+
+
+@numba.njit(parallel=True, **_jit)
+def _attention_forward(q, k, v, ldq, ldk, ldv, p, o, offset, scale):
+    """ops.ScaledDotProductAttention for each head (b, h) on one thread: S = scale · Q Kᵀ by OpenBLAS, P =
+    softmax(S) in place over S (query i seeing keys 0 … i + offset), O = P V by OpenBLAS."""
+    batch, heads, tq, d = q.shape
+    tk, dv = k.shape[2], v.shape[3]
+    for bh in prange(batch * heads):
+        b, h = bh // heads, bh % heads
+        s = p[b, h]
+        _sgemm(_ROW_MAJOR, _N, _T, tq, tk, d, scale, q[b, h].ctypes, ldq, k[b, h].ctypes, ldk, _F32(0), s.ctypes, tk)
+        for i in range(tq):
+            _softmax_row(s, i, min(i + offset, tk - 1), _F32(1))
+        _sgemm(_ROW_MAJOR, _N, _N, tq, dv, tk, _F32(1), s.ctypes, tk, v[b, h].ctypes, ldv, _F32(0), o[b, h].ctypes, dv)
+
+
+@numba.njit(parallel=True, **_jit)
+def _attention_backward(q, k, v, g, ldq, ldk, ldv, ldg, p, o, ds, dq, dk, dv, offset, scale):
+    """ops.ScaledDotProductAttention's VJP for each head on one thread: dV = Pᵀ G and dP = G Vᵀ by OpenBLAS,
+    dS = scale · P ⊙ (dP − Gᵢ·Oᵢ) in place over dP, dQ = dS K and dK = dSᵀ Q by OpenBLAS."""
+    batch, heads, tq, d = q.shape
+    tk, dvd = k.shape[2], v.shape[3]
+    for bh in prange(batch * heads):
+        b, h = bh // heads, bh % heads
+        s, gh, oh = ds[b, h], g[b, h], o[b, h]
+        _sgemm(_ROW_MAJOR, _T, _N, tk, dvd, tq, _F32(1), p[b, h].ctypes, tk, gh.ctypes, ldg, _F32(0),
+               dv[b, h].ctypes, dvd)
+        _sgemm(_ROW_MAJOR, _N, _T, tq, tk, dvd, _F32(1), gh.ctypes, ldg, v[b, h].ctypes, ldv, _F32(0), s.ctypes, tk)
+        for i in range(tq):
+            dot = _F32(0)
+            for j in range(dvd):
+                dot += gh[i, j] * oh[i, j]
+            _softmax_backward_row(s, p[b, h], i, dot, min(i + offset, tk - 1), scale)
+        _sgemm(_ROW_MAJOR, _N, _N, tq, d, tk, _F32(1), s.ctypes, tk, k[b, h].ctypes, ldk, _F32(0), dq[b, h].ctypes, d)
+        _sgemm(_ROW_MAJOR, _T, _N, tk, d, tq, _F32(1), s.ctypes, tk, q[b, h].ctypes, ldq, _F32(0), dk[b, h].ctypes, d)
+
+
+def attention_forward(q, k, v, offset, scale):
+    """(P, O) for q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv), read in place where their rows are unit-
+    strided (the heads of one fused projection are)."""
+    (q, ldq), (k, ldk), (v, ldv) = _rows(q), _rows(k), _rows(v)
+    p = np.empty(q.shape[:-1] + (k.shape[-2],), dtype=q.dtype)
+    o = np.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
+    _run(_attention_forward, q, k, v, ldq, ldk, ldv, p, o, offset, _F32(scale))
+    return p, o
+
+
+def attention_backward(q, k, v, p, o, g, offset, scale):
+    """(dQ, dK, dV) from P and O of attention_forward and G = ∂L/∂O."""
+    (q, ldq), (k, ldk), (v, ldv), (g, ldg) = _rows(q), _rows(k), _rows(v), _rows(g)
+    dq, dk, dv = np.empty(q.shape, q.dtype), np.empty(k.shape, q.dtype), np.empty(v.shape, q.dtype)
+    _run(_attention_backward, q, k, v, g, ldq, ldk, ldv, ldg, p, o, np.empty_like(p), dq, dk, dv, offset,
+         _F32(scale))
+    return dq, dk, dv
 
 
 # ---- cross-entropy -------------------------------------------------------------------
@@ -401,3 +592,6 @@ LAUNCHERS = {
     "cross_entropy_forward": (cross_entropy_forward, SMALLEST),
     "adamw": (adamw, 1024),  # a dozen passes over four arrays in NumPy: it pays from 1K elements
 }
+if SHARED_POOL:  # kernels that call OpenBLAS from numba's threads
+    LAUNCHERS.update({"matmul": (matmul, SMALLEST), "attention_forward": (attention_forward, SMALLEST),
+                      "attention_backward": (attention_backward, SMALLEST)})

@@ -132,6 +132,10 @@ class MatMul(Function):
                 f"matmul: cannot multiply {a.shape} by {b.shape}: the inner dimensions "
                 f"{a.shape[-1]} and {inner_b} differ; transpose an operand or check the layer's in/out sizes")
         self.save(a, b)
+        # rows @ matrix (the LM head): the CPU's product split over the threads, on a's rows flattened
+        self.matmul = backend.fused("matmul", a) if a.ndim >= 2 and b.ndim == 2 else None
+        if self.matmul is not None:
+            return self.matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[1])
         return a @ b
 
     def backward(self, g):
@@ -143,9 +147,13 @@ class MatMul(Function):
             g = g[..., None]
         if a.ndim == 1:
             g = g[..., None, :]
+        matmul = self.matmul or self.xp.matmul
         da = db = None
         if self.needs_grad[0]:
-            da = g @ b2.swapaxes(-1, -2)
+            if self.matmul is not None:
+                da = self.matmul(g.reshape(-1, g.shape[-1]), b2.T).reshape(a.shape)
+            else:
+                da = g @ b2.swapaxes(-1, -2)
             if a.ndim == 1:
                 da = da[..., 0, :]
         if self.needs_grad[1]:
@@ -156,9 +164,9 @@ class MatMul(Function):
                     # b is a transposed view (the tied LM head's wteᵀ): dB built transposed is contiguous
                     # once the view's VJP transposes it back, so it adds into wte's other gradient
                     # streaming, not striding (3.5x faster for GPT-2's 50257 x 768)
-                    db = (g_rows.T @ a_rows).T
+                    db = matmul(g_rows.T, a_rows).T
                 else:
-                    db = a_rows.T @ g_rows
+                    db = matmul(a_rows.T, g_rows)
             else:
                 db = a2.swapaxes(-1, -2) @ g
             if b.ndim == 1:
@@ -181,16 +189,20 @@ class Linear(Function):
 
     def forward(self, x, weight, bias=None):
         self.save(x, weight)
-        y = x.reshape(-1, x.shape[-1]) @ weight  # (rows, out)
-        if bias is not None:
-            y += bias
+        self.matmul = backend.fused("matmul", x) or self.xp.matmul  # the CPU's: split over the threads
+        if self.matmul is not self.xp.matmul:
+            y = self.matmul(x.reshape(-1, x.shape[-1]), weight, bias)  # (rows, out), the bias added by each thread
+        else:
+            y = x.reshape(-1, x.shape[-1]) @ weight  # (rows, out)
+            if bias is not None:
+                y += bias
         return y.reshape(*x.shape[:-1], weight.shape[1])
 
     def backward(self, g):
         x, weight = self.saved
         rows = g.reshape(-1, g.shape[-1])  # (rows, out)
-        dx = (rows @ weight.T).reshape(x.shape) if self.needs_grad[0] else None
-        dweight = x.reshape(-1, x.shape[-1]).T @ rows if self.needs_grad[1] else None
+        dx = self.matmul(rows, weight.T).reshape(x.shape) if self.needs_grad[0] else None
+        dweight = self.matmul(x.reshape(-1, x.shape[-1]).T, rows) if self.needs_grad[1] else None
         if len(self.needs_grad) == 2:
             return dx, dweight
         return dx, dweight, rows.sum(axis=0) if self.needs_grad[2] else None
@@ -774,7 +786,10 @@ class ScaledDotProductAttention(Function):
     dS = P ⊙ (dP − G·O) is one in-place kernel too (ATTENTION_SOFTMAX_BACKWARD).
     There P is kept while the device has memory to spare, else S is
     recomputed and normalised again. On the CPU, numba's twins of the two
-    kernels (cpu_kernels.py) do the same for float32, P kept by the rule above.
+    kernels (cpu_kernels.py) do the same for float32, P kept by the rule above;
+    where their threads share one pool with BLAS (cpu_kernels.SHARED_POOL),
+    without dropout, one kernel computes each head's S, P and O on a thread
+    of its own, and one its five backward products and dS.
     """
 
     rule = "dV = PᵀG, dS = P·(GVᵀ − G·O), dQ = dS K/√D, dK = dSᵀQ/√D"
@@ -788,9 +803,17 @@ class ScaledDotProductAttention(Function):
         if kernel is not None:
             # query i sees keys 0 … i + offset: Tk − Tq with the causal mask, all Tk without one
             self.offset = k.shape[-2] - q.shape[-2] if mask is not None else k.shape[-2]
-            p = kernel(q @ k.swapaxes(-1, -2), self.offset, self.scale)  # S by cuBLAS, then P over it in place
-            drop = _dropout_mask(p, dropout_p) if dropout_p else None
-            out = (p if drop is None else p * drop) @ v
+            # the CPU's whole attention, each head on its own thread: 4-D, one K and V per query head, no dropout
+            whole = (backend.fused("attention_forward", q)
+                     if not dropout_p and q.ndim == 4 and q.shape[:2] == k.shape[:2] == v.shape[:2] else None)
+            self.kernels += (backend.fused("attention_backward", q) if whole is not None else None,)
+            if whole is not None:
+                p, out = whole(q, k, v, self.offset, self.scale)
+                drop = None
+            else:
+                p = kernel(q @ k.swapaxes(-1, -2), self.offset, self.scale)  # S by cuBLAS, then P over it in place
+                drop = _dropout_mask(p, dropout_p) if dropout_p else None
+                out = (p if drop is None else p * drop) @ v
             keep_p = any(self.needs_grad) and (p.shape[-1] <= 4 * q.shape[-1] if backend.device_of(q) == "cpu"
                                                else 2 * p.nbytes <= backend.free_memory())  # a GPU: if 2× P is free
             self.save(q, k, v, out, drop, p if keep_p else None, None)
@@ -834,9 +857,12 @@ class ScaledDotProductAttention(Function):
     def _fused_backward(self, g):
         """The GPU path: cuBLAS GEMMs around one in-place kernel for dS (its 1/√D folded in)."""
         q, k, v, out, drop, p, _ = self.saved
-        forward, backward = self.kernels
+        forward, backward, whole = self.kernels
         if p is None:
             p = forward(q @ k.swapaxes(-1, -2), self.offset, self.scale)
+        if whole is not None:
+            return tuple(d if need else None
+                         for d, need in zip(whole(q, k, v, p, out, g, self.offset, self.scale), self.needs_grad))
         dq = dk = dv = None
         if self.needs_grad[2]:
             dv = (p if drop is None else p * drop).swapaxes(-1, -2) @ g

@@ -18,7 +18,8 @@ ALLOWED = {
     "functional.py": {"dtype", "broadcast_shapes"},
     "cuda_kernels.py": {"dtype", "float32", "float64", "int32", "int64"},  # kernels' argument types
     # numba's kernels compute on NumPy arrays by definition: backend.fused hands them NumPy arrays only
-    "cpu_kernels.py": {"float32", "int32", "int64", "floor", "inf", "empty", "empty_like", "ascontiguousarray"},
+    "cpu_kernels.py": {"float32", "int32", "int64", "floor", "inf", "empty", "empty_like", "ascontiguousarray",
+                      "matmul"},
     "gradcheck.py": {"float64", "random", "zeros", "nonzero", "unravel_index", "abs"},
     "anomaly.py": {"isnan", "isinf", "nanmin", "nanmax", "errstate"},  # summaries of host copies; quiet pictures
 }

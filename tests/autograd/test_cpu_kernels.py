@@ -133,8 +133,61 @@ def test_attention(monkeypatch, spy, tq, tk, causal):
                                                                          (2, 4, tk, 64)))
     fused, composed = both(monkeypatch, lambda: grads(
         lambda a, b, c: ag.scaled_dot_product_attention(a, b, c, causal=causal), q, k, v))
-    assert spy == {"attention_softmax_forward": 1, "attention_softmax_backward": 1}
+    # with the shared pool the whole attention runs (P kept: Tk ≤ 4D); else the softmax kernels between NumPy's GEMMs
+    kernels = ("attention_forward", "attention_backward") if cpu_kernels.SHARED_POOL else (
+        "attention_softmax_forward", "attention_softmax_backward")
+    assert spy == dict.fromkeys(kernels, 1)
     close(fused, composed, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_reads_the_heads_of_one_fused_projection_in_place(monkeypatch, spy):
+    """q, k, v as GPT's attention cuts them from c_attn's output: views whose rows are 3C apart."""
+    rng = np.random.default_rng(0)
+    fused_qkv = rng.standard_normal((3, 64, 3 * 4 * 32)).astype(np.float32)
+
+    def run():
+        x = ag.Tensor(fused_qkv.copy(), requires_grad=True)
+        q, k, v = x.reshape(3, 64, 3, 4, 32).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs) → three (B, nh, T, hs)
+        y = ag.scaled_dot_product_attention(q, k, v, causal=True)
+        weights = np.random.default_rng(1).standard_normal(y.shape).astype(np.float32)
+        (y * ag.Tensor(weights)).sum().backward()
+        return [y.data, x.grad]
+    fused, composed = both(monkeypatch, run)
+    assert spy.get("attention_forward", 0) == int(cpu_kernels.SHARED_POOL)
+    close(fused, composed, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(not cpu_kernels.SHARED_POOL, reason="the split products need NumPy's OpenBLAS and OpenMP")
+@pytest.mark.parametrize("m, k, n", [(768, 128, 384), (40, 512, 3000), (1, 768, 50304)])
+def test_split_matmul_against_one_openblas_call(m, k, n):
+    """Row blocks (tall), column blocks (wide, as a token's LM head), each operand also as a transposed view;
+    the same inputs give the same bits again."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    before = numba.get_num_threads()
+    try:
+        cpu_kernels.set_threads(2)
+        for x, y in ((a, b), (np.ascontiguousarray(a.T).T, b), (a, np.ascontiguousarray(b.T).T)):
+            split = cpu_kernels.matmul(x, y)
+            np.testing.assert_allclose(split, np.matmul(x, y), rtol=1e-5, atol=1e-4)
+            np.testing.assert_array_equal(cpu_kernels.matmul(x, y), split)
+    finally:
+        cpu_kernels.set_threads(before)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_and_the_lm_head_products(monkeypatch, spy, bias):
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((4, 96, 128)).astype(np.float32), rng.standard_normal((128, 384)).astype(np.float32)
+    b, wte = rng.standard_normal(384).astype(np.float32), rng.standard_normal((65, 384)).astype(np.float32)
+
+    def run():
+        if bias:
+            return grads(lambda xt, wt, et, bt: ag.linear(xt, wt, bt) @ et.T, x, w, wte, b)
+        return grads(lambda xt, wt, et: ag.linear(xt, wt) @ et.T, x, w, wte)  # the tied LM head's wteᵀ
+    fused, composed = both(monkeypatch, run)
+    assert spy.get("matmul", 0) == (6 if cpu_kernels.SHARED_POOL else 0)  # 2 forward, 4 backward
+    close(fused, composed, rtol=1e-4, atol=1e-4)
 
 
 def test_attention_with_dropout_draws_the_composed_ops_masks(monkeypatch, spy):
