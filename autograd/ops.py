@@ -201,6 +201,10 @@ class Linear(Function):
     def backward(self, g):
         x, weight = self.saved
         rows = g.reshape(-1, g.shape[-1])  # (rows, out)
+        kernel = backend.fused("linear_backward", x) if all(self.needs_grad) else None
+        if kernel is not None:  # the CPU's: dx and dW at once, a thread each
+            dx, dweight, dbias = kernel(rows, x.reshape(-1, x.shape[-1]), weight, len(self.needs_grad) == 3)
+            return (dx.reshape(x.shape), dweight, dbias)[:len(self.needs_grad)]
         dx = self.matmul(rows, weight.T).reshape(x.shape) if self.needs_grad[0] else None
         dweight = self.matmul(x.reshape(-1, x.shape[-1]).T, rows) if self.needs_grad[1] else None
         if len(self.needs_grad) == 2:

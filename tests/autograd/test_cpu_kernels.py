@@ -6,6 +6,7 @@ reaches a kernel. Each test runs the same op twice, AUTOGRAD_FUSED=1 and =0,
 with a spy that proves the kernel ran, and compares values and gradients.
 """
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -171,6 +172,8 @@ def test_split_matmul_against_one_openblas_call(m, k, n):
             split = cpu_kernels.matmul(x, y)
             np.testing.assert_allclose(split, np.matmul(x, y), rtol=1e-5, atol=1e-4)
             np.testing.assert_array_equal(cpu_kernels.matmul(x, y), split)
+        bias = rng.standard_normal(n).astype(np.float32)  # added by each block, rows' or columns'
+        np.testing.assert_allclose(cpu_kernels.matmul(a, b, bias), np.matmul(a, b) + bias, rtol=1e-5, atol=1e-4)
     finally:
         cpu_kernels.set_threads(before)
 
@@ -186,7 +189,8 @@ def test_linear_and_the_lm_head_products(monkeypatch, spy, bias):
             return grads(lambda xt, wt, et, bt: ag.linear(xt, wt, bt) @ et.T, x, w, wte, b)
         return grads(lambda xt, wt, et: ag.linear(xt, wt) @ et.T, x, w, wte)  # the tied LM head's wteᵀ
     fused, composed = both(monkeypatch, run)
-    assert spy.get("matmul", 0) == (6 if cpu_kernels.SHARED_POOL else 0)  # 2 forward, 4 backward
+    # forward: Linear's product and the head's; backward: Linear's two at once, then the head's two
+    assert spy == ({"matmul": 4, "linear_backward": 1} if cpu_kernels.SHARED_POOL else {})
     close(fused, composed, rtol=1e-4, atol=1e-4)
 
 
@@ -345,3 +349,31 @@ def test_a_kernels_first_load_hands_llvms_code_pages_back(monkeypatch):
     assert before > 10 and cpu_kernels.release_compiler_pages()
     assert llvm_resident_mb() < before / 4
     np.testing.assert_array_equal(cpu_kernels.gelu_forward(x), y)
+
+
+TWO_POOLS = """
+import numba, numpy as np, threadpoolctl
+import autograd as ag
+from autograd import cpu_kernels
+ag.manual_seed(0)
+x = ag.Tensor(np.random.default_rng(0).standard_normal((3, 64, 384)).astype(np.float32), requires_grad=True)
+q, k, v = x.reshape(3, 64, 3, 4, 32).transpose(2, 0, 3, 1, 4)
+y = ag.scaled_dot_product_attention(q, k, v, causal=True)
+(y * y).sum().backward()
+blas = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["internal_api"] == "openblas"]
+print(cpu_kernels.SHARED_POOL, numba.threading_layer(), blas, float(y.data.sum()), float(x.grad.sum()))
+"""
+
+
+@pytest.mark.skipif(not cpu_kernels.SHARED_POOL, reason="the shared pool is not available here: nothing to compare")
+def test_AUTOGRAD_SHARED_POOL_0_keeps_two_pools_and_the_same_results():
+    """The other configuration, in fresh processes: OpenBLAS keeps its threads, the kernels numba's workqueue."""
+    pytest.importorskip("threadpoolctl")
+    runs = {}
+    for shared in ("1", "0"):
+        env = dict(os.environ, AUTOGRAD_SHARED_POOL=shared, OMP_NUM_THREADS="2")
+        out = subprocess.run([sys.executable, "-c", TWO_POOLS], env=env, capture_output=True, text=True, check=True)
+        runs[shared] = out.stdout.split()
+    assert runs["1"][:2] == ["True", "omp"] and runs["1"][2] == "[1]"
+    assert runs["0"][:3] == ["False", "workqueue", "[2]"]
+    np.testing.assert_allclose([float(v) for v in runs["0"][3:]], [float(v) for v in runs["1"][3:]], rtol=1e-4)
