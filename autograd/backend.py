@@ -193,8 +193,11 @@ def fused(name, array):
 _cpu = {"kernels": None, "threads": None}  # cpu_kernels once loaded (False without numba); a thread count set
 
 
+_CPU_SMALLEST = 1024  # no kernel takes fewer elements (cpu_kernels.LAUNCHERS): below, numba is not even loaded
+
+
 def _cpu_kernel(name, array):
-    if array.dtype != numpy.float32:
+    if array.dtype != numpy.float32 or array.size < _CPU_SMALLEST:
         return None
     if _cpu["kernels"] is None:
         try:

@@ -4,14 +4,18 @@ Run from the repository root, with nothing else busy (about a minute):
 
     python -m benchmarks.cpu_kernels [--repeats 30]        # OMP_NUM_THREADS=N for N threads (default: every core)
 
-Two variants of our own op (and, last, of the main job's whole training
-step), so they are interleaved in one process (fused, composed, fused, …:
+Two variants of our own op, so they are interleaved in one process (fused, composed, fused, …:
 AUTOGRAD_FUSED switched between calls) and each median is over --repeats
 calls of forward + backward (AdamW: one step). Before timing, each case runs
 once both ways from the same inputs (AdamW: one step from the same weights)
 and prints the largest relative difference. The first call compiles the
 kernels, or loads them from numba's cache: its time is printed too.
 Prints; asserts nothing.
+
+The whole training step is compared in fresh processes instead
+(`AUTOGRAD_FUSED=0 python -m benchmarks.train_step` against the command
+without it): once the kernels have loaded with the shared pool, OpenBLAS
+keeps one thread, so the composed step's products would run on one core here.
 """
 import os
 import statistics
@@ -66,15 +70,7 @@ def cases(rng):
         ("cross-entropy (128, 50257)", fwd_bwd(lambda z: ag.cross_entropy(z, gpt2_targets),
                                                [normal(128, 50257, scale=2)])),
         ("clip + AdamW, the main job's 0.8M weights", adamw(main_job)),
-        ("the main job's whole training step", main_job_step()),
     ]
-
-
-def main_job_step():
-    """benchmarks.train_step's step of the default GPT (forward, backward, clip, AdamW); gives its loss."""
-    from benchmarks.train_step import BATCH, SHAPE, ours_runs
-    step = ours_runs(SHAPE, BATCH, SHAPE["block_size"])["step"]
-    return lambda: [np.array(step())]
 
 
 def switched(fused, run):

@@ -377,3 +377,8 @@ def test_AUTOGRAD_SHARED_POOL_0_keeps_two_pools_and_the_same_results():
     assert runs["1"][:2] == ["True", "omp"] and runs["1"][2] == "[1]"
     assert runs["0"][:3] == ["False", "workqueue", "[2]"]
     np.testing.assert_allclose([float(v) for v in runs["0"][3:]], [float(v) for v in runs["1"][3:]], rtol=1e-4)
+
+
+def test_no_kernel_takes_arrays_below_the_size_at_which_the_backend_loads_them():
+    """backend.fused does not even import numba for smaller arrays (the lessons' tensors, a token's rows)."""
+    assert min(smallest for _, smallest in cpu_kernels.LAUNCHERS.values()) >= backend._CPU_SMALLEST
