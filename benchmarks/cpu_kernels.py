@@ -4,9 +4,9 @@ Run from the repository root, with nothing else busy (about a minute):
 
     python -m benchmarks.cpu_kernels [--repeats 30]        # OMP_NUM_THREADS=N for N threads (default: every core)
 
-Two variants of our own op, so they are interleaved in one process (fused, composed, fused, …:
-AUTOGRAD_FUSED switched between calls) and each median is over --repeats
-calls of forward + backward (AdamW: one step). Before timing, each case runs
+Two variants of our own op, so they are interleaved in one process, in
+blocks (fused, composed, fused, …: AUTOGRAD_FUSED switched between blocks)
+and each median is over --repeats calls of forward + backward (AdamW: one step). Before timing, each case runs
 once both ways from the same inputs (AdamW: one step from the same weights)
 and prints the largest relative difference. The first call compiles the
 kernels, or loads them from numba's cache: its time is printed too.
@@ -22,6 +22,13 @@ import statistics
 import time
 
 import numpy as np
+
+
+# Calls are timed in blocks of one variant (fused ×10, composed ×10, …): numba's OpenMP threads spin for a few ms
+# after a kernel, which slows NumPy's single-threaded passes beside them (GELU's composed op 1.5× when each of its
+# calls followed a fused one), and once asleep they take milliseconds to wake here (a fused GELU 9.5 ms instead of 1
+# when each call followed a 20 ms pause). Within a block each variant runs as it does in a training loop.
+BLOCKS = 3
 
 
 def cases(rng):
@@ -98,11 +105,12 @@ def main(argv=None):
         composed = switched("0", twin)()
         diff = max(float(np.abs(a - b).max() / (np.abs(b).max() + 1e-30)) for a, b in zip(fused, composed))
         times = {"fused": [], "composed": []}
-        for _ in range(args.repeats):
+        for _ in range(BLOCKS):
             for variant, flag in (("fused", "1"), ("composed", "0")):
-                t = time.perf_counter()
-                switched(flag, run)()
-                times[variant].append(time.perf_counter() - t)
+                for _ in range(-(-args.repeats // BLOCKS)):
+                    t = time.perf_counter()
+                    switched(flag, run)()
+                    times[variant].append(time.perf_counter() - t)
         f, c = statistics.median(times["fused"]), statistics.median(times["composed"])
         print(f"  {name:<44} fused {f * 1e3:7.3f} ms   composed {c * 1e3:7.3f} ms   speed-up {c / f:5.2f}x   "
               f"largest difference {diff:.1e}   first call {first * 1e3:.0f} ms")
