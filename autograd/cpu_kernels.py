@@ -456,7 +456,10 @@ def layer_norm_backward(g, x, w, stats):
 
 @numba.njit(inline="always", **_jit)
 def _softmax_row(s, r, last, scale):
-    """Row r of s becomes softmax(scale · s[r, :last + 1]), and 0 after `last` (the keys it may not see)."""
+    """Row r of s becomes softmax(scale · s[r, :last + 1]), and 0 after `last` (the keys it may not see). A query
+    before every key (more queries than keys under the causal mask: last < 0) sees none, and its row is 0, as in
+    the composed op; without the clamp the zeroing loop's negative indices wrote before the row."""
+    last = max(last, -1)
     m = _F32(-np.inf)
     for j in range(last + 1):  # scaled once and stored: exp(s − m) is then exactly 1 at the maximum, where
         s[r, j] *= scale       # a fused multiply-add of s·scale − m would keep the product's rounding error
@@ -474,7 +477,9 @@ def _softmax_row(s, r, last, scale):
 
 @numba.njit(inline="always", **_jit)
 def _softmax_backward_row(dp, p, r, dot, last, scale):
-    """Row r of dP becomes dS = scale · P ⊙ (dP − dot), dot = Gᵣ·Oᵣ = Σⱼ dPᵣⱼ Pᵣⱼ; 0 after `last`."""
+    """Row r of dP becomes dS = scale · P ⊙ (dP − dot), dot = Gᵣ·Oᵣ = Σⱼ dPᵣⱼ Pᵣⱼ; 0 after `last` (all of it
+    for last < 0, as _softmax_row)."""
+    last = max(last, -1)
     for j in range(last + 1):
         dp[r, j] = scale * p[r, j] * (dp[r, j] - dot)
     for j in range(last + 1, dp.shape[1]):
@@ -523,10 +528,11 @@ def attention_softmax_backward(dp, p, g, o, offset, scale):
 
 
 def _rows(x):
-    """x with unit stride along its last axis (BLAS's rows), copied only if it has not; its row stride in elements."""
-    if x.strides[-1] != x.itemsize:
+    """x with unit stride along its last axis and rows at least a row apart (what BLAS reads), copied only if it
+    has not (a broadcast or flipped view); its row stride in elements."""
+    if x.strides[-1] != x.itemsize or (x.shape[-2] > 1 and x.strides[-2] < x.shape[-1] * x.itemsize):
         x = np.ascontiguousarray(x)
-    return x, x.strides[-2] // x.itemsize
+    return x, max(x.strides[-2] // x.itemsize, x.shape[-1])  # one row: its stride is anything, BLAS wants ≥ D
 
 
 @numba.njit(parallel=True, **_jit)

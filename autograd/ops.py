@@ -192,12 +192,15 @@ class Linear(Function):
 
     def forward(self, x, weight, bias=None):
         self.save(x, weight)
-        # the CPU's product, split over the threads; chosen by the weight's size: a token's x is one small row
-        self.matmul = backend.fused("matmul", weight) or self.xp.matmul
-        if self.matmul is not self.xp.matmul:
-            y = self.matmul(x.reshape(-1, x.shape[-1]), weight, bias)  # (rows, out), the bias added by each thread
+        rows = x.reshape(-1, x.shape[-1])
+        # the CPU's product, split over the threads (the bias added by each); chosen by the weight's size, as a
+        # token's x is one small row
+        split = backend.fused("matmul", weight)
+        self.matmul = split or self.xp.matmul
+        if split is not None:
+            y = split(rows, weight, bias)  # (rows, out)
         else:
-            y = x.reshape(-1, x.shape[-1]) @ weight  # (rows, out)
+            y = rows @ weight  # (rows, out)
             if bias is not None:
                 y += bias
         return y.reshape(*x.shape[:-1], weight.shape[1])
@@ -454,7 +457,7 @@ class GetItem(Function):
     rule = "dx = scatter-add(g)"
 
     def forward(self, x, key, advanced):
-        self.key, self.advanced, self.in_shape = key, advanced, x.shape
+        self.key, self.advanced = key, advanced
         return x[key]
 
     def backward(self, g):

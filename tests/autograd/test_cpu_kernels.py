@@ -216,6 +216,42 @@ def test_attention_scores_far_from_zero_give_the_composed_probabilities(monkeypa
     np.testing.assert_allclose(fused, composed, rtol=1e-4, atol=1e-4)
 
 
+def test_embedding_gradient_adds_every_occurrence_of_a_token(monkeypatch, spy):
+    """Ids repeated many times (65 rows for 768 positions): each occurrence's row of g is added, none kept alone."""
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((65, 128)).astype(np.float32)
+    ids = rng.integers(0, 65, size=(12, 64))
+    ids[0, :10] = 7  # one token ten times in a row
+    fused, composed = both(monkeypatch, lambda: grads(lambda w: ag.embedding(w, ag.Tensor(ids)), weight))
+    assert spy == {"embedding_backward": 1}
+    close(fused, composed, rtol=1e-5, atol=1e-5)
+    counts = np.bincount(ids.reshape(-1), minlength=65)
+    assert np.all((fused[1] != 0).any(axis=1) == (counts > 0))  # rows of unseen tokens stay 0
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_with_more_queries_than_keys_and_broadcast_keys(monkeypatch, spy, causal):
+    """64 queries, 2 keys broadcast from one (row stride 0: copied for BLAS). Under the causal mask the first 62
+    queries come before every key and see none: their rows are 0, as the composed op's (the kernels once wrote
+    before those rows and corrupted the heap)."""
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((2, 4, 64, 64)).astype(np.float32)
+    k, v = (np.broadcast_to(rng.standard_normal((2, 4, 1, 64)).astype(np.float32), (2, 4, 2, 64)) for _ in range(2))
+    weights = rng.standard_normal(q.shape).astype(np.float32)
+
+    def run():  # leaves holding the broadcast views themselves (grads() would copy them)
+        leaves = [ag.Tensor(a, requires_grad=True) for a in (q, k, v)]
+        out = ag.scaled_dot_product_attention(*leaves, causal=causal)
+        (out * ag.Tensor(weights)).sum().backward()
+        return [out.data] + [leaf.grad for leaf in leaves]
+    assert ag.Tensor(k).data.strides[-2] == 0
+    fused, composed = both(monkeypatch, run)
+    assert spy.get("attention_forward", spy.get("attention_softmax_forward")) == 1
+    close(fused, composed, rtol=1e-4, atol=1e-5)
+    if causal:
+        assert np.all(fused[0][:, :, :62] == 0) and np.abs(fused[0][:, :, 62:]).min() > 0
+
+
 @pytest.mark.parametrize("reuse", [False, True])
 def test_cross_entropy_with_ignored_rows_and_a_padded_vocabulary(monkeypatch, spy, reuse):
     rng = np.random.default_rng(0)
