@@ -163,8 +163,10 @@ def test_train_cli_writes_the_report_at_the_interval(tmp_path, capsys):
                                                                    ["attention_entropy"]) == 2
     assert (tmp_path / "health.png").is_file()
     assert f"wrote the health report to {tmp_path / 'health.jsonl'} and {tmp_path / 'health.png'}\n" in out
-    assert train.parse_args(["--health-interval"]).health_interval == 50  # the option alone: every 50
-    assert train.parse_args([]).health_interval == 0
+    # a folder of its own: the default out/ may hold the main job's checkpoint (the README runs it before the tests)
+    fresh = ["--out-dir", str(tmp_path / "fresh")]
+    assert train.parse_args(["--health-interval", *fresh]).health_interval == 50  # the option alone: every 50
+    assert train.parse_args(fresh).health_interval == 0
 
 
 def test_train_cli_without_the_options_writes_no_report_and_the_same_numbers(tmp_path, capsys):
