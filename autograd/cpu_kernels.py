@@ -15,8 +15,17 @@ NumPy's exp is SIMD; a loop calling libm's is not, so the exponentials go
 through `_exp32`, a polynomial LLVM vectorises (relative error below 2e-7,
 about float32's own).
 
+One answer: a kernel gives the same bits on any thread count, compiled
+afresh or loaded from the cache, idle or under load. There is no fast math
+(LLVM reordered each compilation's row sums its own way), sums run as eight
+fixed running sums (`_sum`, `_dot`), multiply-adds are fused by the CPU's
+choice alone (`_mul_add`), and a split product's blocks follow its shape,
+not the thread count (`_block`). Another CPU (AVX2 against AVX-512, or no
+FMA) may round differently; the tests compile the kernels for more than one.
+
 Threads: OMP_NUM_THREADS, else the cores this process may run on, or the
-share nn.distributed gives each MPI rank. Where NumPy brings its own OpenBLAS
+share nn.distributed gives each MPI rank, less the cores other processes
+keep busy (`pool_threads`). Where NumPy brings its own OpenBLAS
 and the system has an OpenMP runtime (libgomp), one pool serves everything
 (SHARED_POOL): numba's OpenMP threads, which wake within microseconds, run
 the kernels and the matrix products too, each thread calling OpenBLAS on its
@@ -27,11 +36,17 @@ the other's. Elsewhere OpenBLAS keeps its threads and the kernels use
 numba's "workqueue" layer, whose idle threads sleep (and take 100–400 µs to
 wake, so only arrays of millions of elements are split there). Compiled
 kernels are cached on disk (numba's `cache=True`): the first run compiles
-them (a few seconds), later runs load them.
+them (tens of seconds), later runs load them; a Ctrl-C meanwhile is held
+until the kernel at hand is done (`compiled`).
 """
+import collections
+import contextlib
 import ctypes
 import math
 import os
+import signal
+import threading
+import time
 import types
 
 import llvmlite.binding
@@ -71,10 +86,12 @@ _SGEMM, _SGEMV, _SET_BLAS_THREADS = "scipy_cblas_sgemm64_", "scipy_cblas_sgemv64
 _BLAS = _numpy_openblas() if os.environ.get("AUTOGRAD_SHARED_POOL", "1") != "0" and _has_openmp() else None
 SHARED_POOL = _BLAS is not None
 numba.config.THREADING_LAYER = "omp" if SHARED_POOL else "workqueue"
-# Fast math that keeps NumPy's answers: sums may be reordered (vectorised) and multiply-adds fused, but divisions
-# stay divisions (no "arcp"), and NaNs and infinities pass through as in NumPy (no "nnan", "ninf").
-_MATH = {"nsz", "contract", "afn", "reassoc"}
-_jit = dict(cache=True, fastmath=_MATH, error_model="numpy")  # numpy: x/0 is inf, no branch to raise
+# No fast math: every sum, product and multiply-add is computed in the order the source writes it, so a kernel
+# gives the same bits whichever way LLVM compiles it (serial or threaded, freshly or from the cache, for any CPU
+# target). With reordering allowed ("reassoc"), each compilation vectorised the row sums its own way: the threaded
+# layer norm's dx differed from the serial one's in the last bit, and a first run (compiled) from every later one
+# (cached). Sums are vectorised by hand instead, as eight running sums (_sum, _dot).
+_jit = dict(cache=True, error_model="numpy")  # numpy: x/0 is inf, no branch to raise
 _F32 = np.float32
 ROW_BLOCKS = 64  # layer norm backward: dγ, dβ summed over this many fixed blocks of rows, so the order never varies
 # Elements from which a kernel runs on every thread. With the shared pool its threads are awake (spinning) and a
@@ -83,29 +100,65 @@ ROW_BLOCKS = 64  # layer norm backward: dγ, dβ summed over this many fixed blo
 PARALLEL_FROM = 1 << 15 if SHARED_POOL else 1 << 21
 
 
+def _jitted(**options):
+    """numba.njit(**options) with the kernels' settings (cached, no fast math), its compilations held by
+    `compiled`: for a function that Python calls."""
+    return lambda fn: compiled(numba.njit(**options, **_jit)(fn))
+
+
+def compiled(dispatcher):
+    """`dispatcher` (a numba function called from Python), each of whose compilations or loads from the cache (the
+    first call for a kind of arguments) holds a Ctrl-C until it ends, and then hands LLVM's pages back.
+
+    numba calls back into Python while it compiles and while it loads from its cache; a KeyboardInterrupt raised
+    in such a callback is printed as "Exception ignored" and dropped, so a Ctrl-C then went unnoticed and
+    training went on. numba looks its compile method up on the dispatcher only when a call finds no compiled
+    version, so the calls after the first pay nothing for this.
+    """
+    compile_for_args = dispatcher._compile_for_args
+
+    def compile_holding_interrupts(*args, **kws):
+        with _interrupts_held():
+            compiled_version = compile_for_args(*args, **kws)
+        release_compiler_pages()
+        return compiled_version
+    dispatcher._compile_for_args = compile_holding_interrupts
+    return dispatcher
+
+
+@contextlib.contextmanager
+def _interrupts_held():
+    """A block in which SIGINT is only noted; the program's own handler runs once the block ends (at once where
+    this is not the main thread, which alone receives signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted = []
+    handler = signal.signal(signal.SIGINT, lambda number, frame: noted.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        if noted and callable(handler):
+            handler(signal.SIGINT, noted[0])
+        elif noted and handler == signal.SIG_DFL:
+            os.kill(os.getpid(), signal.SIGINT)
+
+
 class _Kernel:
     """One kernel compiled twice from one source: on this thread, and over the threads (`prange` loops split),
-    for arrays of at least PARALLEL_FROM elements (the first argument's), where it pays for waking them."""
+    for arrays of at least PARALLEL_FROM elements (the first argument's), where it pays for waking them. Both
+    compute every element in the order the source writes it (no fast math): the same bits either way."""
 
     def __init__(self, fn):
-        self.serial = numba.njit(**_jit)(fn)
+        self.serial = _jitted()(fn)
         parallel = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
         parallel.__qualname__ = f"{fn.__qualname__}_parallel"  # its own file in numba's cache
-        self.parallel = numba.njit(parallel=True, **_jit)(parallel)
+        self.parallel = _jitted(parallel=True)(parallel)
         self.__doc__ = fn.__doc__
 
     def __call__(self, first, *rest):
-        kernel = self.parallel if first.size >= PARALLEL_FROM and numba.get_num_threads() > 1 else self.serial
-        return _run(kernel, first, *rest)
-
-
-def _run(kernel, *args):
-    """kernel(*args); where the call loaded (or compiled) it, LLVM is done for now, and its pages go back."""
-    known = len(kernel.overloads)
-    out = kernel(*args)
-    if len(kernel.overloads) > known:
-        release_compiler_pages()
-    return out
+        return (self.parallel if first.size >= PARALLEL_FROM and pool_threads() > 1 else self.serial)(first, *rest)
 
 
 def release_compiler_pages():
@@ -138,19 +191,79 @@ _MADV_PAGEOUT = 21
 
 
 def threads():
-    """The threads a kernel runs on: OMP_NUM_THREADS, else every core this process may use."""
+    """The threads a kernel may run on: OMP_NUM_THREADS, else every core this process may use."""
     given = os.environ.get("OMP_NUM_THREADS", "")
     if given.isdigit() and int(given) > 0:
         return int(given)
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
+# The pool: `given` threads by set_threads, `now` those it runs, fewer while other processes keep cores busy;
+# `others`, the last looks at the machine (threads of other processes running).
+_pool = {"given": 1, "now": 1, "next_look": 0.0, "others": collections.deque(maxlen=6)}
+LOOK_EVERY = 0.05  # seconds between two looks
+NARROW_AFTER, WIDEN_AFTER = 3, 6  # looks in a row that found cores busy (free) before the pool narrows (widens)
+
+
 def set_threads(n):
-    """Run the kernels (and with the shared pool, the matrix products) on `n` threads (at most numba's pool, which
-    is as wide as the machine). OpenBLAS is then told again to keep one thread, whoever changed it."""
-    numba.set_num_threads(max(1, min(n, numba.config.NUMBA_NUM_THREADS)))
+    """Run the kernels (and with the shared pool, the matrix products) on up to `n` threads (at most numba's pool,
+    which is as wide as the machine). OpenBLAS is then told again to keep one thread, whoever changed it."""
+    _pool["given"] = max(1, min(n, numba.config.NUMBA_NUM_THREADS))
+    _pool["others"].clear()
+    _use_threads(_pool["given"])
+
+
+def _use_threads(n):
+    numba.set_num_threads(n)
+    _pool["now"] = n
     if SHARED_POOL:
         getattr(_BLAS[1], _SET_BLAS_THREADS)(ctypes.c_int(1))
+
+
+def pool_threads():
+    """The threads the next kernel runs on: set_threads' count, less the cores that other processes keep busy.
+
+    A parallel region waits for its slowest thread, and with more threads ready to run than cores, one of ours
+    is often off its core while the others spin: two trainings side by side on 2 cores each took 8–10× their
+    time alone, where a fair share is 2×. So every LOOK_EVERY seconds the threads of other processes that are
+    running are counted (from Linux's /proc), and the pool narrows to the cores they leave once NARROW_AFTER
+    looks in a row found them busy, and widens once WIDEN_AFTER looks found cores free. Any width gives the
+    same bits: the kernels cut their work the same way on every thread count.
+    """
+    now = time.monotonic()
+    if now >= _pool["next_look"]:
+        _pool["next_look"] = now + LOOK_EVERY
+        others = _running_elsewhere()
+        if others is not None:
+            _pool["others"].append(others)
+            _resize(list(_pool["others"]), os.cpu_count() or 1)
+    return _pool["now"]
+
+
+def _resize(looks, cores):
+    """Narrow or widen the pool after `looks`, the last counts of other processes' running threads."""
+    def width(busy):
+        return max(1, min(_pool["given"], cores - busy))
+    recent = looks[-NARROW_AFTER:]
+    if len(recent) == NARROW_AFTER and width(min(recent)) < _pool["now"]:
+        _use_threads(width(min(recent)))
+    elif len(looks) >= WIDEN_AFTER and width(max(looks[-WIDEN_AFTER:])) > _pool["now"]:
+        _use_threads(width(max(looks[-WIDEN_AFTER:])))
+
+
+def _running_elsewhere():
+    """Threads running (or ready to run) on the machine that are not this process's; None where /proc can't tell."""
+    try:
+        with open("/proc/stat", "rb") as stat:
+            running = next(int(line.split()[1]) for line in stat if line.startswith(b"procs_running"))
+        ours = 0
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/stat", "rb") as stat:
+                fields = stat.read()
+            ours += fields[fields.rindex(b")") + 2:][:1] == b"R"  # the state follows the command's name
+    except (OSError, StopIteration, ValueError):
+        return None
+    return max(0, running - ours)
 
 
 def _apart(like, *inputs):
@@ -182,6 +295,18 @@ def _float_from_bits(typingctx, bits):
     return nbtypes.float32(nbtypes.int32), codegen
 
 
+@intrinsic
+def _mul_add(typingctx, a, b, c):
+    """a·b + c for float32: one fused multiply-add (one rounding) where the CPU has the instruction, else a multiply
+    and an add. LLVM's fmuladd makes that choice by the target alone, so every compilation for one CPU agrees;
+    fast math's "contract" would let each compilation fuse where it likes."""
+    def codegen(context, builder, signature, args):
+        f32 = ir.FloatType()
+        fmuladd = builder.module.declare_intrinsic("llvm.fmuladd", [f32], ir.FunctionType(f32, [f32, f32, f32]))
+        return builder.call(fmuladd, args)
+    return nbtypes.float32(nbtypes.float32, nbtypes.float32, nbtypes.float32), codegen
+
+
 @numba.njit(inline="always", **_jit)
 def _exp32(x):
     """eˣ for float32 x: eˣ = 2ᵏ eʳ with k = round(x log₂e), r = x − k ln 2 in [−ln2/2, ln2/2], and
@@ -191,14 +316,13 @@ def _exp32(x):
     v = min(max(x, _F32(-104)), _F32(88.73))
     k = np.floor(v * _F32(1.4426950408889634) + _F32(0.5))
     r = v - k * _F32(0.693359375) + k * _F32(2.12194440e-4)  # ln 2 in two pieces: r exact to float32
-    p = _F32(1.9875691500e-4)
-    p = p * r + _F32(1.3981999507e-3)
-    p = p * r + _F32(8.3334519073e-3)
-    p = p * r + _F32(4.1665795894e-2)
-    p = p * r + _F32(1.6666665459e-1)
-    p = p * r + _F32(5.0000001201e-1)
+    p = _mul_add(_F32(1.9875691500e-4), r, _F32(1.3981999507e-3))  # Horner's rule
+    p = _mul_add(p, r, _F32(8.3334519073e-3))
+    p = _mul_add(p, r, _F32(4.1665795894e-2))
+    p = _mul_add(p, r, _F32(1.6666665459e-1))
+    p = _mul_add(p, r, _F32(5.0000001201e-1))
     half = np.int32(k) >> 1
-    e = (p * r * r + r + _F32(1)) * _float_from_bits((half + 127) << 23) * _float_from_bits(
+    e = (_mul_add(p * r, r, r) + _F32(1)) * _float_from_bits((half + 127) << 23) * _float_from_bits(
         (np.int32(k) - half + 127) << 23)
     if x < _F32(-104):
         e = _F32(0)
@@ -207,6 +331,53 @@ def _exp32(x):
     if x != x:
         e = x
     return e
+
+
+# ---- sums in a fixed order -----------------------------------------------------------
+
+
+@numba.njit(inline="always", **_jit)
+def _sum(a, n):
+    """a[0] + … + a[n−1] in one order on every compilation and CPU: eight running sums, of the elements j ≡ 0 … 7
+    (mod 8), then added pairwise. Each step adds eight independent pairs, which LLVM may vectorise (one 8-wide add)
+    without changing a bit; a single running sum would be strictly serial."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = _F32(0)
+    j = 0
+    while j + 8 <= n:
+        s0 += a[j]
+        s1 += a[j + 1]
+        s2 += a[j + 2]
+        s3 += a[j + 3]
+        s4 += a[j + 4]
+        s5 += a[j + 5]
+        s6 += a[j + 6]
+        s7 += a[j + 7]
+        j += 8
+    while j < n:
+        s0 += a[j]
+        j += 1
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+
+
+@numba.njit(inline="always", **_jit)
+def _dot(a, b, centre, scale, n):
+    """Σⱼ a[j]·((b[j] − centre)·scale) over j < n, in _sum's order (centre 0 and scale 1: the plain dot product)."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = _F32(0)
+    j = 0
+    while j + 8 <= n:
+        s0 += a[j] * ((b[j] - centre) * scale)
+        s1 += a[j + 1] * ((b[j + 1] - centre) * scale)
+        s2 += a[j + 2] * ((b[j + 2] - centre) * scale)
+        s3 += a[j + 3] * ((b[j + 3] - centre) * scale)
+        s4 += a[j + 4] * ((b[j + 4] - centre) * scale)
+        s5 += a[j + 5] * ((b[j + 5] - centre) * scale)
+        s6 += a[j + 6] * ((b[j + 6] - centre) * scale)
+        s7 += a[j + 7] * ((b[j + 7] - centre) * scale)
+        j += 8
+    while j < n:
+        s0 += a[j] * ((b[j] - centre) * scale)
+        j += 1
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
 
 
 # ---- matrix products, over the shared pool -----------------------------------------
@@ -221,27 +392,43 @@ if SHARED_POOL:
         nbtypes.int32, nbtypes.int32, _I64, _I64, nbtypes.float32, nbtypes.voidptr, _I64, nbtypes.voidptr, _I64,
         nbtypes.float32, nbtypes.voidptr, _I64))
 _ROW_MAJOR, _N, _T = np.int32(101), np.int32(111), np.int32(112)  # CBLAS's order and transposes
-SPLIT_FROM = 1 << 20  # multiply-adds from which a product is split over the threads; below, one OpenBLAS call
+SPLIT_FROM = 1 << 20  # multiply-adds from which a product is split into blocks; below, one OpenBLAS call
+# A split product's blocks depend on its shape alone, never on the thread count, so that every element of the
+# result comes from the same OpenBLAS call (of the same shape) on one thread or on sixteen: OpenBLAS picks its
+# inner kernels by the call's shape, and they round differently. One block for each BLOCK_MACS multiply-adds, a
+# power of two of them, at most MAX_BLOCKS (each block packs the operand it shares with the others once more).
+BLOCK_MACS, MAX_BLOCKS = 1 << 25, 8
 
 
-@numba.njit(parallel=True, **_jit)
-def _matmul(a, b, bias, c, ta, tb, parts):
+@numba.njit(inline="always", **_jit)
+def _block(span, macs, least):
+    """(rows per block, blocks) for cutting `span` rows of a product of `macs` multiply-adds into whole 16-row
+    tiles: at least `least` blocks (where there are that many tiles), a power of two."""
+    blocks = least
+    while blocks < MAX_BLOCKS and blocks * 2 * BLOCK_MACS <= macs:
+        blocks *= 2
+    per = ((span + blocks - 1) // blocks + 15) // 16 * 16
+    return per, (span + per - 1) // per
+
+
+@_jitted(parallel=True)
+def _matmul(a, b, bias, c, ta, tb):
     """c = op(a) op(b) + bias (bias of n elements, added to every row; empty for none), op(x) = xᵀ where ta (tb)
-    is set, every array C-contiguous: c's rows (or its columns, when it is wider than tall) cut into `parts`
-    blocks of whole 16-row tiles, one OpenBLAS call for each on its own thread, which then adds the bias to its
-    block while it is in cache. Each element of c is one call's dot product over all of k: the same inputs and
-    thread count give the same bits, and a block's kernel may round differently from one call's (by float32's
-    last bit or so)."""
+    is set, every array C-contiguous: c's rows (or its columns, when it is wider than tall) cut into _block's
+    blocks, one OpenBLAS call for each, the blocks shared among the threads; each adds the bias to its block
+    while it is in cache. Each element of c is one call's dot product over all of k, and the blocks depend on
+    the shapes alone: the same bits on any thread count (a block's kernel may round differently from one call's
+    over the whole product, by float32's last bit or so)."""
     m, n = c.shape
     k = a.shape[0] if ta else a.shape[1]
     lda, ldb = a.shape[1], b.shape[1]
     by_rows = m >= n
     span = m if by_rows else n
-    per = ((span + parts - 1) // parts + 15) // 16 * 16
-    for part in prange(parts):
+    per, blocks = _block(span, m * n * k, 2)  # two at least: the products of a small model still use two cores
+    for part in prange(blocks):
         lo = part * per
         hi = min(span, lo + per)
-        if lo < hi and by_rows:
+        if by_rows:
             first = a[:, lo:] if ta else a[lo:]
             _sgemm(_ROW_MAJOR, _T if ta else _N, _T if tb else _N, hi - lo, n, k, _F32(1), first.ctypes, lda,
                    b.ctypes, ldb, _F32(0), c[lo:].ctypes, n)
@@ -249,7 +436,7 @@ def _matmul(a, b, bias, c, ta, tb, parts):
                 for i in range(lo, hi):
                     for j in range(n):
                         c[i, j] += bias[j]
-        elif lo < hi:
+        else:
             second = b[lo:] if tb else b[:, lo:]
             _sgemm(_ROW_MAJOR, _T if ta else _N, _T if tb else _N, m, hi - lo, k, _F32(1), a.ctypes, lda,
                    second.ctypes, ldb, _F32(0), c[:, lo:].ctypes, n)
@@ -259,21 +446,21 @@ def _matmul(a, b, bias, c, ta, tb, parts):
                         c[i, j] += bias[j]
 
 
-@numba.njit(parallel=True, **_jit)
-def _vecmat(x, b, bias, y, tb, parts):
-    """y = x op(b) + bias for one row x (k elements), as _matmul takes b and bias: y cut into `parts` blocks of
-    whole 16-column tiles, one OpenBLAS matrix-vector product each on its own thread. A matrix product of one row
-    first copies (packs) its block of b, which a token's step reads only once: 2.5–3.5× slower (GPT-2's LM head,
-    one row by 768 × 50257: 18.3–19.4 against 6.0–6.3 ms)."""
+@_jitted(parallel=True)
+def _vecmat(x, b, bias, y, tb):
+    """y = x op(b) + bias for one row x (k elements), as _matmul takes b and bias: y cut into _block's blocks of
+    columns, one OpenBLAS matrix-vector product each. A matrix product of one row first copies (packs) its block
+    of b, which a token's step reads only once: 2.5–3.5× slower (GPT-2's LM head, one row by 768 × 50257:
+    18.3–19.4 against 6.0–6.3 ms)."""
     n, k = y.size, x.size
     ldb = b.shape[1]
-    per = ((n + parts - 1) // parts + 15) // 16 * 16
-    for part in prange(parts):
+    per, blocks = _block(n, n * k, MAX_BLOCKS)  # memory-bound: as many blocks as may read at once
+    for part in prange(blocks):
         lo = part * per
         hi = min(n, lo + per)
-        if lo < hi and tb:  # b holds op(b)ᵀ, (n, k): y[lo:hi] = b[lo:hi] x
+        if tb:  # b holds op(b)ᵀ, (n, k): y[lo:hi] = b[lo:hi] x
             _sgemv(_ROW_MAJOR, _N, hi - lo, k, _F32(1), b[lo:].ctypes, ldb, x.ctypes, 1, _F32(0), y[lo:].ctypes, 1)
-        elif lo < hi:  # b is (k, n): y[lo:hi] = b[:, lo:hi]ᵀ x
+        else:  # b is (k, n): y[lo:hi] = b[:, lo:hi]ᵀ x
             _sgemv(_ROW_MAJOR, _T, k, hi - lo, _F32(1), b[:, lo:].ctypes, ldb, x.ctypes, 1, _F32(0),
                    y[lo:].ctypes, 1)
         for j in range(lo, hi if bias.size else lo):
@@ -291,57 +478,67 @@ def _as_stored(x):
 
 
 def matmul(a, b, bias=None):
-    """a @ b (+ bias) for 2-D float32 a (m, k) and b (k, n): the op's product itself, split over the threads from
-    SPLIT_FROM multiply-adds (the GEMMs of ops.Linear and ops.MatMul)."""
+    """a @ b (+ bias) for 2-D float32 a (m, k) and b (k, n): the op's product itself, in _block's blocks over the
+    threads from SPLIT_FROM multiply-adds (the GEMMs of ops.Linear and ops.MatMul)."""
     m, k = a.shape
     n = b.shape[1]
-    parts = numba.get_num_threads()
-    if b.dtype != a.dtype or (bias is not None and bias.dtype != a.dtype) or parts == 1 or m * n * k < SPLIT_FROM:
+    if b.dtype != a.dtype or (bias is not None and bias.dtype != a.dtype) or m * n * k < SPLIT_FROM:
         c = np.matmul(a, b)
         if bias is not None:
             c += bias
         return c
+    pool_threads()
     bias = np.empty(0, a.dtype) if bias is None else np.ascontiguousarray(bias)
     tb, b = _as_stored(b)
     c = np.empty((m, n), dtype=a.dtype)
     if m == 1:  # one row (a token's step)
-        _run(_vecmat, np.ascontiguousarray(a[0]), b, bias, c[0], tb, parts)
+        _vecmat(np.ascontiguousarray(a[0]), b, bias, c[0], tb)
         return c
     ta, a = _as_stored(a)
-    _run(_matmul, a, b, bias, c, ta, tb, parts)
+    _matmul(a, b, bias, c, ta, tb)
     return c
 
 
-@numba.njit(parallel=True, **_jit)
+@_jitted(parallel=True)
 def _linear_backward(g, x, w, dx, dw, db):
-    """ops.Linear's VJP: dx = G Wᵀ on one thread, dW = Xᵀ G and then db = Σ G over the rows (db of 0 elements for
-    no bias) on the other, each product one OpenBLAS call."""
+    """ops.Linear's VJP as one list of tasks shared among the threads: dx = G Wᵀ in _block's blocks of rows, and
+    dW = Xᵀ G in blocks of columns, each with those columns of db = Σ G over the rows (db of 0 elements for no
+    bias); every block one OpenBLAS call."""
     m, n = g.shape
     k = x.shape[1]
-    for task in prange(2):
-        if task == 0:
-            _sgemm(_ROW_MAJOR, _N, _T, m, k, n, _F32(1), g.ctypes, n, w.ctypes, n, _F32(0), dx.ctypes, k)
+    rows, row_blocks = _block(m, m * n * k, 1)  # dx and dW: two tasks at least
+    cols, col_blocks = _block(n, m * n * k, 1)
+    for task in prange(row_blocks + col_blocks):
+        if task < row_blocks:
+            lo = task * rows
+            hi = min(m, lo + rows)
+            _sgemm(_ROW_MAJOR, _N, _T, hi - lo, k, n, _F32(1), g[lo:].ctypes, n, w.ctypes, n, _F32(0),
+                   dx[lo:].ctypes, k)
         else:
-            _sgemm(_ROW_MAJOR, _T, _N, k, n, m, _F32(1), x.ctypes, k, g.ctypes, n, _F32(0), dw.ctypes, n)
-            for j in range(db.size):
+            lo = (task - row_blocks) * cols
+            hi = min(n, lo + cols)
+            _sgemm(_ROW_MAJOR, _T, _N, k, hi - lo, m, _F32(1), x.ctypes, k, g[:, lo:].ctypes, n, _F32(0),
+                   dw[:, lo:].ctypes, n)
+            for j in range(lo, hi if db.size else lo):
                 db[j] = _F32(0)
             for i in range(m if db.size else 0):
-                for j in range(n):
+                for j in range(lo, hi):
                     db[j] += g[i, j]
 
 
 def linear_backward(g, x, w, bias):
-    """(dx, dW, db or None) of ops.Linear for the rows g (m, n) and x (m, k) and the weight w (k, n). On two
-    threads the two products run at once, one whole product on each: each packs its operands once, where row
-    blocks pack the other operand once per block (17.4–17.7 against 19.0–20.2 ms for the main job's 16 Linears
-    with their bias sums). On other thread counts, or below SPLIT_FROM, the split products of `matmul`."""
+    """(dx, dW, db or None) of ops.Linear for the rows g (m, n) and x (m, k) and the weight w (k, n): dx's blocks
+    and then dW's in one task list, which numba's schedule cuts into one run of tasks per thread (on two, about
+    dx on one and dW on the other, each thread's calls reusing one operand); below SPLIT_FROM, one OpenBLAS
+    call each."""
     m, n = g.shape
     k = x.shape[1]
-    if numba.get_num_threads() != 2 or m * n * k < SPLIT_FROM or not g.dtype == x.dtype == w.dtype:
+    if m * n * k < SPLIT_FROM or not g.dtype == x.dtype == w.dtype:
         return matmul(g, w.T), matmul(x.T, g), g.sum(axis=0) if bias else None
+    pool_threads()
     g, x, w = np.ascontiguousarray(g), np.ascontiguousarray(x), np.ascontiguousarray(w)
     dx, dw, db = np.empty((m, k), g.dtype), np.empty((k, n), g.dtype), np.empty(n if bias else 0, g.dtype)
-    _run(_linear_backward, g, x, w, dx, dw, db)
+    _linear_backward(g, x, w, dx, dw, db)
     return dx, dw, db if bias else None
 
 
@@ -355,7 +552,7 @@ def _gelu_forward(x, y):
     """ops.GELU: y = x σ(2u), u = √(2/π)(x + 0.044715x³) (= ½x(1 + tanh u))."""
     for i in prange(x.size):
         v = x[i]
-        y[i] = v / (_F32(1) + _exp32(-_C2 * (v + _A * v * v * v)))
+        y[i] = v / (_F32(1) + _exp32(-_C2 * _mul_add(_A * v * v, v, v)))
 
 
 @_Kernel
@@ -363,8 +560,8 @@ def _gelu_backward(x, g, dx):
     """ops.GELU's VJP: dx = g s (1 + x (1 − s) 2u′), s = σ(2u), 2u′ = 2√(2/π)(1 + 3·0.044715x²)."""
     for i in prange(x.size):
         v = x[i]
-        s = _F32(1) / (_F32(1) + _exp32(-_C2 * (v + _A * v * v * v)))
-        dx[i] = g[i] * s * (_F32(1) + v * (_F32(1) - s) * _C2 * (_F32(1) + _F32(3) * _A * v * v))
+        s = _F32(1) / (_F32(1) + _exp32(-_C2 * _mul_add(_A * v * v, v, v)))
+        dx[i] = g[i] * s * (_F32(1) + v * (_F32(1) - s) * _C2 * _mul_add(_F32(3) * _A * v, v, _F32(1)))
 
 
 def gelu_forward(x):
@@ -385,20 +582,16 @@ def gelu_backward(x, g):
 
 @_Kernel
 def _layer_norm_forward(x, w, b, y, mean, rstd, eps):
-    """ops.LayerNorm: y = (x − μ) rstd γ + β per row, rstd = 1/√(σ² + ε), σ² = mean((x − μ)²); keeps μ, rstd."""
+    """ops.LayerNorm: y = (x − μ) rstd γ + β per row, rstd = 1/√(σ² + ε), σ² = mean((x − μ)²); keeps μ, rstd.
+    (x − μ is written to y first, and read back by the sum and the scaling.)"""
     rows, n = x.shape
     for r in prange(rows):
-        mu = _F32(0)
+        mu = _sum(x[r], n) / n
         for j in range(n):
-            mu += x[r, j]
-        mu /= n
-        var = _F32(0)
+            y[r, j] = x[r, j] - mu
+        rs = _F32(1) / math.sqrt(_dot(y[r], y[r], _F32(0), _F32(1), n) / n + eps)
         for j in range(n):
-            d = x[r, j] - mu
-            var += d * d
-        rs = _F32(1) / math.sqrt(var / n + eps)
-        for j in range(n):
-            y[r, j] = (x[r, j] - mu) * rs * w[j] + b[j]
+            y[r, j] = y[r, j] * rs * w[j] + b[j]
         mean[r], rstd[r] = mu, rs
 
 
@@ -415,19 +608,14 @@ def _layer_norm_backward(g, x, w, mean, rstd, dx, partial_dw, partial_db):
             partial_db[k, j] = _F32(0)
         for r in range(k * per_block, min(rows, (k + 1) * per_block)):
             mu, rs = mean[r], rstd[r]
-            sg = _F32(0)
-            sgx = _F32(0)
             for j in range(n):
-                xh = (x[r, j] - mu) * rs
-                gh = g[r, j] * w[j]
-                sg += gh
-                sgx += gh * xh
-                partial_dw[k, j] += g[r, j] * xh
+                dx[r, j] = g[r, j] * w[j]  # ĝ, kept here for the sums and the last pass
+                partial_dw[k, j] += g[r, j] * ((x[r, j] - mu) * rs)
                 partial_db[k, j] += g[r, j]
-            sg /= n
-            sgx /= n
+            sg = _sum(dx[r], n) / n
+            sgx = _dot(dx[r], x[r], mu, rs, n) / n
             for j in range(n):
-                dx[r, j] = (g[r, j] * w[j] - sg - (x[r, j] - mu) * rs * sgx) * rs
+                dx[r, j] = (dx[r, j] - sg - (x[r, j] - mu) * rs * sgx) * rs
 
 
 def layer_norm_forward(x, w, b, eps):
@@ -461,14 +649,12 @@ def _softmax_row(s, r, last, scale):
     the composed op; without the clamp the zeroing loop's negative indices wrote before the row."""
     last = max(last, -1)
     m = _F32(-np.inf)
-    for j in range(last + 1):  # scaled once and stored: exp(s − m) is then exactly 1 at the maximum, where
-        s[r, j] *= scale       # a fused multiply-add of s·scale − m would keep the product's rounding error
+    for j in range(last + 1):  # scaled once and stored: exp(s − m) is then exactly 1 at the maximum
+        s[r, j] *= scale
         m = max(m, s[r, j])
-    total = _F32(0)
     for j in range(last + 1):
-        e = _exp32(s[r, j] - m)
-        s[r, j] = e
-        total += e
+        s[r, j] = _exp32(s[r, j] - m)
+    total = _sum(s[r], last + 1)
     for j in range(last + 1):
         s[r, j] /= total
     for j in range(last + 1, s.shape[1]):
@@ -502,10 +688,7 @@ def _attention_softmax_backward(dp, p, g, o, tq, offset, scale):
     rows, tk = dp.shape
     dv = g.shape[1]
     for r in prange(rows):
-        dot = _F32(0)
-        for d in range(dv):
-            dot += g[r, d] * o[r, d]
-        _softmax_backward_row(dp, p, r, dot, min(r % tq + offset, tk - 1), scale)
+        _softmax_backward_row(dp, p, r, _dot(g[r], o[r], _F32(0), _F32(1), dv), min(r % tq + offset, tk - 1), scale)
 
 
 def attention_softmax_forward(s, offset, scale):
@@ -535,7 +718,7 @@ def _rows(x):
     return x, max(x.strides[-2] // x.itemsize, x.shape[-1])  # one row: its stride is anything, BLAS wants ≥ D
 
 
-@numba.njit(parallel=True, **_jit)
+@_jitted(parallel=True)
 def _attention_forward(q, k, v, ldq, ldk, ldv, p, o, offset, scale):
     """ops.ScaledDotProductAttention for each head (b, h) on one thread: S = scale · Q Kᵀ by OpenBLAS, P =
     softmax(S) in place over S (query i seeing keys 0 … i + offset), O = P V by OpenBLAS."""
@@ -550,7 +733,7 @@ def _attention_forward(q, k, v, ldq, ldk, ldv, p, o, offset, scale):
         _sgemm(_ROW_MAJOR, _N, _N, tq, dv, tk, _F32(1), s.ctypes, tk, v[b, h].ctypes, ldv, _F32(0), o[b, h].ctypes, dv)
 
 
-@numba.njit(parallel=True, **_jit)
+@_jitted(parallel=True)
 def _attention_backward(q, k, v, g, ldq, ldk, ldv, ldg, p, o, ds, dq, dk, dv, offset, scale):
     """ops.ScaledDotProductAttention's VJP for each head on one thread: dV = Pᵀ G and dP = G Vᵀ by OpenBLAS,
     dS = scale · P ⊙ (dP − Gᵢ·Oᵢ) in place over dP, dQ = dS K and dK = dSᵀ Q by OpenBLAS."""
@@ -563,10 +746,8 @@ def _attention_backward(q, k, v, g, ldq, ldk, ldv, ldg, p, o, ds, dq, dk, dv, of
                dv[b, h].ctypes, dvd)
         _sgemm(_ROW_MAJOR, _N, _T, tq, tk, dvd, _F32(1), gh.ctypes, ldg, v[b, h].ctypes, ldv, _F32(0), s.ctypes, tk)
         for i in range(tq):
-            dot = _F32(0)
-            for j in range(dvd):
-                dot += gh[i, j] * oh[i, j]
-            _softmax_backward_row(s, p[b, h], i, dot, min(i + offset, tk - 1), scale)
+            _softmax_backward_row(s, p[b, h], i, _dot(gh[i], oh[i], _F32(0), _F32(1), dvd), min(i + offset, tk - 1),
+                                  scale)
         _sgemm(_ROW_MAJOR, _N, _N, tq, d, tk, _F32(1), s.ctypes, tk, k[b, h].ctypes, ldk, _F32(0), dq[b, h].ctypes, d)
         _sgemm(_ROW_MAJOR, _T, _N, tk, d, tq, _F32(1), s.ctypes, tk, q[b, h].ctypes, ldq, _F32(0), dk[b, h].ctypes, d)
 
@@ -577,7 +758,8 @@ def attention_forward(q, k, v, offset, scale):
     (q, ldq), (k, ldk), (v, ldv) = _rows(q), _rows(k), _rows(v)
     p = np.empty(q.shape[:-1] + (k.shape[-2],), dtype=q.dtype)
     o = np.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
-    _run(_attention_forward, q, k, v, ldq, ldk, ldv, p, o, offset, _F32(scale))
+    pool_threads()
+    _attention_forward(q, k, v, ldq, ldk, ldv, p, o, offset, _F32(scale))
     return p, o
 
 
@@ -585,15 +767,15 @@ def attention_backward(q, k, v, p, o, g, offset, scale):
     """(dQ, dK, dV) from P and O of attention_forward and G = ∂L/∂O."""
     (q, ldq), (k, ldk), (v, ldv), (g, ldg) = _rows(q), _rows(k), _rows(v), _rows(g)
     dq, dk, dv = np.empty(q.shape, q.dtype), np.empty(k.shape, q.dtype), np.empty(v.shape, q.dtype)
-    _run(_attention_backward, q, k, v, g, ldq, ldk, ldv, ldg, p, o, np.empty_like(p), dq, dk, dv, offset,
-         _F32(scale))
+    pool_threads()
+    _attention_backward(q, k, v, g, ldq, ldk, ldv, ldg, p, o, np.empty_like(p), dq, dk, dv, offset, _F32(scale))
     return dq, dk, dv
 
 
 # ---- embedding ------------------------------------------------------------------------
 
 
-@numba.njit(**_jit)
+@_jitted()
 def _embedding_backward(ids, g, dw):
     """ops.Embedding's VJP: dW = 0, then dW[ids[r]] += g[r] for every row r in order (a token seen twice gets both)."""
     for i in range(dw.shape[0]):
@@ -607,7 +789,7 @@ def _embedding_backward(ids, g, dw):
 def embedding_backward(ids, g, rows):
     """dW (rows, C) for the ids (n,) and the gradient rows g (n, C); one thread (the rows' order is the sum's)."""
     dw = np.empty((rows, g.shape[1]), dtype=g.dtype)
-    _run(_embedding_backward, np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(g), dw)
+    _embedding_backward(np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(g), dw)
     return dw
 
 
@@ -626,11 +808,9 @@ def _cross_entropy_forward(z, dz, targets, loss, vocab, ignore):
             m = max(m, z[r, j])
         valid = t != ignore
         target = z[r, t] if valid else _F32(0)  # read before dz, which may be z itself, overwrites it
-        total = _F32(0)
-        for j in range(vocab):  # each exp once: kept in dz, normalised below
-            e = _exp32(z[r, j] - m)
-            dz[r, j] = e
-            total += e
+        for j in range(vocab):  # each exp once: kept in dz, summed and normalised below
+            dz[r, j] = _exp32(z[r, j] - m)
+        total = _sum(dz[r], vocab)
         loss[r] = m + math.log(total) - target if valid else _F32(0)
         for j in range(vocab):
             dz[r, j] = dz[r, j] / total - (_F32(1) if j == t else _F32(0)) if valid else _F32(0)

@@ -17,13 +17,18 @@ microseconds a pair, which held text never seen before to a fifth of
 tiktoken's rate. Compiled, every chunk can go through BPE; `bpe` still
 merges a chunk repeated within one call only once (a cache of that call's
 own output). The kernels are cached on disk (numba's `cache=True`): the first
-run on a machine compiles them (seconds), later processes load them.
+run on a machine compiles them (seconds), later processes load them; the
+kernels Python calls are `compiled` ones (autograd/cpu_kernels.py): a Ctrl-C
+during their compile or load is held until it ends, and LLVM's code pages are
+handed back after.
 """
 import functools
 
 import numba
 import numpy as np
 import regex
+
+from autograd.cpu_kernels import compiled  # a Ctrl-C held while they compile, LLVM's pages handed back after
 
 SPACE, LETTER, NUMBER, OTHER = 0, 1, 2, 3
 _EMPTY = -1  # a free slot of the pair table
@@ -73,6 +78,7 @@ def _contraction(data, i):
     return 0
 
 
+@compiled
 @numba.njit(**_jit)
 def gpt2_chunk_ends(data, classes):
     """The end (in bytes) of each chunk of GPT-2's pattern in the UTF-8 `data`, in order.
@@ -139,6 +145,7 @@ def _slot(table, shift, key):
     return slot
 
 
+@compiled
 @numba.njit(**_jit)
 def _fill_table(lefts, rights, ranks, merged, pairs):
     """Put merge k, (lefts[k], rights[k]) → (ranks[k], merged[k]), into the pair table, for every k."""
@@ -285,6 +292,7 @@ def _merge_long(data, start, m, byte_ids, pairs, out, at, ids, right, left, heap
     return k
 
 
+@compiled
 @numba.njit(**_jit)
 def bpe(data, ends, byte_ids, pairs):
     """The ids of the chunks data[ends[k-1]:ends[k]], in order: each chunk's bytes as byte ids, then, while

@@ -272,8 +272,6 @@ class _ByteLevelBPE:
         self._pairs = _bpe_kernels().pair_table(ranks, merged_ids)
         self._token_bytes = token_bytes
         self._ordinary_ids("")  # loads the compiled kernels now rather than in the first encode
-        from autograd.cpu_kernels import release_compiler_pages
-        release_compiler_pages()  # LLVM, which loaded them, is done: its code pages go (cpu_kernels says why)
 
     def encode_array(self, text):
         """`encode(text)` as a NumPy array of int64, without building a list."""

@@ -7,11 +7,19 @@ Each failure is reproduced on a small GPT (2 layers, 4 heads, 128 wide, blocks o
 32 characters of Tiny Shakespeare, batches of 8), seeded, so the tools print
 the same lines on every run:
 
-1. A learning rate 30× too high (SGD with momentum: 3 instead of 0.1). The
-   loss becomes NaN within a few steps; run again under `ag.detect_anomaly()`,
-   the error names the op, its module and its inputs. (AdamW with clipping,
-   as models.train trains, forgives 30×: measured, it learns worse but stays
-   finite. Its stop line suggests --detect-anomaly for when it does not.)
+1. A learning rate 30× too high (SGD with momentum: 3 instead of 0.1), with
+   the loss written as it often first is, −log softmax(z)[y] in two ops. The
+   logits spread, a target's probability underflows to a subnormal number
+   (4e-45), and Log's VJP g/p overflows: the loss is NaN one step later. Run
+   again under `ag.detect_anomaly()`, the error names the op (the backward of
+   Log), its rule and its inputs. The fused `ag.cross_entropy` computes that
+   gradient as p − y, dividing by nothing: with it the same learning rate
+   runs several steps more, until the weights have grown so large that a
+   matrix product overflows float32 (which product comes first is then a
+   matter of rounding, so the lesson does not rest its story on it). (AdamW
+   with clipping, as models.train trains, forgives 30×: measured, it learns
+   worse but stays finite. Its stop line suggests --detect-anomaly for when
+   it does not.)
 2. An initialisation 10× too large (weights ~ N(0, 0.2²), not 0.02²). Nothing
    is NaN; the health report (models/training/health.py) warns that GELU's
    inputs sit below −3 (9%, where GPT-2's init puts none), and shows the
@@ -102,14 +110,27 @@ def batches(tokens):
         yield np.stack([tokens[s:s + T] for s in starts]), np.stack([tokens[s + 1:s + T + 1] for s in starts])
 
 
-def train(model, optimizer, tokens, steps, health=None, anomaly=None):
+def two_op_loss(model, x, y):
+    """The mean of −log softmax(z)[y] written in two ops, softmax then Log: right, until a probability underflows."""
+    logits, _ = model(ag.Tensor(x))
+    B, T, V = logits.shape
+    p = logits.softmax(-1).reshape(B * T, V)  # (B·T, V)
+    return -p[np.arange(B * T), y.reshape(-1)].log().mean()
+
+
+def fused_loss(model, x, y):
+    """The model's own loss, ag.cross_entropy: its VJP is p − onehot(y)."""
+    return model(ag.Tensor(x), ag.Tensor(y))[1]
+
+
+def train(model, optimizer, tokens, steps, health=None, anomaly=None, loss_fn=fused_loss):
     """Plain steps: the losses, ending at the first NaN/inf one; `anomaly` (a detect_anomaly) learns the step."""
     losses = []
     for it, (x, y) in zip(range(steps), batches(tokens)):
         if anomaly is not None:
             anomaly.where = f"step {it}"
         optimizer.zero_grad()
-        loss = model(ag.Tensor(x), ag.Tensor(y))[1]
+        loss = loss_fn(model, x, y)
         loss.backward()
         losses.append(loss.item())
         if not math.isfinite(losses[-1]):
@@ -123,21 +144,32 @@ def train(model, optimizer, tokens, steps, health=None, anomaly=None):
 
 
 def lr_too_high(out=print):
-    """SGD at lr 3, 30× the 0.1 that trains this model: the loss goes NaN; detect_anomaly names where."""
+    """SGD at lr 3, 30× the 0.1 that trains this model, on the two-op loss: it goes NaN; detect_anomaly names the
+    backward of Log. The fused cross-entropy lasts longer at the same rate."""
     vocab_size, tokens = data()
+
+    def sgd(model):
+        return nn.optim.SGD(model.parameters(), lr=3.0, momentum=0.9)
     model = make_model(vocab_size)
     with np.errstate(all="ignore"):
-        losses = train(model, nn.optim.SGD(model.parameters(), lr=3.0, momentum=0.9), tokens, 50)
+        losses = train(model, sgd(model), tokens, 50, loss_fn=two_op_loss)
     out(f"losses: {', '.join(f'{x:.2f}' for x in losses)}")
     out(f"the loss became {losses[-1]} at step {len(losses) - 1}: stopped")
     model = make_model(vocab_size)
     try:
         with np.errstate(all="ignore"), ag.detect_anomaly() as anomaly:
-            train(model, nn.optim.SGD(model.parameters(), lr=3.0, momentum=0.9), tokens, 50, anomaly=anomaly)
+            train(model, sgd(model), tokens, 50, anomaly=anomaly, loss_fn=two_op_loss)
     except ag.AnomalyError as exc:
         out(str(exc))
-        return exc
-    raise AssertionError("lr_too_high: the run stayed finite; the lesson expects a NaN")
+        error = exc
+    else:
+        raise AssertionError("lr_too_high: the run stayed finite; the lesson expects a NaN")
+    model = make_model(vocab_size)
+    with np.errstate(all="ignore"):
+        fused = train(model, sgd(model), tokens, 50)
+    out(f"with ag.cross_entropy (VJP p − y, no division) the same run lasts {len(fused) - len(losses)} steps "
+        f"more: its loss became {fused[-1]} at step {len(fused) - 1}, once the grown weights overflowed float32")
+    return error
 
 
 def init_too_large(out_dir, out=print, steps=30):
@@ -199,7 +231,7 @@ def main(argv=None):
     p.add_argument("--out-dir", default="troubleshoot", help="where failure 2's health report goes "
                                                            "(health.jsonl, health.png)")
     args = p.parse_args(argv)
-    section("failure 1", "a learning rate 30× too high: the loss goes NaN")
+    section("failure 1", "a learning rate 30× too high, and a loss in two ops: the loss goes NaN")
     lr_too_high()
     section("failure 2", "an initialisation 10× too large: GELU saturates, attention sharpens")
     init_too_large(Path(args.out_dir))

@@ -138,9 +138,10 @@ def make_parser():
                         "token; checkpoints keep the real vocabulary) (default: 64 on cuda, 1 on cpu)")
     g.add_argument("--peak-tflops", type=interval(float, "(0, inf)"), default=None,
                    help="one process's hardware peak in TFLOP/s, the yardstick of model-FLOPs utilisation (MFU) "
-                        "(default: none, measured at the start with a float32 matmul, the best of several, and kept "
-                        "with the checkpoint so a resumed run's MFU compares; it still varies with the machine's "
-                        "load from run to run: give it to compare runs)")
+                        "(default: none, measured: the fastest of repeated float32 1024 x 1024 matmuls, at the "
+                        "start and again at every evaluation, so that a measurement slowed by other work is "
+                        "replaced; a resumed run keeps the checkpoint's where that was faster; give it to compare "
+                        "runs on one yardstick)")
     g.add_argument("--sample-tokens", type=COUNT, default=300, help="length of the sample printed at the end")
     g.add_argument("--no-progress", action="store_true",
                    help="no progress bar: plain log lines, as when stderr is not a terminal")
@@ -333,6 +334,7 @@ def train(args, world):
     for it in range(run.iter, args.max_iters + 1):
         if (it % args.eval_interval == 0 or it == args.max_iters) and it != resumed_at:
             evaluate(model, tokenizer, optimizer, data, run, args, world, progress.say)
+            progress.remeasure_peak()
         if it == args.max_iters:
             break
         progress.begin()
@@ -547,8 +549,10 @@ class Progress:
         self.tokens_per_iter = run.layout.rows * args.block_size
         self.flops_per_iter = (6 * n_params + 12 * cfg.n_layer * cfg.n_embd * args.block_size) * self.tokens_per_iter
         peak_source = self.settle_peak(args, world, run)
+        self.world, self.device, self.measured = world, args.device, "peak_tflops" not in args.given
         self.peak = args.peak_tflops * 1e12 * world.size  # the job's: every process's
-        self.world, self.steps, self.step_seconds, self.comm_seconds = world, 0, 0.0, 0.0
+        self.remeasured = False  # since the last evaluation
+        self.steps, self.step_seconds, self.comm_seconds = 0, 0.0, 0.0
         rows_note = f" ({run.layout.describe()})" if run.layout.rows != args.batch_size else ""
         print(f"model: {cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, block {args.block_size}, "
               f"vocab {cfg.vocab_size}: {n_params:,} parameters on {args.device}")
@@ -567,15 +571,36 @@ class Progress:
 
     @staticmethod
     def settle_peak(args, world, run):
-        """Fix this run's peak FLOP/s per process (args.peak_tflops) and keep it with the checkpoint's options;
-        what it came from. Measured only where neither the command line nor the checkpoint gives it, so that a
-        resumed run's MFU is measured against the same yardstick; in a job, the ranks' mean."""
-        if args.peak_tflops is None:
-            args.peak_tflops = run.options["peak_tflops"] = world.mean([measure_peak_flops(args.device)])[0] / 1e12
-            return "measured with a matmul; --peak-tflops fixes it"
+        """Fix this run's peak FLOP/s per process (args.peak_tflops), kept with the checkpoint's options; what it
+        came from. Unless --peak-tflops gives it, measured now (in a job, the ranks' mean); a resumed run keeps
+        the checkpoint's where that is higher, so a start on a busy machine cannot lower the yardstick, nor a
+        checkpoint started on one hold it low."""
         if "peak_tflops" in args.given:
             return "--peak-tflops"
-        return "the checkpoint's, measured when it started"
+        measured = world.mean([measure_peak_flops(args.device)])[0] / 1e12
+        kept = args.peak_tflops  # the checkpoint's, on --resume
+        args.peak_tflops = run.options["peak_tflops"] = max(measured, kept or 0.0)
+        if kept and kept > measured:
+            return f"the checkpoint's; {measured * 1e3:.1f} GFLOP/s measured now; re-measured at every evaluation"
+        return "the fastest of repeated 1024² matmuls, re-measured at every evaluation; --peak-tflops fixes it"
+
+    def remeasure_peak(self):
+        """Measure the peak again (this process's, times the job's processes) and keep the higher yardstick."""
+        if self.measured:
+            self.peak = max(self.peak, measure_peak_flops(self.device, at_least=3, seconds=0.0) * self.world.size)
+            self.remeasured = False
+
+    def mfu(self, dt):
+        """The MFU of a step of `dt` seconds. A step faster than the peak means the peak was measured low (the
+        machine was busy then): it is measured again, once until the next evaluation, and a utilisation above
+        100 % is never printed."""
+        rate = self.flops_per_iter / dt
+        if rate > self.peak and self.measured and not self.remeasured:
+            self.remeasure_peak()
+            self.remeasured = True
+        if rate > self.peak:
+            return "mfu n/a (faster than the peak" + (" measured" if self.measured else " --peak-tflops gives") + ")"
+        return f"mfu {rate / self.peak:.1%}"
 
     def begin(self):
         self.t0, self.comm0 = time.perf_counter(), self.world.comm_seconds
@@ -587,7 +612,7 @@ class Progress:
         self.step_seconds += dt
         self.comm_seconds += self.world.comm_seconds - self.comm0
         stats = (f"loss {loss:.4f}, {dt * 1e3:.0f} ms, {self.tokens_per_iter / dt:,.0f} tok/s, "
-                 f"mfu {self.flops_per_iter / dt / self.peak:.1%}")
+                 f"{self.mfu(dt)}")
         if not self.bar.disable:
             self.bar.set_postfix_str(stats, refresh=False)
             self.bar.update(1)

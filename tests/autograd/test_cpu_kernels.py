@@ -6,8 +6,10 @@ reaches a kernel. Each test runs the same op twice, AUTOGRAD_FUSED=1 and =0,
 with a spy that proves the kernel ran, and compares values and gradients.
 """
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ numba = pytest.importorskip("numba", reason="numba is not installed: the CPU kee
 from autograd import cpu_kernels  # noqa: E402  (after the skip: it imports numba)
 
 RTOL, ATOL = 2e-5, 2e-6
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture
@@ -107,23 +110,103 @@ def test_layer_norm(monkeypatch, spy, bias):
     close(fused, composed, rtol=1e-4, atol=1e-4)  # dγ, dβ: sums over 192 rows
 
 
-def test_layer_norm_gradients_are_the_same_bits_on_any_thread_count():
-    rng = np.random.default_rng(0)
-    rows = cpu_kernels.PARALLEL_FROM // 128 + 16  # enough for the threaded variant: the one thread counts can change
-    x = rng.standard_normal((rows, 128)).astype(np.float32)
-    w, g = rng.standard_normal(128).astype(np.float32), rng.standard_normal((rows, 128)).astype(np.float32)
-    _, stats = cpu_kernels.layer_norm_forward(x, w, np.zeros_like(w), 1e-5)
+def every_kernel(rng):
+    """{name: a call of that launcher} on inputs large enough for the threaded variants and the split products."""
+    rows = cpu_kernels.PARALLEL_FROM // 128 + 16
+    x, g = rng.standard_normal((rows, 128)).astype(np.float32), rng.standard_normal((rows, 128)).astype(np.float32)
+    w, b = rng.standard_normal(128).astype(np.float32), rng.standard_normal(128).astype(np.float32)
+    stats = cpu_kernels.layer_norm_forward(x, w, b, 1e-5)[1]
+    q, k, v = (rng.standard_normal((3, 4, 64, 32)).astype(np.float32) for _ in range(3))
+    p, o = cpu_kernels.attention_forward(q, k, v, 0, 32 ** -0.5) if cpu_kernels.SHARED_POOL else (None, None)
+    s = rng.standard_normal((3, 4, 64, 64)).astype(np.float32)
+    z, t = rng.standard_normal((rows, 65)).astype(np.float32), rng.integers(0, 65, rows)
+    a, m = rng.standard_normal((rows, 384)).astype(np.float32), rng.standard_normal((384, 200)).astype(np.float32)
+    gm = rng.standard_normal((rows, 200)).astype(np.float32)
+    params = [rng.standard_normal(70_000).astype(np.float32) for _ in range(4)]
+
+    def adamw():
+        wt, mt, vt = (a.copy() for a in params[1:])
+        cpu_kernels.adamw(params[0], np.array([0.5], np.float32), 0.999, 0.9, 0.99, 1e-8, -1e-3, wt, mt, vt)
+        return wt, mt, vt
+    calls = {
+        "gelu_forward": lambda: cpu_kernels.gelu_forward(x), "gelu_backward": lambda: cpu_kernels.gelu_backward(x, g),
+        "layer_norm_forward": lambda: cpu_kernels.layer_norm_forward(x, w, b, 1e-5),
+        "layer_norm_backward": lambda: cpu_kernels.layer_norm_backward(g, x, w, stats),
+        "attention_softmax_forward": lambda: cpu_kernels.attention_softmax_forward(s.copy(), 0, 0.2),
+        "attention_softmax_backward": lambda: cpu_kernels.attention_softmax_backward(s.copy(), s, q, q, 0, 0.2),
+        "cross_entropy_forward": lambda: (cpu_kernels.cross_entropy_forward(z, t, 65, None, out := np.empty_like(z)),
+                                          out),
+        "embedding_backward": lambda: cpu_kernels.embedding_backward(t, x, 65),
+        "adamw": adamw,
+    }
+    if cpu_kernels.SHARED_POOL:
+        calls.update({
+            "matmul": lambda: (cpu_kernels.matmul(a, m, m[0]), cpu_kernels.matmul(a[:1], m)),
+            "linear_backward": lambda: cpu_kernels.linear_backward(gm, a, m, True),
+            "attention_forward": lambda: cpu_kernels.attention_forward(q, k, v, 0, 32 ** -0.5),
+            "attention_backward": lambda: cpu_kernels.attention_backward(q, k, v, p, o, o, 0, 32 ** -0.5)})
+    assert set(calls) == set(cpu_kernels.LAUNCHERS)  # a new kernel joins this test
+    return calls
+
+
+def flat(result):
+    return [np.asarray(a) for a in (result if isinstance(result, tuple) else (result,)) if a is not None]
+
+
+def test_every_kernel_gives_the_same_bits_on_any_thread_count():
+    """Serial and threaded variants compute each element in the source's order, and split products cut their work
+    by shape alone: 1, 2 and 3 threads agree to the bit (with fast math they did not, on an AVX-512 CPU)."""
+    calls = every_kernel(np.random.default_rng(0))
     before = numba.get_num_threads()
     try:
-        runs = []
+        runs = {}
         for n in (1, 2, 3):
             cpu_kernels.set_threads(n)
-            runs.append(cpu_kernels.layer_norm_backward(g, x, w, stats))
+            runs[n] = {name: flat(call()) for name, call in calls.items()}
     finally:
-        numba.set_num_threads(before)
-    for run in runs[1:]:
-        for a, b in zip(run, runs[0]):
-            assert np.array_equal(a, b)
+        cpu_kernels.set_threads(before)
+    for n in (2, 3):
+        for name in calls:
+            for a, b in zip(runs[n][name], runs[1][name]):
+                assert np.array_equal(a, b, equal_nan=True), f"{name} on {n} threads"
+
+
+HASHES = """
+import hashlib, numpy as np
+from tests.autograd.test_cpu_kernels import every_kernel, flat
+for name, call in sorted(every_kernel(np.random.default_rng(0)).items()):
+    print(name, hashlib.sha256(b"".join(a.tobytes() for a in flat(call()))).hexdigest()[:16])
+"""
+
+
+def kernel_hashes(tmp_path, **env):
+    done = subprocess.run([sys.executable, "-c", HASHES], cwd=ROOT, capture_output=True, text=True, check=True,
+                          env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), **env})
+    return done.stdout
+
+
+def test_a_freshly_compiled_kernel_gives_the_bits_of_a_cached_one(tmp_path):
+    """An empty cache, then the cache that run wrote, then one thread: every kernel's outputs alike (the first run
+    of a fresh clone used to end the main job at another loss than every later run)."""
+    cold = kernel_hashes(tmp_path)
+    assert cold.count("\n") == len(cpu_kernels.LAUNCHERS)
+    assert kernel_hashes(tmp_path) == cold
+    assert kernel_hashes(tmp_path, OMP_NUM_THREADS="1") == cold
+
+
+# the tests that start processes of their own (another CPU's kernels, a cold cache, the other pool, a Ctrl-C)
+IN_PROCESS = "not another_cpu and not freshly_compiled and not SHARED_POOL_0 and not ctrl_c"
+
+
+@pytest.mark.parametrize("cpu", ["generic", "haswell"])
+def test_the_kernels_compiled_for_another_cpu_pass_their_tests(cpu):
+    """This file's tests in a fresh process, the kernels compiled for x86-64 without extensions or for AVX2, not
+    for this machine's CPU (an AVX-512 host once failed where an AVX2 one passed)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", IN_PROCESS],
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NUMBA_CPU_NAME": cpu, "NUMBA_CPU_FEATURES": ""})
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert " passed" in done.stdout.splitlines()[-1] and "failed" not in done.stdout.splitlines()[-1]
 
 
 @pytest.mark.parametrize("tq, tk, causal", [(64, 64, True), (64, 64, False), (32, 256, True)])
@@ -418,3 +501,83 @@ def test_AUTOGRAD_SHARED_POOL_0_keeps_two_pools_and_the_same_results():
 def test_no_kernel_takes_arrays_below_the_size_at_which_the_backend_loads_them():
     """backend.fused does not even import numba for smaller arrays (the lessons' tensors, a token's rows)."""
     assert min(smallest for _, smallest in cpu_kernels.LAUNCHERS.values()) >= backend._CPU_SMALLEST
+
+
+COMPILE_INTERRUPTED = """
+import os, signal, numpy as np
+from autograd import cpu_kernels
+from tests.autograd.test_cpu_kernels import doubled
+kernel = cpu_kernels._jitted()(doubled)
+compile_now = kernel.compile
+
+def compile_with_a_ctrl_c(signature):
+    os.kill(os.getpid(), signal.SIGINT)  # while numba compiles
+    return compile_now(signature)
+kernel.compile = compile_with_a_ctrl_c
+x = np.ones(4, np.float32)
+try:
+    kernel(x, np.empty_like(x))
+    print("not interrupted")
+except KeyboardInterrupt:
+    print("interrupted once compiled:", len(kernel.overloads))
+"""
+
+
+def doubled(x, y):
+    """A kernel of the tests' own (compiled afresh in COMPILE_INTERRUPTED)."""
+    for i in range(x.size):
+        y[i] = 2 * x[i]
+
+
+def test_a_ctrl_c_while_numba_compiles_is_held_until_the_compile_ends(tmp_path):
+    """numba drops a KeyboardInterrupt raised in its callbacks ("Exception ignored on calling ctypes callback"), and
+    training went on: the compile holds it, finishes, and raises it then."""
+    done = subprocess.run([sys.executable, "-c", COMPILE_INTERRUPTED], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}, timeout=120)
+    assert done.stdout == "interrupted once compiled: 1\n", done.stdout + done.stderr
+    assert "Exception ignored" not in done.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the signal is sent as a Linux user's Ctrl-C is")
+def test_a_real_ctrl_c_while_the_main_job_compiles_its_kernels_is_one_line(tmp_path):
+    """A fresh clone's first run compiles its kernels for tens of seconds; a Ctrl-C then ends it with one line."""
+    cache = tmp_path / "numba"
+    process = subprocess.Popen([sys.executable, "-m", "models.train", "--out-dir", str(tmp_path / "out")], cwd=ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "NUMBA_CACHE_DIR": str(cache)})
+    deadline = time.monotonic() + 60
+    while not list(cache.rglob("*.nbi")) and time.monotonic() < deadline:  # the first kernel is compiled
+        time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert err == "\ntrain: interrupted; no checkpoint was written\n", err
+    assert process.returncode == 130
+
+
+def test_the_pool_narrows_while_other_processes_keep_the_cores_busy_and_widens_after():
+    """Three looks in a row that find another process's thread running take one thread off (of 2 cores); six
+    that find none give it back."""
+    before = numba.get_num_threads()
+    try:
+        cpu_kernels.set_threads(2)
+        for looks, width in (([1], 2), ([1, 1], 2), ([0, 1, 1], 2), ([1, 1, 1], 1), ([1, 1, 1, 0, 0], 1),
+                             ([1, 0, 0, 0, 0, 0], 1), ([0] * 6, 2), ([2, 2, 2], 1), ([1, 0, 0, 0, 0, 0, 0], 2)):
+            cpu_kernels._resize(looks, cores=2)
+            assert (cpu_kernels._pool["now"], numba.get_num_threads()) == (width, width), looks
+    finally:
+        cpu_kernels.set_threads(before)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="the look at the machine reads Linux's /proc")
+def test_a_busy_process_beside_this_one_is_seen_running():
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        looks = []
+        for _ in range(20):
+            looks.append(cpu_kernels._running_elsewhere())
+            time.sleep(0.01)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert all(isinstance(n, int) and n >= 0 for n in looks) and max(looks) >= 1

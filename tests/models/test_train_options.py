@@ -136,26 +136,54 @@ def test_eval_only_without_a_checkpoint_is_one_line(tmp_path, capsys, argv, mess
                                        "(see --help)\n")
 
 
-def test_the_measured_peak_is_kept_so_a_resumed_runs_mfu_compares(tmp_path, capsys, monkeypatch):
+def measured(*flops):
+    """A stand-in for measure_peak_flops that returns each of `flops` in turn (the last one from then on)."""
+    given = list(flops)
+    return lambda device, **how: given.pop(0) if len(given) > 1 else given[0]
+
+
+def test_a_resumed_run_keeps_the_higher_of_its_own_and_the_checkpoints_peak(tmp_path, capsys, monkeypatch):
     at = TINY.index("--peak-tflops")
-    argv = TINY[:at] + TINY[at + 2:]
-    monkeypatch.setattr(train, "measure_peak_flops", lambda device: 5e10)
+    argv = [*TINY[:at], *TINY[at + 2:], "--always-save"]
+    monkeypatch.setattr(train, "measure_peak_flops", measured(5e10))
     assert train.main([*argv, "--max-iters", "10", "--out-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "; peak 50.0 GFLOP/s for MFU (measured with a matmul; --peak-tflops fixes it)\n" in out
+    assert ("; peak 50.0 GFLOP/s for MFU (the fastest of repeated 1024² matmuls, re-measured at every evaluation; "
+            "--peak-tflops fixes it)\n") in out
     assert options(tmp_path)["peak_tflops"] == 0.05
-
-    def no_second_measurement(device):
-        raise AssertionError("a resumed run measured the peak again")
-
-    monkeypatch.setattr(train, "measure_peak_flops", no_second_measurement)
+    monkeypatch.setattr(train, "measure_peak_flops", measured(2e10))  # a busy machine: the checkpoint's is higher
     assert train.main([*argv, "--max-iters", "20", "--out-dir", str(tmp_path), "--resume"]) == 0
     out = capsys.readouterr().out
-    assert "; peak 50.0 GFLOP/s for MFU (the checkpoint's, measured when it started)\n" in out
+    assert ("; peak 50.0 GFLOP/s for MFU (the checkpoint's; 20.0 GFLOP/s measured now; re-measured at every "
+            "evaluation)\n") in out
     assert options(tmp_path)["peak_tflops"] == 0.05
-    assert train.main([*argv, "--max-iters", "30", "--out-dir", str(tmp_path), "--resume", "--peak-tflops", "2"]) == 0
+    monkeypatch.setattr(train, "measure_peak_flops", measured(8e10))  # the checkpoint started on a busy machine
+    assert train.main([*argv, "--max-iters", "30", "--out-dir", str(tmp_path), "--resume"]) == 0
+    assert "; peak 80.0 GFLOP/s for MFU (the fastest of" in capsys.readouterr().out
+    assert options(tmp_path)["peak_tflops"] == 0.08
+    assert train.main([*argv, "--max-iters", "40", "--out-dir", str(tmp_path), "--resume", "--peak-tflops", "2"]) == 0
     out = capsys.readouterr().out
-    assert "--peak-tflops 0.05 → 2.0" in out and "; peak 2000.0 GFLOP/s for MFU (--peak-tflops)\n" in out
+    assert "--peak-tflops 0.08 → 2.0" in out and "; peak 2000.0 GFLOP/s for MFU (--peak-tflops)\n" in out
+
+
+def mfu_figures(out):
+    return [line.rsplit("mfu ", 1)[1] for line in out.splitlines() if line.startswith("iter ") and "mfu " in line]
+
+
+def test_an_mfu_above_100_percent_is_never_printed(tmp_path, capsys, monkeypatch):
+    """A peak measured while the machine was busy (here: 1 kFLOP/s) is measured again at once, and where that is
+    still below the step's rate, the line says so instead of a utilisation over 100 %."""
+    at = TINY.index("--peak-tflops")
+    argv = [*TINY[:at], *TINY[at + 2:], "--log-interval", "1", "--max-iters", "4", "--eval-interval", "2"]
+    monkeypatch.setattr(train, "measure_peak_flops", measured(1e3))
+    assert train.main([*argv, "--out-dir", str(tmp_path / "a")]) == 0
+    assert mfu_figures(capsys.readouterr().out) == ["n/a (faster than the peak measured)"] * 4
+    monkeypatch.setattr(train, "measure_peak_flops", measured(1e3, 1e15))  # the second measurement is right
+    assert train.main([*argv, "--out-dir", str(tmp_path / "b")]) == 0
+    figures = mfu_figures(capsys.readouterr().out)
+    assert len(figures) == 4 and all(re.fullmatch(r"\d+\.\d%", f) and float(f[:-1]) <= 100 for f in figures)
+    assert train.main([*argv, "--out-dir", str(tmp_path / "c"), "--peak-tflops", "1e-9"]) == 0
+    assert mfu_figures(capsys.readouterr().out) == ["n/a (faster than the peak --peak-tflops gives)"] * 4
 
 
 def test_the_peak_is_the_fastest_matmul_after_the_warm_up(monkeypatch):
