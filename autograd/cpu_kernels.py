@@ -87,8 +87,8 @@ _BLAS = _numpy_openblas() if os.environ.get("AUTOGRAD_SHARED_POOL", "1") != "0" 
 SHARED_POOL = _BLAS is not None
 numba.config.THREADING_LAYER = "omp" if SHARED_POOL else "workqueue"
 # No fast math: every sum, product and multiply-add is computed in the order the source writes it, so a kernel
-# gives the same bits whichever way LLVM compiles it (serial or threaded, freshly or from the cache, for any CPU
-# target). With reordering allowed ("reassoc"), each compilation vectorised the row sums its own way: the threaded
+# gives the same bits whichever way LLVM compiles it for one CPU (serial or threaded, freshly or from the cache).
+# With reordering allowed ("reassoc"), each compilation vectorised the row sums its own way: the threaded
 # layer norm's dx differed from the serial one's in the last bit, and a first run (compiled) from every later one
 # (cached). Sums are vectorised by hand instead, as eight running sums (_sum, _dot).
 _jit = dict(cache=True, error_model="numpy")  # numpy: x/0 is inf, no branch to raise
