@@ -627,6 +627,7 @@ class CrossEntropy(Function):
 
     rule = "dz = p − y"
     input_names, saved_names = ("logits",), ("p", "targets", "kept")
+    fused_saved_names = ("p − y", "targets", "kept")  # the fused kernel's (CPU and GPU): p − onehot(y) alone
 
     def forward(self, logits, targets, ignore_index=None, reduction="mean", classes=None, reuse_logits=False):
         xp = self.xp
@@ -642,6 +643,7 @@ class CrossEntropy(Function):
             dz = z if reuse_logits else xp.empty_like(z)
             nll = kernel(z, t, vocab if classes is None else classes, ignore_index, dz)
             self.save(dz, None, None)  # p − onehot(y), zero in ignored rows and padded columns
+            self.saved_names = self.fused_saved_names
             self.fused = True
         else:
             if valid is not None:
@@ -713,6 +715,7 @@ class LayerNorm(Function):
 
     rule = "dx = (ĝ − mean ĝ − x̂·mean(ĝx̂))/σ"
     input_names, saved_names = ("x", "γ", "β"), ("x̂", "1/σ", "γ")
+    fused_saved_names = ("x", "(μ, 1/σ)", "γ")  # what the fused kernels keep instead (CPU and GPU alike)
 
     def forward(self, x, weight, bias=None, eps=1e-5):
         xp, n = self.xp, x.shape[-1]
@@ -722,6 +725,7 @@ class LayerNorm(Function):
             bias = xp.zeros_like(weight) if bias is None else bias
             y, stats = backend.fused("layer_norm_forward", x)(x, weight, bias, eps)
             self.save(x, stats, weight)  # x, not x̂, and the rows' (μ, 1/σ) for the backward kernel
+            self.saved_names = self.fused_saved_names
             return y
         mean = _sum_last(xp, x)
         mean *= 1 / n

@@ -88,7 +88,8 @@ class Function:
     included; an op taking any number, `forward(self, *xs)`, gives one name
     for them all), and `saved_names`, one per array its forward hands to
     `self.save(...)`, in order (a call with nothing for a slot saves None
-    there). `forward` keeps what backward needs with `save`; non-array
+    there); a path that saves other arrays (a fused kernel's) sets its own
+    `saved_names` on the op it runs in. `forward` keeps what backward needs with `save`; non-array
     settings are plain attributes. `backward` returns one gradient
     per input (None where `self.needs_grad` says none is wanted), in the
     broadcast shape if it likes: the engine sums it back. `last_use` is True

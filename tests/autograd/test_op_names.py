@@ -142,3 +142,52 @@ def test_gelu_keeps_its_declared_slots_on_the_fused_cuda_path(monkeypatch):
     assert len(out.op.saved) == 2 and out.op.saved[0] is x.data and out.op.saved[1] is None
     out.sum().backward()
     np.testing.assert_allclose(x.grad, composed.grad, rtol=1e-12)
+
+
+def fused_run(make):
+    """make()'s output with the CPU's fused kernels on, if numba is here to run them (float32, 16K elements up)."""
+    pytest.importorskip("numba", reason="the fused CPU kernels need numba")
+    out = make()
+    assert out.op.saved_names == type(out.op).fused_saved_names, f"{out.op.name} did not take its fused path"
+    return out
+
+
+def test_the_fused_layer_norm_names_what_it_saves(monkeypatch):
+    """x itself, not x̂, and a (2, rows) array of each row's μ and 1/σ: viz labels them so, not as x̂ and 1/σ."""
+    monkeypatch.setenv("AUTOGRAD_FUSED", "1")
+    rng = np.random.default_rng(0)
+    x = ag.Tensor(rng.standard_normal((256, 128)).astype(np.float32), requires_grad=True)
+    w, b = (ag.Tensor(rng.standard_normal(128).astype(np.float32), requires_grad=True) for _ in range(2))
+    out = fused_run(lambda: ag.layer_norm(x, w, b))
+    assert len(out.op.saved) == len(out.op.saved_names) == 3
+    saved_x, stats, gamma = out.op.saved
+    assert saved_x is x.data and gamma is w.data
+    np.testing.assert_allclose(stats, [x.data.mean(-1), 1 / np.sqrt(x.data.var(-1) + 1e-5)], rtol=1e-5)
+    assert ops.LayerNorm.saved_names == ("x̂", "1/σ", "γ")  # the composed path's, unchanged
+    out.sum().backward()
+
+
+def test_the_fused_cross_entropy_names_what_it_saves(monkeypatch):
+    """p − onehot(y) in one array, the targets' and the kept rows' slots empty."""
+    monkeypatch.setenv("AUTOGRAD_FUSED", "1")
+    rng = np.random.default_rng(0)
+    z = ag.Tensor(rng.standard_normal((512, 65)).astype(np.float32), requires_grad=True)
+    t = rng.integers(0, 65, 512)
+    out = fused_run(lambda: ag.cross_entropy(z, ag.Tensor(t)))
+    dz, targets, kept = out.op.saved
+    assert targets is None and kept is None
+    p = np.exp(z.data - z.data.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    p[np.arange(512), t] -= 1
+    np.testing.assert_allclose(dz, p, rtol=1e-5, atol=1e-6)
+    out.backward()
+
+
+def test_viz_labels_a_fused_ops_saved_arrays_by_its_own_names(monkeypatch):
+    from viz.walk import saved_values
+    monkeypatch.setenv("AUTOGRAD_FUSED", "1")
+    rng = np.random.default_rng(0)
+    x = ag.Tensor(rng.standard_normal((256, 128)).astype(np.float32), requires_grad=True)
+    w = ag.Tensor(np.ones(128, np.float32), requires_grad=True)
+    out = fused_run(lambda: ag.layer_norm(x, w, None))
+    assert [name for name, _ in saved_values(out)] == ["x", "(μ, 1/σ)", "γ"]
