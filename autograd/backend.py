@@ -15,6 +15,8 @@ import os
 
 import numpy
 
+from . import switches
+
 DEVICES = ("cpu", "cuda")
 _cupy = None
 _generators = {}
@@ -172,7 +174,7 @@ def fused(name, array):
     (cuda_kernels.LAUNCHERS); a CPU kernel as its launcher, which takes the
     same arguments.
     """
-    if os.environ.get("AUTOGRAD_FUSED", "1") == "0":
+    if switches.read("AUTOGRAD_FUSED") == "0":
         return None
     if isinstance(array, numpy.ndarray):
         return _cpu_kernel(name, array)
@@ -269,7 +271,7 @@ def keep_freed_memory():
     AUTOGRAD_KEEP_FREED_MEMORY=1, importing autograd makes the call, for a
     program that imports the engine and cannot be changed to call it.
     """
-    if os.environ.get("AUTOGRAD_KEEP_FREED_MEMORY") == "0":
+    if switches.read("AUTOGRAD_KEEP_FREED_MEMORY") == "0":
         return False
     if any(name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_MAX_")):
         return False
@@ -284,7 +286,7 @@ def keep_freed_memory():
     return True
 
 
-if os.environ.get("AUTOGRAD_KEEP_FREED_MEMORY") == "1":
+if switches.read("AUTOGRAD_KEEP_FREED_MEMORY") == "1":
     keep_freed_memory()
 
 

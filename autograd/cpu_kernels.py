@@ -57,6 +57,8 @@ from numba import prange
 from numba.core import types as nbtypes
 from numba.extending import intrinsic
 
+from . import switches
+
 
 def _numpy_openblas():
     """(path, library) of the OpenBLAS that NumPy's wheels load (scipy-openblas, 64-bit integers); None where
@@ -83,7 +85,7 @@ def _has_openmp():
 
 _SGEMM, _SGEMV, _SET_BLAS_THREADS = "scipy_cblas_sgemm64_", "scipy_cblas_sgemv64_", "scipy_openblas_set_num_threads64_"
 # AUTOGRAD_SHARED_POOL=0 keeps two pools (OpenBLAS's threads, numba's workqueue), as where the shared one is missing
-_BLAS = _numpy_openblas() if os.environ.get("AUTOGRAD_SHARED_POOL", "1") != "0" and _has_openmp() else None
+_BLAS = _numpy_openblas() if switches.read("AUTOGRAD_SHARED_POOL") != "0" and _has_openmp() else None
 SHARED_POOL = _BLAS is not None
 numba.config.THREADING_LAYER = "omp" if SHARED_POOL else "workqueue"
 # No fast math: every sum, product and multiply-add is computed in the order the source writes it, so a kernel

@@ -24,14 +24,13 @@ What this file promises:
   NumPy twins) or "graph" (the default on "cuda").
 """
 import contextlib
-import os
 import warnings
 import weakref
 
 import numpy as np
 
 import nn
-from autograd import backend
+from autograd import backend, switches
 from models import decode_kernels as kernels
 
 MODES = ("dynamic", "static", "graph")
@@ -40,7 +39,7 @@ _decoders = weakref.WeakKeyDictionary()  # model → {(batch size, dtype): Stati
 
 def mode(device):
     """How generate decodes on `device`: GPT_DECODE if set, else "graph" on "cuda" and "dynamic" on the CPU."""
-    chosen = os.environ.get("GPT_DECODE") or ("graph" if device == "cuda" else "dynamic")
+    chosen = switches.read("GPT_DECODE") or ("graph" if device == "cuda" else "dynamic")
     if chosen not in MODES:
         raise ValueError(f"GPT_DECODE={chosen!r} is not one of {MODES}")
     return chosen
