@@ -332,7 +332,7 @@ class GELU(Function):
         # a subclass with its own backward reads (x, s) as saved below, so it keeps the composed forward
         kernel = backend.fused("gelu_forward", x) if type(self).backward is GELU.backward else None
         if kernel is not None:
-            self.save(x, None)  # the CUDA kernel rebuilds s in backward
+            self.save(x, None)  # the fused kernel (CUDA's or numba's) rebuilds s in backward
             return kernel(x)
         s = self.xp.multiply(x, x, out=self.xp.empty_like(x))  # out=: an array even for 0-d x
         s *= -2 * self.C * self.A
@@ -347,7 +347,7 @@ class GELU(Function):
 
     def backward(self, g):
         x, s = self.saved
-        if s is None:  # forward ran the fused CUDA kernel
+        if s is None:  # forward ran the fused kernel
             return backend.fused("gelu_backward", x)(x, g)
         dx = self.xp.multiply(x, x, out=self.xp.empty_like(x))
         dx *= 6 * self.C * self.A
@@ -710,7 +710,10 @@ class LayerNorm(Function):
     than rebuilding it); the row means of ĝ and ĝ ⊙ x̂ are (g ⊙ x̂) γ / n and g γ / n,
     matrix-vector products that reuse the g ⊙ x̂ dγ sums. On a GPU two kernels
     (cuda_kernels.LAYER_NORM_FORWARD, LAYER_NORM_BACKWARD) do it from x and the
-    saved μ and 1/σ: one launch forward, two backward (the second sums dγ, dβ).
+    saved μ and 1/σ: one launch forward, two backward (the second sums dγ, dβ);
+    on the CPU numba's (cpu_kernels.py) do the same for float32 from 16K
+    elements. Those paths save (x, (μ, 1/σ), γ) and name them so
+    (`fused_saved_names`).
     """
 
     rule = "dx = (ĝ − mean ĝ − x̂·mean(ĝx̂))/σ"

@@ -4,13 +4,10 @@ An op has one or two inputs, `a` and `b`; its result keeps them and their local
 derivatives ∂out/∂a, ∂out/∂b (`da`, `db`; `inputs` and `local_grads` read them
 as tuples, as on a Tensor's op). `backward()` orders the graph topologically and
 walks it from the output back, adding local derivative × out.grad into each
-input's grad (adding: an input used twice receives both contributions). A node
-points only at its inputs, so a dropped graph is freed at once, no cycle left to
-collect; but the collector walks every live object that can hold others as a
-graph grows, so a node is one object, not three (a Value and tuples of inputs
-and derivatives): on micrograd's demo step its share fell from 42 % (1.7 full
-passes a step) to 30 % (0.7). `Tensor` tells the same story with arrays, in the
-same words: `name`, `op` (its `name`, `rule`), `inputs`, `topological_order()`.
+input's grad (adding: an input used twice receives both contributions).
+`Tensor` tells the same story with arrays, in the same words: `name`, `op` (its
+`name`, `rule`), `inputs`, `topological_order()`. (Why a node is one object with
+slots, not a Value and tuples: the note at the end of this file.)
 """
 import math
 from collections import namedtuple
@@ -132,3 +129,10 @@ def _result(data, op, a, da, b=None, db=0.0):
     out.b, out.db = b, db
     out.name = None
     return out
+
+
+"""Why one object per node. A node points only at its inputs, so a dropped graph is freed at once, no cycle
+left to collect; but Python's collector walks every live object that can hold others as a graph grows, so a
+node is one object (its inputs and their derivatives in slots), not three (a Value and tuples of inputs and
+derivatives): on micrograd's demo step the collector's share fell from 42 % (1.7 full passes a step) to 30 %
+(0.7), and the step runs 12.5× faster than micrograd's (benchmarks/value_vs_micrograd.py)."""
