@@ -611,8 +611,7 @@ class Progress:
         self.steps += 1
         self.step_seconds += dt
         self.comm_seconds += self.world.comm_seconds - self.comm0
-        stats = (f"loss {loss:.4f}, {dt * 1e3:.0f} ms, {self.tokens_per_iter / dt:,.0f} tok/s, "
-                 f"{self.mfu(dt)}")
+        stats = f"loss {loss:.4f}, {dt * 1e3:.0f} ms, {self.tokens_per_iter / dt:,.0f} tok/s, {self.mfu(dt)}"
         if not self.bar.disable:
             self.bar.set_postfix_str(stats, refresh=False)
             self.bar.update(1)
