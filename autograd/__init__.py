@@ -15,6 +15,7 @@ from .backend import manual_seed, get_rng_state, set_rng_state, seeded, keep_fre
 from .tensor import (Tensor, Function, ShapeError, no_grad, name_scope, is_grad_enabled,
                      set_default_dtype, get_default_dtype, topological_order, backward_steps, root_grad)
 from .value import Value
+from . import ops  # noqa: F401  (defining the ops gives Tensor's methods theirs: tensor.py's _ops)
 from .functional import (concat, stack, split, where, softmax, log_softmax, cross_entropy, embedding,
                          layer_norm, dropout, scaled_dot_product_attention, linear, checkpoint,
                          zeros, ones, randn, rand, arange)

@@ -9,7 +9,6 @@ program calls it or creates an optimizer (the training and sampling commands do)
 """
 import contextlib
 import copy
-import functools
 import ctypes
 import os
 
@@ -21,7 +20,6 @@ DEVICES = ("cpu", "cuda")
 _cupy = None
 _generators = {}
 _seed = None
-_kernels = {}
 
 
 def _load_cupy():
@@ -161,75 +159,6 @@ def quiet_division(array):
     computes such a value knowingly and replaces it."""
     return (numpy.errstate(divide="ignore", invalid="ignore") if isinstance(array, numpy.ndarray)
             else contextlib.nullcontext())
-
-
-def fused(name, array):
-    """The fused kernel `name` for `array`: CUDA (cuda_kernels.py) on a GPU, numba's (cpu_kernels.py) on the CPU.
-
-    None with AUTOGRAD_FUSED=0, and on the CPU for arrays that are not
-    float32, smaller than the kernel pays for, or when numba is not
-    installed: the op then composes the same formula from array-module
-    calls. An elementwise GPU kernel comes back as CuPy's ElementwiseKernel;
-    a raw one as its launcher with the kernels compiled for `array`'s dtype
-    (cuda_kernels.LAUNCHERS); a CPU kernel as its launcher, which takes the
-    same arguments.
-    """
-    if switches.read("AUTOGRAD_FUSED") == "0":
-        return None
-    if isinstance(array, numpy.ndarray):
-        return _cpu_kernel(name, array)
-    if _cupy is None or not isinstance(array, _cupy.ndarray):
-        return None
-    from . import cuda_kernels
-    if name in cuda_kernels.ELEMENTWISE:
-        if name not in _kernels:
-            inputs, outputs, body = cuda_kernels.ELEMENTWISE[name]
-            _kernels[name] = _cupy.ElementwiseKernel(inputs, outputs, body, f"autograd_{name}")
-        return _kernels[name]
-    if array.dtype not in (numpy.float32, numpy.float64) or name not in cuda_kernels.LAUNCHERS:
-        return None  # the raw kernels' two instantiations; a CPU-only kernel (matmul: cuBLAS has the GPU's)
-    launcher, names = cuda_kernels.LAUNCHERS[name]
-    return functools.partial(launcher, *[_raw_kernel(k, array.dtype) for k in names])
-
-
-_cpu = {"kernels": None, "threads": None}  # cpu_kernels once loaded (False without numba); a thread count set
-
-
-_CPU_SMALLEST = 1024  # no kernel takes fewer elements (cpu_kernels.LAUNCHERS): below, numba is not even loaded
-
-
-def _cpu_kernel(name, array):
-    if array.dtype != numpy.float32 or array.size < _CPU_SMALLEST:
-        return None
-    if _cpu["kernels"] is None:
-        try:
-            from . import cpu_kernels
-        except ImportError:  # numba is not installed: every op keeps its NumPy path
-            _cpu["kernels"] = False
-            return None
-        cpu_kernels.set_threads(_cpu["threads"] or cpu_kernels.threads())
-        _cpu["kernels"] = cpu_kernels
-    if not _cpu["kernels"]:
-        return None
-    launcher, smallest = _cpu["kernels"].LAUNCHERS.get(name, (None, 0))
-    return launcher if launcher is not None and array.size >= smallest else None
-
-
-def share_cpu_threads(n):
-    """Run the CPU kernels on `n` threads (nn.distributed gives each MPI rank its share of the cores)."""
-    _cpu["threads"] = n
-    if _cpu["kernels"]:
-        _cpu["kernels"].set_threads(n)
-
-
-def _raw_kernel(name, dtype):
-    """Raw kernel `name` compiled (once) for float32 or float64 arrays: CuPy's RawModule with a name expression."""
-    from . import cuda_kernels
-    expression = cuda_kernels.name_expression(name, dtype)
-    if expression not in _kernels:
-        module = _cupy.RawModule(code=cuda_kernels.source(name), name_expressions=[expression])
-        _kernels[expression] = module.get_function(expression)
-    return _kernels[expression]
 
 
 def free_memory():

@@ -11,7 +11,7 @@ rule does (an op that declares none has one input, x, and saves nothing).
 """
 import math
 
-from . import backend
+from . import backend, kernels
 from .tensor import Function, ShapeError, Tensor, no_grad
 
 # ---- elementwise arithmetic --------------------------------------------------
@@ -133,7 +133,7 @@ class MatMul(Function):
                 f"{a.shape[-1]} and {inner_b} differ; transpose an operand or check the layer's in/out sizes")
         self.save(a, b)
         # rows @ matrix (the LM head): the CPU's product split over the threads, on a's rows flattened
-        self.matmul = backend.fused("matmul", b) if a.ndim >= 2 and b.ndim == 2 else None
+        self.matmul = kernels.fused("matmul", b) if a.ndim >= 2 and b.ndim == 2 else None
         if self.matmul is not None:
             return self.matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[1])
         return a @ b
@@ -182,7 +182,7 @@ class Linear(Function):
     two, and only x and W kept for backward. Every product runs on x and G
     flattened to 2-D rows: one GEMM instead of one per batch element, 15–25 %
     faster on the CPU and 4–6 times faster through CuPy on a GPU. On the CPU,
-    where numba's threads are the only pool (cpu_kernels.SHARED_POOL), the
+    where numba's threads are the only pool (kernels.cpu.SHARED_POOL), the
     forward product is split over them with the bias added by each, and on
     two threads backward's two products run at once, one on each.
     """
@@ -195,7 +195,7 @@ class Linear(Function):
         rows = x.reshape(-1, x.shape[-1])
         # the CPU's product, split over the threads (the bias added by each); chosen by the weight's size, as a
         # token's x is one small row
-        split = backend.fused("matmul", weight)
+        split = kernels.fused("matmul", weight)
         self.matmul = split or self.xp.matmul
         if split is not None:
             y = split(rows, weight, bias)  # (rows, out)
@@ -208,7 +208,7 @@ class Linear(Function):
     def backward(self, g):
         x, weight = self.saved
         rows = g.reshape(-1, g.shape[-1])  # (rows, out)
-        kernel = backend.fused("linear_backward", weight) if all(self.needs_grad) else None
+        kernel = kernels.fused("linear_backward", weight) if all(self.needs_grad) else None
         if kernel is not None:  # the CPU's: dx and dW at once, a thread each
             dx, dweight, dbias = kernel(rows, x.reshape(-1, x.shape[-1]), weight, len(self.needs_grad) == 3)
             return (dx.reshape(x.shape), dweight, dbias)[:len(self.needs_grad)]
@@ -330,7 +330,7 @@ class GELU(Function):
 
     def forward(self, x):
         # a subclass with its own backward reads (x, s) as saved below, so it keeps the composed forward
-        kernel = backend.fused("gelu_forward", x) if type(self).backward is GELU.backward else None
+        kernel = kernels.fused("gelu_forward", x) if type(self).backward is GELU.backward else None
         if kernel is not None:
             self.save(x, None)  # the fused kernel (CUDA's or numba's) rebuilds s in backward
             return kernel(x)
@@ -348,7 +348,7 @@ class GELU(Function):
     def backward(self, g):
         x, s = self.saved
         if s is None:  # forward ran the fused kernel
-            return backend.fused("gelu_backward", x)(x, g)
+            return kernels.fused("gelu_backward", x)(x, g)
         dx = self.xp.multiply(x, x, out=self.xp.empty_like(x))
         dx *= 6 * self.C * self.A
         dx += 2 * self.C  # 2u′
@@ -618,8 +618,8 @@ class CrossEntropy(Function):
     `ignore_index`; ignored rows get no gradient. With `classes`, only the
     first `classes` columns are classes (a vocabulary padded for the GPU's
     sake): the rest get no probability and a zero gradient. On a GPU one
-    kernel (cuda_kernels.CROSS_ENTROPY_FORWARD) computes the losses and
-    p − onehot(y) together (on the CPU, numba's twin in cpu_kernels.py), over
+    kernel (kernels/cuda.py's CROSS_ENTROPY_FORWARD) computes the losses and
+    p − onehot(y) together (on the CPU, numba's twin in kernels/cpu.py), over
     z itself with `reuse_logits` (the caller promises not to read the logits
     again), so backward only scales it: in place on its last use, into a new
     array while the graph is kept (retain_graph, viz.trace).
@@ -637,7 +637,7 @@ class CrossEntropy(Function):
         valid = None if ignore_index is None else t != ignore_index
         count = len(t) if valid is None else xp.maximum(valid.sum(dtype=z.dtype), 1)  # stays on the device
         self.count, self.reduction, self.shape, self.fused = count, reduction, logits.shape, False
-        kernel = backend.fused("cross_entropy_forward", z)
+        kernel = kernels.fused("cross_entropy_forward", z)
         if kernel is not None:
             z = xp.ascontiguousarray(z)
             dz = z if reuse_logits else xp.empty_like(z)
@@ -693,7 +693,7 @@ class Embedding(Function):
 
     def backward(self, g):
         rows = g.reshape(-1, self.weight_shape[-1])
-        kernel = backend.fused("embedding_backward", rows)
+        kernel = kernels.fused("embedding_backward", rows)
         if kernel is not None:  # the CPU's: one pass adding each row of g into its id's row
             return kernel(self.ids.reshape(-1), rows, self.weight_shape[0])
         dw = self.xp.zeros(self.weight_shape, dtype=g.dtype)
@@ -709,9 +709,9 @@ class LayerNorm(Function):
     γ's and β's sums running over every row. x̂ is kept from forward (cheaper
     than rebuilding it); the row means of ĝ and ĝ ⊙ x̂ are (g ⊙ x̂) γ / n and g γ / n,
     matrix-vector products that reuse the g ⊙ x̂ dγ sums. On a GPU two kernels
-    (cuda_kernels.LAYER_NORM_FORWARD, LAYER_NORM_BACKWARD) do it from x and the
+    (kernels/cuda.py's LAYER_NORM_FORWARD, LAYER_NORM_BACKWARD) do it from x and the
     saved μ and 1/σ: one launch forward, two backward (the second sums dγ, dβ);
-    on the CPU numba's (cpu_kernels.py) do the same for float32 from 16K
+    on the CPU numba's (kernels/cpu.py) do the same for float32 from 16K
     elements. Those paths save (x, (μ, 1/σ), γ) and name them so
     (`fused_saved_names`).
     """
@@ -722,11 +722,11 @@ class LayerNorm(Function):
 
     def forward(self, x, weight, bias=None, eps=1e-5):
         xp, n = self.xp, x.shape[-1]
-        self.kernel = backend.fused("layer_norm_backward", x)
+        self.kernel = kernels.fused("layer_norm_backward", x)
         if self.kernel is not None:
             x = xp.ascontiguousarray(x)
             bias = xp.zeros_like(weight) if bias is None else bias
-            y, stats = backend.fused("layer_norm_forward", x)(x, weight, bias, eps)
+            y, stats = kernels.fused("layer_norm_forward", x)(x, weight, bias, eps)
             self.save(x, stats, weight)  # x, not x̂, and the rows' (μ, 1/σ) for the backward kernel
             self.saved_names = self.fused_saved_names
             return y
@@ -806,12 +806,12 @@ class ScaledDotProductAttention(Function):
 
     On a GPU, with the causal mask or none, S = Q Kᵀ and O = P V stay cuBLAS
     batched GEMMs and one kernel between them scales, masks and normalises S
-    in place (cuda_kernels.ATTENTION_SOFTMAX_FORWARD); backward's
+    in place (kernels/cuda.py's ATTENTION_SOFTMAX_FORWARD); backward's
     dS = P ⊙ (dP − G·O) is one in-place kernel too (ATTENTION_SOFTMAX_BACKWARD).
     There P is kept while the device has memory to spare, else S is
     recomputed and normalised again. On the CPU, numba's twins of the two
-    kernels (cpu_kernels.py) do the same for float32, P kept by the rule above;
-    where their threads share one pool with BLAS (cpu_kernels.SHARED_POOL),
+    kernels (kernels/cpu.py) do the same for float32, P kept by the rule above;
+    where their threads share one pool with BLAS (kernels.cpu.SHARED_POOL),
     without dropout, one kernel computes each head's S, P and O on a thread
     of its own, and one its five backward products and dS.
     """
@@ -822,15 +822,15 @@ class ScaledDotProductAttention(Function):
     def forward(self, q, k, v, mask=None, dropout_p=0.0, causal=False):
         """`causal`: `mask` is the causal one, query i seeing keys up to i + Tk − Tq (the GPU kernel's own)."""
         self.scale, self.mask = 1.0 / math.sqrt(q.shape[-1]), mask
-        kernel = backend.fused("attention_softmax_forward", q) if mask is None or causal else None
-        self.kernels = None if kernel is None else (kernel, backend.fused("attention_softmax_backward", q))
+        kernel = kernels.fused("attention_softmax_forward", q) if mask is None or causal else None
+        self.kernels = None if kernel is None else (kernel, kernels.fused("attention_softmax_backward", q))
         if kernel is not None:
             # query i sees keys 0 … i + offset: Tk − Tq with the causal mask, all Tk without one
             self.offset = k.shape[-2] - q.shape[-2] if mask is not None else k.shape[-2]
             # the CPU's whole attention, each head on its own thread: 4-D, one K and V per query head, no dropout
-            whole = (backend.fused("attention_forward", q)
+            whole = (kernels.fused("attention_forward", q)
                      if not dropout_p and q.ndim == 4 and q.shape[:2] == k.shape[:2] == v.shape[:2] else None)
-            self.kernels += (backend.fused("attention_backward", q) if whole is not None else None,)
+            self.kernels += (kernels.fused("attention_backward", q) if whole is not None else None,)
             if whole is not None:
                 p, out = whole(q, k, v, self.offset, self.scale)
                 drop = None

@@ -15,6 +15,7 @@ inputs'. What the engine does once, so that no op has to:
 import collections
 import contextlib
 import math
+import types
 import warnings
 
 import numpy as np
@@ -79,6 +80,11 @@ def name_scope(name):
         _scopes.pop()
 
 
+# The ops (autograd/ops.py) as Tensor's methods call them, `_ops.Add.apply(self, other)`: each op joins as ops.py
+# defines it, so this file imports nothing of the ops (ops.py imports Function from here; autograd imports both).
+_ops = types.SimpleNamespace()
+
+
 class Function:
     """One op: `forward` on arrays, `backward` maps the output's gradient to the inputs' (the VJP).
 
@@ -113,6 +119,11 @@ class Function:
     params = {}
     saved = ()
     last_use = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__module__ == "autograd.ops":  # the engine's own ops, by class name, for Tensor's methods
+            setattr(_ops, cls.__name__, cls)
 
     @property
     def name(self):
@@ -674,6 +685,3 @@ def _index_key(key, device):
             advanced = True
         out.append(part)
     return tuple(out), advanced
-
-
-from . import ops as _ops  # noqa: E402  (ops subclass Function, defined above)

@@ -29,8 +29,8 @@ def step_runner(mode, interval, out_dir):
     """One training step of the mode's kind; returns the loss."""
     import autograd as ag
     import nn
-    from models.gpt2 import GPT, GPTConfig
-    from models.health import Health
+    from models.gpt.gpt2 import GPT, GPTConfig
+    from models.training.health import Health
 
     ag.manual_seed(0)
     model = GPT(GPTConfig(**SHAPE))

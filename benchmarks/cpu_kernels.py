@@ -1,4 +1,4 @@
-"""Each fused CPU kernel (autograd/cpu_kernels.py) against its composed NumPy op, at the main job's and GPT-2 small's sizes.
+"""Each fused CPU kernel (autograd/kernels/cpu.py) against its composed NumPy op, at the main job's and GPT-2 small's sizes.
 
 Run from the repository root, with nothing else busy (about a minute):
 
@@ -93,9 +93,9 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=30, help="timed calls of each variant")
     args = parser.parse_args(argv)
     import autograd as ag
-    from autograd import cpu_kernels
+    from autograd.kernels import runtime
     ag.keep_freed_memory()  # as models.train does
-    print(f"each fused kernel against its composed op, float32, {cpu_kernels.threads()} thread(s), "
+    print(f"each fused kernel against its composed op, float32, {runtime.threads()} thread(s), "
           f"medians of {args.repeats} interleaved calls of forward + backward")
     # two builds from one seed: the first run of each (AdamW: one step from the same weights) compared
     for (name, run), (_, twin) in zip(cases(np.random.default_rng(0)), cases(np.random.default_rng(0))):

@@ -41,7 +41,7 @@ def generator(peer, shape, prompt, device):
         if peer in DECODE:
             os.environ["GPT_DECODE"] = DECODE[peer]
         import autograd as ag
-        from models.gpt2 import GPT, GPTConfig
+        from models.gpt.gpt2 import GPT, GPTConfig
         ag.keep_freed_memory()  # as models.sample does
         ag.manual_seed(0)
         model = GPT(GPTConfig(**shape)).to(device)

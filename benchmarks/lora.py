@@ -32,7 +32,7 @@ def ours_step(peer):
     """One training step of ours as `peer` says, and the optimizer state's size in bytes after it."""
     import autograd as ag
     import nn
-    from models.gpt2 import GPT, GPTConfig
+    from models.gpt.gpt2 import GPT, GPTConfig
 
     ag.keep_freed_memory()
     ag.manual_seed(0)

@@ -31,7 +31,7 @@ EVAL_INTERVAL, EVAL_ITERS, SAMPLE_TOKENS = 250, 50, 300
 
 
 def ours(max_iters, out_dir):
-    from models.train import main as train
+    from models.training.train import main as train
     code = train(["--max-iters", str(max_iters), "--out-dir", str(out_dir), "--no-progress"])
     if code:
         raise SystemExit(f"models.train exited with {code}")
@@ -51,8 +51,8 @@ def lr_at(it, max_iters):
 def torch_job(max_iters, out_dir):
     import torch
     from benchmarks.torch_reference import GPT
-    from models.data import TokenData, load_text
-    from models.tokenizer import CharTokenizer
+    from models.training.data import TokenData, load_text
+    from models.gpt.tokenizer import CharTokenizer
 
     torch.set_num_threads(alone.threads())
     text = load_text()

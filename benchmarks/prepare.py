@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from models.cli import Parser
-from models.data import DEFAULT_CORPUS
+from models.training.data import DEFAULT_CORPUS
 
 
 def write_corpus(folder, megabytes, seed=0):

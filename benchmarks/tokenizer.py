@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from benchmarks import alone
-from models.data import DEFAULT_CORPUS
-from models.tokenizer import GPT2_SPLIT_PATTERN, _default_gpt2_files
+from models.training.data import DEFAULT_CORPUS
+from models.gpt.tokenizer import GPT2_SPLIT_PATTERN, _default_gpt2_files
 
 PEERS = ["ours", "tiktoken", "hf-rust", "hf-python"]
 PACKAGES = {"tiktoken": "tiktoken", "hf-rust": "transformers", "hf-python": "transformers"}
@@ -37,7 +37,7 @@ def make_tokenizer(peer, vocab_dir):
     else:
         encoder_json, vocab_bpe = str(vocab_dir / "encoder.json"), str(vocab_dir / "vocab.bpe")
     if peer == "ours":
-        from models.tokenizer import GPT2Tokenizer
+        from models.gpt.tokenizer import GPT2Tokenizer
         return lambda: GPT2Tokenizer.from_files(encoder_json, vocab_bpe).encode_ordinary
     if peer == "tiktoken":
         import tiktoken

@@ -36,7 +36,7 @@ def ours_runs(shape, batch, seq, device="cpu"):
     """{"step": one full training step, "fwd_bwd": forward + backward alone} on one GPT of ours; each returns the loss."""
     import autograd as ag
     import nn
-    from models.gpt2 import GPT, GPTConfig
+    from models.gpt.gpt2 import GPT, GPTConfig
 
     ag.keep_freed_memory()  # as models.train does: the step's time without page faults
     ag.manual_seed(0)

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 
-from models.value_nn import DEMO_SIZES, MLP, train_step
+from models.lessons.value_nn import DEMO_SIZES, MLP, train_step
 
 ENGINES = {"gptgrad": "autograd.value", "micrograd": "micrograd.engine"}
 
@@ -61,7 +61,7 @@ def main(argv=None):
         __import__("micrograd.engine")
     except ImportError:
         sys.exit("error: micrograd is not installed; pip install micrograd (or pip install -e \".[bench]\")")
-    from models.moons import make_moons  # here, in the parent: NumPy draws the points, no child imports it
+    from models.lessons.moons import make_moons  # here, in the parent: NumPy draws the points, no child imports it
     points, labels = make_moons(100)
     data = json.dumps({"points": points.tolist(), "labels": labels.tolist()})
     medians = {engine: [] for engine in ENGINES}

@@ -1,24 +1,15 @@
-"""models: what the engine is for, in three families, each a folder of its own.
+"""models: what the engine is for, in three families, each a package of its own.
 
-    lessons/    the seeds' lessons, number for number: bigram, softmax, tiny, neuron;
-                chapter one's network on Value: value_nn (Neuron, Layer, MLP) and moons (micrograd's demo);
-                troubleshoot (when training fails)
-    gpt/        the GPT-2 library: gpt2 (the model), gpt2_params, hf_checkpoint, sampling, tokenizer
-                (bpe_kernels: its compiled encoding)
-    training/   the training application: train, sample, prepare and eval (the CLIs), checkpoint, parallel (MPI),
-                data, shards (prepared corpora)
+    models.lessons    the seeds' lessons, number for number, and chapter one's network on Value
+    models.gpt        the GPT-2 library: the model, its checkpoints, tokenizers, sampling, the decode path
+    models.training   the training application: the CLIs, checkpoints, data, MPI, health
 
-Beside them, at this level, what all three and viz share: cli (the command
-lines' parser and checks), numbers (how numbers are written), io (atomic files),
-interrupts (a Ctrl-C at start-up in one line).
+Beside them, what all three and viz share: cli (the command lines' parser and
+checks), numbers (how numbers are written), io (atomic files), interrupts (a
+Ctrl-C at start-up in one line) and doors.
 
-A module keeps its short name whichever folder holds it: `models.bigram`,
-`models.gpt2`, `models.train` (so `python -m models.train` and
-`from models.gpt2 import GPT` read as they always have). The folders are
-searched as parts of this one package, in the order above; no name occurs twice.
+The short names that DESIGN.md fixes and the README's commands use
+(`from models.gpt2 import GPT`, `python -m models.train`) are front doors: a
+two-line file here each, which is the real module under its short name
+(`models.gpt2 is models.gpt.gpt2`); see doors.py. The code imports by the real path.
 """
-import os
-
-# os.path, not pathlib: os is loaded with the interpreter, and a command's start-up (see models/interrupts.py)
-# should reach its first line as soon as it can.
-__path__ += [os.path.join(os.path.dirname(__file__), family) for family in ("lessons", "gpt", "training")]

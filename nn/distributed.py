@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from autograd import backend
+from autograd import backend, kernels
 
 BUCKET_BYTES = 4 * 2 ** 20
 
@@ -124,7 +124,7 @@ def _share_cores(ranks_here):
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     share = max(1, cores // ranks_here)
     threadpool_limits(share, user_api="blas")
-    backend.share_cpu_threads(share)  # numba's kernels too: the rank's threads never outnumber its cores
+    kernels.share_cpu_threads(share)  # numba's kernels too: the rank's threads never outnumber its cores
 
 
 def _timed(collective, *args):

@@ -5,14 +5,33 @@ attributes, so `named_parameters()` can give each weight its dotted name
 (`transformer.h.0.attn.c_attn.weight`), the name checkpoints use. Calling a
 module runs its `forward` inside `autograd.name_scope`, so every op it records
 remembers which module made it (what `viz.graph --collapse` draws as a box).
+
+The tensors a recorded forward makes are named from the tree and the code, as
+parameters are, so a model names nothing itself: a module's output after the
+module and its forward's first argument (`transformer.h.0.ln_1(x)`), and what a
+forward holds in a local variable when it returns after the module and the
+variable (`transformer.h.0.attn.q`; the last variable wins where one tensor has
+two). Under no_grad nothing is named, and generation pays nothing for it.
 """
+import sys
 from collections import OrderedDict
 
 import autograd as ag
 from autograd import Tensor
 
-_running = []  # modules whose forward is on the call stack, outermost first
+_running = []  # [module, its forward's frame or None] for each forward on the call stack, outermost first
 _tree_version = 0  # bumped whenever a module gains or loses an attribute: the names may have changed
+
+
+def _catch_frame(running):
+    """Keep the frame of the running module's forward, found as the caller of a module it calls; read at its end.
+
+    A frame outlives its function's return with its locals, so the caller reads
+    them once forward has returned. A module called from elsewhere (ag.checkpoint's
+    recompute, a helper method) has another caller, which is not kept."""
+    frame = sys._getframe(2)  # 0 this function, 1 the callee's __call__, 2 who called it
+    if frame.f_code is type(running[0]).forward.__code__:
+        running[1] = frame
 
 
 class Parameter(Tensor):
@@ -64,12 +83,41 @@ class Module:
             object.__setattr__(self, "_named_at", _tree_version)
         if not ag.is_grad_enabled():  # nothing is recorded, so no op needs to know which module made it
             return self.forward(*args, **kwargs)
-        _running.append(self)
+        if _running and _running[-1][1] is None:
+            _catch_frame(_running[-1])
+        running = [self, None]  # the module, and its forward's frame once a call from that forward catches it
+        _running.append(running)
         try:
             with ag.name_scope(self._scope_name):
-                return self.forward(*args, **kwargs)
+                out = self.forward(*args, **kwargs)
         finally:
             _running.pop()
+        if running[1] is not None:
+            self._name_locals(running[1].f_locals)
+        if isinstance(out, Tensor):
+            self._name_output(out)
+        return out
+
+    def _made_here(self, t):
+        """Whether `t` is an unnamed tensor that an op recorded inside this module's forward made."""
+        if not isinstance(t, Tensor) or t.name is not None or t.op is None:
+            return False
+        scope, mine = t.op.scope, self._scope_name
+        return not mine or scope == mine or scope.startswith(mine + ".")
+
+    def _name_output(self, out):
+        if self._scope_name and self._made_here(out):
+            argument = type(self).forward.__code__.co_varnames[1:2] or ("",)
+            out.name = f"{self._scope_name}({argument[0]})"
+
+    def _name_locals(self, variables):
+        names = {}
+        for variable, value in variables.items():
+            if variable != "self" and self._made_here(value):
+                names[id(value)] = value, variable  # a later variable holding the same tensor wins
+        prefix = self._scope_name + "." if self._scope_name else ""
+        for value, variable in names.values():
+            value.name = prefix + variable
 
     def _name_tree(self):
         """Give every sub-module its scope name and every parameter its dotted name, from this root."""

@@ -11,7 +11,7 @@ import math
 import numbers
 import weakref
 
-from autograd import Tensor, backend
+from autograd import Tensor, backend, kernels
 from autograd.intervals import check
 
 
@@ -238,7 +238,7 @@ class AdamW(Optimizer):
     In place, piece by cache-sized piece (backend.pieces), with one scratch
     array per piece; √(1−β₂ᵗ) moves from the denominator into ε and the step
     size, which is the same update with one pass fewer. On a GPU one fused
-    kernel per parameter does it all (autograd/cuda_kernels.py).
+    kernel per parameter does it all (autograd/kernels/cuda.py).
 
     `flat_grads=True` keeps every gradient as a view of one array (a
     GradBuffer): zero_grad() zeroes it instead of dropping the gradients, so a
@@ -287,7 +287,7 @@ class AdamW(Optimizer):
         root_bc2 = math.sqrt(1 - beta2 ** t)
         eps = group["eps"] * root_bc2
         step_size = -(lr / (1 - beta1 ** t)) * root_bc2
-        kernel = backend.fused("adamw", p.data)
+        kernel = kernels.fused("adamw", p.data)
         if kernel is not None:
             scale = xp.ones(1, dtype=p.dtype) if self._scale is None else self._scale
             kernel(grad, scale, decay, beta1, beta2, eps, step_size, p.data, state["exp_avg"], state["exp_avg_sq"])
@@ -362,7 +362,7 @@ def clip_grad_norm_(params, max_norm):
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return 0.0
-    kernel = backend.fused("grad_norm", grads[0])
+    kernel = kernels.fused("grad_norm", grads[0])
     if kernel is not None:
         ids = frozenset(map(id, grads))
         buffer = next((b for b in _buffers if b.ids == ids), None)

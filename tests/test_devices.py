@@ -103,7 +103,7 @@ def test_dropout_on_the_device_is_seeded_and_inverted(device):
 
 
 def test_tiny_model_numbers_on_the_device(device):
-    from models import tiny
+    from models.lessons import tiny
     model = tiny.TinyTransformer().to(device)
     logits = model(np.array(tiny.INPUT_IDS))
     loss = tiny.last_position_loss(logits, tiny.TARGET_ID)
@@ -114,7 +114,7 @@ def test_tiny_model_numbers_on_the_device(device):
 
 
 def small_gpt(device):
-    from models.gpt2 import GPT, GPTConfig
+    from models.gpt.gpt2 import GPT, GPTConfig
     ag.manual_seed(0)
     return GPT(GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)).to(device)
 
@@ -152,7 +152,7 @@ def test_adamw_steps_match_the_cpu(device):
 
 
 def test_checkpoints_move_between_devices(device, tmp_path):
-    from models.gpt2 import GPT
+    from models.gpt.gpt2 import GPT
     model = small_gpt(device)
     model.save_pretrained(tmp_path / "from_device")
     on_cpu = GPT.from_pretrained(tmp_path / "from_device")
@@ -171,7 +171,7 @@ def test_generation_with_cache_matches_the_cpu(device):
 
 
 def test_train_and_sample_clis_on_the_device(device, tmp_path, capsys):
-    from models import sample, train
+    from models.training import sample, train
     out = tmp_path / "out"
     argv = ["--device", device, "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
             "--batch-size", "4", "--max-iters", "4", "--eval-interval", "2", "--eval-iters", "1",

@@ -59,7 +59,7 @@ def test_with_the_setting_a_block_above_32_mb_comes_from_the_heap_too():
 
 
 def test_importing_the_engine_changes_no_allocator_setting():
-    assert mmapped_bytes("import autograd, nn, models.gpt2, models.sampling") >= BLOCK
+    assert mmapped_bytes("import autograd, nn, models.gpt.gpt2, models.gpt.sampling") >= BLOCK
 
 
 OPTIMIZER = "import autograd, nn\nnn.optim.AdamW([nn.Parameter(autograd.Tensor([1.0]))])"
@@ -81,8 +81,8 @@ def test_the_environment_switch_makes_the_call_at_import_or_turns_it_off():
 
 
 @pytest.mark.parametrize("command", [
-    "from models.train import main\ntry:\n    main(['--data', 'no such file.txt'])\nexcept SystemExit:\n    pass",
-    "from models.sample import main\nassert main(['no such folder']) == 1",
+    "from models.training.train import main\ntry:\n    main(['--data', 'no such file.txt'])\nexcept SystemExit:\n    pass",
+    "from models.training.sample import main\nassert main(['no such folder']) == 1",
 ], ids=["models.train", "models.sample"])
 def test_the_commands_make_the_setting_first_even_when_they_fail_at_once(command):
     assert mmapped_bytes(command) == 0

@@ -84,7 +84,7 @@ def test_a_picture_drawn_before_backward_fails_the_check():
     vg = pytest.importorskip("viz.graph")
     if not shutil.which("dot"):
         pytest.skip("Graphviz's `dot` draws the pictures")
-    from models import bigram
+    from models.lessons import bigram
     before = vg.draw(bigram.demo_loss()).pipe(format="svg").decode()
     with pytest.raises(AssertionError, match="drawn before backward"):
         check_pictures("before", [before])

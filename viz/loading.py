@@ -1,4 +1,4 @@
-"""The module a viz command names, loaded: `model.bigram` and `models/lessons/bigram.py` both mean models.bigram.
+"""The module a viz command names, loaded: `model.bigram` means models.bigram, `models/lessons/bigram.py` its real path.
 
 `demo_loss_of(name)` imports it and returns the scalar loss of its
 `demo_loss()` (a scalar Tensor, or a Value for chapter one's neuron), the
@@ -11,21 +11,16 @@ import os
 
 from autograd import Tensor, Value
 
-FAMILIES = ("lessons", "gpt", "training")  # the folders of models/ (see models/__init__.py)
-
 
 def module_name(name):
-    """The importable dotted name for what a user typed: `model.bigram` and `models/lessons/bigram.py` mean
-    `models.bigram` (a family's folder is part of the package `models`, not a package of its own)."""
+    """The importable dotted name for what a user typed: `model.bigram` means `models.bigram` (a front door, the same
+    module as models.lessons.bigram), and a file's path its dotted path."""
     name = name.strip()
     if name.endswith(".py") or os.sep in name or "/" in name:
         name = os.path.normpath(name[:-3] if name.endswith(".py") else name)
         name = name.replace(os.sep, ".").replace("/", ".").lstrip(".")
     if name == "model" or name.startswith("model."):
         name = "models" + name[len("model"):]
-    parts = name.split(".")
-    if len(parts) == 3 and parts[0] == "models" and parts[1] in FAMILIES:
-        name = f"models.{parts[2]}"
     return name
 
 

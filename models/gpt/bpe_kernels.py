@@ -18,7 +18,7 @@ tiktoken's rate. Compiled, every chunk can go through BPE; `bpe` still
 merges a chunk repeated within one call only once (a cache of that call's
 own output). The kernels are cached on disk (numba's `cache=True`): the first
 run on a machine compiles them (seconds), later processes load them; the
-kernels Python calls are `compiled` ones (autograd/cpu_kernels.py): a Ctrl-C
+kernels Python calls are `compiled` ones (autograd/kernels/runtime.py): a Ctrl-C
 during their compile or load is held until it ends, and LLVM's code pages are
 handed back after.
 """
@@ -28,7 +28,7 @@ import numba
 import numpy as np
 import regex
 
-from autograd.cpu_kernels import compiled  # a Ctrl-C held while they compile, LLVM's pages handed back after
+from autograd.kernels.runtime import compiled  # a Ctrl-C held while they compile, LLVM's pages handed back after
 
 SPACE, LETTER, NUMBER, OTHER = 0, 1, 2, 3
 _EMPTY = -1  # a free slot of the pair table

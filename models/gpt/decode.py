@@ -31,7 +31,7 @@ import numpy as np
 
 import nn
 from autograd import backend, switches
-from models import decode_kernels as kernels
+from models.gpt import decode_kernels as kernels
 
 MODES = ("dynamic", "static", "graph")
 _decoders = weakref.WeakKeyDictionary()  # model → {(batch size, dtype): StaticDecoder}

@@ -16,13 +16,11 @@ What this file promises:
 * `GPT.from_pretrained(folder)` / `model.save_pretrained(folder)`: Hugging
   Face's folder format (in models/gpt/hf_checkpoint.py), which transformers reads.
 * `demo_loss()`: a tiny GPT's deterministic loss, for viz.
-* The intermediates are named as the code reads (and nanoGPT and the article
-  name them), after the module whose forward makes them, as parameters are
-  named: `transformer.h.0.ln_1(x)`, `transformer.h.0.attn.q`, `….attn.y`,
-  `transformer.h.0.x after attn`, the residual stream after each block
-  `transformer.h.0(x)`, `transformer.ln_f(x)`, `logits`. viz draws and traces
-  them by these names. Only while a graph is recorded: under no_grad
-  (generation) nothing is named, so a token's step pays nothing for it.
+* The intermediates have the names the code reads, given by nn.Module (the
+  model names nothing itself): a module's output, `transformer.h.0.ln_1(x)`,
+  the residual stream after each block, `transformer.h.0(x)`; a forward's
+  variables, `transformer.h.0.attn.q`, `….attn.y`, `transformer.h.0.x` (the
+  stream after attention), `logits`. viz draws and traces them by these names.
 
 Shapes: B batch, T time, C = n_embd, nh heads of hs = C / nh features, V = vocab_size.
 """
@@ -36,19 +34,7 @@ import numpy as np
 import autograd as ag
 import nn
 from autograd import Tensor, backend
-from models import decode, hf_checkpoint, sampling
-
-
-def _name(made_here, names):
-    """Name the tensors in `names` {short name: tensor} after the module whose forward is running.
-
-    `made_here` is a tensor that an op of this very forward made: its op's scope is the module's
-    dotted path (`transformer.h.0.attn`), so `q` becomes `transformer.h.0.attn.q`. Under no_grad
-    no op is recorded and nothing is named (callers test `made_here.op` first, before building `names`).
-    """
-    prefix = made_here.op.scope + "." if made_here.op.scope else ""
-    for name, t in names.items():
-        t.name = prefix + name
+from models.gpt import decode, hf_checkpoint, sampling
 
 
 @dataclass
@@ -121,9 +107,6 @@ class CausalSelfAttention(nn.Module):
         by_position = y.transpose(0, 2, 1, 3)  # (B, T, nh, hs)
         joined = by_position.reshape(B, T, C)  # (B, T, C): the heads side by side again
         out = self.c_proj(joined)
-        if qkv.op is not None:
-            _name(qkv, {"c_attn(x)": fused, "qkv": qkv, "qkv by head": by_head, "q": q, "k": k, "v": v, "y": y,
-                        "y by position": by_position, "y joined": joined, "c_proj(y)": out})
         return self.resid_dropout(out)
 
 
@@ -140,8 +123,6 @@ class MLP(nn.Module):
         fc = self.c_fc(x)  # (B, T, 4C)
         gelu = fc.gelu()
         out = self.c_proj(gelu)  # (B, T, C)
-        if gelu.op is not None:
-            _name(gelu, {"c_fc(x)": fc, "gelu": gelu, "c_proj(gelu)": out})
         return self.dropout(out)
 
 
@@ -161,8 +142,6 @@ class Block(nn.Module):
         x = x + attn  # the residual stream, attention's contribution added
         ln_2 = self.ln_2(x)
         mlp = self.mlp(ln_2)
-        if x.op is not None:  # the block's output is named by its caller, as every module's is
-            _name(x, {"ln_1(x)": ln_1, "attn(ln_1(x))": attn, "x after attn": x, "ln_2(x)": ln_2, "mlp(ln_2(x))": mlp})
         return x + mlp
 
 
@@ -184,20 +163,14 @@ class Transformer(nn.Module):
         pos = ag.arange(start, start + T, device=self.wpe.weight.device)  # (T,)
         tok_emb, pos_emb = self.wte(idx), self.wpe(pos)
         emb = tok_emb + pos_emb  # (B, T, C) + (T, C) → (B, T, C)
-        x = stream = self.drop(emb)  # the residual stream starts here
-        recording = emb.op is not None
+        x = self.drop(emb)  # the residual stream starts here
         for i, block in enumerate(self.h):
             if self.checkpoint_blocks and kv_cache is None and ag.is_grad_enabled():
                 trained = [p for p in block.parameters() if p.requires_grad]  # LoRA's adapters, in a frozen model
                 x = ag.checkpoint(block, x, params=trained)  # its activations recomputed in backward, not kept
             else:
                 x = block(x, cache=kv_cache.layers[i] if kv_cache is not None else None)
-            if recording:
-                _name(emb, {f"h.{i}(x)": x})  # the residual stream after block i
         out = self.ln_f(x)  # (B, T, C)
-        if recording:  # "x" after "emb": without dropout, x is the sum itself
-            _name(emb, {"wte(idx)": tok_emb, "wpe(pos)": pos_emb, "emb": emb, "x": stream,
-                        "ln_f(x)": out})
         return out
 
 
@@ -283,16 +256,19 @@ class GPT(nn.Module):
         x = self.transformer(idx, kv_cache)  # (B, T, C)
         if last_only and x.shape[1] > 1:  # a cached step's one position is already the last
             x = x[:, -1:, :]  # (B, 1, C)
-        scores = self._lm_head(x)  # (B, T, padded V)
+        with ag.name_scope("lm_head"):  # scores against every token embedding, x @ wteᵀ: one GEMM over all B·T rows
+            B, T, C = x.shape
+            wte = self.transformer.wte.weight
+            rows, wte_t = x.reshape(B * T, C), wte.T  # (B·T, C), (C, padded V)
+            row_scores = rows @ wte_t  # (B·T, padded V)
+            scores = row_scores.reshape(B, T, wte.shape[0])  # (B, T, padded V)
         V = self.config.vocab_size
         loss = None
         if targets is not None:
             loss = ag.cross_entropy(scores, targets, ignore_index=-1, classes=V, reuse_logits=not return_logits)
-            loss.name = "loss"
         if not return_logits:
             return None, loss
         logits = scores if scores.shape[-1] == V else scores[..., :V]  # (B, T, V)
-        logits.name = "logits"
         return logits, loss
 
     def pad_vocab(self, multiple):
@@ -314,18 +290,6 @@ class GPT(nn.Module):
         wte.num_embeddings = config.padded_vocab_size
         self.config = config
         return self
-
-    def _lm_head(self, x):
-        """Scores against every token embedding: x @ wteᵀ, one GEMM over all B·T rows."""
-        with ag.name_scope("lm_head"):
-            B, T, C = x.shape
-            wte = self.transformer.wte.weight
-            rows, wte_t = x.reshape(B * T, C), wte.T
-            scores = rows @ wte_t  # (B·T, C) @ (C, V) → (B·T, V)
-            logits = scores.reshape(B, T, wte.shape[0])  # (B, T, V)
-            if rows.op is not None:
-                _name(rows, {"x rows": rows, "wte.T": wte_t, "logits rows": scores})
-            return logits
 
     def _check_ids(self, idx, kv_cache=None):
         """`idx` as a Tensor of token ids (B, T) that fits the context, or a one-line error saying why not."""

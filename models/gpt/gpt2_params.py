@@ -15,7 +15,7 @@ import math
 from dataclasses import asdict
 
 from models.cli import Parser
-from models.gpt2 import GPTConfig
+from models.gpt.gpt2 import GPTConfig
 
 
 def parameter_shapes(config):

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from models.io import atomic_path, read_json
-from models.tokenizer import END_OF_TEXT, CharTokenizer, GPT2Tokenizer
+from models.gpt.tokenizer import END_OF_TEXT, CharTokenizer, GPT2Tokenizer
 
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 _MASK_BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")  # the original layout's causal-mask buffers

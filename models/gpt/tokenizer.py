@@ -245,7 +245,7 @@ def train_word_bpe(word_counts, num_merges=None):
 def _bpe_kernels():
     """bpe_kernels.py, imported when a byte-level tokenizer is first made: numba's import takes about 0.4 s,
     which a command whose tokenizer is characters (or that loads none) need not wait for."""
-    from models import bpe_kernels
+    from models.gpt import bpe_kernels
     return bpe_kernels
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from models.cli import Parser, interval
 from models.io import atomic_path
-from models.value_nn import DEMO_SIZES, MLP, max_margin_loss, train_step
+from models.lessons.value_nn import DEMO_SIZES, MLP, max_margin_loss, train_step
 
 
 def make_moons(n=100, noise=0.1, seed=0):

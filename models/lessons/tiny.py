@@ -30,7 +30,7 @@ import numpy as np
 
 import autograd as ag
 import nn
-from models import sampling
+from models.gpt import sampling
 from models.cli import Parser
 from models.numbers import fixed, format_table, section
 

@@ -49,11 +49,11 @@ import autograd as ag
 import nn
 from autograd.ops import GELU
 from models.cli import Parser
-from models.data import load_text
-from models.gpt2 import GPT, MLP, GPTConfig
-from models.health import Health, layer_name, descent_check
+from models.training.data import load_text
+from models.gpt.gpt2 import GPT, MLP, GPTConfig
+from models.training.health import Health, layer_name, descent_check
 from models.numbers import section
-from models.tokenizer import CharTokenizer
+from models.gpt.tokenizer import CharTokenizer
 
 CONFIG = {"block_size": 32, "n_layer": 2, "n_head": 4, "n_embd": 128}
 BATCH, SEED = 8, 0

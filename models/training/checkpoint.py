@@ -50,11 +50,11 @@ import numpy as np
 
 import autograd as ag
 import nn
-from models import hf_checkpoint
-from models.data import Layout
-from models.gpt2 import GPT
+from models.gpt import hf_checkpoint
+from models.training.data import Layout
+from models.gpt.gpt2 import GPT
 from models.io import atomic_path, fsync, json_type, read_json
-from models.tokenizer import GPT2Tokenizer, tokenizer_from_dict
+from models.gpt.tokenizer import GPT2Tokenizer, tokenizer_from_dict
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"

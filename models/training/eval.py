@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 import autograd as ag
-from models import checkpoint
+from models.training import checkpoint
 from models.cli import Parser, device, input_folder, interval
-from models.shards import PreparedData, ShardError, check_tokenizer, data_path, open_shard
+from models.training.shards import PreparedData, ShardError, check_tokenizer, data_path, open_shard
 
 
 def make_parser():

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import autograd as ag
 import nn
-from models import checkpoint
+from models.training import checkpoint
 from models.cli import Parser, input_folder, output_folder
-from models.gpt2 import GPT
+from models.gpt.gpt2 import GPT
 from models.io import atomic_path
 
 

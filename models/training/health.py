@@ -34,8 +34,8 @@ import numpy as np
 import autograd as ag
 from autograd import backend
 from autograd.ops import GELU
-from models.gpt2 import Block
-from models.checkpoint import HEALTH_FILES
+from models.gpt.gpt2 import Block
+from models.training.checkpoint import HEALTH_FILES
 from models.io import atomic_path
 
 JSONL_FILE, PLOT_FILE = HEALTH_FILES  # checkpoint.save keeps them in the folder

@@ -42,9 +42,9 @@ import numpy as np
 
 from models.cli import Parser, interval, output_folder
 from models.io import atomic_path, read_json
-from models.shards import (META_FILE, META_FORMAT, PROGRESS_FILE, SPLITS, ShardError, ShardWriter, open_shard,
+from models.training.shards import (META_FILE, META_FORMAT, PROGRESS_FILE, SPLITS, ShardError, ShardWriter, open_shard,
                            shard_name, token_dtype)
-from models.tokenizer import CharTokenizer, GPT2Tokenizer
+from models.gpt.tokenizer import CharTokenizer, GPT2Tokenizer
 
 def default_workers():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

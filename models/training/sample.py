@@ -6,16 +6,12 @@ gptgrad_tokenizer.json says how to tokenise) or any Hugging Face GPT-2 folder
 --prompt's text or the whole of --prompt-file's (nanoGPT's FILE:path).
 """
 
-if __name__ == "__main__":  # before the imports below: a Ctrl-C while they load, or while the options are parsed,
-    from models.interrupts import exit_quietly_on_interrupt  # ends in one line, not a traceback
-    exit_quietly_on_interrupt("sample")
-
 import sys
 
 import autograd as ag
-from models import checkpoint
+from models.training import checkpoint
 from models.cli import Parser, device, input_file, interval
-from models.data import load_text
+from models.training.data import load_text
 
 
 def parse_args(argv=None):

@@ -34,9 +34,9 @@ import numpy as np
 
 from models.cli import input_file
 
-from models.data import TokenData
+from models.training.data import TokenData
 from models.io import read_json
-from models.tokenizer import tokenizer_from_dict
+from models.gpt.tokenizer import tokenizer_from_dict
 
 MAGIC = b"GPTGTOKS"
 VERSION = 1

@@ -25,13 +25,10 @@ Read `train` first: the loop, as nanoGPT's, batch → forward/backward → clip 
 step, with an evaluation (and perhaps a save) every --eval-interval.
 """
 
-if __name__ == "__main__":  # before the imports below: a Ctrl-C while they load, or while the options are parsed,
-    from models.interrupts import exit_quietly_on_interrupt  # ends in one line, not a traceback
-    exit_quietly_on_interrupt("train")
-
 import argparse
 import contextlib
 import hashlib
+import importlib.metadata
 import json
 import math
 import os
@@ -44,15 +41,15 @@ import numpy as np
 
 import autograd as ag
 import nn
-from models import checkpoint, health
+from models.training import checkpoint, health
 from models.cli import Parser, device, interval, model_folder, output_folder, show_default
-from models.data import Layout, TokenData, load_text
-from models.gpt2 import GPT, GPTConfig
+from models.training.data import Layout, TokenData, load_text
+from models.gpt.gpt2 import GPT, GPTConfig
 from models.interrupts import came_from_ctrl_c
 from models.io import atomic_path
-from models.parallel import PeerFailed, World
-from models.shards import PreparedData, check_tokenizer, data_path
-from models.tokenizer import CharTokenizer, GPT2Tokenizer
+from models.training.parallel import PeerFailed, World
+from models.training.shards import PreparedData, check_tokenizer, data_path
+from models.gpt.tokenizer import CharTokenizer, GPT2Tokenizer
 from nn import distributed as dist
 
 POSITIVE, COUNT = interval(int, "[1, inf)"), interval(int, "[0, inf)")
@@ -519,16 +516,19 @@ def accumulate_gradients(model, x, y, layout, rank, args):
 
 
 def anomaly_mode(args, run):
-    """--detect-anomaly: autograd.detect_anomaly naming the iteration, its pictures in --out-dir when viz can
-    draw them (graphviz installed); otherwise a context that does nothing."""
+    """--detect-anomaly: autograd.detect_anomaly naming the iteration, its pictures in --out-dir when a package
+    that draws them is installed (viz registers itself under "gptgrad.anomaly_pictures", see pyproject.toml, and
+    draws when graphviz is installed); otherwise a context that does nothing."""
     if not args.detect_anomaly:
         return contextlib.nullcontext()
-    try:
-        from viz.anomaly import pictures
-    except ImportError:  # viz needs the graphviz package: the message still names the op
-        pictures = None
-    return ag.detect_anomaly(pictures=pictures and pictures(args.out_dir),
-                             where=lambda: f"training iteration {run.iter}")
+    pictures = None
+    for hook in importlib.metadata.entry_points(group="gptgrad.anomaly_pictures"):
+        try:
+            pictures = hook.load()(args.out_dir)
+            break
+        except ImportError:  # viz needs the graphviz package: the message still names the op
+            continue
+    return ag.detect_anomaly(pictures=pictures, where=lambda: f"training iteration {run.iter}")
 
 
 def check_finite(loss, run, optimizer, out_dir):

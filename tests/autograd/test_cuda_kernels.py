@@ -7,13 +7,14 @@ the same name expressions), the elementwise ones wrapped the way CuPy's
 ElementwiseKernel wraps them. A compile error fails with NVRTC's log.
 The tests skip only when those packages are absent. The CPU never reaches a
 CUDA kernel (it has numba's twins, test_cpu_kernels.py); their algorithms
-are checked by the NumPy twins (test_kernel_twins.py) and their numbers
+are checked by the NumPy twins (autograd/kernels/cuda_twins.py, test_kernel_twins.py) and their numbers
 against the CPU under --device cuda (tests/test_devices.py).
 """
 import numpy as np
 import pytest
 
-from autograd import backend, cuda_kernels
+from autograd import kernels
+from autograd.kernels import cuda
 from tests.nvrtc import ARCHES, compile_cuda
 
 CUPY = {"options": ()}  # as CuPy compiles: NVRTC's default C++ standard, no extra options
@@ -41,50 +42,50 @@ def elementwise_harness(name, inputs, outputs, body, dtype):
 
 @pytest.mark.cpu_only("compiles the sources with NVRTC instead of running them")
 @pytest.mark.parametrize("arch", ARCHES)
-@pytest.mark.parametrize("name", sorted(cuda_kernels.RAW))
+@pytest.mark.parametrize("name", sorted(cuda.RAW))
 def test_raw_kernels_compile_for_float_and_double(name, arch):
-    expressions = [cuda_kernels.name_expression(name, dtype) for dtype in (np.float32, np.float64)]
-    assert compile_cuda(cuda_kernels.source(name), arch, name_expressions=expressions, **CUPY) is None
+    expressions = [cuda.name_expression(name, dtype) for dtype in (np.float32, np.float64)]
+    assert compile_cuda(cuda.source(name), arch, name_expressions=expressions, **CUPY) is None
 
 
 @pytest.mark.cpu_only("compiles the sources with NVRTC instead of running them")
 @pytest.mark.parametrize("arch", ARCHES)
 @pytest.mark.parametrize("dtype", ["float", "double"])
-@pytest.mark.parametrize("name", sorted(cuda_kernels.ELEMENTWISE))
+@pytest.mark.parametrize("name", sorted(cuda.ELEMENTWISE))
 def test_elementwise_kernels_compile(name, dtype, arch):
-    assert compile_cuda(elementwise_harness(name, *cuda_kernels.ELEMENTWISE[name], dtype), arch, **CUPY) is None
+    assert compile_cuda(elementwise_harness(name, *cuda.ELEMENTWISE[name], dtype), arch, **CUPY) is None
 
 
 @pytest.mark.cpu_only("compiles a broken source with NVRTC")
 def test_a_compile_error_fails_with_nvrtcs_log():
-    broken = cuda_kernels.PRELUDE + "template <typename T> __global__ void k(T* x) { x[0] = undeclared; }"
+    broken = cuda.PRELUDE + "template <typename T> __global__ void k(T* x) { x[0] = undeclared; }"
     log = compile_cuda(broken, "sm_90", name_expressions=["k<float>"], **CUPY)
     assert log is not None and "undeclared" in log
 
 
 def test_every_raw_kernel_has_a_launcher_and_every_launcher_names_raw_kernels():
-    used = {k for _, names in cuda_kernels.LAUNCHERS.values() for k in names}
-    assert used == set(cuda_kernels.RAW)
-    for name, source in cuda_kernels.RAW.items():
+    used = {k for _, names in cuda.LAUNCHERS.values() for k in names}
+    assert used == set(cuda.RAW)
+    for name, source in cuda.RAW.items():
         assert f"__global__ void {name}(" in source
 
 
 def test_kernels_take_float32_and_float64_only():
-    assert cuda_kernels.name_expression("clip_scale", np.float32) == "clip_scale<float>"
+    assert cuda.name_expression("clip_scale", np.float32) == "clip_scale<float>"
     with pytest.raises(TypeError, match="clip_scale: the CUDA kernel takes float32 or float64 arrays, got float16"):
-        cuda_kernels.name_expression("clip_scale", np.float16)
+        cuda.name_expression("clip_scale", np.float16)
 
 
 def test_the_cpu_never_reaches_a_cuda_kernel():
     x = np.ones((256, 256), dtype=np.float32)
-    for name in (*cuda_kernels.ELEMENTWISE, *cuda_kernels.LAUNCHERS):
-        kernel = backend.fused(name, x)
-        assert kernel is None or kernel.__module__ == "autograd.cpu_kernels"  # numba's twin, or the composed op
+    for name in (*cuda.ELEMENTWISE, *cuda.LAUNCHERS):
+        kernel = kernels.fused(name, x)
+        assert kernel is None or kernel.__module__ == "autograd.kernels.cpu"  # numba's twin, or the composed op
 
 
-@pytest.mark.parametrize("name", sorted(cuda_kernels.ELEMENTWISE))
+@pytest.mark.parametrize("name", sorted(cuda.ELEMENTWISE))
 def test_cupy_accepts_the_elementwise_definitions(name):
     cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
-    inputs, outputs, body = cuda_kernels.ELEMENTWISE[name]
+    inputs, outputs, body = cuda.ELEMENTWISE[name]
     kernel = cupy.ElementwiseKernel(inputs, outputs, body, f"autograd_{name}")  # parses; compiles at first call
     assert (kernel.nin, kernel.nout) == (len(inputs.split(",")), len(outputs.split(",")))

@@ -1,4 +1,4 @@
-"""Each raw CUDA kernel's algorithm, through its NumPy twin (kernel_twins.py), in float64.
+"""Each raw CUDA kernel's algorithm, through its NumPy twin (autograd/kernels/cuda_twins.py), in float64.
 
 Each twin is checked against the composed op (what the CPU computes) and
 its backward against central differences of the twin's own forward. The
@@ -12,9 +12,9 @@ import pytest
 
 import autograd as ag
 import nn
-from autograd import cuda_kernels as ck
+from autograd.kernels import cuda as ck
 
-from . import kernel_twins as twin
+from autograd.kernels import cuda_twins as twin
 from ._helpers import leaf
 
 
@@ -152,16 +152,16 @@ def test_grad_norm_twin_matches_clip_grad_norm(rng, size, max_norm):
 
 
 def test_twins_use_the_kernels_launch_shapes():
-    # the twins read these from cuda_kernels, so a change of launch shape there is checked here too
+    # the twins read these from kernels/cuda.py, so a change of launch shape there is checked here too
     assert ck.CE_THREADS % twin.LANES == 0 and ck.CE_THREADS // twin.LANES <= twin.LANES
     assert ck.ROW_WARPS * twin.LANES <= 1024 and ck.LN_ROWS_PER_BLOCK >= ck.ROW_WARPS
 
 
 @pytest.fixture
 def twins_as_kernels(monkeypatch):
-    """backend.fused hands the ops the twins for NumPy arrays: their GPU paths (the hooks in ops.py and
+    """kernels.fused hands the ops the twins for NumPy arrays: their GPU paths (the hooks in ops.py and
     nn/optim.py: saved statistics, offsets, in-place writes, deferred scaling) run on the CPU."""
-    from autograd import backend
+    from autograd import backend, kernels
 
     def grad_norm(flat, max_norm):
         norm, scale = twin.grad_norm(flat, max_norm)
@@ -173,12 +173,12 @@ def twins_as_kernels(monkeypatch):
                      z, t, vocab, -1 if ignore is None else ignore, out),
                  "grad_norm": grad_norm}
     assert set(stand_ins) == set(ck.LAUNCHERS)
-    monkeypatch.setattr(backend, "fused", lambda name, array: stand_ins.get(name))
+    monkeypatch.setattr(kernels, "fused", lambda name, array: stand_ins.get(name))
     monkeypatch.setattr(backend, "free_memory", lambda: 0)  # P is rebuilt in backward, the longer path
 
 
 def model_loss_and_grads(seed=0, steps=2):
-    from models.gpt2 import GPT, GPTConfig
+    from models.gpt.gpt2 import GPT, GPTConfig
     with ag.seeded(seed):
         model = GPT(GPTConfig(vocab_size=50, block_size=40, n_layer=1, n_head=2, n_embd=8)).pad_vocab(64)
     for p in model.parameters():
@@ -199,8 +199,8 @@ def model_loss_and_grads(seed=0, steps=2):
 
 def test_the_ops_gpu_paths_through_the_twins_train_as_the_composed_ops(twins_as_kernels):
     fused_losses, fused_weights = model_loss_and_grads()
-    from autograd import backend
-    backend.fused = lambda name, array: None  # monkeypatch restores it after the test
+    from autograd import kernels
+    kernels.fused = lambda name, array: None  # monkeypatch restores it after the test
     losses, weights = model_loss_and_grads()
     np.testing.assert_allclose(fused_losses, losses, rtol=1e-10)
     assert fused_losses[0][1] > 0.05  # clipping did scale (deferred into the step on the GPU path)
@@ -228,7 +228,7 @@ def test_the_fused_cross_entropy_backpropagates_again_on_a_gpu(device, rng):
 
 
 def test_each_cuda_kernel_matches_its_twin_in_float64(device, rng):
-    """Under --device cuda: the kernels themselves, launched by backend.fused, against their twins."""
+    """Under --device cuda: the kernels themselves, launched by kernels.fused, against their twins."""
     from autograd import backend
     cp = backend.xp_for(device)
 
@@ -238,27 +238,27 @@ def test_each_cuda_kernel_matches_its_twin_in_float64(device, rng):
     def same(got, expected):
         np.testing.assert_allclose(backend.to_host(got), expected, rtol=1e-12, atol=1e-13)
     s = rng.normal(size=(2, 3, 37, 45))
-    same(backend.fused("attention_softmax_forward", on(s))(on(s), 8, 0.3),
+    same(kernels.fused("attention_softmax_forward", on(s))(on(s), 8, 0.3),
          twin.attention_softmax_forward(s.copy(), 8, 0.3))
     dp, p = rng.normal(size=s.shape), rng.random(size=s.shape)
     g, o = rng.normal(size=(2, 3, 37, 5)), rng.normal(size=(2, 3, 37, 5))
-    same(backend.fused("attention_softmax_backward", on(dp))(on(dp), on(p), on(g), on(o), 8, 0.3),
+    same(kernels.fused("attention_softmax_backward", on(dp))(on(dp), on(p), on(g), on(o), 8, 0.3),
          twin.attention_softmax_backward(dp.copy(), p, g, o, 8, 0.3))
     x, w, b = rng.normal(size=(70, 70)), rng.normal(size=70), rng.normal(size=70)
-    y, stats = backend.fused("layer_norm_forward", on(x))(on(x), on(w), on(b), 1e-5)
+    y, stats = kernels.fused("layer_norm_forward", on(x))(on(x), on(w), on(b), 1e-5)
     y_twin, stats_twin = twin.layer_norm_forward(x, w, b, 1e-5)
     same(y, y_twin)
     same(stats, stats_twin)
     g = rng.normal(size=x.shape)
-    for got, expected in zip(backend.fused("layer_norm_backward", on(x))(on(g), on(x), on(w), stats),
+    for got, expected in zip(kernels.fused("layer_norm_backward", on(x))(on(g), on(x), on(w), stats),
                              twin.layer_norm_backward(g, x, w, stats_twin)):
         same(got, expected)
     z, targets = rng.normal(size=(6, 1152)) * 4, rng.integers(0, 1100, size=6)
     targets[2] = -1
     z_gpu, out = on(z), z.copy()
-    same(backend.fused("cross_entropy_forward", z_gpu)(z_gpu, on(targets), 1100, -1, z_gpu),
+    same(kernels.fused("cross_entropy_forward", z_gpu)(z_gpu, on(targets), 1100, -1, z_gpu),
          twin.cross_entropy_forward(z, targets, 1100, -1, out))
     same(z_gpu, out)  # written in place
     flat = rng.normal(size=300_000)
-    norm, scale = backend.fused("grad_norm", on(flat))(on(flat), 1.0)
+    norm, scale = kernels.fused("grad_norm", on(flat))(on(flat), 1.0)
     assert (float(norm[0]), float(scale[0])) == pytest.approx(twin.grad_norm(flat, 1.0), rel=1e-12)

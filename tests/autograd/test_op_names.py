@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import autograd as ag
-from autograd import Function, Tensor, backend, ops
+from autograd import Function, Tensor, backend, kernels, ops
+from autograd.kernels import cuda_twins
 
 
 def autograd_ops():
@@ -136,7 +137,7 @@ def test_gelu_keeps_its_declared_slots_on_the_fused_cuda_path(monkeypatch):
 
     composed = leaf(5)
     composed.gelu().sum().backward()
-    monkeypatch.setattr(backend, "fused", lambda name, array: {"gelu_forward": forward, "gelu_backward": backward}[name])
+    monkeypatch.setattr(kernels, "fused", lambda name, array: {"gelu_forward": forward, "gelu_backward": backward}[name])
     x = leaf(5)
     out = x.gelu()
     assert len(out.op.saved) == 2 and out.op.saved[0] is x.data and out.op.saved[1] is None
@@ -191,3 +192,31 @@ def test_viz_labels_a_fused_ops_saved_arrays_by_its_own_names(monkeypatch):
     w = ag.Tensor(np.ones(128, np.float32), requires_grad=True)
     out = fused_run(lambda: ag.layer_norm(x, w, None))
     assert [name for name, _ in saved_values(out)] == ["x", "(μ, 1/σ)", "γ"]
+
+
+def twins_as_cuda_kernels(monkeypatch):
+    """The CUDA kernels' NumPy twins stand in for them, so the ops' GPU branches run here, in float64."""
+    stand_ins = {"layer_norm_forward": cuda_twins.layer_norm_forward,
+                 "layer_norm_backward": cuda_twins.layer_norm_backward,
+                 "cross_entropy_forward": lambda z, t, vocab, ignore, out: cuda_twins.cross_entropy_forward(
+                     z, t, vocab, -1 if ignore is None else ignore, out)}
+    monkeypatch.setattr(kernels, "fused", lambda name, array: stand_ins.get(name))
+
+
+def test_the_cuda_paths_name_what_they_save_through_the_twins(monkeypatch):
+    """On a GPU, layer norm keeps (x, (μ, 1/σ), γ) and cross-entropy p − onehot(y), as on numba's path."""
+    twins_as_cuda_kernels(monkeypatch)
+    rng = np.random.default_rng(0)
+    x, w, b = leaf(6, 40), leaf(40), leaf(40)
+    out = ag.layer_norm(x, w, b)
+    assert out.op.saved_names == ("x", "(μ, 1/σ)", "γ") and len(out.op.saved) == 3
+    saved_x, stats, gamma = out.op.saved
+    assert saved_x is x.data and gamma is w.data
+    np.testing.assert_allclose(stats, [x.data.mean(-1), 1 / np.sqrt(x.data.var(-1) + 1e-5)], rtol=1e-12)
+    z, t = leaf(6, 40), rng.integers(0, 40, 6)
+    loss = ag.cross_entropy(z, ag.Tensor(t))
+    assert loss.op.saved_names == ("p − y", "targets", "kept")
+    p = np.exp(z.data - z.data.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    p[np.arange(6), t] -= 1
+    np.testing.assert_allclose(loss.op.saved[0], p, rtol=1e-12, atol=1e-15)

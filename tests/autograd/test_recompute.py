@@ -4,7 +4,7 @@ import pytest
 
 import autograd as ag
 from autograd import Tensor
-from models.gpt2 import GPT, GPTConfig
+from models.gpt.gpt2 import GPT, GPTConfig
 
 
 def gpt_step(checkpoint_blocks, grad_accum=1):

@@ -10,7 +10,7 @@ where no agreement between ranks catches it.
 import sys
 
 import autograd as ag
-from models import train
+from models.training import train
 from models.cli import Parser
 from nn import distributed as dist
 

@@ -11,7 +11,7 @@ import pytest
 import autograd as ag
 from autograd import topological_order
 import nn
-from models import bigram
+from models.lessons import bigram
 
 ROOT = Path(__file__).resolve().parents[2]
 # The lesson's losses and bound. The engine reproduces the lesson's float64 NumPy run to within a few ulps.

@@ -23,10 +23,10 @@ import pytest
 import autograd as ag
 import models.io
 import nn
-from models import checkpoint, train
-from models.data import Layout
-from models.gpt2 import GPT, GPTConfig
-from models.tokenizer import CharTokenizer
+from models.training import checkpoint, train
+from models.training.data import Layout
+from models.gpt.gpt2 import GPT, GPTConfig
+from models.gpt.tokenizer import CharTokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAIN_FILES = sorted(set(checkpoint.FILES) - {checkpoint.ADAPTER_CONFIG_FILE, checkpoint.ADAPTERS_FILE})  # no LoRA
@@ -507,7 +507,7 @@ def test_a_read_only_disk_is_refused_at_parse_time_and_still_read(small_disk, sm
     assert exit_.value.code == 2
     assert capsys.readouterr().err == (f"python -m models.train: error: argument --out-dir: cannot write {folder}: "
                                        f"{folder.parent} is not writable (see --help)\n")
-    from models import sample
+    from models.training import sample
     assert sample.main([str(folder), "--max-new-tokens", "3"]) == 0
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
@@ -723,7 +723,7 @@ TINY_RUN = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size",
                                   "tokenizer names /dev/zero", "tokenizer bad regex", "config bias no",
                                   "config a billion layers", "inf weights"])
 def test_train_resume_and_sample_say_what_is_broken_in_one_line(tmp_path, small_text, name, capsys):
-    from models import sample
+    from models.training import sample
     folder = tmp_path / "out"
     assert train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", "2", "--out-dir", str(folder)]) == 0
     BROKEN[name][0](folder)

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from models import train
+from models.training import train
 
 COMMANDS = ["models.bigram", "models.neuron", "models.softmax", "models.tiny", "models.tokenizer",
             "models.gpt2_params", "models.sample", "models.train", "viz.graph", "viz.trace"]

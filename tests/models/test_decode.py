@@ -14,9 +14,9 @@ import pytest
 
 import autograd as ag
 import nn
-from models import decode, decode_kernels as dk
-from models.gpt2 import GPT, GPTConfig
-from models.sampling import top_k_mask, top_p_mask
+from models.gpt import decode, decode_kernels as dk
+from models.gpt.gpt2 import GPT, GPTConfig
+from models.gpt.sampling import top_k_mask, top_p_mask
 from tests.nvrtc import ARCHES, REGISTERS_PER_BLOCK, compile_cuda, registers
 
 SMALL = dict(vocab_size=40, block_size=12, n_layer=2, n_head=2, n_embd=16)

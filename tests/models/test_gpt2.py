@@ -10,10 +10,10 @@ import autograd as ag
 import nn
 from autograd import Tensor
 from autograd import topological_order
-from models import gpt2
-from models.gpt2 import GPT, GPTConfig
-from models.sampling import sample, top_k_mask, top_p_mask
-from models.gpt2_params import parameter_shapes
+from models.gpt import gpt2
+from models.gpt.gpt2 import GPT, GPTConfig
+from models.gpt.sampling import sample, top_k_mask, top_p_mask
+from models.gpt.gpt2_params import parameter_shapes
 from tests.autograd._helpers import assert_streams_untouched
 
 TINY = dict(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=8)
@@ -234,17 +234,18 @@ def test_demo_loss_is_deterministic_named_and_scoped():
     assert {"transformer.h.0.attn", "transformer.h.1.mlp.c_fc", "transformer.ln_f", "lm_head"} <= scopes
 
 
-ARTICLE_NAMES = ["transformer.wte(idx)", "transformer.wpe(pos)", "transformer.x"] + [
+ARTICLE_NAMES = ["transformer.wte(ids)", "transformer.wpe(ids)", "transformer.emb"] + [
     f"transformer.h.{i}.{name}" for i in range(2) for name in (
-        "ln_1(x)", "attn.c_attn(x)", "attn.qkv", "attn.qkv by head", "attn.q", "attn.k", "attn.v", "attn.y",
-        "attn.y by position", "attn.y joined", "attn(ln_1(x))", "x after attn", "ln_2(x)", "mlp.c_fc(x)",
-        "mlp.gelu", "mlp(ln_2(x))")] + [
-    "transformer.h.0(x)", "transformer.h.1(x)", "transformer.ln_f(x)", "lm_head.x rows", "lm_head.wte.T",
-    "lm_head.logits rows", "logits", "loss"]
+        "ln_1(x)", "attn.c_attn(x)", "attn.qkv", "attn.by_head", "attn.q", "attn.k", "attn.v", "attn.y",
+        "attn.by_position", "attn.joined", "attn.c_proj(x)", "x", "ln_2(x)", "mlp.c_fc(x)", "mlp.gelu",
+        "mlp.c_proj(x)")] + [
+    "transformer.h.0(x)", "transformer.h.1(x)", "transformer.ln_f(x)", "rows", "wte_t", "row_scores", "logits",
+    "loss"]
 
 
 def test_every_intermediate_is_named_as_the_code_and_the_article_name_it():
-    """Intermediates take the dotted path of the module whose forward made them, as parameters do."""
+    """Intermediates take the dotted path of the module whose forward made them, as parameters do: a module's
+    output after its forward's argument, a forward's variables after themselves (nn.Module names both)."""
     recorded = topological_order(gpt2.demo_loss())
     intermediates = [t.name for t in recorded if t.op is not None]
     assert sorted(intermediates) == sorted(ARTICLE_NAMES)  # every one named, each name once
@@ -256,8 +257,9 @@ def test_with_dropout_each_dropped_tensor_keeps_a_name_of_its_own():
     _, loss = model(x, targets=y)
     names = [t.name for t in topological_order(loss) if t.op is not None]
     assert None not in names and len(names) == len(set(names))
-    assert {"transformer.emb", "transformer.x", "transformer.h.0.attn.c_proj(y)", "transformer.h.0.attn(ln_1(x))",
-            "transformer.h.1.mlp.c_proj(gelu)", "transformer.h.1.mlp(ln_2(x))"} <= set(names)
+    assert {"transformer.emb", "transformer.drop(x)", "transformer.h.0.attn.c_proj(x)",
+            "transformer.h.0.attn.resid_dropout(x)", "transformer.h.1.mlp.c_proj(x)",
+            "transformer.h.1.mlp.dropout(x)"} <= set(names)
 
 
 def test_nothing_is_named_without_a_graph(monkeypatch):
@@ -265,10 +267,11 @@ def test_nothing_is_named_without_a_graph(monkeypatch):
     model = tiny()
     x, _ = batch(model.config)
 
-    def refuse(made_here, names):
-        raise AssertionError(f"named {list(names)} under no_grad")
+    def refuse(*args):
+        raise AssertionError("named under no_grad")
 
-    monkeypatch.setattr(gpt2, "_name", refuse)
+    for step in ("_catch_frame", "Module._name_locals", "Module._name_output"):
+        monkeypatch.setattr(f"nn.module.{step}", refuse)
     with ag.no_grad():
         model(x)
     model.generate(x[:1, :3], 4, temperature=0)  # cached decoding, under no_grad

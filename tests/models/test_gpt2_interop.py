@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import nn  # noqa: E402
-from models.gpt2 import GPT  # noqa: E402
+from models.gpt.gpt2 import GPT  # noqa: E402
 
 pytestmark = pytest.mark.interop
 

@@ -3,9 +3,9 @@ model, GPT-2 small's and medium's published totals, and what the command prints.
 
 import pytest
 
-from models import gpt2_params
-from models.gpt2 import GPTConfig
-from models.gpt2_params import count_parameters, parameter_shapes
+from models.gpt import gpt2_params
+from models.gpt.gpt2 import GPTConfig
+from models.gpt.gpt2_params import count_parameters, parameter_shapes
 from tests.models.test_gpt2 import tiny
 
 

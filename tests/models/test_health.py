@@ -7,8 +7,8 @@ import pytest
 
 import autograd as ag
 import nn
-from models import health, train
-from models.gpt2 import GPT, GPTConfig
+from models.training import health, train
+from models.gpt.gpt2 import GPT, GPTConfig
 
 from .test_train import TINY
 

@@ -9,9 +9,9 @@ import re
 import numpy as np
 import pytest
 
-from models.gpt2 import GPT, GPTConfig
-from models.gpt2_params import parameter_shapes
-from models.hf_checkpoint import config_to_hf
+from models.gpt.gpt2 import GPT, GPTConfig
+from models.gpt.gpt2_params import parameter_shapes
+from models.gpt.hf_checkpoint import config_to_hf
 from tests.autograd._helpers import assert_streams_untouched
 from tests.models.test_gpt2 import TINY, batch, tiny
 

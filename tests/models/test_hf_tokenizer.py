@@ -5,9 +5,9 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
-from models import train  # noqa: E402
-from models.hf_checkpoint import save_tokenizer  # noqa: E402
-from models.tokenizer import ByteBPETokenizer, CharTokenizer, GPT2Tokenizer  # noqa: E402
+from models.training import train# noqa: E402
+from models.gpt.hf_checkpoint import save_tokenizer  # noqa: E402
+from models.gpt.tokenizer import ByteBPETokenizer, CharTokenizer, GPT2Tokenizer  # noqa: E402
 
 pytestmark = pytest.mark.interop
 

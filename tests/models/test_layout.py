@@ -1,38 +1,80 @@
-"""models/ shows its three families as folders, and every module keeps its short name (models.bigram, models.train)."""
+"""models/ is three packages (lessons, gpt, training) and front doors: each short name is the real module itself."""
+import ast
 import importlib
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import models
 
 MODELS = Path(models.__file__).resolve().parent
-FAMILIES = {"lessons": {"bigram", "softmax", "tiny", "neuron", "value_nn", "moons"},
-            "gpt": {"gpt2", "gpt2_params", "hf_checkpoint", "sampling", "tokenizer"},
-            "training": {"train", "sample", "checkpoint", "parallel", "data"}}
-SHARED = {"cli", "numbers", "io", "interrupts"}
+FAMILIES = sorted(p.parent.name for p in MODELS.glob("*/__init__.py"))
+SHARED = {"cli", "numbers", "io", "interrupts", "doors"}
 
 
-def modules_in(folder):
-    return {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+def front_doors():
+    """{short name: the real dotted name} for every front-door file in models/, read from its front_door call."""
+    doors = {}
+    for path in sorted(MODELS.glob("*.py")):
+        calls = [node for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "front_door"]
+        if calls:
+            doors[f"models.{path.stem}"] = calls[0].args[1].value
+    return doors
 
 
-def test_each_family_is_a_folder_and_no_name_occurs_twice():
-    found = {family: modules_in(MODELS / family) for family in FAMILIES}
-    assert all(found[family] >= expected for family, expected in FAMILIES.items()), found
-    names = [name for family in found for name in found[family]] + sorted(modules_in(MODELS))
-    assert len(names) == len(set(names)), names  # a short name must say which file it is
-    assert modules_in(MODELS) == SHARED
+DOORS = front_doors()
+# what DESIGN.md fixes and the README's commands use
+DOCUMENTED = {"bigram", "softmax", "tiny", "neuron", "moons", "troubleshoot", "gpt2", "gpt2_params", "tokenizer",
+              "train", "sample", "prepare", "eval", "export_merged"}
 
 
-def test_a_module_is_imported_once_under_its_short_name_from_its_family_folder():
-    for family, names in FAMILIES.items():
-        for name in names:
-            module = importlib.import_module(f"models.{name}")
-            assert Path(module.__file__).resolve() == MODELS / family / f"{name}.py"
+def test_models_has_three_packages_its_shared_helpers_and_front_doors_only():
+    assert FAMILIES == ["gpt", "lessons", "training"]
+    assert "__path__" not in (MODELS / "__init__.py").read_text()
+    top = {p.stem for p in MODELS.glob("*.py")} - {"__init__"}
+    assert top == SHARED | {name.split(".")[1] for name in DOORS}
+    assert {name.split(".")[1] for name in DOORS} >= DOCUMENTED
 
 
-def test_python_dash_m_finds_a_module_in_its_family_folder():
+def test_each_family_lists_every_module_it_holds():
+    for family in FAMILIES:
+        listing = importlib.import_module(f"models.{family}").__doc__
+        for path in (MODELS / family).glob("*.py"):
+            if path.stem != "__init__":
+                assert f"\n    {path.stem} " in listing, (family, path.stem)
+
+
+@pytest.mark.parametrize("door", sorted(DOORS))
+def test_a_front_door_is_the_real_module_itself(door):
+    real = DOORS[door]
+    assert real == f"models.{real.split('.')[1]}.{door.split('.')[1]}"  # the same name, in its family
+    code = (f"import {door}, {real}, sys; assert {door} is {real} is sys.modules[{door!r}] is sys.modules[{real!r}];"
+            f"import importlib; assert importlib.import_module({door!r}) is {real}")
+    subprocess.run([sys.executable, "-c", code], cwd=MODELS.parent, check=True)
+
+
+def test_an_object_made_through_either_name_is_the_same_class():
+    from models.gpt.tokenizer import CharTokenizer
+    from models.tokenizer import CharTokenizer as ByTheDoor
+    assert ByTheDoor is CharTokenizer and isinstance(ByTheDoor("ab"), CharTokenizer)
+
+
+@pytest.mark.parametrize("door", sorted(DOORS))
+def test_python_dash_m_through_a_front_door_runs_the_real_main(door):
+    result = subprocess.run([sys.executable, "-m", door, "--help"], capture_output=True, text=True,
+                            cwd=MODELS.parent)
+    if not hasattr(importlib.import_module(DOORS[door]), "main"):
+        assert (result.returncode, result.stderr) == (1, f"{DOORS[door]} is a library with no command line: "
+                                                         "import it (see its docstring)\n")
+        return
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: python -m {door}"), result.stdout[:200]
+
+
+def test_python_dash_m_runs_a_command_to_its_end():
     out = subprocess.run([sys.executable, "-m", "models.gpt2_params"], capture_output=True, text=True,
                          cwd=MODELS.parent, check=True).stdout
     assert "124,439,808" in out

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models import bigram, softmax
+from models.lessons import bigram, softmax
 
 ROOT = Path(__file__).resolve().parents[2]
 NUMBER = r"-?\d+\.\d+(?:e[-+]\d+)?"

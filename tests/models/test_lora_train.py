@@ -7,9 +7,9 @@ import pytest
 from safetensors.numpy import load_file
 
 import autograd as ag
-from models import checkpoint, export_merged, sample, train
-from models.gpt2 import GPT, GPTConfig
-from models.tokenizer import CharTokenizer
+from models.training import checkpoint, export_merged, sample, train
+from models.gpt.gpt2 import GPT, GPTConfig
+from models.gpt.tokenizer import CharTokenizer
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\nAll:\nSpeak, speak.\n" * 30
 RUN = ["--n-layer", "1", "--batch-size", "4", "--block-size", "16", "--eval-interval", "2", "--eval-iters", "2",

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from autograd import Value
-from models import moons
-from models.value_nn import DEMO_SIZES, MLP
+from models.lessons import moons
+from models.lessons.value_nn import DEMO_SIZES, MLP
 
 ROOT = Path(__file__).resolve().parents[2]
 

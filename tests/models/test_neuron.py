@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from autograd import Value
-from models import neuron
+from models.lessons import neuron
 
 ROOT = Path(__file__).resolve().parents[2]
 

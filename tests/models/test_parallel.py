@@ -11,9 +11,9 @@ import signal
 import numpy as np
 import pytest
 
-from models import parallel
+from models.training import parallel
 from models.cli import Parser, input_file
-from models.data import Layout
+from models.training.data import Layout
 from nn import distributed as dist
 
 
@@ -245,7 +245,7 @@ TRAIN = ["--n-layer", "1", "--n-head", "2", "--n-embd", "8", "--block-size", "8"
 def train_as_rank(monkeypatch, rank, change, argv):
     """models.train's main as `rank` of two, the other rank gathering change(facts) where this one has facts; no
     collective beyond the fakes is reached (the job ends at the disagreement)."""
-    from models import train
+    from models.training import train
     with_others(monkeypatch, rank, 2, lambda r, facts: change(facts))
     monkeypatch.setattr(dist, "init", lambda device="cpu": None)
     monkeypatch.setattr(dist, "broadcast_parameters", lambda model: pytest.fail("the ranks disagreed: no training"))

@@ -17,13 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import autograd as ag
-from models import checkpoint
-from models import eval as evaluate
-from models import prepare, train
-from models.data import TokenData
-from models.shards import (HEADER, MAGIC, PreparedData, ShardError, ShardWriter, open_shard, read_header,
+from models.training import checkpoint
+from models.training import eval as evaluate
+from models.training import prepare, train
+from models.training.data import TokenData
+from models.training.shards import (HEADER, MAGIC, PreparedData, ShardError, ShardWriter, open_shard, read_header,
                            token_dtype)
-from models.tokenizer import CharTokenizer, GPT2Tokenizer
+from models.gpt.tokenizer import CharTokenizer, GPT2Tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDS = ["the", "king", "queen", "of", "and", "thou", "art", "it's", "don't", "1999", "café", "中文", "🙂", "—"]

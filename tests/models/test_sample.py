@@ -1,7 +1,7 @@
 """python -m models.sample: every option checked before the model loads, every failure one line."""
 import pytest
 
-from models import sample, train
+from models.training import sample, train
 
 
 @pytest.fixture(scope="module")

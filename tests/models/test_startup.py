@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from models import sample, train
+from models.training import sample, train
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,7 +93,7 @@ def test_sample_from_a_path_the_system_cannot_use_is_one_line(places, capsys, na
 ])
 def test_a_model_that_cannot_fit_in_memory_is_refused_at_parse_time_with_the_estimate(tmp_path, capsys, monkeypatch,
                                                                                        argv, params):
-    from models import gpt2
+    from models.gpt import gpt2
     monkeypatch.setattr(gpt2.GPT, "__init__", lambda *a: pytest.fail("a model was built"))
     assert parse_error([*argv, "--out-dir", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
@@ -107,7 +107,7 @@ def test_a_model_that_cannot_fit_in_memory_is_refused_at_parse_time_with_the_est
 def test_the_memory_estimate_is_parameters_times_sixteen_bytes_plus_attention():
     args = SimpleNamespace(tokenizer="char", block_size=64, n_layer=4, n_head=4, n_embd=128, no_bias=False,
                            batch_size=12)
-    from models.gpt2 import GPTConfig
+    from models.gpt.gpt2 import GPTConfig
     params = GPTConfig(vocab_size=1, block_size=64, n_layer=4, n_head=4, n_embd=128).num_parameters()
     need = 16 * params + 4 * 12 * 4 * 64 ** 2 * 4
     train.check_memory(args, need)  # just fits

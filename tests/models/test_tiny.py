@@ -11,7 +11,7 @@ import pytest
 import autograd as ag
 from autograd import topological_order
 import nn
-from models import tiny
+from models.lessons import tiny
 from models.numbers import fixed
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,9 +14,9 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models import bpe_kernels
-from models import tokenizer as tokenizer_module
-from models.tokenizer import (
+from models.gpt import bpe_kernels
+from models.gpt import tokenizer as tokenizer_module
+from models.gpt.tokenizer import (
     GPT2_SPLIT_PATTERN,
     LESSON_CORPUS,
     ByteBPETokenizer,

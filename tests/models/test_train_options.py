@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from models import train
+from models.training import train
 from tests.models.test_train import TINY, run
 
 

@@ -4,8 +4,9 @@ import re
 import numpy as np
 import pytest
 
-from models import health, troubleshoot
-from models.gpt2 import GPT, GPTConfig
+from models.lessons import troubleshoot
+from models.training import health
+from models.gpt.gpt2 import GPT, GPTConfig
 import autograd as ag
 
 

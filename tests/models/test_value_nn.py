@@ -2,7 +2,7 @@
 import pytest
 
 from autograd import Value
-from models.value_nn import DEMO_SIZES, MLP, Layer, Neuron, max_margin_loss, train_step
+from models.lessons.value_nn import DEMO_SIZES, MLP, Layer, Neuron, max_margin_loss, train_step
 
 POINTS = [[0.3, 0.9], [-0.8, 0.4], [1.2, -0.5], [0.1, -0.2], [1.9, 0.3], [-0.2, 0.7]]
 LABELS = [-1.0, -1.0, 1.0, 1.0, 1.0, -1.0]

@@ -5,7 +5,7 @@ import pytest
 import autograd as ag
 import nn
 from autograd import Tensor
-from models.gpt2 import GPT, GPTConfig
+from models.gpt.gpt2 import GPT, GPTConfig
 
 TINY = GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=8)
 

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from models import gpt2
+from models.gpt import gpt2
 from viz import trace as vt
 
 vg = pytest.importorskip("viz.graph")
@@ -18,7 +18,7 @@ def labels(graph):
 def test_the_picture_shows_every_intermediate_by_name():
     source = labels(vg.draw(gpt2.demo_loss()))
     for name in ("transformer.h.0.ln_1(x)", "transformer.h.0.attn.q", "transformer.h.0.attn.k",
-                 "transformer.h.0.attn.v", "transformer.h.1.attn.y", "transformer.h.0.x after attn",
+                 "transformer.h.0.attn.v", "transformer.h.1.attn.y", "transformer.h.0.x",
                  "transformer.h.1(x)", "transformer.ln_f(x)", "logits"):
         assert f"<B>{name}</B>" in source, name
     assert not re.search(r"<I>t\d", source)  # no tensor is left as t49, t60, …
@@ -26,7 +26,7 @@ def test_the_picture_shows_every_intermediate_by_name():
 
 def test_the_folded_picture_names_the_residual_stream_between_the_blocks():
     source = labels(vg.draw(gpt2.demo_loss(), collapse=True))
-    for name in ("transformer.wte(idx)", "transformer.x", "transformer.h.0(x)", "transformer.h.1(x)",
+    for name in ("transformer.wte(ids)", "transformer.emb", "transformer.h.0(x)", "transformer.h.1(x)",
                  "transformer.ln_f(x)", "logits"):
         assert f"<B>{name}</B>" in source, name
     assert not re.search(r"<I>t\d", source)

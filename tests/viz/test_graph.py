@@ -231,7 +231,7 @@ def test_module_names_as_users_write_them():
     assert module_name("model.bigram") == "models.bigram"
     assert module_name("models.bigram") == "models.bigram"
     assert module_name("models/bigram.py") == "models.bigram"
-    assert module_name("models/lessons/bigram.py") == "models.bigram"  # the file where it lives
+    assert module_name("models/lessons/bigram.py") == "models.lessons.bigram"  # the file where it lives
     assert module_name("model/tiny.py") == "models.tiny"
     assert module_name(MODULE) == MODULE
 
@@ -365,7 +365,7 @@ def test_small_tensors_show_data_and_grad_and_large_ones_the_norm():
 
 
 def test_matmul_inputs_are_labelled_a_and_b_and_targets_and_ids_are_constant_nodes():
-    from models import bigram
+    from models.lessons import bigram
     loss = bigram.demo_loss()
     g = vg.draw(loss)
     walk = GraphWalk(loss)
@@ -402,7 +402,7 @@ def test_arrows_carry_the_input_names_each_op_declares():
 
 
 def test_legend_lists_only_what_the_picture_holds():
-    from models import bigram
+    from models.lessons import bigram
     before = vg.draw(bigram.demo_loss()).source   # no module boxes, no gradients yet
     assert "a module folded into one box" not in before and "size (L2 norm)" not in before
     assert "input that needs no gradient" in before and "orange border" in before
@@ -417,7 +417,7 @@ def test_legend_lists_only_what_the_picture_holds():
 
 
 def test_draw_value_is_micrographs_picture_with_local_derivatives():
-    from models import neuron
+    from models.lessons import neuron
     o = neuron.demo_loss()
     o.backward()
     g = vg.draw(o)

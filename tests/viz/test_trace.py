@@ -294,7 +294,7 @@ def test_each_value_is_written_as_the_lesson_commands_write_it():
 
 
 def test_the_lecture_neuron_is_traced_node_by_node_with_its_local_derivatives():
-    from models import neuron
+    from models.lessons import neuron
     o = neuron.demo_loss()
     steps = vt.trace(o)
     assert [(s.name, s.output_label) for s in steps] == [
@@ -319,7 +319,7 @@ def test_the_lecture_neuron_is_traced_node_by_node_with_its_local_derivatives():
 
 
 def test_the_neurons_text_trace():
-    from models import neuron
+    from models.lessons import neuron
     text = vt.format_trace(vt.trace(neuron.demo_loss()))
     assert text.startswith("Backward pass of L = o = 0.707107, step by step as Value.backward runs it.")
     assert "broadcast" not in text and text.count("\nstep ") == 5
@@ -333,7 +333,7 @@ def test_the_neurons_text_trace():
 
 def test_a_value_trace_is_value_backwards_to_the_bit():
     # the moons demo's loss: 56 Values, 39 of them made by ops, weights used twice (the network, the L2 penalty w·w)
-    from models import moons
+    from models.lessons import moons
     loss = moons.demo_loss()
     order = loss.topological_order()
     steps = vt.trace(loss)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from autograd import Tensor, Value
-from models import tiny
+from models.lessons import tiny
 from viz import trace as vt
 from viz.graph import grad_rows, keep_gradients, node_keys
 from viz.loading import demo_loss_of

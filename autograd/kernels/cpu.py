@@ -1,6 +1,6 @@
 """Fused CPU kernels, compiled by numba: one pass over each row where NumPy makes several with temporaries.
 
-The CPU twin of cuda_kernels.py, with the same launchers (backend.fused()
+The CPU twin of cuda.py, with the same launchers (kernels.fused()
 hands an op either): each kernel computes exactly the formula its op states
 (ops.py has the Jacobians, nn/optim.py AdamW's update) and names it in its
 docstring. They are float32 only: float64 is this project's checking
@@ -23,30 +23,13 @@ choice alone (`_mul_add`), and a split product's blocks follow its shape,
 not the thread count (`_block`). Another CPU (AVX2 against AVX-512, or no
 FMA) may round differently; the tests compile the kernels for more than one.
 
-Threads: OMP_NUM_THREADS, else the cores this process may run on, or the
-share nn.distributed gives each MPI rank, less the cores other processes
-keep busy (`pool_threads`). Where NumPy brings its own OpenBLAS
-and the system has an OpenMP runtime (libgomp), one pool serves everything
-(SHARED_POOL): numba's OpenMP threads, which wake within microseconds, run
-the kernels and the matrix products too, each thread calling OpenBLAS on its
-share of the rows (`matmul`), and OpenBLAS itself keeps one thread. Two pools
-side by side fight: an OpenMP region right after an OpenBLAS product took
-2.7 ms instead of 3 µs, the spinning threads of each taking the cores from
-the other's. Elsewhere OpenBLAS keeps its threads and the kernels use
-numba's "workqueue" layer, whose idle threads sleep (and take 100–400 µs to
-wake, so only arrays of millions of elements are split there). Compiled
-kernels are cached on disk (numba's `cache=True`): the first run compiles
-them (tens of seconds), later runs load them; a Ctrl-C meanwhile is held
-until the kernel at hand is done (`compiled`).
+Threads, the pool shared with OpenBLAS (SHARED_POOL) and the compilations
+are runtime.py's. With the shared pool the matrix products run here too,
+each thread calling OpenBLAS on its block (`matmul`); without it numba's
+sleeping "workqueue" threads take 100–400 µs to wake, so only arrays of
+millions of elements are split there.
 """
-import collections
-import contextlib
-import ctypes
 import math
-import os
-import signal
-import threading
-import time
 import types
 
 import llvmlite.binding
@@ -57,94 +40,16 @@ from numba import prange
 from numba.core import types as nbtypes
 from numba.extending import intrinsic
 
-from . import switches
+from . import runtime
+from .runtime import JIT as _jit, jitted as _jitted, pool_threads
 
-
-def _numpy_openblas():
-    """(path, library) of the OpenBLAS that NumPy's wheels load (scipy-openblas, 64-bit integers); None where
-    NumPy uses another BLAS, or on a system without /proc (this is read from the process's own mappings)."""
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "openblas" in line.rsplit("/", 1)[-1]}
-    except OSError:
-        return None
-    for path in sorted(paths):
-        library = ctypes.CDLL(path)
-        if all(hasattr(library, name) for name in (_SGEMM, _SGEMV, _SET_BLAS_THREADS)):
-            return path, library
-    return None
-
-
-def _has_openmp():
-    try:
-        from numba.np.ufunc import omppool  # noqa: F401  (needs the system's OpenMP runtime, libgomp)
-    except (ImportError, OSError):
-        return False
-    return True
-
-
-_SGEMM, _SGEMV, _SET_BLAS_THREADS = "scipy_cblas_sgemm64_", "scipy_cblas_sgemv64_", "scipy_openblas_set_num_threads64_"
-# AUTOGRAD_SHARED_POOL=0 keeps two pools (OpenBLAS's threads, numba's workqueue), as where the shared one is missing
-_BLAS = _numpy_openblas() if switches.read("AUTOGRAD_SHARED_POOL") != "0" and _has_openmp() else None
-SHARED_POOL = _BLAS is not None
-numba.config.THREADING_LAYER = "omp" if SHARED_POOL else "workqueue"
-# No fast math: every sum, product and multiply-add is computed in the order the source writes it, so a kernel
-# gives the same bits whichever way LLVM compiles it for one CPU (serial or threaded, freshly or from the cache).
-# With reordering allowed ("reassoc"), each compilation vectorised the row sums its own way: the threaded
-# layer norm's dx differed from the serial one's in the last bit, and a first run (compiled) from every later one
-# (cached). Sums are vectorised by hand instead, as eight running sums (_sum, _dot).
-_jit = dict(cache=True, error_model="numpy")  # numpy: x/0 is inf, no branch to raise
+SHARED_POOL = runtime.shared_pool()
 _F32 = np.float32
 ROW_BLOCKS = 64  # layer norm backward: dγ, dβ summed over this many fixed blocks of rows, so the order never varies
 # Elements from which a kernel runs on every thread. With the shared pool its threads are awake (spinning) and a
 # split pays from about 32K elements; numba's sleeping "workqueue" threads cost 100–400 µs to wake, which pays only
 # for work of several milliseconds (measured: none at 1M elements, 1.8× at 6.4M): GPT-2's logits.
 PARALLEL_FROM = 1 << 15 if SHARED_POOL else 1 << 21
-
-
-def _jitted(**options):
-    """numba.njit(**options) with the kernels' settings (cached, no fast math), its compilations held by
-    `compiled`: for a function that Python calls."""
-    return lambda fn: compiled(numba.njit(**options, **_jit)(fn))
-
-
-def compiled(dispatcher):
-    """`dispatcher` (a numba function called from Python), each of whose compilations or loads from the cache (the
-    first call for a kind of arguments) holds a Ctrl-C until it ends, and then hands LLVM's pages back.
-
-    numba calls back into Python while it compiles and while it loads from its cache; a KeyboardInterrupt raised
-    in such a callback is printed as "Exception ignored" and dropped, so a Ctrl-C then went unnoticed and
-    training went on. numba looks its compile method up on the dispatcher only when a call finds no compiled
-    version, so the calls after the first pay nothing for this.
-    """
-    compile_for_args = dispatcher._compile_for_args
-
-    def compile_holding_interrupts(*args, **kws):
-        with _interrupts_held():
-            compiled_version = compile_for_args(*args, **kws)
-        release_compiler_pages()
-        return compiled_version
-    dispatcher._compile_for_args = compile_holding_interrupts
-    return dispatcher
-
-
-@contextlib.contextmanager
-def _interrupts_held():
-    """A block in which SIGINT is only noted; the program's own handler runs once the block ends (at once where
-    this is not the main thread, which alone receives signals)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    noted = []
-    handler = signal.signal(signal.SIGINT, lambda number, frame: noted.append(frame))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, handler)
-        if noted and callable(handler):
-            handler(signal.SIGINT, noted[0])
-        elif noted and handler == signal.SIG_DFL:
-            os.kill(os.getpid(), signal.SIGINT)
 
 
 class _Kernel:
@@ -161,111 +66,6 @@ class _Kernel:
 
     def __call__(self, first, *rest):
         return (self.parallel if first.size >= PARALLEL_FROM and pool_threads() > 1 else self.serial)(first, *rest)
-
-
-def release_compiler_pages():
-    """Hand back LLVM's code pages, once a kernel is loaded; True if the OS took them.
-
-    Loading even a cached kernel runs LLVM, whose library (libllvmlite) then keeps
-    about 65 MB of its code resident: in the main job that was more than the model
-    and its training together (95 MB without numba, 195 with). Those pages are read
-    only, copies of the file's, so the OS may drop them (madvise MADV_PAGEOUT, Linux
-    5.4 and later) and read them in again if LLVM ever runs again. Elsewhere this
-    does nothing.
-    """
-    try:
-        with open("/proc/self/maps") as maps:
-            spans = [line.split()[:2] for line in maps if line.rstrip().endswith(_LLVM_LIBRARY)]
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return False
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    took = False
-    for span, permissions in spans:
-        if "w" not in permissions:  # code and constants; the relocated data stays
-            start, end = (int(address, 16) for address in span.split("-"))
-            took = madvise(start, end - start, _MADV_PAGEOUT) == 0 or took
-    return took
-
-
-_LLVM_LIBRARY = "libllvmlite.so"
-_MADV_PAGEOUT = 21
-
-
-def threads():
-    """The threads a kernel may run on: OMP_NUM_THREADS, else every core this process may use."""
-    given = os.environ.get("OMP_NUM_THREADS", "")
-    if given.isdigit() and int(given) > 0:
-        return int(given)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-
-
-# The pool: `given` threads by set_threads, `now` those it runs, fewer while other processes keep cores busy;
-# `others`, the last looks at the machine (threads of other processes running).
-_pool = {"given": 1, "now": 1, "next_look": 0.0, "others": collections.deque(maxlen=6)}
-LOOK_EVERY = 0.05  # seconds between two looks
-NARROW_AFTER, WIDEN_AFTER = 3, 6  # looks in a row that found cores busy (free) before the pool narrows (widens)
-
-
-def set_threads(n):
-    """Run the kernels (and with the shared pool, the matrix products) on up to `n` threads (at most numba's pool,
-    which is as wide as the machine). OpenBLAS is then told again to keep one thread, whoever changed it."""
-    _pool["given"] = max(1, min(n, numba.config.NUMBA_NUM_THREADS))
-    _pool["others"].clear()
-    _use_threads(_pool["given"])
-
-
-def _use_threads(n):
-    numba.set_num_threads(n)
-    _pool["now"] = n
-    if SHARED_POOL:
-        getattr(_BLAS[1], _SET_BLAS_THREADS)(ctypes.c_int(1))
-
-
-def pool_threads():
-    """The threads the next kernel runs on: set_threads' count, less the cores that other processes keep busy.
-
-    A parallel region waits for its slowest thread, and with more threads ready to run than cores, one of ours
-    is often off its core while the others spin: two trainings side by side on 2 cores each took 8–10× their
-    time alone, where a fair share is 2×. So every LOOK_EVERY seconds the threads of other processes that are
-    running are counted (from Linux's /proc), and the pool narrows to the cores they leave once NARROW_AFTER
-    looks in a row found them busy, and widens once WIDEN_AFTER looks found cores free. Any width gives the
-    same bits: the kernels cut their work the same way on every thread count.
-    """
-    now = time.monotonic()
-    if now >= _pool["next_look"]:
-        _pool["next_look"] = now + LOOK_EVERY
-        others = _running_elsewhere()
-        if others is not None:
-            _pool["others"].append(others)
-            _resize(list(_pool["others"]), os.cpu_count() or 1)
-    return _pool["now"]
-
-
-def _resize(looks, cores):
-    """Narrow or widen the pool after `looks`, the last counts of other processes' running threads."""
-    def width(busy):
-        return max(1, min(_pool["given"], cores - busy))
-    recent = looks[-NARROW_AFTER:]
-    if len(recent) == NARROW_AFTER and width(min(recent)) < _pool["now"]:
-        _use_threads(width(min(recent)))
-    elif len(looks) >= WIDEN_AFTER and width(max(looks[-WIDEN_AFTER:])) > _pool["now"]:
-        _use_threads(width(max(looks[-WIDEN_AFTER:])))
-
-
-def _running_elsewhere():
-    """Threads running (or ready to run) on the machine that are not this process's; None where /proc can't tell."""
-    try:
-        with open("/proc/stat", "rb") as stat:
-            running = next(int(line.split()[1]) for line in stat if line.startswith(b"procs_running"))
-        ours = 0
-        for task in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{task}/stat", "rb") as stat:
-                fields = stat.read()
-            ours += fields[fields.rindex(b")") + 2:][:1] == b"R"  # the state follows the command's name
-    except (OSError, StopIteration, ValueError):
-        return None
-    return max(0, running - ours)
 
 
 def _apart(like, *inputs):
@@ -385,12 +185,12 @@ def _dot(a, b, centre, scale, n):
 # ---- matrix products, over the shared pool -----------------------------------------
 
 if SHARED_POOL:
-    llvmlite.binding.load_library_permanently(_BLAS[0])  # where compiled (and cached) kernels find _SGEMM
+    llvmlite.binding.load_library_permanently(runtime.blas()[0])  # where compiled (and cached) kernels find _SGEMM
     _I64 = nbtypes.int64
-    _sgemm = nbtypes.ExternalFunction(_SGEMM, nbtypes.void(  # cblas_sgemm: row-major C = αAB + βC
+    _sgemm = nbtypes.ExternalFunction(runtime.SGEMM, nbtypes.void(  # cblas_sgemm: row-major C = αAB + βC
         nbtypes.int32, nbtypes.int32, nbtypes.int32, _I64, _I64, _I64, nbtypes.float32, nbtypes.voidptr, _I64,
         nbtypes.voidptr, _I64, nbtypes.float32, nbtypes.voidptr, _I64))
-    _sgemv = nbtypes.ExternalFunction(_SGEMV, nbtypes.void(  # cblas_sgemv: row-major y = αAx + βy
+    _sgemv = nbtypes.ExternalFunction(runtime.SGEMV, nbtypes.void(  # cblas_sgemv: row-major y = αAx + βy
         nbtypes.int32, nbtypes.int32, _I64, _I64, nbtypes.float32, nbtypes.voidptr, _I64, nbtypes.voidptr, _I64,
         nbtypes.float32, nbtypes.voidptr, _I64))
 _ROW_MAJOR, _N, _T = np.int32(101), np.int32(111), np.int32(112)  # CBLAS's order and transposes
@@ -621,7 +421,7 @@ def _layer_norm_backward(g, x, w, mean, rstd, dx, partial_dw, partial_db):
 
 
 def layer_norm_forward(x, w, b, eps):
-    """(y, stats) as cuda_kernels.layer_norm_forward: stats (2, rows) holds each row's μ and rstd."""
+    """(y, stats) as kernels/cuda.py's layer_norm_forward: stats (2, rows) holds each row's μ and rstd."""
     n = x.shape[-1]
     rows = x.reshape(-1, n)
     y = _apart(rows, rows)
@@ -844,12 +644,12 @@ def _adamw(g, scale, decay, beta1, beta2, eps, step_size, w, m, v):
 
 
 def adamw(g, scale, decay, beta1, beta2, eps, step_size, w, m, v):
-    """The update as cuda_kernels.ADAMW takes it: `scale` a one-element array; w, m, v C-contiguous, in place."""
+    """The update as kernels/cuda.py's ADAMW takes it: `scale` a one-element array; w, m, v C-contiguous, in place."""
     _adamw(np.ascontiguousarray(g).reshape(-1), _F32(scale[0]), _F32(decay), _F32(beta1), _F32(beta2), _F32(eps),
            _F32(step_size), w.reshape(-1), m.reshape(-1), v.reshape(-1))
 
 
-# What backend.fused(name, array) hands an op on the CPU, with the fewest elements at which it is used: below
+# What kernels.fused(name, array) hands an op on the CPU, with the fewest elements at which it is used: below
 # about 16K, numba's dispatch (about 10 µs a call) costs as much as the passes it saves, and the lessons'
 # small models keep the composed ops whose numbers their texts print.
 SMALLEST = 16384

@@ -1,4 +1,4 @@
-"""NumPy twins of the raw CUDA kernels in autograd/cuda_kernels.py: each repeats its kernel's order of work.
+"""NumPy twins of the raw CUDA kernels in cuda.py beside this file: each repeats its kernel's order of work.
 
 A kernel's threads become an array axis: a warp's 32 lanes, a block's
 threads. Each twin makes the same lane-strided passes (element j belongs to
@@ -12,7 +12,7 @@ device memory, launch shapes; those run under --device cuda.
 """
 import numpy as np
 
-from autograd import cuda_kernels as ck
+from . import cuda as ck
 
 LANES = 32
 LOWEST = -3.0e38  # the kernels' lowest<T>()

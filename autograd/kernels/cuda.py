@@ -3,11 +3,11 @@
 Each kernel computes exactly the formula of its op (ops.py states the
 Jacobian, nn/optim.py the update), and says in its first line which op and
 which formula. It exists only because on a GPU one pass beats the several
-passes (and temporaries) of the composed expression. backend.fused()
+passes (and temporaries) of the composed expression. kernels.fused()
 compiles them on first use, on a GPU only; the CPU never sees them.
 AUTOGRAD_FUSED=0 switches every one off, so a benchmark can time the
-composed version against them. tests/autograd/test_cuda_kernels.py compiles
-every source with NVRTC for sm_80 and sm_90, and tests/autograd/kernel_twins.py
+composed version against them. tests/autograd/test_kernels/cuda.py's py compiles
+every source with NVRTC for sm_80 and sm_90, and cuda_twins.py beside it
 repeats each raw kernel's order of work in NumPy, checked in float64.
 
 ELEMENTWISE: name → (input parameters, output parameters, body) for CuPy's
@@ -21,7 +21,7 @@ Warp-per-row kernels take a row of any length; every loop is lane-strided
 """
 import numpy
 
-from . import backend
+from .. import backend
 
 # GELU, tanh approximation: y = ½x(1 + tanh u), u = √(2/π)(x + 0.044715x³)
 GELU_FORWARD = ("T x", "T y", """
@@ -383,7 +383,7 @@ def _array_module(array):
     return backend.xp_for(backend.device_of(array))
 
 
-# What backend.fused(name, array) hands an op: name → (launcher, the raw kernels it takes, in order).
+# What kernels.fused(name, array) hands an op: name → (launcher, the raw kernels it takes, in order).
 LAUNCHERS = {
     "attention_softmax_forward": (attention_softmax_forward, ("attention_softmax_forward",)),
     "attention_softmax_backward": (attention_softmax_backward, ("attention_softmax_backward",)),
