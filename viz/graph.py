@@ -449,6 +449,7 @@ def _limit_depth(pic, root_key, depth):
                 (queue.appendleft if cost == 0 else queue.append)(b)
     keep = {k for k, h in hops.items() if h <= depth}
     kept = _Picture()
+    kept.rep = pic.rep
     for key in pic.nodes:
         if key in keep:
             kept.nodes[key] = pic.nodes[key]
@@ -621,6 +622,7 @@ def draw(tensor, collapse=False, depth=None, title=None, grads=None, highlight=(
         pic = _limit_depth(pic, tkey[id(tensor)], depth)
     for node in highlight:
         key = okey.get(id(node)) or tkey.get(id(node))
+        key = pic.rep.get(key, key)  # collapsed: the module box the op folded into
         if key in pic.nodes:
             pic.nodes[key].attrs.update(color=HIGHLIGHT, penwidth="5")
     graph = _digraph(title)

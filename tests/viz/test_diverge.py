@@ -70,3 +70,12 @@ def test_reference_arrays_from_a_file_stand_for_run_b(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "run b = reference arrays" in printed
     assert "forward: the runs part first at #11 MatMul in attn" in printed
+
+
+def test_collapsed_the_module_box_that_holds_the_parting_op_is_marked(monkeypatch):
+    import models.gpt2 as gpt2
+    plant(monkeypatch, "matmul", matmul_a_thousandth_high)
+    report = ag.diverge(gpt2.demo_loss, a={"fused": True}, b={"fused": False})
+    assert (report.forward.op, report.forward.scope) == ("Linear", "transformer.h.0.attn.c_attn")
+    marked = [attrs for attrs in nodes(vd.draw(report, collapse=True)).values() if f'color="{HIGHLIGHT}"' in attrs]
+    assert any("<B>transformer.h.0</B>" in attrs for attrs in marked)
