@@ -12,9 +12,9 @@ What it promises. A tensor used by several ops gets one gradient part from
 each, and backward adds them: a residual stream read by a branch and by the
 Add that skips it, a weight tied to the embedding lookup and the LM head. The
 share of a part p in the total T is ⟨p, T⟩ / ‖T‖², so the shares of a sum add
-up to 1 (Σ⟨p, T⟩ = ⟨T, T⟩); a part pointing along the total has a share near
-its length's fraction, and a part that cancels the others has a negative
-share. Parts are the engine's own numbers: `autograd.backward_steps`, the
+up to 1 (Σ⟨p, T⟩ = ⟨T, T⟩); a part along the total has for its share its
+length over the total's, one at right angles to it 0, and a part that cancels
+the others a negative share. Parts are the engine's own numbers: `autograd.backward_steps`, the
 walk inside `Tensor.backward`, with the arrays an op sends to one input summed
 (x·x sends x two parts). Where a total is 0 there is no share (None).
 

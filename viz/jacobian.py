@@ -258,7 +258,7 @@ def draw(fn, x, closed=None, title=None, seed=0):
     Jupyter shows inline and `.savefig(path)` writes. `closed`, an array of the Jacobian's shape (out.shape +
     x.shape) or a function of the output Tensor returning one, is drawn beside it with the largest difference.
     Under them: the check that backward's VJP equals gᵀJ for a random g (drawn with `seed`)."""
-    return _picture(fn, np.asarray(x.data if isinstance(x, Tensor) else x, dtype=np.float64), closed,
+    return _picture(fn, np.asarray(x.numpy() if isinstance(x, Tensor) else x, dtype=np.float64), closed,
                     "closed form", title or "the Jacobian of fn at x", np.random.default_rng(seed)).figure
 
 

@@ -10,7 +10,7 @@ pytest.importorskip("graphviz", reason='the Python package graphviz is not insta
 import models.gpt2 as gpt2  # noqa: E402
 import models.tiny as tiny  # noqa: E402
 from autograd import Tensor, topological_order  # noqa: E402
-from tests.viz.test_graph import edges, needs_dot  # noqa: E402
+from tests.viz.test_graph import needs_dot  # noqa: E402
 from viz import graph as vg  # noqa: E402
 from viz.flow import Flow, share, share_text  # noqa: E402
 from viz.trace import trace  # noqa: E402
