@@ -6,7 +6,9 @@ backward(); the check estimates each component as
 (L(x + εeᵢ) − L(x − εeᵢ)) / 2ε, which has error O(ε²). Use float64 inputs:
 in float32 the rounding error of L swamps any ε small enough. On a mismatch
 it raises with a table of the worst entries: input, index, analytic, numeric,
-error.
+error; with `picture=PATH` it also draws, for each input that failed, the
+analytic gradient, the numeric one and their difference as three heatmaps
+(autograd/heatmaps.py), where a wrong row or a swapped block shows at a glance.
 
 jacobian: the full matrix ∂f/∂x, one backward() per output element. The ops
 never build it (they apply it as a VJP); this is for looking at one, e.g.
@@ -64,12 +66,14 @@ def _failure_table(failures, atol, rtol):
     return "\n".join(lines)
 
 
-def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0):
+def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0, picture=None):
     """True if backward() matches finite differences for every input that requires grad; raises otherwise.
 
     The error lists the worst entries: which input, the index in it, the
     gradient backward() gave (analytic), the finite-difference estimate
-    (numeric) and their absolute difference.
+    (numeric) and their absolute difference. `picture`: a path (.png, .svg or
+    .pdf) where a failure also draws each failing input's analytic gradient,
+    numeric gradient and difference as heatmaps; the error names the file.
     """
     inputs = list(inputs)
     checked = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
@@ -82,7 +86,7 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0):
     out = fn(*inputs)
     v = np.random.default_rng(seed).standard_normal(out.shape)
     out.backward(backend.xp_for(out.device).asarray(v, dtype=out.dtype))
-    failures, failed_inputs = [], []
+    failures, failed_inputs, drawn = [], [], []
     with no_grad():
         for position, t in enumerate(inputs):
             if not (isinstance(t, Tensor) and t.requires_grad):
@@ -94,13 +98,31 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0):
             if not bad.any():
                 continue
             failed_inputs.append(f"input {position} (shape {t.shape})")
+            drawn.append((position, analytic, numeric))
             for index in zip(*np.nonzero(bad)):
                 failures.append((position, index, analytic[index], numeric[index], error[index]))
     if failures:
+        drawing = "" if picture is None else "\n" + _draw_failures(drawn, picture)
         raise GradcheckError(f"gradcheck: backward() disagrees with finite differences for "
                              f"{', '.join(failed_inputs)}; the worst entries:\n"
-                             + _failure_table(failures, atol, rtol))
+                             + _failure_table(failures, atol, rtol) + drawing)
     return True
+
+
+def _draw_failures(drawn, path):
+    """Write the heatmaps of each failing input (analytic | numeric | analytic − numeric) to `path`; the line
+    the error ends with: where the picture is, or why it could not be written (the mismatch is reported anyway)."""
+    from . import heatmaps
+
+    rows = [[heatmaps.array_panel(f"input {position}: analytic (backward)", analytic, group=2 * position),
+             heatmaps.array_panel(f"input {position}: numeric (central differences)", numeric, group=2 * position),
+             heatmaps.array_panel(f"input {position}: analytic − numeric", analytic - numeric, group=2 * position + 1)]
+            for position, analytic, numeric in drawn]
+    try:
+        heatmaps.figure(rows, "gradcheck: backward() against finite differences").savefig(path)
+    except (OSError, ValueError) as exc:  # a bad path or format must not hide the mismatch itself
+        return f"  picture: not written to {path} ({type(exc).__name__}: {exc})"
+    return f"  picture: {path} (analytic, numeric and their difference for each failing input)"
 
 
 def jacobian(fn, x):

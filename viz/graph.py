@@ -7,6 +7,7 @@
     python -m viz.graph models.bigram                 # writes graph_bigram.svg
     python -m viz.graph model.tiny --format png --out tiny.png
     python -m viz.graph models.gpt2 --collapse        # a box per transformer block
+    python -m viz.graph models.tiny --flow E          # each part's share of a summed gradient, the path to E
 
 Tensors are boxes (name, shape, and the "grad norm", the L2 norm of the
 gradient backward left there: in words, as the default fonts of PNGs draw ‖g‖
@@ -20,6 +21,12 @@ to keep its gradient (`retain_grad()`), runs `backward(retain_graph=True)` so
 the norms can be shown (`--no-backward` draws the graph before it), and
 renders with Graphviz's `dot`. Without `dot` on PATH it writes the `.dot`
 source instead, prints how to install Graphviz, and exits with status 3.
+
+With `--flow` (draw(flow=...)), every arrow that brings one part of a summed
+gradient says the part's share ⟨part, total⟩/‖total‖² (viz/flow.py), and
+`--flow LEAF` draws in red the path from the loss to LEAF that takes the part
+with the largest share at every sum; collapsed, each transformer block's
+arrow into its input splits that gradient into skip, attention and MLP.
 """
 
 if __name__ == "__main__":  # before the imports below: a Ctrl-C while they load, or while the options are parsed,
@@ -35,6 +42,7 @@ from pathlib import Path
 
 from autograd import Function, Value, backend
 
+from .flow import Flow, inside, share_text
 from .loading import demo_loss_of
 from .numbers import host, norm, number, shape_text
 from .walk import GraphWalk, ValueWalk, input_names
@@ -53,6 +61,7 @@ OP = ("#d9e5fb", "#3b5b92")
 MODULE = ("#e8ddf5", "#6a4c93")
 SAVED = "#ef8a00"                      # the thick border of a tensor whose data an op keeps
 HIGHLIGHT = "#d62728"                  # the border of a node a caller points at (draw(highlight=...))
+SHARE = "#b35c00"                      # a part's share of a summed gradient, on its arrow (draw(flow=...))
 MUTED = "#5a5a5a"
 FONT = "Helvetica,Arial,sans-serif"
 SMALL = 16                             # a tensor of at most this many elements shows its values
@@ -92,6 +101,7 @@ class _Picture:
     def __init__(self):
         self.nodes = {}
         self.edges = {}  # (from, to) -> edge attributes, in insertion order
+        self.rep = {}  # a drawn node's key -> the box it folded into (collapse), where it did
 
     def edge(self, a, b, attrs):
         """Add a → b once; when folding merges a no-gradient edge with a gradient one, the gradient wins."""
@@ -386,6 +396,7 @@ def _collapsed(walk, pic, tkey, okey, collapse):
         folded.nodes[keys[m]] = _module_node(m, c, walk)
     for (a, b), attrs in pic.edges.items():
         folded.edge(rep.get(a, a), rep.get(b, b), attrs)
+    folded.rep = rep
     return folded
 
 
@@ -438,6 +449,7 @@ def _limit_depth(pic, root_key, depth):
                 (queue.appendleft if cost == 0 else queue.append)(b)
     keep = {k for k, h in hops.items() if h <= depth}
     kept = _Picture()
+    kept.rep = pic.rep
     for key in pic.nodes:
         if key in keep:
             kept.nodes[key] = pic.nodes[key]
@@ -480,6 +492,10 @@ LEGEND = {
     "arrows": ("→", "gradients flow along the arrows, from the top down to the leaves", 'BORDER="0"'),
     "values": ("data, grad", "values (4 digits) of tensors of ≤ 16 elements", 'BORDER="0"'),
     "norm": ("grad norm", "size (L2 norm) of the tensor's gradient", 'BORDER="0"'),
+    "share": (_small("share 0.7", 9, SHARE), "a part's share of a summed gradient: part · total / (total · total), "
+              "the dot products of all their elements (the shares of a sum add up to 1)", 'BORDER="0"'),
+    "path": (f'<FONT COLOR="{HIGHLIGHT}">━━</FONT>', "the path from the loss taking the largest share at "
+             "every sum", 'BORDER="0"'),
 }
 
 
@@ -565,7 +581,7 @@ def draw_value(root, title=None, grads=None):
     return graph
 
 
-def draw(tensor, collapse=False, depth=None, title=None, grads=None, highlight=()):
+def draw(tensor, collapse=False, depth=None, title=None, grads=None, highlight=(), flow=None, flow_to=None):
     """The backward graph of `tensor` (a Tensor or a Value) as a `graphviz.Digraph` (render it, or show it in Jupyter).
 
     collapse: False draws every op; True folds each module (the ops' `scope`) into one box,
@@ -578,10 +594,16 @@ def draw(tensor, collapse=False, depth=None, title=None, grads=None, highlight=(
         Graphviz makes wide enough for them: the trace page passes the widest text a box will hold and
         writes each step's gradients over it.
     highlight: ops or tensors to mark with a thick red border (detect_anomaly's culprit).
+    flow: True (or a viz.flow.Flow of `tensor`) labels each arrow that brings a part of a summed gradient with
+        its share ⟨part, total⟩/‖total‖²; collapsed, each block's arrow into its input splits it into skip,
+        attention and MLP. flow_to: a tensor of the graph; the path from the loss to it that takes the largest
+        share at every sum is drawn red (it implies flow).
     Reads the graph only. Call it before backward(), or after backward(retain_graph=True):
     a plain backward() frees the graph, and only its last op can then be drawn.
     """
     if isinstance(tensor, Value):
+        if flow is not None or flow_to is not None:
+            raise TypeError("draw: flow= and flow_to= are for a Tensor's graph, not a Value's")
         return draw_value(tensor, title, grads)
     _graphviz()
     if collapse is not True and collapse is not False and (not isinstance(collapse, int) or collapse < 1):
@@ -592,17 +614,61 @@ def draw(tensor, collapse=False, depth=None, title=None, grads=None, highlight=(
     pic, tkey, okey = _expanded(walk, grads)
     if collapse:
         pic = _collapsed(walk, pic, tkey, okey, collapse)
+    needed = set()
+    if flow is not None or flow_to is not None:
+        flow = Flow(tensor) if flow is None or flow is True else flow
+        needed |= _show_shares(pic, walk, flow, tkey, okey, flow_to)
     if depth is not None:
         pic = _limit_depth(pic, tkey[id(tensor)], depth)
     for node in highlight:
         key = okey.get(id(node)) or tkey.get(id(node))
+        key = pic.rep.get(key, key)  # collapsed: the module box the op folded into
         if key in pic.nodes:
             pic.nodes[key].attrs.update(color=HIGHLIGHT, penwidth="5")
     graph = _digraph(title)
-    graph.node("legend", label=_legend(set().union(*(n.legend for n in pic.nodes.values()))),
+    graph.node("legend", label=_legend(needed.union(*(n.legend for n in pic.nodes.values()))),
                shape="plaintext", margin="0")
     _emit(pic, graph)
     return graph
+
+
+def _show_shares(pic, walk, flow, tkey, okey, flow_to):
+    """Write each part's share on the arrow that brings it (arrows folded into one add their shares), each
+    block's split on its arrow into its input, and the path to `flow_to` in red; the legend rows it needs."""
+    def drawn(a, b):
+        edge = (pic.rep.get(a, a), pic.rep.get(b, b))
+        return edge if edge[0] != edge[1] and edge in pic.edges else None
+
+    summed = {}
+    for x in walk.order:
+        shares = flow.shares(x)
+        if len(shares) < 2:
+            continue
+        for op, s in shares:
+            edge = drawn(okey[id(op)], tkey[id(x)])
+            if edge is not None:
+                summed[edge] = None if s is None or summed.get(edge, 0.0) is None else summed.get(edge, 0.0) + s
+    labels = {edge: f"share {share_text(s)}" for edge, s in summed.items()}
+    splits = {}
+    for block, (x, shares) in (flow.blocks() if pic.rep else {}).items():  # a block's arrows fold into one
+        split = "into the block's input: " + " · ".join(
+            f"{name} {share_text(s)}" for name, s in sorted(shares.items(), key=lambda kv: kv[0] != "skip"))
+        for op, _ in flow.parts(x):
+            edge = drawn(okey[id(op)], tkey[id(x)]) if inside(op, block) else None
+            if edge is not None:
+                splits[edge] = split
+    for edge, text in labels.items():
+        role = pic.edges[edge].get("label", "")
+        text = splits.pop(edge, f"{role} · {text}" if role else text)  # a block's split replaces its input's role
+        pic.edges[edge] = {**pic.edges[edge], "label": text, "fontcolor": SHARE, "fontsize": "10"}
+    if flow_to is None:
+        return {"share"}
+    for op, x in flow.path(flow_to):
+        for a, b in ((tkey[id(flow.output_of(op))], okey[id(op)]), (okey[id(op)], tkey[id(x)])):
+            edge = drawn(a, b)
+            if edge is not None:
+                pic.edges[edge] = {**pic.edges[edge], "color": HIGHLIGHT, "penwidth": "3"}
+    return {"share", "path"}
 
 
 def build_demo(module, backward=True):
@@ -640,7 +706,13 @@ def main(argv=None):
                    help="draw only the ops within N hops of the loss (default: none, all of them)")
     p.add_argument("--no-backward", action="store_true",
                    help="draw the graph before backward has run (no gradient norms)")
+    p.add_argument("--flow", nargs="?", const="", metavar="LEAF",
+                   help="write each part's share of a summed gradient on its arrow; with LEAF (a tensor's name, "
+                        "e.g. E), draw in red the path from the loss to it taking the largest share at every sum "
+                        "(default: none, no shares)")
     args = p.parse_args(argv)
+    if args.flow is not None and args.no_backward:
+        p.error("--flow shows the gradient's parts, which backward makes; drop --no-backward")
     if args.collapse_depth is not None and args.collapse_depth < 1:
         p.error(f"--collapse-depth must be at least 1, got {args.collapse_depth}")
     if args.depth is not None and args.depth < 0:
@@ -651,16 +723,39 @@ def main(argv=None):
         print(f"error: {exc}", file=sys.stderr)
         return 1
     name, loss = build_demo(args.module, backward=not args.no_backward)
+    if args.flow is not None and isinstance(loss, Value):
+        print(f"viz.graph: error: --flow draws a tensor graph's shares; {name}.demo_loss() is a Value "
+              "(viz.trace's page shows each part of its sums)", file=sys.stderr)
+        return 1
     collapse = args.collapse_depth if args.collapse_depth is not None else args.collapse
     when = "before backward" if args.no_backward else "after backward"
     title = f"{name}.demo_loss() = {number(float(loss.data), 6)} · backward graph, {when}"
-    graph = draw(loss, collapse=collapse, depth=args.depth, title=title)
+    try:
+        flow_to = _named(loss, args.flow) if args.flow else None
+    except KeyError as exc:
+        print(f"viz.graph: error: {exc.args[0]}", file=sys.stderr)
+        return 1
+    if args.flow is not None:
+        title += " · each part's share of a summed gradient" + (f", the path to {args.flow} in red" if flow_to is not None else "")
+    graph = draw(loss, collapse=collapse, depth=args.depth, title=title, flow=True if args.flow is not None else None,
+                 flow_to=flow_to)
     out = Path(args.out) if args.out else Path(f"graph_{name.rsplit('.', 1)[-1]}.{args.format}")
     try:
         return _write(graph, out, args.format)
     except OSError as exc:  # the disk is full or read-only, or a folder of the path was taken meanwhile
         print(f"viz.graph: error: cannot write {exc.filename or out}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+
+
+def _named(loss, name):
+    """The tensor of `loss`'s graph labelled `name` (its .name), for --flow LEAF; a KeyError naming the others."""
+    walk = GraphWalk(loss)
+    found = [t for t in walk.order if walk.label(t) == name]
+    if not found:
+        names = sorted({t.name for t in walk.order if t.name})
+        raise KeyError(f"--flow {name}: no tensor of that name needs a gradient in the graph; named ones: "
+                       f"{', '.join(names[:24])}{' …' if len(names) > 24 else ''}")
+    return found[0]
 
 
 def _write(graph, out, format):

@@ -3,8 +3,9 @@
 `demo_loss_of(name)` imports it and returns the scalar loss of its
 `demo_loss()` (a scalar Tensor, or a Value for chapter one's neuron), the
 graph that `python -m viz.graph` draws and
-`python -m viz.trace` prints; a name that cannot be used ends in one line
-saying what to pass instead.
+`python -m viz.trace` prints; `demo_of(name)` returns the function itself, for
+`python -m viz.diverge`, which runs it more than once. A name that cannot be
+used ends in one line saying what to pass instead.
 """
 import importlib
 import os
@@ -24,8 +25,8 @@ def module_name(name):
     return name
 
 
-def demo_loss_of(name):
-    """Import module `name` (see module_name) and run its demo_loss(): (dotted name, loss); errors say what to do."""
+def demo_of(name):
+    """Import module `name` (see module_name): (dotted name, its demo_loss function); errors say what to do."""
     dotted = module_name(name)
     try:
         module = importlib.import_module(dotted)
@@ -39,6 +40,12 @@ def demo_loss_of(name):
     if demo is None:
         raise SystemExit(f"module {dotted} has no demo_loss(); every model module defines "
                          "demo_loss() -> Tensor, the scalar loss of a small fixed batch (or a Value)")
+    return dotted, demo
+
+
+def demo_loss_of(name):
+    """Import module `name` (see module_name) and run its demo_loss(): (dotted name, loss); errors say what to do."""
+    dotted, demo = demo_of(name)
     loss = demo()
     if isinstance(loss, Value):  # chapter one's scalar engine: its graph is always one number's
         return dotted, loss

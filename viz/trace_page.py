@@ -17,7 +17,8 @@ The picture shows the gradients known at that step only: a box backward has
 not reached yet says "grad —", and one whose gradient is a sum shows the
 running total of the parts that have arrived, "grad (2 of 3 parts): …",
 added in the engine's order (the last total is the engine's gradient to the
-bit). The op being run is scrolled well inside the picture, with the boxes
+bit); the panel gives each part its share of the total, ⟨part, total⟩/‖total‖²
+(viz/flow.py), the shares of a sum adding up to 1. The op being run is scrolled well inside the picture, with the boxes
 around it wherever they fit.
 
 Entry points: buttons and the ← → keys step back and forth (Home and End jump
@@ -33,6 +34,7 @@ from pathlib import Path
 
 from autograd import Value
 
+from .flow import share, share_text
 from .graph import INSTALL_DOT, draw, grad_rows, node_keys
 from .numbers import shape_text, summary_text, values_text
 from .walk import walk_of
@@ -70,6 +72,14 @@ def gradient_states(steps):
     root = steps.root
     first = steps[0].grad if len(steps) else steps.leaves[0].grad
     states = {id(root): [[0, _rows(root, first), True]]}
+    for view, inp, total, arrived in _running_totals(steps):
+        x = id(inp.tensor)
+        states.setdefault(x, []).append([view, _rows(inp.tensor, total, arrived, parts[x]), arrived == parts[x]])
+    return states
+
+
+def _running_totals(steps):
+    """Each part as it arrives, in the engine's order: (view, the InputGrad, the total so far, parts so far)."""
     totals, arrived = {}, {}
     for view, s in enumerate(steps):
         for inp in s.inputs:
@@ -81,9 +91,16 @@ def gradient_states(steps):
             else:  # Tensor.backward keeps the first part as it is; Value.backward adds it to 0.0 (−0.0 becomes 0.0)
                 totals[x] = 0.0 + inp.grad if isinstance(inp.tensor, Value) else inp.grad
             arrived[x] = arrived.get(x, 0) + 1
-            lines = _rows(inp.tensor, totals[x], arrived[x], parts[x])
-            states.setdefault(x, []).append([view, lines, arrived[x] == parts[x]])
-    return states
+            yield view, inp, totals[x], arrived[x]
+
+
+def part_shares(steps):
+    """{id(InputGrad): its share ⟨part, total⟩/‖total‖² of the gradient it is a part of} (viz/flow.py's share)."""
+    totals = {}
+    arrivals = list(_running_totals(steps))
+    for _, inp, total, _ in arrivals:
+        totals[id(inp.tensor)] = total
+    return {id(inp): share(inp.grad, totals[id(inp.tensor)]) for _, inp, _, _ in arrivals}
 
 
 def page_steps(steps, max_values=16, decimals=6):
@@ -93,6 +110,7 @@ def page_steps(steps, max_values=16, decimals=6):
         raise TypeError(f"trace page: expected a trace, viz.trace.trace(loss), got {type(steps).__name__}")
     tkey, okey = node_keys(walk_of(steps.root))
     states = gradient_states(steps)
+    shares = part_shares(steps)
     arrived = {}
     data = []
     for s in steps:
@@ -105,6 +123,7 @@ def page_steps(steps, max_values=16, decimals=6):
                 entry["grad"] = _array(inp.grad, max_values, decimals)
                 arrived[id(inp.tensor)] = arrived.get(id(inp.tensor), 0) + 1
                 entry["part"] = [arrived[id(inp.tensor)], len(states[id(inp.tensor)])]  # an entry per part
+                entry["share"] = share_text(shares[id(inp)])
             inputs.append(entry)
         data.append({
             "number": s.number, "name": s.name, "scope": s.scope, "rule": s.rule, "op": okey[id(s.output)],
@@ -298,7 +317,8 @@ function show(i) {
   if (edges[`${s.output}->${s.op}`]) edges[`${s.output}->${s.op}`].classList.add("active");
   let out = "";
   for (const inp of s.inputs) {
-    const notes = [inp.role, inp.part && inp.part[1] > 1 ? `part ${inp.part[0]} of ${inp.part[1]} of its sum` : ""];
+    const notes = [inp.role, inp.part && inp.part[1] > 1
+      ? `part ${inp.part[0]} of ${inp.part[1]} of its sum, share ${inp.share} of the total` : ""];
     const name = `∂L/∂${inp.label}` + (notes.some(Boolean) ? ` (${notes.filter(Boolean).join(", ")})` : "");
     if (inp.grad) { mark(inp.key, "outgoing"); out += block(name, inp.grad); }
     else out += `<div class="muted">${esc(inp.label)}: ${esc(inp.reason)}</div>`;

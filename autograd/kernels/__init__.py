@@ -72,10 +72,12 @@ def _cpu_kernel(name, array):
 
 
 def share_cpu_threads(n):
-    """Run the CPU kernels on `n` threads (nn.distributed gives each MPI rank its share of the cores)."""
+    """Run the CPU kernels on `n` threads (nn.distributed gives each MPI rank its share of the cores); None: the
+    kernels' own default again (OMP_NUM_THREADS, else every core)."""
     _cpu["threads"] = n
     if _cpu["kernels"]:
-        _cpu["kernels"].runtime.set_threads(n)
+        runtime = _cpu["kernels"].runtime
+        runtime.set_threads(n or runtime.threads())
 
 
 def _raw_kernel(name, dtype):

@@ -1,5 +1,6 @@
-"""Small helpers for the autograd tests: float64 leaves, a gradcheck that fails the test loudly, and what a call
-does to the random streams (also for the model tests that promise to leave them alone)."""
+"""Small helpers for the autograd tests: float64 leaves, a gradcheck that fails the test loudly, what a call
+does to the random streams (also for the model tests that promise to leave them alone), and the matrices a
+heatmap picture shows (also for viz.jacobian's tests)."""
 import numpy as np
 
 import autograd as ag
@@ -67,3 +68,11 @@ def assert_streams_untouched(call, monkeypatch):
         after_call = draws_after(call, monkeypatch, draw_first)
         for expected, got in zip(untouched, after_call, strict=True):
             np.testing.assert_array_equal(got, expected)
+
+
+PNG = b"\x89PNG\r\n\x1a\n"  # the first bytes of every PNG file
+
+
+def drawn_matrices(figure):
+    """The matrices an autograd.heatmaps figure shows, left to right, row by row (colour bars have no image)."""
+    return [np.asarray(ax.images[0].get_array()) for ax in figure.axes if ax.images]

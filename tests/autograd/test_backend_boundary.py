@@ -3,7 +3,8 @@
 Outside autograd/backend.py, NumPy may appear only for what never touches a
 device array: dtypes and their ranges, shape arithmetic, converting the user's
 Python data, the host copy `__array__` hands to NumPy, and gradcheck's finite
-differences and detect_anomaly's summaries on host copies (made by backend.to_host).
+differences, detect_anomaly's summaries, diverge's comparisons and the heatmaps'
+matrices on host copies (made by backend.to_host).
 This reads the source, so it holds on a machine without a GPU.
 """
 import ast
@@ -23,6 +24,10 @@ ALLOWED = {
                        "matmul"},
     "gradcheck.py": {"float64", "random", "zeros", "nonzero", "unravel_index", "abs"},
     "anomaly.py": {"isnan", "isinf", "nanmin", "nanmax", "errstate"},  # summaries of host copies; quiet pictures
+    # each run's values compared as float64 host copies, and float32's and float64's rounding
+    "divergence.py": {"abs", "asarray", "dtype", "errstate", "finfo", "float32", "float64", "inf", "isnan", "where"},
+    "heatmaps.py": {"abs", "asarray", "ceil", "float64", "isfinite", "nanmax", "ndarray", "ndenumerate", "ndindex",
+                    "shape"},  # host matrices, drawn by matplotlib
 }
 
 

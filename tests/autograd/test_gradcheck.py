@@ -1,9 +1,14 @@
-"""gradcheck's failure table and jacobian's full matrix, against numbers worked out independently here."""
+"""gradcheck's failure table and picture, and jacobian's full matrix, against numbers worked out independently here."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 import autograd as ag
-from autograd import Tensor
+from autograd import Tensor, heatmaps
+
+from ._helpers import PNG, drawn_matrices
 
 
 class WrongSquare(ag.Function):
@@ -121,3 +126,36 @@ def test_jacobian_refuses_large_inputs_and_non_tensor_results():
         ag.jacobian(lambda t: t, np.zeros(2000))
     with pytest.raises(TypeError, match="fn must return a Tensor, got float"):
         ag.jacobian(lambda t: 1.0, np.zeros(2))
+
+
+def test_gradcheck_draws_analytic_numeric_and_their_difference_on_a_failure(tmp_path, monkeypatch):
+    pictures = []
+    original = heatmaps.figure
+    monkeypatch.setattr(heatmaps, "figure", lambda *a, **k: pictures.append(original(*a, **k)) or pictures[-1])
+    x = np.arange(6.0).reshape(2, 3) / 4
+    v = np.random.default_rng(0).standard_normal((2, 3))  # gradcheck's projection, seed 0
+    path = tmp_path / "mismatch.png"
+    with pytest.raises(ag.GradcheckError, match=f"picture: {path}"):
+        ag.gradcheck(lambda t: WrongSquare.apply(t), [Tensor(x, requires_grad=True)], picture=path)
+    assert path.read_bytes().startswith(PNG)
+    analytic, numeric, difference = drawn_matrices(pictures[0])
+    np.testing.assert_allclose(analytic, 3 * x * v, atol=1e-12)
+    np.testing.assert_allclose(numeric, 2 * x * v, atol=1e-6)
+    np.testing.assert_allclose(difference, x * v, atol=1e-6)
+
+
+def test_gradcheck_reports_the_mismatch_when_the_picture_cannot_be_written(tmp_path):
+    path = tmp_path / "no" / "such" / "folder" / "p.png"
+    with pytest.raises(ag.GradcheckError, match="picture: not written"):
+        ag.gradcheck(lambda t: WrongSquare.apply(t), [Tensor(np.ones(2), requires_grad=True)], picture=path)
+
+
+def test_gradcheck_that_passes_draws_nothing(tmp_path):
+    path = tmp_path / "p.png"
+    assert ag.gradcheck(lambda t: t * t, [Tensor(np.ones(2), requires_grad=True)], picture=path)
+    assert not path.exists()
+
+
+def test_autograd_does_not_load_matplotlib():
+    code = "import autograd, sys; print('matplotlib' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"

@@ -8,7 +8,8 @@ import pytest
 from models.training import train
 
 COMMANDS = ["models.bigram", "models.neuron", "models.softmax", "models.tiny", "models.tokenizer",
-            "models.gpt2_params", "models.sample", "models.train", "viz.graph", "viz.trace"]
+            "models.gpt2_params", "models.sample", "models.train", "viz.graph", "viz.trace", "viz.jacobian",
+            "viz.diverge"]
 
 
 def help_entries(command, capsys):

@@ -153,7 +153,8 @@ runpy.run_module(module, run_name="__main__", alter_sys=True)
     ("models.train", "train", "numpy"), ("models.train", "train", "autograd"), ("models.train", "train", "nn"),
     ("models.train", "train", "parsing"), ("models.sample", "sample", "autograd"),
     ("models.sample", "sample", "parsing"), ("viz.graph", "viz.graph", "parsing"),
-    ("viz.trace", "viz.trace", "autograd"),
+    ("viz.trace", "viz.trace", "autograd"), ("viz.jacobian", "viz.jacobian", "parsing"),
+    ("viz.diverge", "viz.diverge", "parsing"),
 ])
 def test_a_ctrl_c_during_start_up_is_one_line(tmp_path, module, prog, where):
     done = subprocess.run([sys.executable, "-c", INTERRUPT_AT, where, module, "--help"], cwd=tmp_path,

@@ -1,0 +1,144 @@
+"""ag.diverge: a kernel altered here is named, forward or backward, whichever run holds it; the drift is float32's."""
+import numpy as np
+import pytest
+
+import autograd as ag
+from autograd import Tensor, divergence, kernels
+
+IDS = np.array([[0, 1, 2], [3, 1, 5]])
+TARGETS = np.array([[1, 2, 3], [4, 5, 0]])
+
+
+def small_model(dtype=np.float32):
+    """An embedding, a matmul, a tanh and a cross-entropy, in two module scopes: fn() is the loss."""
+    rng = np.random.default_rng(0)
+    table = Tensor(rng.standard_normal((6, 4)).astype(dtype), requires_grad=True)
+    weight = Tensor(rng.standard_normal((4, 6)).astype(dtype), requires_grad=True)
+
+    def loss():
+        with ag.name_scope("embed"):
+            x = ag.embedding(table, IDS)
+        with ag.name_scope("head"):
+            h = (x @ weight).tanh()
+        return ag.cross_entropy(h, TARGETS)
+
+    return loss
+
+
+def plant(monkeypatch, name, kernel):
+    """Make the fused path's kernel `name` the one given, on every array; AUTOGRAD_FUSED=0 still bypasses it
+    (kernels.fused reads the switch before it asks for a CPU kernel)."""
+    original = kernels._cpu_kernel
+    monkeypatch.setattr(kernels, "_cpu_kernel", lambda n, array: kernel if n == name else original(n, array))
+
+
+def matmul_a_thousandth_high(a, b, bias=None):
+    return (a @ b) * np.float32(1.001)
+
+
+def embedding_backward_one_row_high(ids, rows, count):
+    """The scatter-add, with the row of the first id scaled by 1.001."""
+    dw = np.zeros((count, rows.shape[1]), dtype=rows.dtype)
+    np.add.at(dw, ids, rows)
+    dw[ids[0]] *= np.float32(1.001)
+    return dw
+
+
+@pytest.mark.parametrize("a, b", [({"fused": True}, {"fused": False}), ({"fused": False}, {"fused": True})])
+def test_a_planted_forward_kernel_is_named_in_forward_order_from_either_side(monkeypatch, a, b):
+    plant(monkeypatch, "matmul", matmul_a_thousandth_high)
+    report = ag.diverge(small_model(), a=a, b=b)
+    assert (report.forward.op, report.forward.scope, report.forward.index) == ("MatMul", "head", 2)
+    assert report.rows["forward"][0].abs == 0 and not report.rows["forward"][0].parts  # the Embedding before it
+    assert report.forward.ratio > 1000
+    assert "forward: the runs part first at #2 MatMul in head" in str(report)
+
+
+@pytest.mark.parametrize("a, b", [({"fused": True}, {"fused": False}), ({"fused": False}, {"fused": True})])
+def test_a_planted_backward_kernel_is_named_in_backward_order_from_either_side(monkeypatch, a, b):
+    plant(monkeypatch, "embedding_backward", embedding_backward_one_row_high)
+    report = ag.diverge(small_model(), a=a, b=b)
+    assert report.forward is None and report.first_difference["forward"] is None  # the same bits forward
+    assert (report.backward.op, report.backward.scope, report.backward.step) == ("Embedding", "embed", 4)
+    assert [c.op for c in report.rows["backward"]] == ["CrossEntropy", "Tanh", "MatMul", "Embedding"]
+    assert all(c.abs == 0 for c in report.rows["backward"][:3])
+    assert "backward: the runs part first at #1 Embedding in embed" in str(report)
+
+
+def test_the_report_is_the_same_every_time(monkeypatch):
+    plant(monkeypatch, "matmul", matmul_a_thousandth_high)
+    fn = small_model()
+    assert str(ag.diverge(fn, a={"fused": True}, b={"fused": False})) == \
+        str(ag.diverge(fn, a={"fused": True}, b={"fused": False}))
+
+
+def test_the_expected_drift_is_float32s_distance_from_a_float64_run_of_the_same_graph():
+    x32 = np.random.default_rng(1).standard_normal(50).astype(np.float32) * 3
+    x = Tensor(x32, requires_grad=True)
+    report = ag.diverge(lambda t: t.exp().sum(), [x], a={"dtype": "float32"}, b={"dtype": "float64"})
+    exp64 = np.exp(x32.astype(np.float64))
+    exp32 = np.exp(x32).astype(np.float64)
+    drift = max(np.abs(exp32 - exp64).max(), np.finfo(np.float32).eps * exp64.max())
+    first = report.rows["forward"][0]
+    assert first.op == "Exp" and first.drift == drift
+    assert first.abs == np.abs(exp32 - exp64).max()  # run a is float32's own run, run b the float64 one
+    assert report.forward is None and report.backward is None  # float32 alone never parts from float64
+
+
+def test_a_float64_graph_expects_float64s_rounding():
+    x = Tensor(np.linspace(-2, 2, 7), requires_grad=True)
+    report = ag.diverge(lambda t: (t * t).tanh().sum(), [x], a={"fused": True}, b={"fused": False})
+    assert all(c.drift < 1e-14 for phase in ("forward", "backward") for c in report.rows[phase])
+    assert "the runs agree to the bit at all 3 ops" in str(report)
+
+
+def test_a_second_implementation_is_matched_op_by_op():
+    x = Tensor(np.linspace(-1, 1, 8).astype(np.float32), requires_grad=True)
+    report = ag.diverge(lambda t: (t * 2.0).tanh().sum(), [x], a=lambda t: (t * 2.001).tanh().sum())
+    assert (report.forward.op, report.forward.index) == ("Mul", 1)
+    other = ag.diverge(lambda t: (t * 2.0).tanh().sum(), [x], a=lambda t: (t * 2.0).sigmoid().sum())
+    assert other.forward.index == 2 and "one runs Tanh (8,), the other Sigmoid (8,)" in other.forward.note
+    assert other.rows["backward"] == []
+
+
+def test_reference_arrays_are_compared_with_each_modules_output():
+    fn = small_model()
+    captured = {}
+    for t in reversed(ag.topological_order(fn())):  # forward order: each module's last op is its output
+        if t.op is not None and t.op.scope:
+            captured[t.op.scope] = t.data.copy()
+    agree = ag.diverge(fn, reference=captured)
+    assert agree.b == "reference arrays" and agree.forward is None
+    assert [(c.scope, c.abs) for c in agree.rows["forward"]] == [("embed", 0.0), ("head", 0.0)]
+    captured["head"] = captured["head"] * 1.001
+    parts = ag.diverge(fn, reference=captured)
+    assert (parts.forward.op, parts.forward.output) == ("Tanh", "head's output")
+    assert parts.rows["backward"] == [] and "references hold forward values only" in str(parts)
+
+
+def test_a_reference_for_a_module_the_graph_lacks_is_refused_by_name():
+    with pytest.raises(KeyError, match="no module named 'transformer.h.0' .* include embed, head"):
+        ag.diverge(small_model(), reference={"transformer.h.0": np.zeros(3)})
+
+
+@pytest.mark.parametrize("a, error, message", [
+    ({"fusd": True}, TypeError, "unknown key\\(s\\) 'fusd'; the keys are fused, device, dtype, threads"),
+    ({"dtype": "float16"}, TypeError, "dtype must be float32 or float64"),
+    ({"threads": 0}, ValueError, "threads must be a positive int"),
+    ("fused", TypeError, "must be a dict of fused, device, dtype, threads"),
+])
+def test_a_bad_setting_is_refused_by_name(a, error, message):
+    with pytest.raises(error, match=message):
+        ag.diverge(small_model(), a=a)
+
+
+def test_random_ops_are_refused_as_they_part_by_design():
+    x = Tensor(np.ones(4), requires_grad=True)
+    with pytest.raises(ValueError, match="Dropout draws random masks.*eval mode"):
+        ag.diverge(lambda t: ag.dropout(t, 0.5).sum(), [x])
+
+
+def test_the_switch_and_the_threads_are_put_back():
+    before = (divergence.switches.read("AUTOGRAD_FUSED"), kernels._cpu["threads"])
+    ag.diverge(small_model(), a={"fused": False, "threads": 1}, b={"fused": True, "threads": 2})
+    assert (divergence.switches.read("AUTOGRAD_FUSED"), kernels._cpu["threads"]) == before

@@ -1,0 +1,81 @@
+"""python -m viz.diverge: the report printed, the parting op marked on the graph beside the table."""
+import re
+
+import numpy as np
+import pytest
+
+pytest.importorskip("graphviz", reason='the Python package graphviz is not installed: pip install -e ".[viz]"')
+
+import autograd as ag  # noqa: E402
+from tests.autograd.test_divergence import matmul_a_thousandth_high, plant, small_model  # noqa: E402
+from tests.viz.test_graph import needs_dot, nodes  # noqa: E402
+from viz import diverge as vd  # noqa: E402
+from viz.graph import HIGHLIGHT  # noqa: E402
+
+
+@needs_dot
+def test_tiny_fused_against_composed_runs_and_draws(tmp_path, capsys):
+    out = tmp_path / "tiny.svg"
+    assert vd.main(["models.tiny", "--a", "fused", "--b", "composed", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    # float64 on the CPU has no fused kernels: the two runs are the same array calls
+    assert "forward: no op parts; the runs agree to the bit at all 23 ops" in printed
+    assert "backward: no op parts; the runs agree to the bit at all 23 ops" in printed
+    svg = out.read_text()
+    assert "diverge: run a = fused, run b = composed" in svg and "CrossEntropy" in svg
+
+
+def test_the_parting_op_is_marked_and_the_table_beside_it(monkeypatch):
+    plant(monkeypatch, "matmul", matmul_a_thousandth_high)
+    report = ag.diverge(small_model(), a={"fused": True}, b={"fused": False})
+    graph = vd.draw(report)
+    marked = [key for key, attrs in nodes(graph).items() if f'color="{HIGHLIGHT}"' in attrs and "penwidth=5" in attrs]
+    assert len(marked) == 2  # forward's MatMul and backward's CrossEntropy
+    assert any("<B>MatMul</B>" in nodes(graph)[key] for key in marked)
+    table = next(line for line in graph.body if line.lstrip().startswith("diverge "))
+    assert re.search(rf'BGCOLOR="{HIGHLIGHT}"><FONT COLOR="white">MatMul</FONT>', table)
+    assert "the runs part first at #2 MatMul in head" in table
+
+
+@pytest.mark.parametrize("setting, parsed", [
+    ("fused", {"fused": True}), ("composed,threads=2", {"fused": False, "threads": 2}),
+    ("float64, cpu", {"dtype": "float64", "device": "cpu"}),
+])
+def test_settings_are_words_joined_by_commas(setting, parsed):
+    assert vd.parse_setting(setting) == parsed
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["models.tiny", "--a", "fast", "--b", "composed"], "'fast' is not a setting"),
+    (["models.tiny", "--a", "fused,composed", "--b", "cpu"], "sets fused twice"),
+    (["models.tiny", "--a", "threads=0", "--b", "cpu"], "threads=N takes a positive whole number"),
+    (["models.tiny", "--a"], "argument --a: expected one argument"),
+    (["models.tiny", "--a", "fused", "--b", "missing.npz"], "missing.npz"),
+])
+def test_bad_settings_are_refused_before_any_work(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        vd.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@needs_dot
+def test_reference_arrays_from_a_file_stand_for_run_b(tmp_path, capsys):
+    import models.tiny as tiny
+    steps = {}
+    tiny.TinyTransformer()(tiny.INPUT_IDS, steps=steps)
+    path = tmp_path / "captured.npz"
+    np.savez(path, **{"attn": steps["attn_out"].data * 1.01, "ffn": steps["ffn_out"].data})
+    assert vd.main(["models.tiny", "--a", "float64", "--b", str(path), "--out", str(tmp_path / "d.svg")]) == 0
+    printed = capsys.readouterr().out
+    assert "run b = reference arrays" in printed
+    assert "forward: the runs part first at #11 MatMul in attn" in printed
+
+
+def test_collapsed_the_module_box_that_holds_the_parting_op_is_marked(monkeypatch):
+    import models.gpt2 as gpt2
+    plant(monkeypatch, "matmul", matmul_a_thousandth_high)
+    report = ag.diverge(gpt2.demo_loss, a={"fused": True}, b={"fused": False})
+    assert (report.forward.op, report.forward.scope) == ("Linear", "transformer.h.0.attn.c_attn")
+    marked = [attrs for attrs in nodes(vd.draw(report, collapse=True)).values() if f'color="{HIGHLIGHT}"' in attrs]
+    assert any("<B>transformer.h.0</B>" in attrs for attrs in marked)

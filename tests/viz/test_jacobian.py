@@ -1,0 +1,86 @@
+"""viz.jacobian: each op's heatmap is ag.jacobian's matrix, beside a closed form that agrees with it."""
+import numpy as np
+import pytest
+
+import autograd as ag
+from viz import jacobian as vj
+
+from tests.autograd._helpers import PNG, drawn_matrices
+
+
+@pytest.mark.parametrize("name", list(vj.OPS))
+def test_each_ops_heatmap_is_ag_jacobian_and_its_closed_form_agrees(name):
+    case = vj.OPS[name]
+    x, fn = case.make(case.shape, np.random.default_rng(3))  # the first draws picture() makes with seed 3
+    expected = ag.jacobian(fn, x)
+    drawn = vj.picture(name, seed=3)
+    left, right = drawn_matrices(drawn.figure)
+    out_size = expected.size // x.size
+    np.testing.assert_array_equal(left, expected.reshape(out_size, x.size))
+    np.testing.assert_array_equal(right, drawn.closed.reshape(out_size, x.size))
+    assert np.abs(drawn.closed - expected).max() <= 1e-6
+    assert drawn.max_difference == np.abs(drawn.closed - expected).max()
+    assert drawn.vjp_difference <= 1e-12
+
+
+def test_softmax_closed_form_is_diag_p_minus_p_p_transposed():
+    z = np.random.default_rng(0).standard_normal(5)  # picture("softmax") draws this z first
+    p = np.exp(z) / np.exp(z).sum()
+    drawn = vj.picture("softmax")
+    np.testing.assert_allclose(drawn.closed, np.diag(p) - np.outer(p, p), atol=1e-15)
+    np.testing.assert_allclose(drawn.jacobian, np.diag(p) - np.outer(p, p), atol=1e-15)
+
+
+def test_embeddings_jacobian_is_its_scatter_pattern_with_the_repeated_row_read_twice():
+    ids = np.random.default_rng(0).integers(0, 5, size=4)  # picture("embedding") draws the ids first
+    ids[-1] = ids[0]
+    drawn = vj.picture("embedding")
+    j = drawn.jacobian.reshape(4, 3, 5, 3)
+    for k, v in enumerate(ids):
+        np.testing.assert_array_equal(j[k, :, v, :], np.eye(3))
+    assert j.sum() == 4 * 3  # one 1 per output element: every other entry is 0
+    np.testing.assert_array_equal(drawn.closed, drawn.jacobian)
+
+
+def test_a_shape_of_the_users_changes_the_matrix():
+    drawn = vj.picture("layer_norm", shape=(3, 2), seed=1)
+    assert drawn.jacobian.shape == (3, 2, 3, 2)
+    blocks = drawn.jacobian.reshape(3, 2, 3, 2)
+    assert not blocks[0, :, 1, :].any() and not blocks[2, :, 0, :].any()  # each row normalised alone
+    assert drawn.max_difference <= 1e-12
+
+
+def test_draw_takes_any_function_and_shows_itself_as_png():
+    x = np.array([0.5, -1.0, 2.0])
+    figure = vj.draw(lambda t: (t * t).sum(axis=-1, keepdims=True) * t, x, closed=lambda out: (
+        np.outer(x, 2 * x) + np.eye(3) * (x * x).sum()))
+    left, right = drawn_matrices(figure)
+    np.testing.assert_allclose(left, np.outer(x, 2 * x) + np.eye(3) * 5.25, atol=1e-14)
+    np.testing.assert_allclose(right, left, atol=1e-14)
+    assert figure._repr_png_().startswith(PNG)
+
+
+def test_draw_refuses_a_closed_form_of_the_wrong_shape():
+    with pytest.raises(ValueError, match=r"closed form has shape \(3,\), the Jacobian \(3, 3\)"):
+        vj.draw(lambda t: t.tanh(), np.zeros(3), closed=np.zeros(3))
+
+
+def test_the_command_writes_the_picture(tmp_path, capsys):
+    out = tmp_path / "softmax.png"
+    assert vj.main(["softmax", "--shape", "2,3", "--seed", "1", "--out", str(out)]) == 0
+    assert out.read_bytes().startswith(PNG)
+    assert "max |ag.jacobian − closed form| = " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["softmax", "--shape", "2,x"], "is not a shape"),
+    (["softmax", "--shape", "9,9"], "has 81 elements"),
+    (["matmul", "--shape", "6"], "matmul takes A (rows, inner)"),
+    (["softmax", "--out", "j.jpg"], ".png, .svg or .pdf"),
+    (["relu"], "invalid choice: 'relu'"),
+])
+def test_bad_input_is_refused_before_any_work(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        vj.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
