@@ -513,17 +513,23 @@ class GetItem(Function):
     """
 
     rule = "dx = scatter-add(g)"
-    saved_in_graph = _constants_only
 
     def forward(self, x, key, advanced):
         self.key, self.advanced = key, advanced
         return x[key]
 
+    def saved_in_graph(self, inputs, out):
+        self.advanced = True  # a tensor is never written in place: every key's scatter-add is the op AddAt
+        return ()
+
     def backward(self, g):
         # laid out as x is: where x is a transposed view (GPT's q, k, v of one projection), so is dx, and the
         # transpose's and reshape's VJPs after this one are views instead of copies
         dx = self.xp.zeros_like(self.inputs[0].data, dtype=g.dtype)
-        return _add_at(dx, self.key, g, repeats=self.advanced)
+        if self.advanced:
+            return _add_at(dx, self.key, g)
+        dx[self.key] = g  # a basic key picks each position once: into zeros, one write is the whole scatter-add
+        return dx
 
 
 class Concat(Function):

@@ -15,6 +15,7 @@ expressions of the graph), so every grad is a Value with a graph of its own and
 can be differentiated again. For y = tanh x: x.grad = 1 − y², and its backward
 gives d²y/dx² = −2y(1 − y²).
 """
+import functools
 import math
 from collections import namedtuple
 
@@ -29,6 +30,11 @@ TANH = Op("tanh", "∂out/∂x = 1 − out²", lambda out: (1 - out * out,))
 SIGMOID = Op("sigmoid", "∂out/∂x = out·(1 − out)", lambda out: (out * (1 - out),))
 RELU = Op("relu", "∂out/∂x = 1[x > 0]", lambda out: (out.da,))  # 0 or 1: flat on either side of 0
 POW_RULE = "∂out/∂x = k·x^(k−1)"
+
+
+@functools.lru_cache(maxsize=128, typed=True)  # one Op per exponent: no new objects per x ** k for the collector
+def _power(k):
+    return Op(f"**{k}", POW_RULE, lambda out: (k * out.a ** (k - 1),))
 
 
 class Value:
@@ -61,8 +67,7 @@ class Value:
         if not isinstance(k, (int, float)):
             raise TypeError(f"Value ** takes a number as exponent, got {type(k).__name__}; "
                             f"for x ** y with y a Value write (y * x.log()).exp()")
-        return _result(float(self.data ** k), Op(f"**{k}", POW_RULE, lambda out: (k * out.a ** (k - 1),)),
-                       self, k * self.data ** (k - 1))
+        return _result(float(self.data ** k), _power(k), self, k * self.data ** (k - 1))
 
     def exp(self):  # (eˣ)' = eˣ
         e = math.exp(self.data)
