@@ -135,12 +135,11 @@ def arrays(g, input_grads):
 
 
 def _tensors(xs, what):
-    """(list of Tensors, whether one Tensor was given rather than a sequence)."""
-    single = isinstance(xs, Tensor)
-    xs = [xs] if single else list(xs)
+    """A Tensor or a sequence of them, as a list."""
+    xs = [xs] if isinstance(xs, Tensor) else list(xs)
     if not xs or not all(isinstance(x, Tensor) for x in xs):
         raise TypeError(f"grad: {what} must be a Tensor or a sequence of Tensors")
-    return xs, single
+    return xs
 
 
 def _root(outputs, grad_outputs, create_graph):
@@ -175,8 +174,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     allow_unused: an input the outputs do not depend on gets None; without it, that is an error.
     No `.grad` is touched.
     """
-    outputs, _ = _tensors(outputs, "outputs")
-    inputs, _ = _tensors(inputs, "inputs")
+    outputs, inputs = _tensors(outputs, "outputs"), _tensors(inputs, "inputs")
     if grad_outputs is None or isinstance(grad_outputs, Tensor) or backend.device_of(grad_outputs) is not None:
         grad_outputs = [grad_outputs] * len(outputs) if grad_outputs is None else [grad_outputs]
     grad_outputs = list(grad_outputs)
