@@ -8,11 +8,36 @@ returned in the broadcast shape: the engine sums them back (tensor.py).
 `rule` is the short form that `viz` writes on the graph; beside it,
 `input_names` and `saved_names` name the inputs and the saved arrays as the
 rule does (an op that declares none has one input, x, and saves nothing).
+
+Each VJP is written once, against `self.xp`: the array module in a plain
+backward, the engine's own ops under create_graph=True (autograd/higher.py),
+when `saved_in_graph` hands `backward` the tensors its saved arrays came from,
+so that the same lines build the gradient's graph. A fused op (a CUDA or numba
+kernel, see kernels.fused) keeps its kernel for a plain backward; under
+create_graph it runs its composed rule, the array-module lines beside the
+kernel call, whose every step is an engine op. Where NumPy can only write in
+place (x[key] += g), the rule calls `_add_at`, an op of its own on tensors.
 """
 import math
 
 from . import backend, kernels
 from .tensor import Function, ShapeError, Tensor, no_grad
+
+
+def _constants_only(op, inputs, out):
+    """saved_in_graph of an op whose VJP reads no tensor of the graph: what it saved, if anything, is a constant
+    of its rule (a mask, ids, tie counts), the same whichever way the inputs move."""
+    return op.saved
+
+
+def _inputs(op, inputs, out):
+    """saved_in_graph of an op that saved its inputs, in order (Mul's x and y, MatMul's A and B, Log's x)."""
+    return inputs
+
+
+def _output(op, inputs, out):
+    """saved_in_graph of an op that saved its output z alone (exp, sqrt, tanh, sigmoid, softmax's p)."""
+    return (out,)
 
 # ---- elementwise arithmetic --------------------------------------------------
 
@@ -22,6 +47,7 @@ class Add(Function):
 
     rule = "dx = g, dy = g"
     input_names = ("x", "y")
+    saved_in_graph = _constants_only
 
     def forward(self, x, y):
         return x + y
@@ -35,6 +61,7 @@ class Sub(Function):
 
     rule = "dx = g, dy = −g"
     input_names = ("x", "y")
+    saved_in_graph = _constants_only
 
     def forward(self, x, y):
         return x - y
@@ -47,6 +74,7 @@ class Neg(Function):
     """z = −x.   ∂z/∂x = −I, so dx = −g."""
 
     rule = "dx = −g"
+    saved_in_graph = _constants_only
 
     def forward(self, x):
         return -x
@@ -60,6 +88,7 @@ class Mul(Function):
 
     rule = "dx = g·y, dy = g·x"
     input_names, saved_names = ("x", "y"), ("x", "y")
+    saved_in_graph = _inputs
 
     def forward(self, x, y):
         self.save(x, y)
@@ -82,6 +111,9 @@ class Div(Function):
         self.save(y, z)
         return z
 
+    def saved_in_graph(self, inputs, out):
+        return inputs[1], out
+
     def backward(self, g):
         y, z = self.saved
         dx = g / y
@@ -100,6 +132,9 @@ class Pow(Function):
         self.save(x, y, z)
         return z
 
+    def saved_in_graph(self, inputs, out):
+        return (*inputs, out)
+
     def backward(self, g):
         x, y, z = self.saved
         dx = dy = None
@@ -109,7 +144,7 @@ class Pow(Function):
                 dx = self.xp.where(y == 0, 0, g * y * x ** (y - 1))
             if self.needs_grad[1]:
                 # where x = 0 and y ≥ 0, dy = 0 as in PyTorch (z ln x → 0 as x → 0 for y > 0), not 0 · ln 0 = NaN
-                dy = self.xp.where((x == 0) & (y >= 0), 0, g * z * self.xp.log(x))
+                dy = self.xp.where(self.xp.logical_and(x == 0, y >= 0), 0, g * z * self.xp.log(x))
         return dx, dy
 
 
@@ -138,6 +173,10 @@ class MatMul(Function):
             return self.matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[1])
         return a @ b
 
+    def saved_in_graph(self, inputs, out):
+        self.matmul = None  # the CPU's split product works on arrays: the graph's is an engine op
+        return inputs
+
     def backward(self, g):
         a, b = self.saved
         a2 = a[None, :] if a.ndim == 1 else a
@@ -160,7 +199,8 @@ class MatMul(Function):
             if b2.ndim == 2:
                 # One GEMM over every row of the batch instead of a stack of products summed afterwards.
                 a_rows, g_rows = a2.reshape(-1, a2.shape[-1]), g.reshape(-1, g.shape[-1])
-                if b2.flags.f_contiguous and not b2.flags.c_contiguous:
+                layout = getattr(b2, "flags", None)  # a tensor (create_graph) has no layout to stream
+                if layout is not None and layout.f_contiguous and not layout.c_contiguous:
                     # b is a transposed view (the tied LM head's wteᵀ): dB built transposed is contiguous
                     # once the view's VJP transposes it back, so it adds into wte's other gradient
                     # streaming, not striding (3.5x faster for GPT-2's 50257 x 768)
@@ -205,6 +245,10 @@ class Linear(Function):
                 y += bias
         return y.reshape(*x.shape[:-1], weight.shape[1])
 
+    def saved_in_graph(self, inputs, out):
+        self.matmul = self.xp.matmul  # the engine's product; linear_backward's kernel is not found for tensors
+        return inputs[:2]
+
     def backward(self, g):
         x, weight = self.saved
         rows = g.reshape(-1, g.shape[-1])  # (rows, out)
@@ -227,6 +271,7 @@ class Exp(Function):
 
     rule = "dx = g·z"
     saved_names = ("z",)
+    saved_in_graph = _output
 
     def forward(self, x):
         z = self.xp.exp(x)
@@ -242,6 +287,7 @@ class Log(Function):
 
     rule = "dx = g/x"
     saved_names = ("x",)
+    saved_in_graph = _inputs
 
     def forward(self, x):
         self.save(x)
@@ -256,6 +302,7 @@ class Sqrt(Function):
 
     rule = "dx = g/(2z)"
     saved_names = ("z",)
+    saved_in_graph = _output
 
     def forward(self, x):
         z = self.xp.sqrt(x)
@@ -271,6 +318,7 @@ class Tanh(Function):
 
     rule = "dx = g·(1 − z²)"
     saved_names = ("z",)
+    saved_in_graph = _output
 
     def forward(self, x):
         z = self.xp.tanh(x)
@@ -287,6 +335,7 @@ class Sigmoid(Function):
 
     rule = "dx = g·z·(1 − z)"
     saved_names = ("z",)
+    saved_in_graph = _output
 
     def forward(self, x):
         # tanh form: never overflows, unlike exp(−x) for very negative x
@@ -304,6 +353,7 @@ class ReLU(Function):
 
     rule = "dx = g·1[x > 0]"
     saved_names = ("z",)
+    saved_in_graph = _constants_only  # z only masks g, and relu' = 1[x > 0] is flat on either side of 0
 
     def forward(self, x):
         z = self.xp.maximum(x, 0)
@@ -344,6 +394,10 @@ class GELU(Function):
         self.xp.reciprocal(s, out=s)  # s = σ(2u)
         self.save(x, s)
         return x * s
+
+    def saved_in_graph(self, inputs, out):
+        x = inputs[0]
+        return x, ((x * x * self.A + 1) * x * (2 * self.C)).sigmoid()  # s = σ(2u)
 
     def backward(self, g):
         x, s = self.saved
@@ -386,6 +440,7 @@ class Sum(Function):
     """z = Σ x over `axis`.   ∂z/∂x is all ones, so dx = g copied along the summed axes."""
 
     rule = "dx = broadcast(g)"
+    saved_in_graph = _constants_only
 
     def forward(self, x, axis=None, keepdims=False):
         self.in_shape, self.kept = x.shape, _kept_shape(x.shape, axis)
@@ -400,6 +455,7 @@ class Max(Function):
 
     rule = "dx = g·1[x = max]/#ties"
     saved_names = ("1[x = max]", "#ties")
+    saved_in_graph = _constants_only
 
     def forward(self, x, axis=None, keepdims=False):
         if x.size == 0:
@@ -422,6 +478,7 @@ class Reshape(Function):
     """z = x viewed with another shape.   The Jacobian is a permutation-free identity: dx = g reshaped back."""
 
     rule = "dx = reshape(g)"
+    saved_in_graph = _constants_only
 
     def forward(self, x, shape):
         self.in_shape = x.shape
@@ -435,6 +492,7 @@ class Transpose(Function):
     """z = x with axes permuted.   dx = g with the inverse permutation."""
 
     rule = "dx = gᵀ"
+    saved_in_graph = _constants_only
 
     def forward(self, x, axes=None):
         self.axes = tuple(range(x.ndim))[::-1] if axes is None else axes
@@ -460,14 +518,17 @@ class GetItem(Function):
         self.key, self.advanced = key, advanced
         return x[key]
 
+    def saved_in_graph(self, inputs, out):
+        self.advanced = True  # a tensor is never written in place: every key's scatter-add is the op AddAt
+        return ()
+
     def backward(self, g):
         # laid out as x is: where x is a transposed view (GPT's q, k, v of one projection), so is dx, and the
         # transpose's and reshape's VJPs after this one are views instead of copies
         dx = self.xp.zeros_like(self.inputs[0].data, dtype=g.dtype)
         if self.advanced:
-            backend.scatter_add(dx, self.key, g)
-        else:
-            dx[self.key] = g
+            return _add_at(dx, self.key, g)
+        dx[self.key] = g  # a basic key picks each position once: into zeros, one write is the whole scatter-add
         return dx
 
 
@@ -475,6 +536,7 @@ class Concat(Function):
     """z = [x₁, x₂, …] joined along `axis`.   Each dxᵢ is its own slice of g."""
 
     rule = "dxᵢ = slice of g"
+    saved_in_graph = _constants_only
 
     def forward(self, *xs, axis=0):
         self.axis = axis
@@ -491,6 +553,7 @@ class Stack(Function):
     """z = [x₁, x₂, …] stacked along a new `axis`.   Each dxᵢ is g indexed at i on that axis."""
 
     rule = "dxᵢ = g[i]"
+    saved_in_graph = _constants_only
 
     def forward(self, *xs, axis=0):
         self.axis = axis
@@ -505,6 +568,7 @@ class Where(Function):
 
     rule = "da = g·cond, db = g·¬cond"
     input_names = ("a", "b")
+    saved_in_graph = _constants_only
 
     def forward(self, a, b, cond):
         self.cond = cond
@@ -520,6 +584,7 @@ class Cast(Function):
     """z = x converted to another float dtype.   dx = g (the engine casts it back to x's dtype)."""
 
     rule = "dx = g"
+    saved_in_graph = _constants_only
 
     def forward(self, x, dtype):
         return x.astype(dtype)
@@ -532,13 +597,68 @@ class ToDevice(Function):
     """z = x copied to another device.   dx = g copied back."""
 
     rule = "dx = g (copied back)"
+    saved_in_graph = _constants_only
 
     def forward(self, x, device):
         self.source = backend.device_of(x)
         return backend.to_device(x, device)
 
     def backward(self, g):
+        if isinstance(g, Tensor):  # under create_graph: the copy back is this op again, on the gradient
+            return g.to(self.source)
         return backend.to_device(g, self.source)
+
+
+class BroadcastTo(Function):
+    """z = x broadcast to `shape` (NumPy's broadcast_to).   dx = g summed over the broadcast axes (the engine's
+    reduction to x's shape). Sum's VJP under create_graph: a graph of it must be differentiated again."""
+
+    rule = "dx = Σ g over the broadcast axes"
+    saved_in_graph = _constants_only
+
+    def forward(self, x, shape):
+        return self.xp.broadcast_to(x, shape)
+
+    def backward(self, g):
+        return g  # in the broadcast shape: the engine sums it back
+
+
+class AddAt(Function):
+    """z = x with y added at `key`, a position picked twice getting both (a scatter-add).   dx = g, dy = g[key].
+
+    The VJP of indexing and of an embedding lookup, as an op: NumPy writes it in
+    place (np.add.at), which a gradient built under create_graph cannot be.
+    """
+
+    rule = "dx = g, dy = g[key]"
+    input_names = ("x", "y")
+    saved_in_graph = _constants_only
+
+    def forward(self, x, y, key, repeats):
+        self.key = key
+        return _add_at(x.copy(), key, y, repeats)
+
+    def backward(self, g):
+        return (g if self.needs_grad[0] else None,
+                g[self.key] if self.needs_grad[1] else None)
+
+
+def _add_at(target, key, values, repeats=True):
+    """`target` with `values` added at `key`, returned: the VJP of picking x[key] (a scatter-add).
+
+    On arrays it writes into `target`: with `repeats` (integer arrays, which may
+    pick a position twice) each pick adds (backend.scatter_add); without, `key`
+    picks each position once and `+=` does it in one pass. On tensors, under
+    create_graph, it is the op AddAt, whose own VJP picks the gradient at `key` again.
+    """
+    if isinstance(target, Tensor):
+        return AddAt.apply(target, values if isinstance(values, Tensor) else target._lift(values),
+                           key=key, repeats=repeats)
+    if repeats:
+        backend.scatter_add(target, key, values)
+    else:
+        target[key] += values
+    return target
 
 
 # ---- the fused ops of a transformer --------------------------------------------
@@ -582,6 +702,7 @@ class Softmax(Function):
 
     rule = "diag(p) − ppᵀ: dz = p·(g − Σg·p)"
     input_names, saved_names = ("z",), ("p",)
+    saved_in_graph = _output
 
     def forward(self, x, axis=-1, mask=None):
         p, _ = _softmax(self.xp, x, axis, mask)
@@ -605,6 +726,9 @@ class LogSoftmax(Function):
         self.save(p)
         self.axis = axis
         return x - lse
+
+    def saved_in_graph(self, inputs, out):
+        return (out.exp(),)  # p = e^y: softmax from log-softmax, a graph node of the output
 
     def backward(self, g):
         return g - self.saved[0] * g.sum(axis=self.axis, keepdims=True)
@@ -659,6 +783,16 @@ class CrossEntropy(Function):
         total = nll.sum()
         return total / count if reduction == "mean" else total
 
+    def saved_in_graph(self, inputs, out):
+        """p = softmax(z) as a tensor of the graph, for the composed rule (the kernel's p − y is an array)."""
+        self.fused = False
+        z, classes = inputs[0].reshape(-1, self.shape[-1]), self.params["classes"]
+        t, ignore_index = self.params["targets"].reshape(-1), self.params["ignore_index"]
+        valid = None if ignore_index is None else t != ignore_index  # as forward's composed path reads them
+        if valid is not None:
+            t = backend.xp_for(inputs[0].device).where(valid, t, 0)
+        return Softmax.apply(z if classes is None else z[:, :classes], axis=1), t, valid
+
     def backward(self, g):
         p, t, valid = self.saved
         if self.reduction == "none":
@@ -669,7 +803,7 @@ class CrossEntropy(Function):
             return self.xp.multiply(p, scale, out=p if self.last_use else None).reshape(self.shape)
         dz = p * scale
         rows = self.xp.arange(len(t))
-        dz[rows, t] -= scale[:, 0] if self.reduction == "none" else scale
+        dz = _add_at(dz, (rows, t), -(scale[:, 0] if self.reduction == "none" else scale), repeats=False)  # −y
         if valid is not None:
             dz *= valid[:, None]
         if dz.shape[1] != self.shape[-1]:  # padded columns: no class, no gradient
@@ -686,6 +820,7 @@ class Embedding(Function):
 
     rule = "dW = scatter-add rows"
     input_names = ("W",)
+    saved_in_graph = _constants_only
 
     def forward(self, weight, ids):
         self.ids, self.weight_shape = ids, weight.shape
@@ -696,9 +831,7 @@ class Embedding(Function):
         kernel = kernels.fused("embedding_backward", rows)
         if kernel is not None:  # the CPU's: one pass adding each row of g into its id's row
             return kernel(self.ids.reshape(-1), rows, self.weight_shape[0])
-        dw = self.xp.zeros(self.weight_shape, dtype=g.dtype)
-        backend.scatter_add(dw, self.ids.reshape(-1), rows)
-        return dw
+        return _add_at(self.xp.zeros(self.weight_shape, dtype=g.dtype), self.ids.reshape(-1), rows)
 
 
 class LayerNorm(Function):
@@ -746,6 +879,14 @@ class LayerNorm(Function):
             y += bias
         return y
 
+    def saved_in_graph(self, inputs, out):
+        """(x̂, 1/σ, γ) as tensors of the graph, rebuilt from x, for the composed rule (the kernels keep μ, 1/σ)."""
+        self.kernel = None
+        x, weight = inputs[:2]
+        centred = x - x.mean(axis=-1, keepdims=True)
+        rstd = 1 / ((centred * centred).mean(axis=-1, keepdims=True) + self.params["eps"]).sqrt()
+        return centred * rstd, rstd, weight
+
     def backward(self, g):
         xhat, rstd, weight = self.saved
         if self.kernel is not None:
@@ -764,7 +905,7 @@ class LayerNorm(Function):
         mean *= 1 / n  # mean(ĝ)
         dx = g * weight
         dx -= mean
-        self.xp.multiply(xhat, dot, out=gxhat)
+        gxhat = self.xp.multiply(xhat, dot, out=gxhat)
         dx -= gxhat
         dx *= rstd
         return (dx, dweight, dbias)[:len(self.needs_grad)]
@@ -783,6 +924,7 @@ class Dropout(Function):
 
     rule = "dx = g·mask/(1−p)"
     saved_names = ("mask",)
+    saved_in_graph = _constants_only
 
     def forward(self, x, p):
         mask = _dropout_mask(x, p)
@@ -850,6 +992,14 @@ class ScaledDotProductAttention(Function):
         self.save(q, k, v, out, drop, p if keep_p else None, lse)
         return out
 
+    def saved_in_graph(self, inputs, out):
+        """(Q, K, V, O, the dropout mask, P) with P = softmax(S, mask) rebuilt as a tensor of the graph, for the
+        composed rule (the kernels' P is an array)."""
+        self.kernels = None
+        q, k, v = inputs
+        p = Softmax.apply((q * self.scale) @ k.swapaxes(-1, -2), axis=-1, mask=self.mask)
+        return q, k, v, out, self.saved[4], p, None
+
     def backward(self, g):
         if self.kernels is not None:
             return self._fused_backward(g)
@@ -860,7 +1010,7 @@ class ScaledDotProductAttention(Function):
             if self.mask is not None:
                 p += _mask_bias(xp, self.mask, p.dtype)
             p -= lse
-            xp.exp(p, out=p)  # P again, exactly 0 where masked
+            p = xp.exp(p, out=p)  # P again, exactly 0 where masked
         dq = dk = dv = None
         if self.needs_grad[2]:
             dv = (p if drop is None else p * drop).swapaxes(-1, -2) @ g
@@ -913,6 +1063,12 @@ class Checkpoint(Function):
     """
 
     rule = "recompute fn, then backward through it"
+
+    def saved_in_graph(self, inputs, out):
+        raise RuntimeError(
+            "checkpoint: its backward recomputes fn on leaves of a graph of its own and adds into fn's parameters' "
+            ".grad as it goes, so its gradient cannot be differentiated again (create_graph=True); call fn itself, "
+            "without ag.checkpoint, where you need a second derivative")
 
     def forward(self, *xs, fn, device, n_inputs):
         self.fn, self.device, self.n_inputs, self.rng = fn, device, n_inputs, backend.snapshot_rng(device)

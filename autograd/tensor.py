@@ -11,6 +11,10 @@ inputs'. What the engine does once, so that no op has to:
   it fits, naming the op that broke it;
 - keeps a leaf's `.grad` as its own buffer and adds into it across calls;
 - frees what each op saved for backward as soon as it has run.
+
+With `create_graph=True` the same walk runs each op's VJP on tensors instead
+of arrays (autograd/higher.py), so the gradients it returns are tensors with
+a graph of their own, which can be differentiated again.
 """
 import collections
 import contextlib
@@ -83,6 +87,9 @@ def name_scope(name):
 # The ops (autograd/ops.py) as Tensor's methods call them, `_ops.Add.apply(self, other)`: each op joins as ops.py
 # defines it, so this file imports nothing of the ops (ops.py imports Function from here; autograd imports both).
 _ops = types.SimpleNamespace()
+# create_graph's steps (autograd/higher.py: root_tensor, vjp_in_graph, arrays), which higher.py puts here as it
+# loads, for the same reason: higher.py builds on this file and the ops.
+_higher = types.SimpleNamespace()
 
 
 class Function:
@@ -109,6 +116,11 @@ class Function:
     keyword arguments it was applied with: targets, ids, masks, settings) and
     `saved` (the arrays kept for backward). A backward() without retain_graph
     sets `inputs`, `params` and `saved` to None once the op has run.
+
+    Under create_graph=True the same `backward` runs on tensors: `g` is a
+    Tensor, `self.xp` the namespace of engine ops that spells NumPy's names
+    (autograd/higher.py), and `saved` what `saved_in_graph` returns. An op that
+    does not define `saved_in_graph` cannot be differentiated twice, and says so.
     """
 
     rule = ""
@@ -178,6 +190,16 @@ class Function:
 
     def backward(self, grad):
         raise NotImplementedError
+
+    def saved_in_graph(self, inputs, out):
+        """What `backward` reads from `saved`, slot for slot, as tensors of the graph, for a backward under
+        create_graph=True: the input tensors, the output `out`, values rebuilt from them by engine ops; arrays
+        that are constants of the rule (masks, ids, tie counts) stay arrays. Called on a copy of the op whose
+        `xp` is already the engine's namespace; a fused op switches its copy to its composed rule here."""
+        raise RuntimeError(
+            f"{self.name}: its VJP computes on arrays only, so a gradient through it cannot be differentiated "
+            f"again (create_graph=True); define {self.name}.saved_in_graph to say which tensors of the graph "
+            "its backward reads (see autograd.Function), or take this part's gradient without create_graph")
 
     def __repr__(self):
         return f"<{self.name}: {self.rule}>"
@@ -384,15 +406,25 @@ class Tensor:
         self._retains_grad = True
         return self
 
-    def backward(self, grad=None, retain_graph=False):
+    def backward(self, grad=None, retain_graph=None, create_graph=False):
         """Fill `.grad` of every leaf this tensor was computed from with d(self)/d(leaf).
 
         Visits tensors in reverse topological order, so each op runs once, after
         all the ops that used its output have added their share of its gradient.
+        With `create_graph`, each `.grad` is a Tensor with a graph of its own (it can
+        be differentiated again), and the graph is kept unless retain_graph=False
+        (as in PyTorch: retain_graph defaults to create_graph). The graph then holds
+        the leaves, whose `.grad` holds it: set `.grad = None` after use, or use ag.grad.
         """
+        free = not (create_graph if retain_graph is None else retain_graph)
+        if create_graph:
+            for t, g, _ in backward_steps(self, _higher.root_tensor(self, grad, "backward"), free, True):
+                if t._op is None or t._retains_grad:
+                    t.grad = g if t.grad is None else t.grad + g
+            return
         grad = root_grad(self, grad, "backward")
         adopted = {id(grad)}  # the caller may hold `grad`: never adopt it as a .grad
-        for t, g, _ in backward_steps(self, grad, free=not retain_graph):
+        for t, g, _ in backward_steps(self, grad, free=free):
             if t._op is None or t._retains_grad:
                 _accumulate(t, g, adopted)
 
@@ -525,6 +557,12 @@ class Tensor:
         axes = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
         return _ops.Transpose.apply(self, axes=tuple(axes) if axes else None)
 
+    def swapaxes(self, axis1, axis2):
+        """The two axes exchanged (NumPy's swapaxes; PyTorch's transpose(d0, d1))."""
+        axes = list(range(self.ndim))
+        axes[axis1], axes[axis2] = axes[axis2], axes[axis1]
+        return _ops.Transpose.apply(self, axes=tuple(axes))
+
     def __getitem__(self, key):
         key, advanced = _index_key(key, self.device)
         return _ops.GetItem.apply(self, key=key, advanced=advanced)
@@ -570,7 +608,7 @@ def root_grad(root, grad, op):
     return grad
 
 
-def backward_steps(root, grad, free=True):
+def backward_steps(root, grad, free=True, create_graph=False):
     """The backward pass from `root` (whose gradient is `grad`), one tensor at a time.
 
     Yields (t, g, sent) for each tensor that needs a gradient, in reverse
@@ -580,11 +618,14 @@ def backward_steps(root, grad, free=True):
     stores the leaves' g; viz.trace prints every step. With `free`, each op's
     saved arrays are dropped as soon as its VJP has run (under detect_anomaly with
     pictures, kept until the graph goes, so the pictures can show the whole pass).
+    With `create_graph`, `grad` and every gradient are Tensors: each VJP is recorded
+    as ops of the graph (higher.vjp_in_graph), so the gradients can be differentiated again.
     """
     if _anomaly is not None:
-        free = _anomaly.begin_backward(root, grad, free)
+        free = _anomaly.begin_backward(root, grad.data if create_graph else grad, free)
     grads = {id(root): grad}
     order = topological_order(root)
+    ran = 0  # ops whose VJP has run: the step a recorded VJP's ops are named after
     for i in range(len(order)):
         t, order[i] = order[i], None  # hold no reference: a used activation can be freed during backward
         g = grads.pop(id(t), None)
@@ -596,12 +637,16 @@ def backward_steps(root, grad, free=True):
                 raise RuntimeError(
                     f"backward: the graph through {op.name} was freed by an earlier backward(); "
                     "call the first backward(retain_graph=True) to go through it twice")
-            op.last_use = free
-            input_grads = op.backward(g)
-            if not isinstance(input_grads, tuple):
-                input_grads = (input_grads,)
+            if create_graph:
+                ran += 1
+                input_grads = _higher.vjp_in_graph(op, t, g, ran)
+            else:
+                op.last_use = free
+                input_grads = op.backward(g)
+                if not isinstance(input_grads, tuple):
+                    input_grads = (input_grads,)
             if _anomaly is not None:
-                _anomaly.check_backward(t, g, input_grads)
+                _anomaly.check_backward(t, *(_higher.arrays(g, input_grads) if create_graph else (g, input_grads)))
             for x, pg in zip(op.inputs, input_grads):
                 if pg is None or not x._requires_grad:
                     sent.append((x, None, None))

@@ -8,16 +8,33 @@ input's grad (adding: an input used twice receives both contributions).
 `Tensor` tells the same story with arrays, in the same words: `name`, `op` (its
 `name`, `rule`), `inputs`, `topological_order()`. (Why a node is one object with
 slots, not a Value and tuples: the note at the end of this file.)
+
+`backward(create_graph=True)` runs the same loop in Values: each op's `d`
+gives its local derivatives as Values (the floats `da`, `db` spelled as
+expressions of the graph), so every grad is a Value with a graph of its own and
+can be differentiated again. For y = tanh x: x.grad = 1 − y², and its backward
+gives d²y/dx² = −2y(1 − y²).
 """
+import functools
 import math
 from collections import namedtuple
 
-Op = namedtuple("Op", "name rule")  # what made a Value, read as a Tensor's op is: its name, its local derivatives
-ADD, MUL = Op("+", "∂out/∂a = 1, ∂out/∂b = 1"), Op("*", "∂out/∂a = b, ∂out/∂b = a")
-EXP, LOG = Op("exp", "∂out/∂x = eˣ = out"), Op("log", "∂out/∂x = 1/x")
-TANH, SIGMOID = Op("tanh", "∂out/∂x = 1 − out²"), Op("sigmoid", "∂out/∂x = out·(1 − out)")
-RELU = Op("relu", "∂out/∂x = 1[x > 0]")
+# What made a Value, read as a Tensor's op is: its name, its local derivatives (the rule), and `d`, those
+# derivatives as Values of the graph for create_graph: d(out) -> (∂out/∂a, ∂out/∂b), out the node itself
+Op = namedtuple("Op", "name rule d")
+ADD = Op("+", "∂out/∂a = 1, ∂out/∂b = 1", lambda out: (1, 1))
+MUL = Op("*", "∂out/∂a = b, ∂out/∂b = a", lambda out: (out.b, out.a))
+EXP = Op("exp", "∂out/∂x = eˣ = out", lambda out: (out,))
+LOG = Op("log", "∂out/∂x = 1/x", lambda out: (out.a ** -1,))
+TANH = Op("tanh", "∂out/∂x = 1 − out²", lambda out: (1 - out * out,))
+SIGMOID = Op("sigmoid", "∂out/∂x = out·(1 − out)", lambda out: (out * (1 - out),))
+RELU = Op("relu", "∂out/∂x = 1[x > 0]", lambda out: (out.da,))  # 0 or 1: flat on either side of 0
 POW_RULE = "∂out/∂x = k·x^(k−1)"
+
+
+@functools.lru_cache(maxsize=128, typed=True)  # one Op per exponent: no new objects per x ** k for the collector
+def _power(k):
+    return Op(f"**{k}", POW_RULE, lambda out: (k * out.a ** (k - 1),))
 
 
 class Value:
@@ -50,7 +67,7 @@ class Value:
         if not isinstance(k, (int, float)):
             raise TypeError(f"Value ** takes a number as exponent, got {type(k).__name__}; "
                             f"for x ** y with y a Value write (y * x.log()).exp()")
-        return _result(float(self.data ** k), Op(f"**{k}", POW_RULE), self, k * self.data ** (k - 1))
+        return _result(float(self.data ** k), _power(k), self, k * self.data ** (k - 1))
 
     def exp(self):  # (eˣ)' = eˣ
         e = math.exp(self.data)
@@ -99,18 +116,27 @@ class Value:
         order.reverse()
         return order
 
-    def backward(self):
+    def backward(self, create_graph=False):
         """Add d(self)/d(v) into every leaf v's `.grad`; computed nodes get this call's gradient.
 
         Leaf gradients ACCUMULATE: a second backward() (through the same graph or
         a new one) adds to what the first left there, as in micrograd and
         PyTorch. Zero them before each step: `for p in params: p.grad = 0.0`.
         A computed node (one with inputs) holds d(self)/d(node) of the latest call.
+        With `create_graph`, every grad is a Value with a graph: `g = x.grad; x.grad = 0.0;
+        g.backward()` leaves the second derivative in x.grad.
         """
         order = self.topological_order()
         for v in order:
             if v.op is not None:
                 v.grad = 0.0
+        if create_graph:
+            self.grad = Value(1.0)
+            for v in order:  # the loop below, in Values: each local derivative × grad is a node of the graph
+                for x, d in zip(v.inputs, v.op.d(v) if v.op is not None else ()):
+                    term = v.grad if d == 1 else d * v.grad  # an Add's 1 adds no node
+                    x.grad = x.grad + term if isinstance(x.grad, Value) or x.grad else term
+            return
         self.grad = 1.0
         for v in order:  # every consumer of v comes before v: its grad is complete
             if v.a is not None:

@@ -28,6 +28,8 @@ GRADED = {
                             "attention's last row, and backward matches finite differences"),
     "troubleshoot.ipynb": ("not yet: backward() disagrees with finite differences",
                            "correct: backward matches finite differences"),
+    "second_order.ipynb": ("not yet: your Hessian differs from ag.hessian",
+                           "correct: diag(p) − ppᵀ matches ag.hessian, whatever the target"),
 }
 NO_GRAD = "no grad yet"  # what viz.graph writes in a box drawn before backward
 # Notebooks whose pictures show a forward pass on purpose, and what each must show instead of gradients.

@@ -8,6 +8,7 @@
     python -m viz.graph model.tiny --format png --out tiny.png
     python -m viz.graph models.gpt2 --collapse        # a box per transformer block
     python -m viz.graph models.tiny --flow E          # each part's share of a summed gradient, the path to E
+    python -m viz.graph models.bigram --double W_U    # the gradient ∂loss/∂W_U, drawn as a graph of its own
 
 Tensors are boxes (name, shape, and the "grad norm", the L2 norm of the
 gradient backward left there: in words, as the default fonts of PNGs draw ‖g‖
@@ -27,6 +28,12 @@ gradient says the part's share ⟨part, total⟩/‖total‖² (viz/flow.py), an
 `--flow LEAF` draws in red the path from the loss to LEAF that takes the part
 with the largest share at every sum; collapsed, each transformer block's
 arrow into its input splits that gradient into skip, attention and MLP.
+
+`--double [LEAF]` draws the gradient ∂loss/∂LEAF built with create_graph=True
+instead: backward's own ops (a box per step of backward, named after the op
+whose VJP recorded them) over the forward's, with the gradients of that
+graph's own backward in its boxes: of ½‖g‖² for a tensor's gradient g (so
+LEAF's box shows H g, a Hessian-vector product), of g itself for a Value's.
 """
 
 if __name__ == "__main__":  # before the imports below: a Ctrl-C while they load, or while the options are parsed,
@@ -40,12 +47,13 @@ import sys
 from collections import Counter, deque
 from pathlib import Path
 
+import autograd as ag
 from autograd import Function, Value, backend
 
 from .flow import Flow, inside, share_text
 from .loading import demo_loss_of
 from .numbers import host, norm, number, shape_text
-from .walk import GraphWalk, ValueWalk, input_names
+from .walk import GraphWalk, ValueWalk, input_names, walk_of
 
 INSTALL_PYTHON = 'pip install -e ".[viz]"  (or: pip install graphviz)'
 INSTALL_DOT = ("install Graphviz, which provides `dot`: sudo apt-get install graphviz (Debian/Ubuntu), "
@@ -177,8 +185,8 @@ def _tensor_node(t, walk, cluster, grads=None):
     else:
         lines.append(_grad_line(t, walk))
         legend.add("values" if small and t.data.size > 1 else "norm" if t.grad is not None else "")
-    if t is walk.root:
-        kind_legend, (fill, border) = "loss", LOSS
+    if t is walk.root:  # a gradient drawn as a graph (--double) is not a loss: its backward starts from a seed
+        kind_legend, (fill, border) = "loss" if t.data.size == 1 else "output", LOSS
     elif not t.requires_grad:
         kind_legend, (fill, border) = "constant", CONSTANT
     elif t.is_leaf:
@@ -681,12 +689,54 @@ def build_demo(module, backward=True):
     return name, loss
 
 
-def keep_gradients(loss):
+def keep_gradients(loss, grad=None):
     """Backward with every intermediate tensor keeping its gradient, and the graph kept for drawing."""
     for t in GraphWalk(loss).order:
         if not t.is_leaf:
             t.retain_grad()
-    loss.backward(retain_graph=True)
+    loss.backward(grad, retain_graph=True)
+
+
+def gradient_of(loss, leaf=None):
+    """∂loss/∂leaf with a graph of its own (create_graph=True), named so: what `--double` draws and
+    `viz.trace --double` walks. `leaf` is a leaf's name (default: the first the forward pass read that has
+    one, else the first). The forward graph's `.grad`s are left as they were (a Value's, zeroed)."""
+    walk = walk_of(loss)
+    leaves = [t for t in walk.tensors if (not t.inputs if isinstance(t, Value) else t.is_leaf and t.requires_grad)]
+    named = [t for t in leaves if t.name] or leaves
+    if leaf is None:
+        chosen = named[0]
+    else:
+        chosen = next((t for t in leaves if walk.label(t) == leaf), None)
+        if chosen is None:
+            raise SystemExit(f"no leaf named {leaf!r} below the loss; its leaves: "
+                             + ", ".join(walk.label(t) for t in named))
+    if isinstance(loss, Value):
+        loss.backward(create_graph=True)
+        grad = chosen.grad
+        for v in walk.order:  # the first backward's Values: the gradient's own backward fills .grad afresh
+            v.grad = 0.0
+    else:
+        (grad,) = ag.grad(loss, chosen, create_graph=True)
+    if not isinstance(grad, (Value, ag.Tensor)) or isinstance(grad, ag.Tensor) and not grad.requires_grad:
+        raise SystemExit(f"∂{walk.label(loss)}/∂{walk.label(chosen)} does not depend on anything that "
+                         "requires grad: it is a constant, with no graph to draw")
+    grad.name = f"∂{walk.label(loss)}/∂{walk.label(chosen)}"
+    return grad
+
+
+def build_double(module, leaf=None, backward=True):
+    """Run `module`'s demo_loss(), take ∂loss/∂leaf with its graph (gradient_of), and run that gradient's own
+    backward, every gradient kept: (name, the gradient). A tensor's gradient g is seeded with itself, the
+    backward of ½‖g‖², which leaves H g on the leaf (a Hessian-vector product; ones would give H·1, which
+    softmax's Hessian sends to 0)."""
+    name, loss = demo_loss_of(module)
+    grad = gradient_of(loss, leaf)
+    if backward and isinstance(grad, Value):
+        grad.backward()
+    elif backward:
+        keep_gradients(grad, grad.data)
+    return name, grad
 
 
 def main(argv=None):
@@ -710,6 +760,10 @@ def main(argv=None):
                    help="write each part's share of a summed gradient on its arrow; with LEAF (a tensor's name, "
                         "e.g. E), draw in red the path from the loss to it taking the largest share at every sum "
                         "(default: none, no shares)")
+    p.add_argument("--double", nargs="?", const="", metavar="LEAF",
+                   help="draw the gradient ∂loss/∂LEAF as a graph of its own (create_graph=True): backward's ops "
+                        "as ordinary ops, a box per step of backward (default: none, the loss's graph; LEAF "
+                        "left out: the first named leaf)")
     args = p.parse_args(argv)
     if args.flow is not None and args.no_backward:
         p.error("--flow shows the gradient's parts, which backward makes; drop --no-backward")
@@ -722,14 +776,23 @@ def main(argv=None):
     except ImportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    name, loss = build_demo(args.module, backward=not args.no_backward)
+    collapse = args.collapse_depth if args.collapse_depth is not None else args.collapse
+    when = "before backward" if args.no_backward else "after backward"
+    if args.double is not None:
+        if args.flow is not None:
+            print("viz.graph: error: --flow and --double draw different graphs; pass one of them", file=sys.stderr)
+            return 1
+        name, loss = build_double(args.module, args.double or None, backward=not args.no_backward)
+        seed = "" if args.no_backward else " (from ½‖g‖²)" if isinstance(loss, ag.Tensor) else ""
+        title = (f"{loss.name} of {name}.demo_loss() with create_graph=True: backward's ops, boxed by step, "
+                 f"are ops like any other · {when}{seed}")
+    else:
+        name, loss = build_demo(args.module, backward=not args.no_backward)
+        title = f"{name}.demo_loss() = {number(float(loss.data), 6)} · backward graph, {when}"
     if args.flow is not None and isinstance(loss, Value):
         print(f"viz.graph: error: --flow draws a tensor graph's shares; {name}.demo_loss() is a Value "
               "(viz.trace's page shows each part of its sums)", file=sys.stderr)
         return 1
-    collapse = args.collapse_depth if args.collapse_depth is not None else args.collapse
-    when = "before backward" if args.no_backward else "after backward"
-    title = f"{name}.demo_loss() = {number(float(loss.data), 6)} · backward graph, {when}"
     try:
         flow_to = _named(loss, args.flow) if args.flow else None
     except KeyError as exc:
@@ -739,7 +802,8 @@ def main(argv=None):
         title += " · each part's share of a summed gradient" + (f", the path to {args.flow} in red" if flow_to is not None else "")
     graph = draw(loss, collapse=collapse, depth=args.depth, title=title, flow=True if args.flow is not None else None,
                  flow_to=flow_to)
-    out = Path(args.out) if args.out else Path(f"graph_{name.rsplit('.', 1)[-1]}.{args.format}")
+    stem = f"graph_{name.rsplit('.', 1)[-1]}" + ("_double" if args.double is not None else "")
+    out = Path(args.out) if args.out else Path(f"{stem}.{args.format}")
     try:
         return _write(graph, out, args.format)
     except OSError as exc:  # the disk is full or read-only, or a folder of the path was taken meanwhile

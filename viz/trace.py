@@ -3,6 +3,7 @@
     python -m viz.trace models.tiny             # the hand-calculable transformer's backward pass
     python -m viz.trace model.bigram --max-values 64
     python -m viz.trace models.neuron           # chapter one's Value graph, node by node
+    python -m viz.trace models.bigram --double W_U   # a double backward: through the graph of ∂loss/∂W_U
 
     from viz.trace import trace, format_trace
     steps = trace(loss)          # a list of Step; steps.leaves holds what backward leaves in .grad
@@ -21,6 +22,11 @@ A `Value`'s graph is traced the same way, into the same steps: `Value.backward`'
 walk (every node in `topological_order()`, each input getting local
 derivative × g, added in the same order), its numbers Python floats; what an
 op "saved" is its local derivatives, ∂out/∂a for each input a.
+
+`--double [LEAF]` traces a double backward: the backward pass through the
+graph of the gradient ∂loss/∂LEAF (viz.graph.gradient_of, create_graph=True),
+from ½‖g‖² for a tensor's gradient g, so that LEAF receives H g; each step
+says, as its module, which step of the first backward recorded its op.
 """
 
 if __name__ == "__main__":  # before the imports below: a Ctrl-C while they load, or while the options are parsed,
@@ -38,7 +44,7 @@ import numpy as np
 from autograd import backend
 from autograd import Tensor, Value, backward_steps, root_grad
 
-from .graph import INSTALL_DOT
+from .graph import INSTALL_DOT, gradient_of
 from .loading import demo_loss_of
 from .numbers import number, shape_text, summary_text, values_text
 from .trace_page import write_page
@@ -219,9 +225,9 @@ def format_trace(steps, max_values=16, decimals=6):
     return "\n".join(lines)
 
 
-def print_trace(root, max_values=16, decimals=6, file=None):
-    """Trace the backward pass from `root` (a Tensor or a Value) and print it."""
-    print(format_trace(trace(root), max_values, decimals), file=file or sys.stdout)
+def print_trace(root, max_values=16, decimals=6, file=None, grad=None):
+    """Trace the backward pass from `root` (a Tensor or a Value; `grad` as in trace) and print it."""
+    print(format_trace(trace(root, grad), max_values, decimals), file=file or sys.stdout)
 
 
 def main(argv=None):
@@ -236,6 +242,10 @@ def main(argv=None):
     p.add_argument("--html", metavar="PATH", type=output_file,
                    help="write one self-contained page that steps through backward on the graph's picture "
                         "(default: none, the text trace only)")
+    p.add_argument("--double", nargs="?", const="", metavar="LEAF",
+                   help="trace a double backward: the backward of ½‖g‖² through the graph of g = ∂loss/∂LEAF, "
+                        "built with create_graph=True (default: none, the loss's backward; LEAF left out: the "
+                        "first named leaf)")
     args = p.parse_args(argv)
     if args.max_values < 0:
         p.error(f"--max-values must be at least 0, got {args.max_values}")
@@ -247,18 +257,21 @@ def main(argv=None):
     if args.html and shutil.which("dot") is None:
         p.error(f"--html draws the graph, which needs Graphviz's `dot`: {INSTALL_DOT}")
     name, loss = demo_loss_of(args.module)
+    grad, what = None, f"{name}.demo_loss() = {number(float(loss.data), 6)} · backward, step by step"
+    if args.double is not None:
+        loss = gradient_of(loss, args.double or None)
+        grad = loss.data if isinstance(loss, Tensor) else None  # ½‖g‖²: the leaf receives H g
+        what = f"{loss.name} of {name}.demo_loss() (create_graph=True) · its backward, step by step"
     if args.html:
         try:
-            write_page(trace(loss), Path(args.html),
-                       f"{name}.demo_loss() = {number(float(loss.data), 6)} · backward, step by step",
-                       args.max_values, args.decimals)
+            write_page(trace(loss, grad), Path(args.html), what, args.max_values, args.decimals)
         except OSError as exc:
             print(f"viz.trace: error: cannot write {args.html}: {exc.strerror or exc}", file=sys.stderr)
             return 1
         print(f"wrote {args.html}: open it in a browser; ← and → step through backward")
         return 0
     try:
-        print_trace(loss, args.max_values, args.decimals)
+        print_trace(loss, args.max_values, args.decimals, grad=grad)
     except BrokenPipeError:  # `| head` closed the pipe: stop quietly, without a traceback at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0

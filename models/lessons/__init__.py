@@ -7,4 +7,5 @@
     value_nn      chapter one's network on Value: Neuron, Layer, MLP
     moons         micrograd's demo: an MLP on Value separates two half-moons
     troubleshoot  three ways training a GPT fails, and what the tools say
+    newton        Newton-CG by Hessian-vector products beside gradient descent, on the bigram
 """

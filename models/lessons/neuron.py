@@ -9,8 +9,12 @@ What this file promises:
   do/dw₁ = x₁ · 0.5 = 1, do/dx₁ = w₁ · 0.5 = −1.5, do/dw₂ = x₂ · 0.5 = 0
   (x₂ is 0: w₂ cannot matter), do/dx₂ = w₂ · 0.5 = 0.5, do/db = 0.5.
 * `demo_loss()`: o, a `Value`, for `python -m viz.graph models.neuron`.
+* `tanh_derivatives(x)`: (d tanh/dx, d² tanh/dx²) at x from the engine:
+  backward(create_graph=True) makes the first a Value, 1 − tanh²x, whose own
+  backward gives the second, −2 tanh x (1 − tanh²x), to within 1e-12.
 
-`python -m models.neuron` prints every node's data and grad after backward.
+`python -m models.neuron` prints every node's data and grad after backward,
+then d²o/dn² from the engine beside −2o(1 − o²).
 """
 from autograd import Value
 from models.cli import Parser
@@ -35,6 +39,15 @@ def neuron():
     return nodes
 
 
+def tanh_derivatives(x):
+    """(d tanh/dx, d² tanh/dx²) at x: a backward with create_graph=True, then the backward of its gradient."""
+    leaf = Value(x)
+    leaf.tanh().backward(create_graph=True)
+    first, leaf.grad = leaf.grad, 0.0  # a Value, 1 − tanh²x, with its graph; leaf.grad starts afresh
+    first.backward()
+    return first.data, leaf.grad
+
+
 def demo_loss():
     """The neuron's output o = tanh(n) = 0.7071067811865476, a Value whose graph viz draws."""
     return neuron()["o"]
@@ -53,6 +66,11 @@ def main(argv=None):
         print(f"  {name:<{width}}  {v.data:>10.4f}  {v.grad:>18.4f}")
     print(f"  do/dn = 1 − o² = 1 − {o.data:.4f}² = {1 - o.data ** 2:.4f}")
     print("  a weight's gradient is its input times do/dn, an input's is its weight times do/dn")
+    first, second = tanh_derivatives(nodes["n"].data)
+    by_hand = -2 * o.data * (1 - o.data ** 2)
+    print("backward is a graph too: with create_graph=True, do/dn is the Value 1 − o², and its own backward gives")
+    print(f"  d²o/dn² = {second:.16f} from the engine, −2o(1 − o²) = {by_hand:.16f} by hand "
+          f"(they differ by {abs(second - by_hand):.1e})")
 
 
 if __name__ == "__main__":

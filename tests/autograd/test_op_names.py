@@ -62,6 +62,8 @@ EXAMPLES = {
     ops.Where: [lambda: ag.where(np.array([True, False, True]), leaf(3), leaf(3))],
     ops.Cast: [lambda: leaf(3).astype("float32")],
     ops.ToDevice: [lambda: ops.ToDevice.apply(leaf(3), device="cpu")],  # a second device is not needed to run it
+    ops.BroadcastTo: [lambda: ops.BroadcastTo.apply(leaf(3), shape=(2, 3))],
+    ops.AddAt: [lambda: ops.AddAt.apply(leaf(4, 2), leaf(3, 2), key=np.array([0, 0, 3]), repeats=True)],
     ops.Softmax: [lambda: leaf(2, 3).softmax(), lambda: ag.softmax(leaf(2, 3), mask=np.array([True, True, False]))],
     ops.LogSoftmax: [lambda: leaf(2, 3).log_softmax()],
     ops.CrossEntropy: [lambda: ag.cross_entropy(leaf(2, 3), np.array([0, 2])),

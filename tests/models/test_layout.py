@@ -27,7 +27,7 @@ def front_doors():
 
 DOORS = front_doors()
 # what DESIGN.md fixes and the README's commands use
-DOCUMENTED = {"bigram", "softmax", "tiny", "neuron", "moons", "troubleshoot", "gpt2", "gpt2_params", "tokenizer",
+DOCUMENTED = {"bigram", "softmax", "tiny", "neuron", "moons", "troubleshoot", "newton", "gpt2", "gpt2_params", "tokenizer",
               "train", "sample", "prepare", "eval", "export_merged"}
 
 

@@ -46,3 +46,12 @@ def test_command_prints_every_node():
     assert rows["x1"] == ["2.0000", "-1.5000"] and rows["w1"] == ["-3.0000", "1.0000"]
     assert rows["o"] == ["0.7071", "1.0000"] and rows["b"] == ["6.8814", "0.5000"]
     assert "1 − 0.7071² = 0.5000" in out
+    assert "d²o/dn² = -0.70710678118654" in out and "−2o(1 − o²) = -0.70710678118654" in out
+
+
+@pytest.mark.parametrize("x", [-2.0, -0.3, 0.0, math.asinh(1.0), 1.7])
+def test_the_second_derivative_of_tanh_from_the_engine(x):
+    first, second = neuron.tanh_derivatives(x)
+    t = math.tanh(x)
+    assert first == pytest.approx(1 - t * t, abs=1e-12)
+    assert second == pytest.approx(-2 * t * (1 - t * t), abs=1e-12)

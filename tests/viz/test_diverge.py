@@ -61,7 +61,7 @@ def test_bad_settings_are_refused_before_any_work(argv, message, capsys):
 
 @needs_dot
 def test_reference_arrays_from_a_file_stand_for_run_b(tmp_path, capsys):
-    import models.tiny as tiny
+    import models.lessons.tiny as tiny
     steps = {}
     tiny.TinyTransformer()(tiny.INPUT_IDS, steps=steps)
     path = tmp_path / "captured.npz"
@@ -73,7 +73,7 @@ def test_reference_arrays_from_a_file_stand_for_run_b(tmp_path, capsys):
 
 
 def test_collapsed_the_module_box_that_holds_the_parting_op_is_marked(monkeypatch):
-    import models.gpt2 as gpt2
+    import models.gpt.gpt2 as gpt2
     plant(monkeypatch, "matmul", matmul_a_thousandth_high)
     report = ag.diverge(gpt2.demo_loss, a={"fused": True}, b={"fused": False})
     assert (report.forward.op, report.forward.scope) == ("Linear", "transformer.h.0.attn.c_attn")

@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("graphviz", reason='the Python package graphviz is not installed: pip install -e ".[viz]"')
 
-import models.gpt2 as gpt2  # noqa: E402
-import models.tiny as tiny  # noqa: E402
+import models.gpt.gpt2 as gpt2  # noqa: E402
+import models.lessons.tiny as tiny  # noqa: E402
 from autograd import Tensor, topological_order  # noqa: E402
 from tests.viz.test_graph import needs_dot  # noqa: E402
 from viz import graph as vg  # noqa: E402

@@ -456,3 +456,55 @@ def test_grads_replaces_each_gradient_with_the_lines_given_as_the_boxs_last_line
     assert not any("room for" in v for k, v in drawn.items() if re.fullmatch(r"op\d+c\d+", k))  # targets: none
     v = Value(2.0, name="v")
     assert "room for v" in nodes(vg.draw(v * v, grads=lambda n: [f"room for {n.name}"]))["v1"]
+
+
+# --double: a gradient drawn as a graph of its own
+
+def test_gradient_of_is_the_gradient_with_a_graph_of_backwards_ops_named_by_step():
+    loss = demo_module.demo_loss()
+    grad = vg.gradient_of(loss)  # the first named leaf the forward read: wte.weight
+    assert grad.name == "∂loss/∂wte.weight" and grad.requires_grad
+    params = demo_module.parameters()
+    demo_module.demo_loss(params).backward()
+    np.testing.assert_allclose(grad.data, params["wte.weight"].grad, rtol=1e-5, atol=1e-7)
+    scopes = {op.scope for op in GraphWalk(grad).ops}
+    assert "backward 1: CrossEntropy" in scopes and "lm_head.backward 2: MatMul" in scopes
+    assert any(s.startswith("block.ln.backward") and s.endswith("LayerNorm") for s in scopes)
+    with pytest.raises(SystemExit, match="no leaf named 'nope' below the loss; its leaves: wte.weight, "):
+        vg.gradient_of(demo_module.demo_loss(), "nope")
+
+
+def test_build_double_leaves_a_hessian_vector_product_on_the_leaf():
+    name, grad = vg.build_double(MODULE, "block.attn.weight")
+    leaf = next(t for t in GraphWalk(grad).tensors if t.name == "block.attn.weight")
+    params = demo_module.parameters(dtype=np.float64)
+
+    def loss_of(w):
+        return demo_module.demo_loss({**params, "block.attn.weight": w})
+    _, hv = ag.hvp(loss_of, params["block.attn.weight"], grad.data.astype(np.float64))
+    np.testing.assert_allclose(leaf.grad, hv.data, rtol=1e-4, atol=1e-6)  # ∂(½‖g‖²)/∂W = H g, float32 vs 64
+
+
+def test_the_double_of_a_value_is_its_second_derivative():
+    from models.lessons import neuron
+    o = neuron.demo_loss()
+    grad = vg.gradient_of(o, "w1")
+    assert isinstance(grad, Value) and grad.name == "∂o/∂w1"
+    x1, d = 2.0, 1 - o.data ** 2
+    assert grad.data == pytest.approx(x1 * d, rel=1e-12)
+    grad.backward()
+    w1 = next(v for v in grad.topological_order() if v.name == "w1")
+    assert w1.grad == pytest.approx(x1 * -2 * o.data * d * x1, rel=1e-12)  # ∂²o/∂w1² = x1²·(−2o)(1 − o²)
+
+
+@needs_dot
+def test_cli_double_draws_the_gradients_own_graph(tmp_path):
+    out = tmp_path / "double.svg"
+    assert vg.main([MODULE, "--double", "block.ln.bias", "--out", str(out)]) == 0
+    _, text = svg_text(out)
+    for label in ("∂loss/∂block.ln.bias", "create_graph=True", "backward 1: CrossEntropy", "AddAt",
+                  "dx = g, dy = g[key]", "grad norm ="):
+        assert label in text, label
+    assert "no grad yet" not in text
+    assert vg.main(["models.neuron", "--double", "--no-backward", "--out", str(tmp_path / "n.svg")]) == 0
+    assert "no grad yet" not in svg_text(tmp_path / "n.svg")[1]  # a Value's box shows its grad, 0 before

@@ -375,3 +375,19 @@ def test_html_on_a_full_disk_is_one_line_and_leaves_no_part_file(tmp_path, capsy
     assert vt.main([MODULE, "--html", str(tmp_path / "t.html")]) == 1
     assert capsys.readouterr().err == f"viz.trace: error: cannot write {tmp_path / 't.html'}: No space left on device\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_double_backward_is_traced_as_the_engine_runs_it(capsys):
+    grad = vt.gradient_of(demo_module.demo_loss(), "block.ln.weight")
+    steps = vt.trace(grad, grad.data)
+    assert {s.scope for s in steps} >= {"backward 1: CrossEntropy", "block.ln.backward 3: LayerNorm"}
+    assert "AddAt" in {s.name for s in steps}
+    leaves = {leaf.label: leaf.grad for leaf in steps.leaves}
+    grad.backward(grad.data)  # what the trace walked, for real: ½‖g‖²'s gradient, H g on the parameters
+    for t in topological_order(grad):
+        if t.is_leaf and t.name in leaves:
+            np.testing.assert_array_equal(leaves[t.name], t.grad)
+    assert vt.main([MODULE, "--double", "block.ln.weight", "--max-values", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Backward pass of L = ∂loss/∂block.ln.weight, step by step as Tensor.backward runs it.")
+    assert "[backward 1: CrossEntropy]" in out and "block.ln.weight.grad" in out

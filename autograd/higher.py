@@ -1,0 +1,254 @@
+"""Higher-order gradients: backward is a computation too, so under create_graph=True it is recorded as one.
+
+    g, = ag.grad(loss, x, create_graph=True)   # ∂L/∂x, a Tensor with a graph of its own
+    (g * g).sum().backward()                   # differentiate it again: x.grad = 2 H g
+    ag.hvp(fn, x, v)                           # (fn(x), H v) by two backward passes
+    ag.hessian(fn, x)                          # the full matrix, for small teaching inputs
+
+Each op's VJP is written once (autograd/ops.py), against `self.xp`. A plain
+backward hands it arrays and the array module. Under create_graph,
+`vjp_in_graph` hands the same `backward` a copy of the op whose `xp` is
+`Namespace`, NumPy's names spelled with engine ops, and whose `saved` are the
+tensors those arrays came from (the op's `saved_in_graph`): the lines that
+computed a number now record ops, and the gradient they return has a graph. A
+fused op's copy runs its composed rule, every step an engine op, instead of
+its kernel; an op that cannot say what its VJP reads (Checkpoint, an op
+defined elsewhere without `saved_in_graph`) raises, naming itself, rather
+than return a second derivative that treats its arrays as constants.
+"""
+import copy
+
+from . import backend, functional, ops
+from . import tensor as _tensor
+from .gradcheck import jacobian
+from .tensor import Tensor, _as_array, name_scope, root_grad
+
+
+class Namespace:
+    """The array module's names for what the ops' VJPs call, recording engine ops on tensors: the `xp` of an op's
+    backward under create_graph. `out=` is accepted and ignored (a tensor is never written in place), so a VJP
+    spells an update as `a = xp.f(..., out=a)`; integer results (indices) stay arrays."""
+
+    def __init__(self, device):
+        self.device = device
+        self.array = backend.xp_for(device)
+
+    def _constant(self, array):
+        return Tensor._make(array, self.device, False, None)
+
+    def zeros(self, shape, dtype=None):
+        return self._constant(self.array.zeros(shape, dtype=dtype))
+
+    def zeros_like(self, a, dtype=None):
+        return self._constant(self.array.zeros_like(a.data if isinstance(a, Tensor) else a, dtype=dtype))
+
+    def ones(self, shape, dtype=None):
+        return self._constant(self.array.ones(shape, dtype=dtype))
+
+    def empty_like(self, a):
+        return None  # only ever an `out=` buffer, which the functions here never write
+
+    def arange(self, *args, **kwargs):
+        return self.array.arange(*args, **kwargs)
+
+    def logical_and(self, a, b):
+        return self.array.logical_and(_data(a), _data(b))  # of masks (comparisons), constants of the rule
+
+    def where(self, cond, a, b):
+        return functional.where(cond, a, b)
+
+    def multiply(self, a, b, out=None):
+        return a * b
+
+    def matmul(self, a, b):
+        return a @ b
+
+    def exp(self, x, out=None):
+        return x.exp()
+
+    def log(self, x, out=None):
+        return x.log()
+
+    def broadcast_to(self, x, shape):
+        return ops.BroadcastTo.apply(x, shape=tuple(shape))
+
+    def split(self, x, indices_or_sections, axis=0):
+        return functional.split(x, indices_or_sections, axis)
+
+    def concatenate(self, xs, axis=0):
+        return functional.concat(xs, axis)
+
+    def moveaxis(self, x, source, destination):
+        axes = [a for a in range(x.ndim) if a != source % x.ndim]
+        axes.insert(destination % x.ndim, source % x.ndim)
+        return x.transpose(axes)
+
+
+def _data(x):
+    return x.data if isinstance(x, Tensor) else x
+
+
+_namespaces = {}
+
+
+def namespace(device):
+    if device not in _namespaces:
+        _namespaces[device] = Namespace(device)
+    return _namespaces[device]
+
+
+def vjp_in_graph(op, out, g, step):
+    """op's VJP of the gradient `g` (a Tensor) as ops of the graph: one gradient Tensor (or None) per input.
+
+    A copy of the op runs its own `backward` with the engine's namespace for `xp` and
+    `saved_in_graph`'s tensors for `saved`, with recording on and the recorded ops
+    named after this step of backward ("backward 3: Tanh", within the op's module).
+    The op itself is left as it was recorded.
+    """
+    twin = copy.copy(op)
+    twin.xp, twin.last_use = namespace(out.device), False
+    twin.saved = twin.saved_in_graph(op.inputs, out)
+    label = f"backward {step}: {op.name}"
+    recording, _tensor._grad_enabled = _tensor._grad_enabled, True
+    try:
+        with name_scope(f"{op.scope}.{label}" if op.scope else label):
+            grads = twin.backward(g)
+    finally:
+        _tensor._grad_enabled = recording
+    grads = grads if isinstance(grads, tuple) else (grads,)
+    return tuple(pg if pg is None or isinstance(pg, Tensor) else Tensor._make(pg, out.device, False, None)
+                 for pg in grads)
+
+
+def root_tensor(root, grad, op):
+    """The gradient a create_graph backward starts from, as a Tensor: `grad` itself when it is one (its graph
+    kept, so that the result can be differentiated with respect to it too), else root_grad's array."""
+    if isinstance(grad, Tensor):
+        root_grad(root, grad.data, op)  # the same checks: root requires grad, the shapes agree
+        return grad if grad.dtype == root.dtype else grad.astype(root.dtype)
+    return Tensor._make(root_grad(root, grad, op), root.device, False, None)
+
+
+def arrays(g, input_grads):
+    """A create_graph step's gradients as arrays, for detect_anomaly's scan."""
+    return g.data, tuple(None if pg is None else pg.data for pg in input_grads)
+
+
+def _tensors(xs, what):
+    """A Tensor or a sequence of them, as a list."""
+    xs = [xs] if isinstance(xs, Tensor) else list(xs)
+    if not xs or not all(isinstance(x, Tensor) for x in xs):
+        raise TypeError(f"grad: {what} must be a Tensor or a sequence of Tensors")
+    return xs
+
+
+def _root(outputs, grad_outputs, create_graph):
+    """One root and its gradient for a backward from several outputs: Σᵢ Σ(outputᵢ ⊙ vᵢ), whose gradient with
+    respect to outputᵢ is vᵢ exactly (1 · vᵢ), seeded with 1."""
+    if len(outputs) == 1:
+        out, v = outputs[0], grad_outputs[0]
+        return out, root_tensor(out, v, "grad") if create_graph else root_grad(out, _data(v), "grad")
+    recording, _tensor._grad_enabled = _tensor._grad_enabled, True
+    try:
+        total = None
+        for out, v in zip(outputs, grad_outputs):
+            seed = root_tensor(out, v, "grad")
+            part = (out * seed).sum()
+            total = part if total is None else total + part
+    finally:
+        _tensor._grad_enabled = recording
+    one = backend.xp_for(total.device).ones_like(total.data)
+    return total, Tensor._make(one, total.device, False, None) if create_graph else one
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
+    """The gradients of `outputs` with respect to `inputs`, as torch.autograd.grad: a tuple, one Tensor per input.
+
+    outputs: a Tensor or a sequence; a non-scalar one needs its entry of `grad_outputs` (an array or a
+        Tensor of its shape: with create_graph, a Tensor that requires grad keeps its graph, so the result
+        can be differentiated with respect to it too).
+    inputs: a Tensor or a sequence, each requiring grad; leaves or not.
+    retain_graph: keep the graph for another backward (default: what create_graph says).
+    create_graph: the gradients are Tensors with a graph of their own, to differentiate again; without
+        it they are the very arrays backward() would have added into .grad, wrapped in Tensors without one.
+    allow_unused: an input the outputs do not depend on gets None; without it, that is an error.
+    No `.grad` is touched.
+    """
+    outputs, inputs = _tensors(outputs, "outputs"), _tensors(inputs, "inputs")
+    if grad_outputs is None or isinstance(grad_outputs, Tensor) or backend.device_of(grad_outputs) is not None:
+        grad_outputs = [grad_outputs] * len(outputs) if grad_outputs is None else [grad_outputs]
+    grad_outputs = list(grad_outputs)
+    if len(grad_outputs) != len(outputs):
+        raise ValueError(f"grad: {len(grad_outputs)} grad_outputs for {len(outputs)} outputs; give one per output "
+                         "(None for a scalar)")
+    for i, x in enumerate(inputs):
+        if not x.requires_grad:
+            raise RuntimeError(f"grad: input {i} does not require grad, so no gradient is defined for it; "
+                               "make it with requires_grad=True")
+    root, seed = _root(outputs, grad_outputs, create_graph)
+    free = not (create_graph if retain_graph is None else retain_graph)
+    wanted = {}
+    for i, x in enumerate(inputs):
+        wanted.setdefault(id(x), []).append(i)
+    found = [None] * len(inputs)
+    for t, g, _ in _tensor.backward_steps(root, seed, free, create_graph):
+        for i in wanted.get(id(t), ()):
+            found[i] = g if create_graph else Tensor._make(
+                backend.xp_for(t.device).asarray(g, dtype=t.data.dtype), t.device, False, None)
+    missing = [i for i, g in enumerate(found) if g is None]
+    if missing and not allow_unused:
+        raise RuntimeError(f"grad: input {missing[0]} was not used to compute the outputs (no path leads from it "
+                           "to them), so its gradient is undefined; pass allow_unused=True to get None for it")
+    return tuple(found)
+
+
+def _leaves(xs):
+    return [Tensor(_data(x), requires_grad=True) for x in xs]
+
+
+def hvp(fn, inputs, v):
+    """(fn(*inputs), H v): the Hessian of the scalar fn at `inputs` applied to `v`, as torch.autograd.functional.hvp.
+
+    `inputs` and `v` are a Tensor (or array) each, or matching sequences. Two backward passes, no Hessian built:
+    g = ∇fn with create_graph, then ∇(g · v) = H v (H is symmetric). The results are Tensors without a graph;
+    fresh leaves are made from the inputs' data, so the caller's tensors are left alone.
+    """
+    single = not isinstance(inputs, (list, tuple))
+    xs = _leaves([inputs] if single else inputs)
+    vs = [v] if single else list(v)
+    if len(vs) != len(xs):
+        raise ValueError(f"hvp: {len(vs)} vectors for {len(xs)} inputs; give v the inputs' structure")
+    vs = [_as_array(u, x.dtype, x.device)[0] for u, x in zip(vs, xs)]
+    for u, x in zip(vs, xs):
+        if u.shape != x.shape:
+            raise ValueError(f"hvp: v has shape {u.shape} but its input has shape {x.shape}")
+    out = _scalar(fn(*xs), "hvp")
+    terms = [(g * u).sum() for g, u in zip(grad(out, xs, create_graph=True, allow_unused=True), vs)
+             if g is not None and g.requires_grad]  # a gradient without a graph is constant: its H v is 0
+    products = grad(sum(terms[1:], terms[0]), xs, allow_unused=True) if terms else [None] * len(xs)
+    products = [p if p is not None else namespace(x.device).zeros(x.shape, x.dtype) for p, x in zip(products, xs)]
+    return out.detach(), products[0] if single else tuple(products)
+
+
+def _scalar(out, op):
+    if not isinstance(out, Tensor) or out.data.size != 1:
+        raise ValueError(f"{op}: fn must return a scalar Tensor (a Hessian is of one number), "
+                         f"got {out.shape if isinstance(out, Tensor) else type(out).__name__}")
+    return out
+
+
+def hessian(fn, x):
+    """The Hessian H[i..., j...] = ∂²fn(x)/∂x[i...]∂x[j...], as a host float64 array of shape x.shape + x.shape.
+
+    The Jacobian of the gradient: g = ∇fn with create_graph=True, then one backward per element of g
+    (ag.jacobian), as torch.autograd.functional.hessian gives it; for a few elements, for teaching.
+    """
+    def gradient(t):
+        (g,) = grad(_scalar(fn(t), "hessian"), t, create_graph=True, allow_unused=True)
+        return g if g is not None else namespace(t.device).zeros(t.shape, t.dtype)
+    return jacobian(gradient, x)
+
+
+# Tensor.backward(create_graph=True) and backward_steps reach these through tensor.py's _higher: tensor.py
+# cannot import this file, which builds on it.
+vars(_tensor._higher).update(root_tensor=root_tensor, vjp_in_graph=vjp_in_graph, arrays=arrays)
