@@ -335,9 +335,9 @@ def train(args, world):
         if it == args.max_iters:
             break
         progress.begin()
-        x, y = data.batch("train", run.layout.rows, args.block_size, run.data_rng)  # alike on every rank
         optimizer.zero_grad()
-        with world.together(), anomaly:
+        with world.together(), anomaly:  # a shard first read here is checked: a rank that finds it damaged says so
+            x, y = data.batch("train", run.layout.rows, args.block_size, run.data_rng)  # alike on every rank
             local_loss = accumulate_gradients(model, x, y, run.layout, world.rank, args)
         loss = world.mean([local_loss])[0]
         check_finite(loss, run, optimizer, out_dir)  # every rank alike, before the update
