@@ -42,7 +42,7 @@ import numpy as np
 import autograd as ag
 import nn
 from models.training import checkpoint, health
-from models.cli import Parser, device, interval, model_folder, output_folder, show_default
+from models.cli import Parser, device, interval, machine_memory, model_folder, output_folder, show_default
 from models.training.data import Layout, TokenData, load_text
 from models.gpt.gpt2 import GPT, GPTConfig
 from models.interrupts import came_from_ctrl_c
@@ -91,9 +91,9 @@ def make_parser():
                    help="fine-tune a Hugging Face GPT-2 folder (config.json + model.safetensors) or a checkpoint "
                         "(default: none, a new model)")
     g = p.add_argument_group("fine-tuning with LoRA (nn.lora) and less memory")
-    g.add_argument("--lora-r", type=COUNT, default=0,
+    g.add_argument("--lora-r", type=POSITIVE, default=None,
                    help="with --init-from: freeze the model and train rank-r adapters of the --lora-targets layers; "
-                        "the checkpoint then holds the adapters alone (0: a full fine-tune)")
+                        "the checkpoint then holds the adapters alone (default: none, a full fine-tune)")
     g.add_argument("--lora-alpha", type=interval(float, "(0, inf)"), default=16.0,
                    help="the adapters' scale: their update is B·A·alpha/r")
     g.add_argument("--lora-targets", default="c_attn", type=names_list, metavar="NAMES",
@@ -222,6 +222,11 @@ def names_list(text):
 
 def check_combinations(args):
     """Options that are each in range but make no sense together (on --resume, after the checkpoint's are in)."""
+    if not args.lora_r and not args.resume:  # on --resume the checkpoint fixes them, and resume says so
+        needless = [f"--{name.replace('_', '-')}" for name in ("lora_alpha", "lora_targets") if name in args.given]
+        if needless:
+            raise ValueError(f"{' and '.join(needless)} shape{'s' * (len(needless) == 1)} LoRA adapters, which "
+                             "only --lora-r R makes; give --lora-r, or leave them out for a full fine-tune")
     if args.lora_r and not args.init_from:
         raise ValueError(f"--lora-r {args.lora_r} adapts a trained model: give it one with --init-from DIR")
     if args.min_lr > args.lr:
@@ -255,19 +260,6 @@ def check_memory(args, available):
                          f" for each parameter's {itemsize}-byte weight, gradient and two AdamW moments, "
                          f"{attention / 2 ** 30:,.1f} for the attention weights every layer keeps), but this machine "
                          f"has {available / 2 ** 30:,.1f} GiB of memory: choose a smaller model or batch")
-
-
-def machine_memory():
-    """This machine's memory in bytes (os.sysconf, else /proc/meminfo), or None where neither says."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        pass
-    try:
-        with open("/proc/meminfo") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal:"))
-    except (OSError, StopIteration, ValueError, IndexError):
-        return None
 
 
 def option_facts(args):
