@@ -13,6 +13,7 @@ import numpy as np
 
 import autograd as ag
 from autograd import Tensor, backend
+from models.cli import machine_memory
 
 
 def top_k_mask(logits, k):
@@ -74,7 +75,7 @@ def sample(logits, temperature=1.0, top_k=None, top_p=None):
 
 def check_arguments(max_new_tokens, temperature, top_k, top_p):
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
-        raise ValueError(f"generate: max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
+        raise ValueError(f"generate: max_new_tokens must be an integer of at least 0, got {max_new_tokens!r}")
     real = (int, float, np.integer, np.floating)
     if isinstance(temperature, bool) or not isinstance(temperature, real) or not 0 <= temperature < math.inf:
         raise ValueError(f"generate: temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
@@ -82,6 +83,16 @@ def check_arguments(max_new_tokens, temperature, top_k, top_p):
         raise ValueError(f"generate: top_k must be a positive integer or None, got {top_k!r}")
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, real) or not 0 < top_p <= 1):
         raise ValueError(f"generate: top_p must be a number in (0, 1] or None, got {top_p!r}")
+
+
+def check_fits_memory(rows, length, what="generate: max_new_tokens", available=None):
+    """A one-line error, before any work, unless `rows` sequences of `length` token ids (int64, as generate's
+    output holds them) fit in this machine's memory; `what` names the option that asked for them."""
+    available = machine_memory() if available is None else available
+    need = 8 * rows * length
+    if available is not None and need > available:
+        raise ValueError(f"{what} asks for {rows:,} x {length:,} token ids, {need / 2 ** 30:,.1f} GiB, more than "
+                         f"this machine's {available / 2 ** 30:,.1f} GiB of memory; ask for fewer")
 
 
 def as_batch(idx):
