@@ -198,8 +198,9 @@ class Module:
             if name in state_dict:
                 try:
                     arrays[name] = Tensor(state_dict[name], dtype=param.dtype, device=param.device).data.copy()
-                except (TypeError, ValueError) as exc:
-                    raise TypeError(f"{who}: {name!r} does not convert to the parameter's {param.dtype} ({exc})") from None
+                except (TypeError, ValueError):
+                    raise ValueError(f"{who}: {name!r} could not convert from {state_dict[name].dtype} to the "
+                                     f"parameter's {param.dtype}") from None
         for name, array in arrays.items():
             own[name].data = array
         return self

@@ -230,14 +230,6 @@ def check_combinations(args):
                              "only --lora-r R makes; give --lora-r, or leave them out for a full fine-tune")
     if args.lora_r and not args.init_from:
         raise ValueError(f"--lora-r {args.lora_r} adapts a trained model: give it one with --init-from DIR")
-    rows = args.batch_size * args.grad_accum
-    available = machine_memory()
-    if available is not None and 16 * rows * args.block_size > available:  # an iteration's x and y, int64
-        raise ValueError(f"--grad-accum {args.grad_accum} with --batch-size {args.batch_size} and --block-size "
-                         f"{args.block_size} draws {rows * args.block_size:,} tokens an iteration, "
-                         f"{16 * rows * args.block_size / 2 ** 30:,.1f} GiB, more than this machine's "
-                         f"{available / 2 ** 30:,.1f} GiB of memory")
-    sampling.check_fits_memory(1, 1 + args.sample_tokens, "--sample-tokens", available)
     if args.min_lr > args.lr:
         raise ValueError(f"--min-lr {args.min_lr} exceeds the peak --lr {args.lr}")
     if not args.init_from and not args.resume and args.n_embd % args.n_head:
@@ -245,6 +237,14 @@ def check_combinations(args):
                          "every head gets n_embd / n_head features")
     if not args.init_from and not args.resume:  # a model from a folder is no larger than its weights file
         check_memory(args, machine_memory())
+    rows = args.batch_size * args.grad_accum
+    available = machine_memory()  # what an iteration's batch and the sample need, whatever the model
+    if available is not None and 16 * rows * args.block_size > available:  # an iteration's x and y, int64
+        raise ValueError(f"--grad-accum {args.grad_accum} with --batch-size {args.batch_size} and --block-size "
+                         f"{args.block_size} draws {rows * args.block_size:,} tokens an iteration, "
+                         f"{16 * rows * args.block_size / 2 ** 30:,.1f} GiB, more than this machine's "
+                         f"{available / 2 ** 30:,.1f} GiB of memory")
+    sampling.check_fits_memory(1, 1 + args.sample_tokens, "--sample-tokens", available)
 
 
 def check_memory(args, available):

@@ -399,7 +399,7 @@ def test_eval_checks_the_checksums_of_what_it_reads(tmp_path, prepared, capsys):
     damage(prepared / "val_000000.bin", "token")
     assert evaluate.main([str(tmp_path / "r"), "--data", str(prepared), "--no-progress"]) == 1
     assert capsys.readouterr().err == (f"eval: error: {prepared / 'val_000000.bin'} is damaged: its tokens do not "
-                                       "match the checksum in its header\n")
+                                       "match the checksum meta.json lists for it\n")
 
 
 def test_a_folder_that_was_never_prepared_is_one_line(tmp_path, corpus, capsys):
