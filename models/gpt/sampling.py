@@ -75,7 +75,7 @@ def sample(logits, temperature=1.0, top_k=None, top_p=None):
 
 def check_arguments(max_new_tokens, temperature, top_k, top_p):
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0:
-        raise ValueError(f"generate: max_new_tokens must be an integer of at least 0, got {max_new_tokens!r}")
+        raise ValueError(f"generate: max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
     real = (int, float, np.integer, np.floating)
     if isinstance(temperature, bool) or not isinstance(temperature, real) or not 0 <= temperature < math.inf:
         raise ValueError(f"generate: temperature must be a finite number >= 0 (0 is greedy), got {temperature!r}")
