@@ -92,6 +92,8 @@ def _finite(array):
 
 def _origin(t):
     """What a non-finite input is, for the line that says where it came from."""
+    if getattr(t, "why", None):
+        return f"the constant {t.why}"
     if t.op is not None:
         return f"made by {t.op.name}" + (f" in {t.op.scope}" if t.op.scope else "") + " outside detect_anomaly"
     if t.name:

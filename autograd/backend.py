@@ -11,6 +11,7 @@ import contextlib
 import copy
 import ctypes
 import os
+import random
 
 import numpy
 
@@ -264,6 +265,25 @@ def seeded(seed):
 def snapshot_rng(device):
     """A copy of `device`'s generator as it stands now: `replaying` it draws the same numbers again."""
     return copy.deepcopy(generator(device))
+
+
+def snapshot_host_rngs():
+    """The states of NumPy's global generator (np.random.*) and Python's `random`, which user code draws from."""
+    return numpy.random.get_state(), random.getstate()
+
+
+@contextlib.contextmanager
+def replaying_host(snapshot):
+    """Inside, NumPy's and Python's global generators draw again from `snapshot` (snapshot_host_rngs); after,
+    they go on from where they stood before, as if the block had drawn nothing."""
+    live = snapshot_host_rngs()
+    numpy.random.set_state(snapshot[0])
+    random.setstate(snapshot[1])
+    try:
+        yield
+    finally:
+        numpy.random.set_state(live[0])
+        random.setstate(live[1])
 
 
 @contextlib.contextmanager

@@ -4,6 +4,8 @@ These validate what the user passed (shapes, dtypes, devices) and say how to
 fix it, then hand arrays to one op in ops.py (or, for split, a few). The
 math and the VJPs live in ops.py.
 """
+import numbers
+
 import numpy as np
 
 from . import backend, ops
@@ -48,6 +50,14 @@ def stack(tensors, axis=0):
 
 def split(x, indices_or_sections, axis=0):
     """numpy.split: an int is the number of equal pieces, a list the indices to cut at."""
+    if isinstance(axis, bool) or not isinstance(axis, int) or not -x.ndim <= axis < x.ndim:
+        raise ShapeError(f"split: axis {axis!r} is not an axis of shape {x.shape} ({x.ndim} axes, "
+                         f"{-x.ndim} to {x.ndim - 1})")
+    if isinstance(indices_or_sections, bool) or not (isinstance(indices_or_sections, int) or (
+            isinstance(indices_or_sections, (list, tuple)) and all(
+                isinstance(i, int) and not isinstance(i, bool) for i in indices_or_sections))):
+        raise TypeError(f"split: indices_or_sections must be an int (the number of equal pieces) or a list of "
+                        f"int indices to cut at, got {indices_or_sections!r}")
     length = x.shape[axis]
     if isinstance(indices_or_sections, int):
         pieces = indices_or_sections
@@ -179,9 +189,10 @@ def scaled_dot_product_attention(q, k, v, causal=True, dropout_p=0.0):
 
 def linear(x, weight, bias=None):
     """x @ weight + bias in one op, weight of shape (in_features, out_features) as GPT-2 stores it."""
-    if weight.ndim != 2 or x.shape[-1] != weight.shape[0]:
+    if x.ndim == 0 or weight.ndim != 2 or x.shape[-1] != weight.shape[0]:
+        features = x.shape[-1] if x.ndim else "a last axis"
         raise ShapeError(f"linear: input {x.shape} does not fit weight {weight.shape}: the weight must be "
-                         f"(in_features, out_features) = ({x.shape[-1]}, ...)")
+                         f"(in_features, out_features) = ({features}, ...)")
     if bias is not None and bias.shape != (weight.shape[1],):
         raise ShapeError(f"linear: bias has shape {bias.shape}, expected ({weight.shape[1]},)")
     inputs = (x, weight) if bias is None else (x, weight, bias)
@@ -195,7 +206,11 @@ def checkpoint(fn, *inputs, params=()):
     """fn(*inputs) without keeping fn's activations: backward recomputes them (ops.Checkpoint), bit for bit.
 
     `fn` takes the input Tensors and returns one Tensor; the parameters it reads
-    get their gradients as without checkpointing. An input must require grad,
+    get their gradients as without checkpointing. The random numbers fn draws
+    from autograd's generator (dropout), NumPy's global one (np.random.*) or
+    Python's `random` are drawn again alike in backward; a generator fn makes
+    or keeps itself (np.random.default_rng()) is not replayed: draw from one of
+    those three, or pass the random values in as an input. An input must require grad,
     or one of `params`, the parameters fn reads that do (a frozen model's LoRA
     adapters behind inputs that need none): else backward could not reach fn.
     """
@@ -210,32 +225,38 @@ def checkpoint(fn, *inputs, params=()):
     return ops.Checkpoint.apply(*inputs, *params, fn=fn, device=inputs[0].device, n_inputs=len(inputs))
 
 
-def _shape(shape):
-    return tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+def _shape(who, shape):
+    """The sizes given (as arguments, or one tuple or list), each checked to be a count."""
+    shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+    for size in shape:
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 0:
+            raise (ValueError if isinstance(size, numbers.Integral) else TypeError)(
+                f"{who}: sizes are whole numbers from 0 up, got {size!r} in the shape {shape}")
+    return shape
 
 
-def _made(make, shape, dtype, requires_grad):
+def _made(who, make, shape, dtype, requires_grad):
     """A tensor from `make(shape, dtype=...)`: an array-module constructor or a generator's sampler."""
     dtype = np.dtype(dtype) if dtype is not None else get_default_dtype()
-    return Tensor(make(_shape(shape), dtype=dtype), requires_grad=requires_grad)
+    return Tensor(make(_shape(who, shape), dtype=dtype), requires_grad=requires_grad)
 
 
 def zeros(*shape, dtype=None, device="cpu", requires_grad=False):
-    return _made(backend.xp_for(device).zeros, shape, dtype, requires_grad)
+    return _made("zeros", backend.xp_for(device).zeros, shape, dtype, requires_grad)
 
 
 def ones(*shape, dtype=None, device="cpu", requires_grad=False):
-    return _made(backend.xp_for(device).ones, shape, dtype, requires_grad)
+    return _made("ones", backend.xp_for(device).ones, shape, dtype, requires_grad)
 
 
 def randn(*shape, dtype=None, device="cpu", requires_grad=False):
     """Standard normal samples from the device's seeded generator (`autograd.manual_seed`)."""
-    return _made(backend.generator(device).standard_normal, shape, dtype, requires_grad)
+    return _made("randn", backend.generator(device).standard_normal, shape, dtype, requires_grad)
 
 
 def rand(*shape, dtype=None, device="cpu", requires_grad=False):
     """Uniform samples in [0, 1) from the device's seeded generator."""
-    return _made(backend.generator(device).random, shape, dtype, requires_grad)
+    return _made("rand", backend.generator(device).random, shape, dtype, requires_grad)
 
 
 def arange(start, stop=None, step=1, dtype=None, device="cpu"):

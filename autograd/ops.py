@@ -21,7 +21,7 @@ place (x[key] += g), the rule calls `_add_at`, an op of its own on tensors.
 import math
 
 from . import backend, kernels
-from .tensor import Function, ShapeError, Tensor, no_grad
+from .tensor import Function, ShapeError, Tensor, _scopes, name_scope, no_grad
 
 
 def _constants_only(op, inputs, out):
@@ -1063,6 +1063,7 @@ class Checkpoint(Function):
     """
 
     rule = "recompute fn, then backward through it"
+    runs_user_code = True
 
     def saved_in_graph(self, inputs, out):
         raise RuntimeError(
@@ -1072,7 +1073,9 @@ class Checkpoint(Function):
 
     def forward(self, *xs, fn, device, n_inputs):
         self.fn, self.device, self.n_inputs, self.rng = fn, device, n_inputs, backend.snapshot_rng(device)
-        with no_grad():
+        self.host_rngs = backend.snapshot_host_rngs()  # user code draws from these too
+        # under no_grad a module records no scope of its own: the block's name is what anomaly mode reports
+        with no_grad(), name_scope(getattr(fn, "_scope_name", "") or (_scopes[-1] if _scopes else "")):
             out = fn(*[Tensor(x) for x in xs[:n_inputs]])  # the rest are params fn reads itself
         if not isinstance(out, Tensor):
             raise TypeError(f"checkpoint: fn must return one Tensor, got {type(out).__name__}")
@@ -1081,7 +1084,7 @@ class Checkpoint(Function):
     def backward(self, g):
         n = self.n_inputs
         leaves = [Tensor(x.data, requires_grad=need) for x, need in zip(self.inputs[:n], self.needs_grad)]
-        with backend.replaying(self.device, self.rng):
+        with backend.replaying(self.device, self.rng), backend.replaying_host(self.host_rngs):
             out = self.fn(*leaves)
         if out.requires_grad:
             out.backward(g)  # fn's parameters (params= among them) accumulate their own gradients here

@@ -19,6 +19,7 @@ a graph of their own, which can be differentiated again.
 import collections
 import contextlib
 import math
+import operator
 import types
 import warnings
 
@@ -131,6 +132,7 @@ class Function:
     params = {}
     saved = ()
     last_use = False
+    runs_user_code = False  # True for an op whose forward calls the user's function (checkpoint): its errors pass as raised
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -168,6 +170,8 @@ class Function:
         except ShapeError:
             raise
         except ValueError as exc:
+            if cls.runs_user_code:  # the user's function's own error, as it raised it
+                raise
             shapes = ", ".join(str(t.shape) for t in inputs)
             fix = ("; broadcasting needs each trailing axis equal or 1 (reshape, or index with None to add an "
                    "axis)") if "broadcast" in str(exc) else ""
@@ -212,7 +216,7 @@ def _as_array(data, dtype, device):
     source = backend.device_of(data)
     if source is None:
         python_data = not isinstance(data, np.generic)
-        data = np.asarray(data)
+        data = _from_python(data)
         if dtype is None and python_data and data.dtype.kind == "f":
             dtype = _default_dtype
         source = "cpu"
@@ -230,6 +234,25 @@ def _as_array(data, dtype, device):
     if dtype is not None and data.dtype != dtype:
         data = data.astype(dtype)
     return data, device
+
+
+def _from_python(data):
+    """np.asarray(data), with our words for the two things NumPy refuses in its own: nested lists of unequal
+    lengths, and Python integers that no integer dtype holds."""
+    try:
+        array = np.asarray(data)
+    except ValueError as exc:
+        if "inhomogeneous" not in str(exc):
+            raise
+        raise ValueError("Tensor: the nested lists are ragged; every row along an axis must have the same length "
+                         "(pad the short ones, or make one tensor per row)") from None
+    except OverflowError:
+        array = np.asarray(data, dtype=object)
+    if array.dtype == object and array.size and all(isinstance(v, int) for v in array.flat):
+        big = max(array.flat, key=abs)
+        raise ValueError(f"Tensor: the integer {big} does not fit int64, which holds whole numbers from "
+                         f"{-2 ** 63} to {2 ** 63 - 1}; use floats for numbers this large")
+    return array
 
 
 def _check_fits(data, dtype):
@@ -272,7 +295,7 @@ def _keepdims(op, keepdims, keepdim):
 class Tensor:
     """An n-d array on a device, with the gradient machinery of `Value`."""
 
-    __slots__ = ("data", "grad", "_requires_grad", "device", "_op", "_retains_grad", "name", "__weakref__")
+    __slots__ = ("_data", "grad", "_requires_grad", "device", "_op", "_retains_grad", "name", "__weakref__")
     __array_ufunc__ = None  # `ndarray * tensor` must come to Tensor.__rmul__, not loop over elements
 
     def __init__(self, data, requires_grad=False, dtype=None, device=None):
@@ -288,9 +311,26 @@ class Tensor:
     def _make(cls, data, device, requires_grad, op):
         """Wrap an op's output array (no conversion, no checks: the hot path)."""
         t = cls.__new__(cls)
-        t.data, t.device, t._requires_grad, t._op = data, device, requires_grad, op
+        t._data, t.device, t._requires_grad, t._op = data, device, requires_grad, op
         t.grad, t._retains_grad, t.name = None, False, None
         return t
+
+    data = property(operator.attrgetter("_data"), doc="The tensor's array (NumPy on cpu, CuPy on cuda).")
+
+    @data.setter
+    def data(self, array):
+        """Another array in place of this one's (what optimizers and merges do): an array, not a list, of a dtype
+        a tensor may hold; the tensor takes the array's device."""
+        device = backend.device_of(array)
+        if device is None:
+            raise TypeError(f"Tensor.data must be a NumPy or CuPy array, got a {type(array).__name__}; "
+                            "make one with numpy.asarray, or a new Tensor(...)")
+        if array.dtype.kind not in DATA_KINDS:
+            raise TypeError(f"Tensor.data: unsupported dtype {array.dtype}; use a float, an integer or bool array")
+        if array.dtype.kind not in FLOAT_KINDS and getattr(self, "_requires_grad", False):
+            raise TypeError(f"Tensor.data got an {array.dtype} array, but the tensor requires grad: only "
+                            "floating-point tensors can; call .detach() first, or give float data")
+        self._data, self.device = array, device
 
     @property
     def requires_grad(self):
@@ -476,7 +516,9 @@ class Tensor:
         """Σ x / n over `axis`; NaN for no elements (0 / 0), as in PyTorch."""
         axis, keepdims = _axis("mean", axis, dim), _keepdims("mean", keepdims, keepdim)
         count = _count(self.shape, axis)
-        return self.sum(axis, keepdims) * (1.0 / count if count else math.nan)
+        if not count:
+            return self.sum(axis, keepdims) * _Constant.of(self, math.nan, "Mean's 1/n, for n = 0 elements")
+        return self.sum(axis, keepdims) * (1.0 / count)
 
     def var(self, axis=None, keepdims=False, ddof=0, *, dim=None, keepdim=None):
         """Σ (x − μ)² / (n − ddof) over `axis` (NumPy's ddof=0 by default; PyTorch's is 1).
@@ -497,7 +539,10 @@ class Tensor:
             # where inf − inf would make every entry NaN: PyTorch's 2(x − μ)/0 · g, entry by entry
             mean = mean.detach()
         centred = self - mean
-        return (centred * centred).sum(axis, keepdims) * (1.0 / freedom if freedom > 0 else math.inf)
+        if freedom <= 0:
+            return (centred * centred).sum(axis, keepdims) * _Constant.of(
+                self, math.inf, f"Var's 1/(n − ddof), for n = {count} values with ddof = {ddof}")
+        return (centred * centred).sum(axis, keepdims) * (1.0 / freedom)
 
     def max(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
         """The largest value over `axis` (NumPy's max).
@@ -566,6 +611,20 @@ class Tensor:
     def __getitem__(self, key):
         key, advanced = _index_key(key, self.device)
         return _ops.GetItem.apply(self, key=key, advanced=advanced)
+
+
+class _Constant(Tensor):
+    """A constant a method composes into its ops, that says `why` it is there: anomaly mode then blames the
+    method (Mean's 1/n for n = 0) rather than "a leaf" the user never made."""
+
+    __slots__ = ("why",)
+
+    @classmethod
+    def of(cls, like, value, why):
+        """`value` as a constant of `like`'s dtype and device, explained by `why`."""
+        constant = cls._make(backend.xp_for(like.device).asarray(value, dtype=like.dtype), like.device, False, None)
+        constant.why = why
+        return constant
 
 
 def topological_order(root):

@@ -126,6 +126,19 @@ class Parser(argparse.ArgumentParser):
         return value
 
 
+def machine_memory():
+    """This machine's memory in bytes (os.sysconf, else /proc/meminfo), or None where neither says."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
 def interval(kind, bounds):
     """A `type=` function: an int or float (`kind`) within `bounds`, written as in maths, e.g. "[0, 1)" or "(0, inf)".
 

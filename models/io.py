@@ -57,6 +57,18 @@ def atomic_path(path):
             tmp.unlink(missing_ok=True)
 
 
+def owning_folder(path, marks, itself=True):
+    """The first of `path` (unless not `itself`) and the folders above it that holds all the files of one of
+    `marks` (each a tuple of names: a checkpoint's train_state.json, a prepared corpus's meta.json and first
+    shard): whose folder a write to `path` would change; None when there is none. Symbolic links are followed,
+    as the write would follow them."""
+    folder = Path(os.path.realpath(path))
+    for candidate in ([folder] if itself else []) + list(folder.parents):
+        if any(all((candidate / name).is_file() for name in mark) for mark in marks):
+            return candidate
+    return None
+
+
 MAX_JSON_BYTES = 256 * 2 ** 20  # far above any file this project writes (GPT-2's vocabulary inline is 2 MB)
 MAX_JSON_DEPTH = 64  # this project's files nest 4 deep, Hugging Face's configs a few more
 

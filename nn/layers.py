@@ -5,16 +5,27 @@ reads as the seeds' math does and as GPT-2's own checkpoints store `Conv1D`
 weights (PyTorch's nn.Linear stores the transpose).
 """
 import math
+import numbers
 
 import autograd as ag
 
 from .module import Module, Parameter
 
 
+def _size(module, name, value):
+    """`value`, once it is a positive integer: a layer of no features (or 2.5) would fail later, in NumPy's words."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise (ValueError if isinstance(value, numbers.Integral) else TypeError)(
+            f"{module}: {name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
 class Linear(Module):
     """y = x @ W + b, W of shape (in_features, out_features); PyTorch's init, U(−1/√in, 1/√in)."""
 
     def __init__(self, in_features, out_features, bias=True):
+        in_features, out_features = _size("Linear", "in_features", in_features), _size("Linear", "out_features",
+                                                                                      out_features)
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         bound = 1 / math.sqrt(in_features)
@@ -32,6 +43,8 @@ class Embedding(Module):
     """A table of `num_embeddings` rows of size `embedding_dim`; looking up ids picks rows."""
 
     def __init__(self, num_embeddings, embedding_dim):
+        num_embeddings = _size("Embedding", "num_embeddings", num_embeddings)
+        embedding_dim = _size("Embedding", "embedding_dim", embedding_dim)
         super().__init__()
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.weight = Parameter(ag.randn(num_embeddings, embedding_dim))
@@ -47,6 +60,7 @@ class LayerNorm(Module):
     """Normalise the last axis, then scale (weight, ones) and shift (bias, zeros)."""
 
     def __init__(self, normalized_shape, eps=1e-5, bias=True):
+        normalized_shape = _size("LayerNorm", "normalized_shape", normalized_shape)
         super().__init__()
         self.eps = eps
         self.weight = Parameter(ag.ones(normalized_shape))
@@ -63,6 +77,9 @@ class Dropout(Module):
     """Inverted dropout while training, identity in eval()."""
 
     def __init__(self, p=0.5):
+        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p < 1:
+            raise (ValueError if isinstance(p, numbers.Real) else TypeError)(
+                f"Dropout: p must be a probability in [0, 1), got {p!r}")
         super().__init__()
         self.p = p
 

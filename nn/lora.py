@@ -65,8 +65,8 @@ class LoRALinear(Linear):
     def merge(self):
         """Fold ΔW into the weight: the same function, one matmul. Training goes on only after `unmerge()`."""
         if not self.merged:
-            self._unmerged_weight = self.weight.data
-            self.weight.data = self.weight.data + self.delta().astype(self.weight.dtype)
+            merged = self.weight.data + self.delta().astype(self.weight.dtype)  # computed first: a failure changes nothing
+            self._unmerged_weight, self.weight.data = self.weight.data, merged
         return self
 
     def unmerge(self):
@@ -83,21 +83,25 @@ def lora(model, r, alpha, targets):
     """Replace every nn.Linear whose attribute name is in `targets` (e.g. ("c_attn",)) with a LoRALinear of it.
 
     Every other parameter of `model` is frozen. Returns the names of the layers
-    replaced; a target that names no Linear in the model is an error.
+    replaced; a target that names no Linear in the model is an error. A call
+    that fails changes nothing: every adapter is built, and every target found,
+    before the model is touched.
     """
     targets = (targets,) if isinstance(targets, str) else tuple(targets)
     if not targets:
         raise ValueError("lora: targets is empty; name the Linear layers to adapt, e.g. ('c_attn',)")
-    for p in model.parameters():
-        p.requires_grad = False
-    replaced, found = [], set()
+    planned, found = [], set()
     for name, module in model.named_modules():
-        for child_name, child in list(module._modules.items()):
+        for child_name, child in module._modules.items():
             if child_name in targets and isinstance(child, Linear) and not isinstance(child, LoRALinear):
-                setattr(module, child_name, LoRALinear(child, r, alpha))
-                replaced.append(f"{name}.{child_name}" if name else child_name)
+                planned.append((module, child_name, f"{name}.{child_name}" if name else child_name, child))
                 found.add(child_name)
     missing = [t for t in targets if t not in found]
     if missing:
         raise ValueError(f"lora: no nn.Linear named {', '.join(map(repr, missing))} in {type(model).__name__}")
-    return replaced
+    adapters = [LoRALinear(child, r, alpha) for _, _, _, child in planned]  # r and alpha are checked here
+    for p in model.parameters():
+        p.requires_grad = False
+    for (module, child_name, _, _), adapter in zip(planned, adapters):
+        setattr(module, child_name, adapter)
+    return [full_name for _, _, full_name, _ in planned]

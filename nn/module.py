@@ -15,9 +15,10 @@ two). Under no_grad nothing is named, and generation pays nothing for it.
 """
 import sys
 from collections import OrderedDict
+from collections.abc import Mapping
 
 import autograd as ag
-from autograd import Tensor
+from autograd import Tensor, backend
 
 _running = []  # [module, its forward's frame or None] for each forward on the call stack, outermost first
 _tree_version = 0  # bumped whenever a module gains or loses an attribute: the names may have changed
@@ -166,6 +167,13 @@ class Module:
 
     def load_state_dict(self, state_dict, strict=True):
         """Copy arrays into the parameters by name; checks everything before changing anything."""
+        who = f"load_state_dict into {type(self).__name__}"
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"{who}: expected a dict of parameter name → array (what state_dict() gives), "
+                            f"got {type(state_dict).__name__}")
+        for key, value in state_dict.items():
+            if not (isinstance(value, Tensor) or backend.device_of(value) is not None):
+                raise TypeError(f"{who}: {key!r} is a {type(value).__name__}, not an array or Tensor")
         own = OrderedDict(self.named_parameters())
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
@@ -185,8 +193,14 @@ class Module:
                            + f"; check the model's config matches the checkpoint's{hint}")
         # Convert every array before assigning any, so a value that cannot be converted changes nothing;
         # copied, because the model must not share memory with the dict it loaded.
-        arrays = {name: Tensor(state_dict[name], dtype=param.dtype, device=param.device).data.copy()
-                  for name, param in own.items() if name in state_dict}
+        arrays = {}
+        for name, param in own.items():
+            if name in state_dict:
+                try:
+                    arrays[name] = Tensor(state_dict[name], dtype=param.dtype, device=param.device).data.copy()
+                except (TypeError, ValueError):
+                    raise ValueError(f"{who}: {name!r} could not convert from {state_dict[name].dtype} to the "
+                                     f"parameter's {param.dtype}") from None
         for name, array in arrays.items():
             own[name].data = array
         return self

@@ -347,6 +347,7 @@ class GPT(nn.Module):
         sampling.check_arguments(max_new_tokens, temperature, top_k, top_p)
         ids, give_back = sampling.as_batch(idx)
         B, T = ids.shape
+        sampling.check_fits_memory(B, T + max_new_tokens)
         self._check_ids(ids[:, -self.config.block_size:])
         wte = self.transformer.wte.weight
         out = ag.zeros(B, T + max_new_tokens, dtype=np.int64, device=wte.device)  # no copy to the host per token

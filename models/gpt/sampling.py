@@ -13,6 +13,7 @@ import numpy as np
 
 import autograd as ag
 from autograd import Tensor, backend
+from models.cli import machine_memory
 
 
 def top_k_mask(logits, k):
@@ -82,6 +83,16 @@ def check_arguments(max_new_tokens, temperature, top_k, top_p):
         raise ValueError(f"generate: top_k must be a positive integer or None, got {top_k!r}")
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, real) or not 0 < top_p <= 1):
         raise ValueError(f"generate: top_p must be a number in (0, 1] or None, got {top_p!r}")
+
+
+def check_fits_memory(rows, length, what="generate: max_new_tokens", available=None):
+    """A one-line error, before any work, unless `rows` sequences of `length` token ids (int64, as generate's
+    output holds them) fit in this machine's memory; `what` names the option that asked for them."""
+    available = machine_memory() if available is None else available
+    need = 8 * rows * length
+    if available is not None and need > available:
+        raise ValueError(f"{what} asks for {rows:,} x {length:,} token ids, {need / 2 ** 30:,.1f} GiB, more than "
+                         f"this machine's {available / 2 ** 30:,.1f} GiB of memory; ask for fewer")
 
 
 def as_batch(idx):

@@ -62,6 +62,13 @@ def tokenizer_from_dict(description):
     return kinds[kind].from_dict(description)
 
 
+def _check_text(tokenizer, text, method="encode"):
+    """A one-line TypeError naming the tokenizer unless `text` is a str (None or bytes would fail deep inside)."""
+    if not isinstance(text, str):
+        raise TypeError(f"{type(tokenizer).__name__}.{method}: text must be a str, got {type(text).__name__}"
+                        + ("; decode the bytes first, e.g. text.decode('utf-8')" if isinstance(text, bytes) else ""))
+
+
 def _check_kind(description, cls):
     if description.get("kind") != cls.kind:
         raise ValueError(
@@ -109,6 +116,7 @@ class CharTokenizer:
         return len(self.chars)
 
     def encode(self, text):
+        _check_text(self, text)
         id_of = self._id_of
         try:
             return [id_of[ch] for ch in text]
@@ -133,6 +141,7 @@ class CharTokenizer:
     def encode_array(self, text):
         """`encode(text)` as a NumPy array of int64: each code point looked up in a table, with no list made
         (a character outside the vocabulary gets `encode`'s error)."""
+        _check_text(self, text, "encode_array")
         if self._table is None:
             codes = np.array([ord(ch) for ch in self.chars])
             self._table = np.full(codes.max() + 1, -1, dtype=np.int64)
@@ -404,6 +413,7 @@ class ByteBPETokenizer(_ByteLevelBPE):
         return cls(merges, pattern)
 
     def encode(self, text):
+        _check_text(self, text)
         return self.encode_ordinary(text)
 
     def to_dict(self):
@@ -412,7 +422,12 @@ class ByteBPETokenizer(_ByteLevelBPE):
     @classmethod
     def from_dict(cls, description):
         _check_kind(description, cls)
-        return cls(description["merges"], description.get("pattern", GPT2_SPLIT_PATTERN))
+        pattern = description.get("pattern", GPT2_SPLIT_PATTERN)
+        if pattern != GPT2_SPLIT_PATTERN:  # a file's regex may backtrack for hours on a short prompt
+            raise ValueError(f"ByteBPETokenizer.from_dict: the pre-tokenisation pattern {pattern!r:.60} is not "
+                             "GPT-2's, and a pattern read from a file is not trusted (one can take hours to match "
+                             "a short text); build ByteBPETokenizer(merges, pattern) yourself for a pattern you trust")
+        return cls(description["merges"], pattern)
 
     def __repr__(self):
         return f"ByteBPETokenizer(vocab_size={self.vocab_size})"
@@ -526,9 +541,11 @@ class GPT2Tokenizer(_ByteLevelBPE):
         return cls(encoder_json, vocab_bpe)
 
     def encode(self, text):
+        _check_text(self, text)
         return self.encode_array(text).tolist()
 
     def encode_array(self, text):
+        _check_text(self, text, "encode_array")
         if self.eot_token is None:
             return self._ordinary_ids(text)
         # Cut at the special token before pre-tokenising, so "<|" and "|>" are never

@@ -53,7 +53,8 @@ import nn
 from models.gpt import hf_checkpoint
 from models.training.data import Layout
 from models.gpt.gpt2 import GPT
-from models.io import atomic_path, fsync, json_type, read_json
+from models.io import atomic_path, fsync, json_type, owning_folder, read_json
+from models.training.shards import META_FILE, PROGRESS_FILE, shard_name
 from models.gpt.tokenizer import GPT2Tokenizer, tokenizer_from_dict
 
 CONFIG_FILE = "config.json"
@@ -71,8 +72,12 @@ ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTERS_FILE = "adapters.safetensors"
 FILES = (CONFIG_FILE, WEIGHTS_FILE, ADAPTER_CONFIG_FILE, ADAPTERS_FILE, TOKENIZER_FILE,
          *hf_checkpoint.HF_TOKENIZER_FILES, OPTIMIZER_FILE, STATE_FILE)
+# The files that make a folder a checkpoint or a model's: no other command writes into or under such a folder.
+CHECKPOINT_MARKS = ((STATE_FILE,), (CONFIG_FILE, WEIGHTS_FILE), (ADAPTER_CONFIG_FILE, ADAPTERS_FILE))
+# And those of models.prepare's folders, finished or not.
+PREPARED_MARKS = ((META_FILE, shard_name("train", 0)), (PROGRESS_FILE,))
 # train_state.json holds their SHA-256 (the weights, or a LoRA run's adapters): resume finds a file of another run
-_DIGESTED = (WEIGHTS_FILE, ADAPTERS_FILE, OPTIMIZER_FILE)
+_DIGESTED = (WEIGHTS_FILE, ADAPTERS_FILE, ADAPTER_CONFIG_FILE, CONFIG_FILE, TOKENIZER_FILE, OPTIMIZER_FILE)
 _PLOT_DEBRIS = f".{PLOT_FILE}.tmp-*"  # what models.io.atomic_path leaves of a plot when killed
 
 # What a checkpoint fixes for good (its model) and what it does not store (how this run is carried out);
@@ -158,6 +163,11 @@ def writer_lock(folder):
 
 def check_out_dir(folder, resume, overwrite):
     """Refuse, in one line, to train into `folder` where that would lose something or find nothing to resume."""
+    owner = owning_folder(folder, CHECKPOINT_MARKS + PREPARED_MARKS, itself=False)
+    if owner is not None:
+        what = "a prepared corpus" if owning_folder(folder, PREPARED_MARKS, itself=False) == owner else "a checkpoint"
+        raise ValueError(f"--out-dir {folder} is inside {owner}, which holds {what} that a save here would break; "
+                         "give the checkpoints a folder of their own")
     current = _current(folder)
     names = sorted(p.name for p in current.iterdir()) if current.is_dir() else []
     foreign = [name for name in names if name not in (*FILES, *REPORT_FILES) and not fnmatch.fnmatch(name, _PLOT_DEBRIS)]
@@ -205,7 +215,8 @@ def save(folder, model, tokenizer, optimizer, run):
         writing = OPTIMIZER_FILE
         digests = {OPTIMIZER_FILE: _save_optimizer(new / OPTIMIZER_FILE, optimizer.state_dict())}
         writing = STATE_FILE
-        digests[weights_file] = _sha256(new / weights_file)
+        for name in (weights_file, ADAPTER_CONFIG_FILE if lora else CONFIG_FILE, TOKENIZER_FILE):
+            digests[name] = _sha256(new / name)  # every file resume relies on
         (new / STATE_FILE).write_text(json.dumps(run.to_json(digests), indent=2), encoding="utf-8")
         writing = ", ".join(REPORT_FILES)
         for name in REPORT_FILES:
@@ -250,7 +261,8 @@ def _save_adapters(folder, model):
     from safetensors.numpy import save_file
     folder.mkdir()
     adapters = {name: np.ascontiguousarray(p.numpy()) for name, p in model.named_parameters() if p.requires_grad}
-    save_file(adapters, str(folder / ADAPTERS_FILE))
+    with atomic_path(folder / ADAPTERS_FILE) as tmp:  # and the mode every other file has
+        save_file(adapters, str(tmp))
     (folder / ADAPTER_CONFIG_FILE).write_text(json.dumps({**model.lora_base, "block_size": model.config.block_size},
                                                          indent=2), encoding="utf-8")
 
@@ -280,6 +292,11 @@ def _load_adapted(folder, dropout):
     if set(adapters) != expected:
         raise ValueError(f"{folder / ADAPTERS_FILE} holds {sorted(set(adapters) ^ expected)[:3]}, not the adapters "
                          f"{path} describes; the two files come from different runs")
+    bad = next((name for name in sorted(adapters) if adapters[name].dtype.kind == "f"
+                and not np.isfinite(adapters[name]).all()), None)
+    if bad is not None:
+        raise ValueError(f"{folder / ADAPTERS_FILE}: the adapter {bad} holds NaN or inf; the run that wrote it "
+                         "diverged, so these adapters would only sample garbage")
     try:
         model.load_state_dict(adapters, strict=False)
     except KeyError as exc:
@@ -640,7 +657,7 @@ def resume(folder, args, check, world):
     run.layout = layout
     model, tokenizer = load_model(folder, dropout=args.dropout)
     optimizer_state = read_optimizer(folder, run.iter, run.digests.get(OPTIMIZER_FILE))
-    for name in (WEIGHTS_FILE, ADAPTERS_FILE):
+    for name in (WEIGHTS_FILE, ADAPTERS_FILE, ADAPTER_CONFIG_FILE, CONFIG_FILE, TOKENIZER_FILE):
         if name in run.digests and _sha256(_current(folder) / name) != run.digests[name]:
             raise ValueError(_not_saved_with(_current(folder) / name))
     run.restore_rngs(args.seed, world)

@@ -21,12 +21,15 @@ DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "tinyshakespea
 
 
 def load_text(path=None):
-    """The text of `path` (the shipped Shakespeare when None), with a one-line error when it is missing."""
+    """The text of `path` (the shipped Shakespeare when None), with a one-line error when it is missing.
+
+    Its characters as they are, "\r\n" included, as models.prepare reads them (text mode would make it "\n").
+    """
     path = Path(path) if path is not None else DEFAULT_CORPUS
     if not path.is_file():
         raise FileNotFoundError(f"data file not found: {path} (pass --data PATH to a UTF-8 text file)")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"data file {path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
                          f"{exc.start}); convert it first, e.g. `iconv -t utf-8`") from None

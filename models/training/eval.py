@@ -22,7 +22,7 @@ import numpy as np
 import autograd as ag
 from models.training import checkpoint
 from models.cli import Parser, device, input_folder, interval
-from models.training.shards import PreparedData, ShardError, check_tokenizer, data_path, open_shard
+from models.training.shards import PreparedData, ShardError, check_tokenizer, data_path
 
 
 def make_parser():
@@ -92,8 +92,8 @@ def main(argv=None):
             raise ValueError(f"the {args.split} split of {args.data} has {n:,} tokens"
                              f"{' (--max-tokens)' if n < len(tokens) else ''}, too few for one window of the "
                              f"model's block size {block} and its targets")
-        for k in np.flatnonzero(tokens.starts[:-1] < n):  # the shards this reads, checked through
-            open_shard(tokens.paths[k], verify=True)
+        for k in np.flatnonzero(tokens.starts[:-1] < n):  # the shards this reads, checked before any work
+            tokens.verify(k)
         model.to(args.device)
         model.eval()
         from tqdm import tqdm

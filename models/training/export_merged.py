@@ -13,7 +13,7 @@ import nn
 from models.training import checkpoint
 from models.cli import Parser, input_folder, output_folder
 from models.gpt.gpt2 import GPT
-from models.io import atomic_path
+from models.io import atomic_path, owning_folder
 
 
 def parse_args(argv=None):
@@ -23,6 +23,10 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if Path(args.out).exists():
         p.error(f"{args.out} exists; give a new folder to export into")
+    owner = owning_folder(args.out, checkpoint.CHECKPOINT_MARKS + checkpoint.PREPARED_MARKS, itself=False)
+    if owner is not None:
+        p.error(f"{args.out} is inside {owner}, which holds a checkpoint, a model or a prepared corpus that the "
+                "export would break; give it a folder of its own")
     return args
 
 

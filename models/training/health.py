@@ -106,13 +106,15 @@ def attention_entropy(q, k):
 def activations(model, idx):
     """{block name: {mean, std, gelu_below_-3, attention_entropy}} from one forward pass of `model` on `idx`."""
     blocks = [name for name, m in model.named_modules() if isinstance(m, Block)]
-    training = model.training
+    training, checkpointed = model.training, model.transformer.checkpoint_blocks
     model.eval()
+    model.transformer.checkpoint_blocks = False  # a checkpointed block records no ops of its own to read
     try:
         logits, _ = model(idx)
         order = ag.topological_order(logits)[::-1]  # forward order
     finally:
         model.train(training)
+        model.transformer.checkpoint_blocks = checkpointed
     out = {name: {} for name in blocks}
     for t in order:
         op = t.op

@@ -25,6 +25,7 @@ in memory (models/training/shards.py describes the folder it writes).
   same command again checks the finished shards and goes on from there. meta.json
   is written last, so a folder without it is never mistaken for a finished one.
 """
+import argparse
 import codecs
 import hashlib
 import json
@@ -40,10 +41,11 @@ from pathlib import Path
 
 import numpy as np
 
-from models.cli import Parser, interval, output_folder
-from models.io import atomic_path, read_json
-from models.training.shards import (META_FILE, META_FORMAT, PROGRESS_FILE, SPLITS, ShardError, ShardWriter, open_shard,
-                           shard_name, token_dtype)
+from models.cli import Parser, interval, machine_memory, output_folder
+from models.io import atomic_path, json_type, owning_folder, read_json
+from models.training.checkpoint import CHECKPOINT_MARKS
+from models.training.shards import (META_FILE, META_FORMAT, PROGRESS_FILE, SPLITS, ShardError, ShardWriter, field,
+                                    open_shard, shard_name, token_dtype)
 from models.gpt.tokenizer import CharTokenizer, GPT2Tokenizer
 
 def default_workers():
@@ -53,7 +55,7 @@ def default_workers():
 def make_parser():
     p = Parser("python -m models.prepare", __doc__.splitlines()[0])
     p.add_argument("inputs", nargs="+", metavar="PATH", help="text files, or folders searched for --pattern")
-    p.add_argument("--out", type=output_folder, required=True, metavar="DIR", help="the folder to write")
+    p.add_argument("--out", type=prepared_folder, required=True, metavar="DIR", help="the folder to write")
     p.add_argument("--tokenizer", choices=["char", "gpt2"], default="gpt2",
                    help="characters (a vocabulary from the data) or GPT-2's byte-level BPE")
     p.add_argument("--workers", type=interval(int, "[1, 1024]"), default=default_workers(),
@@ -62,10 +64,37 @@ def make_parser():
                    help="the share held out for validation, by file or by each file's tail")
     p.add_argument("--shard-tokens", type=interval(int, "[1, inf)"), default=1 << 24, help="tokens per shard")
     p.add_argument("--pattern", default="*.txt", help="the files a folder contributes (searched recursively)")
-    p.add_argument("--section-kb", type=interval(int, "[1, inf)"), default=1024,
+    p.add_argument("--section-kb", type=section_kb, default=1024,
                    help="text per piece of work (the output does not depend on it)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
+
+
+def prepared_folder(text):
+    """A `type=` function: --out, a folder that can be written and is neither in nor above a training checkpoint's
+    or a model's folder (a save replaces the whole checkpoint folder, and its --resume refuses files it lacks)."""
+    output_folder(text)
+    owner = owning_folder(text, CHECKPOINT_MARKS)
+    if owner is not None:
+        raise argparse.ArgumentTypeError(f"{text} is {'' if owner == Path(os.path.realpath(text)) else 'inside '}{owner}, which holds "
+                                         "a training checkpoint or a model; prepare into a folder of its own")
+    return text
+
+
+# A section is held a few times over in memory (its bytes, its text, its ids and the slot they come back in) by
+# each of the 2 x workers + 1 sections in flight: one larger than this share of the memory cannot be prepared.
+SECTION_SHARE = 64
+
+
+def section_kb(text):
+    """A `type=` function: --section-kb, at least 1 and at most 1/SECTION_SHARE of this machine's memory."""
+    value = interval(int, "[1, inf)")(text)
+    memory = machine_memory()
+    if memory is not None and value * 1024 > memory // SECTION_SHARE:
+        raise argparse.ArgumentTypeError(f"{value:,} KB is more than a section may take of this machine's "
+                                         f"{memory / 2 ** 30:.1f} GiB of memory (at most "
+                                         f"{memory // SECTION_SHARE // 1024:,} KB)")
+    return value
 
 
 @dataclass(frozen=True)
@@ -91,6 +120,8 @@ def find_sources(inputs, pattern):
             files += found
         elif given.is_file():
             files.append(given)
+        elif given.exists():  # a FIFO would block the read for ever, /dev/zero never end
+            raise ValueError(f"{given} is not a regular file (a FIFO or a device); give text files or folders")
         else:
             raise ValueError(f"no file or folder {given}")
     seen = set()
@@ -117,7 +148,7 @@ def next_cut(f, start, end, window=1 << 16):
     """
     at = start
     while at < end:
-        origin = max(at - 4, 0)  # the whole character before `at`, which a cut there needs
+        origin = max(at - 5, 0)  # a cut at `at` after a newline needs the newline and the whole character before it
         f.seek(origin)
         raw = f.read(window)
         first, last = 0, len(raw)
@@ -256,6 +287,19 @@ def _start_worker(encoder, slots):
     global _worker
     _worker = encoder, slots  # forked: the parent's very objects (no pickling, no second vocabulary load)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the pool
+    _end_with_parent()
+
+
+def _end_with_parent():
+    """Have Linux end this worker the moment its parent dies: left running, it would print a BrokenPipeError
+    traceback at its next result, into the terminal the killed parent shared with it."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() == 1:  # the parent died before the call: nobody is left to send the signal
+        os._exit(1)
 
 
 def _encode_in_worker(section, slot):
@@ -338,6 +382,29 @@ def verified_shards(folder, shards):
     return good
 
 
+def check_progress(path, saved):
+    """A one-line error naming `path` (prepare_progress.json) and the field unless `saved` is what a run writes."""
+    try:
+        for key, kind, meaning in (("plan", dict, "an object"), ("tokenizer", dict, "an object"),
+                                   ("sectioning", dict, "an object"), ("shards", dict, "an object")):
+            field(path, saved, key, kind, meaning)
+        for split in SPLITS:
+            field(path, saved["shards"], split, list, "an array", prefix="shards.")
+            for i, shard in enumerate(saved["shards"][split]):
+                where = f"shards.{split}[{i}]."
+                if not isinstance(shard, dict):
+                    raise ShardError(f"{path}: '{where[:-1]}' should be an object, not {json_type(shard)}")
+                field(path, shard, "name", str, f"{shard_name(split, i)}", lambda name: name == shard_name(split, i),
+                      where)
+                field(path, shard, "tokens", int, "a count of tokens", lambda n: n >= 0, where)
+                field(path, shard, "crc32", int, "a CRC-32", lambda n: 0 <= n < 1 << 32, where)
+                if shard.get("next") is not None:
+                    field(path, shard, "next", list, "[section, offset], two counts",
+                          lambda at: len(at) == 2 and all(type(n) is int and n >= 0 for n in at), where)
+    except ShardError as exc:
+        raise ShardError(f"{exc.args[0].replace('prepare the corpus again', '')}delete it to prepare afresh")
+
+
 def write_json(path, obj):
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=1), encoding="utf-8")
@@ -370,9 +437,7 @@ def prepare(args):
     files = find_sources(args.inputs, args.pattern)
     parts, split_by = plan_parts(files, args.val_fraction)
     total_bytes = sum(path.stat().st_size for path in files)
-    plan = {"sources": [{"path": str(path), "bytes": path.stat().st_size, "mtime_ns": path.stat().st_mtime_ns}
-                        for path in files],
-            "tokenizer": args.tokenizer, "val_fraction": args.val_fraction, "shard_tokens": args.shard_tokens}
+    plan = planned(args, files)
     if (out / META_FILE).is_file():
         meta = read_json(out / META_FILE)
         if meta.get("plan") != plan:
@@ -381,6 +446,8 @@ def prepare(args):
         return f"{out} already holds this corpus: " + describe(meta)
     progress_path = out / PROGRESS_FILE
     saved = read_json(progress_path) if progress_path.is_file() else None
+    if saved is not None:
+        check_progress(progress_path, saved)
     if saved is not None and saved.get("plan") != plan:
         raise ValueError(f"{out} holds an unfinished preparation of other files or options; "
                          "choose another --out, or delete it first")
@@ -449,6 +516,15 @@ def prepare(args):
     note = f"; went on after {resumed} finished shard{'s' * (resumed != 1)}" if resumed else ""
     return (f"prepared {out}: " + describe(meta) + f"; {seconds:.1f} s, {total_bytes / 1e6 / seconds:.1f} MB/s, "
             f"{new_tokens() / seconds:,.0f} tokens/s" + note)
+
+
+def planned(args, files=None):
+    """What a preparation is of (its sources as they stand, and the options that shape its output): a rerun
+    goes on from a saved progress, or finds a finished folder, only where this is unchanged."""
+    files = find_sources(args.inputs, args.pattern) if files is None else files
+    return {"sources": [{"path": str(path), "bytes": path.stat().st_size, "mtime_ns": path.stat().st_mtime_ns}
+                        for path in files],
+            "tokenizer": args.tokenizer, "val_fraction": args.val_fraction, "shard_tokens": args.shard_tokens}
 
 
 def describe(meta):

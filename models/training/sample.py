@@ -11,6 +11,7 @@ import sys
 import autograd as ag
 from models.training import checkpoint
 from models.cli import Parser, device, input_file, interval
+from models.gpt import sampling
 from models.training.data import load_text
 
 
@@ -32,7 +33,12 @@ def parse_args(argv=None):
     p.add_argument("--num-samples", type=interval(int, "[1, inf)"), default=1)
     p.add_argument("--device", type=device, default="cpu", metavar="{cpu,cuda}")
     p.add_argument("--no-cache", action="store_true", help="recompute the whole prefix for every token")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:
+        sampling.check_fits_memory(1, 1 + args.max_new_tokens, "--max-new-tokens")
+    except ValueError as exc:
+        p.error(str(exc))
+    return args
 
 
 def main(argv=None):

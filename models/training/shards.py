@@ -23,9 +23,17 @@ folder: the same `batch(split, rows, block, rng)`, drawing blocks at random
 offsets of each split's shards taken end to end, so a corpus larger than memory
 trains with flat memory. It maps the shards afresh for every batch, so the
 pages a batch read leave the process's resident set with it.
+
+A prepared folder may come from anyone, so nothing in it is trusted: meta.json
+is checked field by field, every shard's header against what meta.json lists
+for it (type of file, size, dtype, count, checksum) when the folder is opened,
+and a shard's tokens against that checksum and the vocabulary when a batch
+first reads them, in one streaming pass: start-up reads headers only.
 """
 import argparse
 import json
+import os
+import stat
 import struct
 import zlib
 from pathlib import Path
@@ -35,7 +43,7 @@ import numpy as np
 from models.cli import input_file
 
 from models.training.data import TokenData
-from models.io import read_json
+from models.io import json_type, read_json
 from models.gpt.tokenizer import tokenizer_from_dict
 
 MAGIC = b"GPTGTOKS"
@@ -91,10 +99,14 @@ def read_header(path):
     """(dtype, count, crc32) from the header of the shard at `path`, checked against the file's size."""
     path = Path(path)
     try:
-        with open(path, "rb") as f:
-            head = f.read(HEADER.size)
+        mode = os.stat(path).st_mode
     except FileNotFoundError:
         raise ShardError(f"{path} is missing; prepare the folder again with python -m models.prepare") from None
+    if not stat.S_ISREG(mode):  # a FIFO would block the open below for ever, a device never end
+        raise ShardError(f"{path} is not a regular file (a folder, FIFO or device); a shard is a file that "
+                         "python -m models.prepare wrote")
+    with open(path, "rb") as f:
+        head = f.read(HEADER.size)
     if len(head) < HEADER.size:
         raise ShardError(f"{path} is not a token shard: {len(head)} bytes, shorter than the {HEADER.size}-byte header")
     magic, version, itemsize, count, crc, _ = HEADER.unpack(head)
@@ -123,13 +135,41 @@ def open_shard(path, verify=False):
     return tokens
 
 
-class ShardedTokens:
-    """One split's tokens: its shards taken end to end, indexed like an array without being loaded."""
+def check_tokens(path, tokens, crc, vocab_size, chunk=1 << 22):
+    """A one-line error unless the shard `tokens` of `path` have the checksum `crc` and every id is below
+    `vocab_size`: one streaming pass, a chunk at a time, so memory holds one chunk whatever the shard."""
+    found, largest = 0, -1
+    for start in range(0, len(tokens), chunk):
+        part = tokens[start:start + chunk]
+        found = zlib.crc32(part, found)
+        largest = max(largest, int(part.max()))
+    if found != crc:
+        raise ShardError(f"{path} is damaged: its tokens do not match the checksum {META_FILE} lists for it")
+    if largest >= vocab_size:
+        raise ShardError(f"{path} holds the token id {largest}, but its tokenizer has {vocab_size:,} ids "
+                         f"(0 to {vocab_size - 1}); the shard comes from another preparation")
 
-    def __init__(self, paths, dtype, counts):
+
+class ShardedTokens:
+    """One split's tokens: its shards taken end to end, indexed like an array without being loaded.
+
+    With `crcs` and `vocab_size`, a shard's tokens are checked (`check_tokens`)
+    the first time they are read; `verified` holds the shards checked so far.
+    """
+
+    def __init__(self, paths, dtype, counts, crcs=None, vocab_size=None):
         self.paths, self.dtype = list(paths), dtype
         self.counts = np.asarray(counts, dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.counts)])
+        self.crcs, self.vocab_size = crcs, vocab_size
+        self.verified = set()
+
+    def verify(self, k):
+        """Check shard k's tokens, once."""
+        if self.crcs is not None and k not in self.verified:
+            tokens = self._mapped(k) if self.counts[k] else np.empty(0, dtype=self.dtype)  # nothing to map
+            check_tokens(self.paths[k], tokens, self.crcs[k], self.vocab_size)
+            self.verified.add(k)
 
     def __len__(self):
         return int(self.starts[-1])
@@ -156,7 +196,12 @@ class ShardedTokens:
         return np.concatenate(pieces).astype(np.int64) if pieces else np.empty(0, dtype=np.int64)
 
     def _map(self, k):
-        """Shard k's tokens, mapped until the caller drops them (then its pages leave this process's resident set)."""
+        """Shard k's tokens, checked once, mapped until the caller drops them (then its pages leave this
+        process's resident set)."""
+        self.verify(k)
+        return self._mapped(k)
+
+    def _mapped(self, k):
         return np.memmap(self.paths[k], dtype=self.dtype, mode="r", offset=HEADER.size, shape=(int(self.counts[k]),))
 
 
@@ -164,8 +209,8 @@ class PreparedData(TokenData):
     """TokenData over a prepared folder: each split's shards, memory-mapped, and the tokenizer that made them.
 
     The shards' headers are checked against meta.json on opening (a missing,
-    truncated or foreign shard is one line naming it); their checksums are
-    models.eval's and models.prepare's to check, which read them through.
+    truncated, swapped or foreign shard is one line naming it), and each shard's
+    tokens against its checksum and the vocabulary before a batch first reads it.
     """
 
     def __init__(self, folder):  # TokenData's own constructor cuts an array; this one opens shards
@@ -177,11 +222,13 @@ class PreparedData(TokenData):
             shards = self.meta["splits"][split]["shards"]
             paths = [self.folder / shard["name"] for shard in shards]
             for path, shard in zip(paths, shards):
-                found, count, _ = read_header(path)
-                if found != dtype or count != shard["tokens"]:
-                    raise ShardError(f"{path} holds {count:,} {found} tokens but {self.folder / META_FILE} lists "
-                                     f"{shard['tokens']:,} {dtype} tokens; it comes from another preparation")
-            self.splits[split] = ShardedTokens(paths, dtype, [shard["tokens"] for shard in shards])
+                found, count, crc = read_header(path)
+                if found != dtype or count != shard["tokens"] or crc != shard["crc32"]:
+                    raise ShardError(f"{path} holds {count:,} {found} tokens of checksum {crc:08x} but "
+                                     f"{self.folder / META_FILE} lists {shard['tokens']:,} {dtype} tokens of "
+                                     f"checksum {shard['crc32']:08x}; it comes from another preparation")
+            self.splits[split] = ShardedTokens(paths, dtype, [shard["tokens"] for shard in shards],
+                                               [shard["crc32"] for shard in shards], self.meta["vocab_size"])
 
     def _tokens_crc(self, crc):
         """The CRC-32 of meta.json's list of shards (their token counts and checksums), continued from `crc`:
@@ -189,16 +236,26 @@ class PreparedData(TokenData):
         return zlib.crc32(json.dumps(self.meta["splits"], sort_keys=True).encode(), crc)
 
     def tokenizer(self):
-        """The tokenizer that meta.json describes, whose ids the shards hold."""
+        """The tokenizer that meta.json describes, whose ids the shards hold (as many as its 'vocab_size')."""
         try:
-            return tokenizer_from_dict(self.meta["tokenizer"])
+            made = tokenizer_from_dict(self.meta["tokenizer"])
         except (KeyError, TypeError, ValueError, OSError) as exc:
             raise ShardError(f"{self.folder / META_FILE}: 'tokenizer' does not describe a tokenizer ({exc})") from None
+        check_vocab_size(self, made)
+        return made
+
+
+def check_vocab_size(data, tokenizer):
+    """A one-line error unless meta.json's 'vocab_size' is the tokenizer's: the shards' ids are checked against it."""
+    if tokenizer.vocab_size != data.meta["vocab_size"]:
+        raise ShardError(f"{data.folder / META_FILE}: 'vocab_size' is {data.meta['vocab_size']:,} but its "
+                         f"{tokenizer.kind} tokenizer has {tokenizer.vocab_size:,} ids; prepare the corpus again")
 
 
 def check_tokenizer(data, tokenizer, source):
     """A one-line error unless `tokenizer` (the model's, from `source`) is the one that made the shards of `data`."""
     if tokenizer.to_dict() == data.meta["tokenizer"]:
+        check_vocab_size(data, tokenizer)
         return
     made = data.tokenizer()
     same_kind = "another vocabulary of " if made.kind == tokenizer.kind else ""
@@ -217,21 +274,47 @@ def read_meta(folder):
             "its preparation did not finish; run the same python -m models.prepare command again to finish it"
             if unfinished else "it is not a folder that python -m models.prepare made; if it holds text, "
             f"prepare that first: python -m models.prepare {folder} --out DIR, then --data DIR"))
-    meta = read_json(path)
+    try:
+        meta = read_json(path)
+    except ValueError as exc:
+        raise ShardError(str(exc)) from None
     if meta.get("format") != META_FORMAT:
         raise ShardError(f"{path} is of format {meta.get('format')!r}; this version reads {META_FORMAT}: "
                          "prepare the corpus again")
-    try:
-        dtype_ok = meta["dtype"] in DTYPE_NAMES
-        shards_ok = all(isinstance(shard["name"], str) and isinstance(shard["tokens"], int)
-                        for split in SPLITS for shard in meta["splits"][split]["shards"])
-        tokenizer_ok = isinstance(meta["tokenizer"], dict)
-    except (KeyError, TypeError) as exc:
-        raise ShardError(f"{path} lacks {exc}; prepare the corpus again") from None
-    if not (dtype_ok and shards_ok and tokenizer_ok):
-        raise ShardError(f"{path} is damaged: 'dtype' should be uint16 or uint32, every shard a name and a token "
-                         "count, 'tokenizer' an object; prepare the corpus again")
+    field(path, meta, "tokenizer", dict, "an object")
+    field(path, meta, "vocab_size", int, "a positive integer", lambda n: n > 0)
+    field(path, meta, "dtype", str, "uint16 or uint32", lambda name: name in DTYPE_NAMES)
+    if meta["vocab_size"] > np.iinfo(DTYPE_NAMES[meta["dtype"]]).max + 1:
+        raise ShardError(f"{path}: 'vocab_size' {meta['vocab_size']:,} does not fit its 'dtype' {meta['dtype']}")
+    field(path, meta, "splits", dict, "an object")
+    names = set()
+    for split in SPLITS:
+        field(path, meta["splits"], split, dict, "an object", prefix="splits.")
+        field(path, meta["splits"][split], "shards", list, "an array", prefix=f"splits.{split}.")
+        for i, shard in enumerate(meta["splits"][split]["shards"]):
+            where = f"splits.{split}.shards[{i}]."
+            if not isinstance(shard, dict):
+                raise ShardError(f"{path}: '{where[:-1]}' should be an object, not {json_type(shard)}")
+            # a plain name of this folder: a path would read a file elsewhere
+            field(path, shard, "name", str, "a shard's file name in the folder",
+                  lambda name: Path(name).name == name and name not in ("", ".", ".."), where)
+            field(path, shard, "tokens", int, "a count of tokens", lambda n: n >= 0, where)
+            field(path, shard, "crc32", int, "a CRC-32", lambda n: 0 <= n < 1 << 32, where)
+            if shard["name"] in names:
+                raise ShardError(f"{path}: '{where}name' lists {shard['name']} a second time; "
+                                 "prepare the corpus again")
+            names.add(shard["name"])
     return meta
+
+
+def field(path, obj, key, kind, meaning, fits=lambda value: True, prefix=""):
+    """A one-line error naming the file and field unless obj[key] is there, of `kind` (not a bool), and `fits`."""
+    if key not in obj:
+        raise ShardError(f"{path} lacks '{prefix}{key}'; prepare the corpus again")
+    value = obj[key]
+    if not isinstance(value, kind) or isinstance(value, bool) or not fits(value):
+        shown = json.dumps(value)[:40] if isinstance(value, (int, str)) else json_type(value)
+        raise ShardError(f"{path}: '{prefix}{key}' should be {meaning}, not {shown}; prepare the corpus again")
 
 
 def data_path(text):
@@ -245,6 +328,6 @@ def data_path(text):
         return input_file(text)
     try:
         read_meta(Path(text))
-    except (ShardError, OSError) as exc:
+    except (ValueError, OSError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text

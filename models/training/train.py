@@ -42,8 +42,9 @@ import numpy as np
 import autograd as ag
 import nn
 from models.training import checkpoint, health
-from models.cli import Parser, device, interval, model_folder, output_folder, show_default
+from models.cli import Parser, device, interval, machine_memory, model_folder, output_folder, show_default
 from models.training.data import Layout, TokenData, load_text
+from models.gpt import sampling
 from models.gpt.gpt2 import GPT, GPTConfig
 from models.interrupts import came_from_ctrl_c
 from models.io import atomic_path
@@ -91,9 +92,9 @@ def make_parser():
                    help="fine-tune a Hugging Face GPT-2 folder (config.json + model.safetensors) or a checkpoint "
                         "(default: none, a new model)")
     g = p.add_argument_group("fine-tuning with LoRA (nn.lora) and less memory")
-    g.add_argument("--lora-r", type=COUNT, default=0,
+    g.add_argument("--lora-r", type=POSITIVE, default=None,
                    help="with --init-from: freeze the model and train rank-r adapters of the --lora-targets layers; "
-                        "the checkpoint then holds the adapters alone (0: a full fine-tune)")
+                        "the checkpoint then holds the adapters alone (default: none, a full fine-tune)")
     g.add_argument("--lora-alpha", type=interval(float, "(0, inf)"), default=16.0,
                    help="the adapters' scale: their update is B·A·alpha/r")
     g.add_argument("--lora-targets", default="c_attn", type=names_list, metavar="NAMES",
@@ -222,6 +223,11 @@ def names_list(text):
 
 def check_combinations(args):
     """Options that are each in range but make no sense together (on --resume, after the checkpoint's are in)."""
+    if not args.lora_r and not args.resume:  # on --resume the checkpoint fixes them, and resume says so
+        needless = [f"--{name.replace('_', '-')}" for name in ("lora_alpha", "lora_targets") if name in args.given]
+        if needless:
+            raise ValueError(f"{' and '.join(needless)} shape{'s' * (len(needless) == 1)} LoRA adapters, which "
+                             "only --lora-r R makes; give --lora-r, or leave them out for a full fine-tune")
     if args.lora_r and not args.init_from:
         raise ValueError(f"--lora-r {args.lora_r} adapts a trained model: give it one with --init-from DIR")
     if args.min_lr > args.lr:
@@ -231,6 +237,14 @@ def check_combinations(args):
                          "every head gets n_embd / n_head features")
     if not args.init_from and not args.resume:  # a model from a folder is no larger than its weights file
         check_memory(args, machine_memory())
+    rows = args.batch_size * args.grad_accum
+    available = machine_memory()  # what an iteration's batch and the sample need, whatever the model
+    if available is not None and 16 * rows * args.block_size > available:  # an iteration's x and y, int64
+        raise ValueError(f"--grad-accum {args.grad_accum} with --batch-size {args.batch_size} and --block-size "
+                         f"{args.block_size} draws {rows * args.block_size:,} tokens an iteration, "
+                         f"{16 * rows * args.block_size / 2 ** 30:,.1f} GiB, more than this machine's "
+                         f"{available / 2 ** 30:,.1f} GiB of memory")
+    sampling.check_fits_memory(1, 1 + args.sample_tokens, "--sample-tokens", available)
 
 
 def check_memory(args, available):
@@ -255,19 +269,6 @@ def check_memory(args, available):
                          f" for each parameter's {itemsize}-byte weight, gradient and two AdamW moments, "
                          f"{attention / 2 ** 30:,.1f} for the attention weights every layer keeps), but this machine "
                          f"has {available / 2 ** 30:,.1f} GiB of memory: choose a smaller model or batch")
-
-
-def machine_memory():
-    """This machine's memory in bytes (os.sysconf, else /proc/meminfo), or None where neither says."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        pass
-    try:
-        with open("/proc/meminfo") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal:"))
-    except (OSError, StopIteration, ValueError, IndexError):
-        return None
 
 
 def option_facts(args):
@@ -335,9 +336,9 @@ def train(args, world):
         if it == args.max_iters:
             break
         progress.begin()
-        x, y = data.batch("train", run.layout.rows, args.block_size, run.data_rng)  # alike on every rank
         optimizer.zero_grad()
-        with world.together(), anomaly:
+        with world.together(), anomaly:  # a shard first read here is checked: a rank that finds it damaged says so
+            x, y = data.batch("train", run.layout.rows, args.block_size, run.data_rng)  # alike on every rank
             local_loss = accumulate_gradients(model, x, y, run.layout, world.rank, args)
         loss = world.mean([local_loss])[0]
         check_finite(loss, run, optimizer, out_dir)  # every rank alike, before the update

@@ -638,8 +638,8 @@ BROKEN = {
                                                                                "val": float("-inf")}])),
                               "every entry of 'evals' should be an object with finite numbers"),
     "state sha256 garbage": (edit_json("train_state.json", set_key("sha256", {"/etc/passwd": "x"})),
-                             "'sha256' should map some of model.safetensors, adapters.safetensors, optimizer.npz to "
-                             "their SHA-256"),
+                             "'sha256' should map some of model.safetensors, adapters.safetensors, "
+                             "adapter_config.json, config.json, gptgrad_tokenizer.json, optimizer.npz to their SHA-256"),
     "state deep": (lambda f: (f / "train_state.json").write_text("[" * 100000 + "]" * 100000),
                    "train_state.json nests arrays or objects more than 64 deep"),
     "state huge": (lambda f: os.truncate(f / "train_state.json", 2 ** 30),
@@ -651,7 +651,8 @@ BROKEN = {
         "gptgrad_tokenizer.json does not describe a tokenizer: GPT2Tokenizer.from_dict: the description names files"),
     "tokenizer bad regex": (lambda f: (f / "gptgrad_tokenizer.json").write_text(json.dumps(
         {"kind": "byte_bpe", "merges": [], "pattern": "(?P<x"})),
-        "gptgrad_tokenizer.json does not describe a tokenizer: ByteBPETokenizer: the pre-tokenisation pattern"),
+        "gptgrad_tokenizer.json does not describe a tokenizer: ByteBPETokenizer.from_dict: the pre-tokenisation "
+        "pattern"),
     "tokenizer chars unsorted": (edit_json("gptgrad_tokenizer.json", set_key("chars", "hgfedcba")),
                                  "'chars' should be a string of distinct characters in sorted order"),
     "tokenizer chars a list": (edit_json("gptgrad_tokenizer.json", set_key("chars", list("abcdefgh"))),
@@ -774,7 +775,7 @@ def test_a_resumed_checkpoint_without_digests_still_resumes(tmp_path, small_text
     edit_json("train_state.json", drop_key("sha256"))(a)
     assert train.main(["--out-dir", str(a), "--resume", "--max-iters", "6", "--no-progress"]) == 0
     assert checkpoint.RunState.load(a).iter == 6 and set(checkpoint.RunState.load(a).digests) == {
-        "model.safetensors", "optimizer.npz"}
+        "model.safetensors", "config.json", "gptgrad_tokenizer.json", "optimizer.npz"}
 
 
 @pytest.mark.interop

@@ -164,7 +164,7 @@ def test_train_cli_writes_the_report_at_the_interval(tmp_path, capsys):
     assert (tmp_path / "health.png").is_file()
     assert f"wrote the health report to {tmp_path / 'health.jsonl'} and {tmp_path / 'health.png'}\n" in out
     # a folder of its own: the default out/ may hold the main job's checkpoint (the README runs it before the tests)
-    fresh = ["--out-dir", str(tmp_path / "fresh")]
+    fresh = ["--out-dir", str(tmp_path.with_name(tmp_path.name + "-fresh"))]  # not inside the checkpoint above
     assert train.parse_args(["--health-interval", *fresh]).health_interval == 50  # the option alone: every 50
     assert train.parse_args(fresh).health_interval == 0
 

@@ -10,6 +10,7 @@ import autograd as ag
 from models.training import checkpoint, export_merged, sample, train
 from models.gpt.gpt2 import GPT, GPTConfig
 from models.gpt.tokenizer import CharTokenizer
+from tests.models.conftest import random_gpt2_folder
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\nAll:\nSpeak, speak.\n" * 30
 RUN = ["--n-layer", "1", "--batch-size", "4", "--block-size", "16", "--eval-interval", "2", "--eval-iters", "2",
@@ -20,13 +21,7 @@ RUN = ["--n-layer", "1", "--batch-size", "4", "--block-size", "16", "--eval-inte
 @pytest.fixture
 def base(tmp_path):
     """A random GPT-2 folder with a character tokenizer, as a user's pretrained model stands in for here."""
-    (tmp_path / "text.txt").write_text(TEXT)
-    tokenizer = CharTokenizer(TEXT)
-    with ag.seeded(0):
-        model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=32, n_layer=2, n_head=2, n_embd=16))
-    model.save_pretrained(tmp_path / "base")
-    checkpoint.write_tokenizer(tmp_path / "base", tokenizer, 32)
-    return tmp_path
+    return random_gpt2_folder(tmp_path, TEXT, n_layer=2)
 
 
 def lora_run(capsys, base, out, *more):

@@ -174,6 +174,12 @@ def test_a_cut_is_the_first_safe_place_whatever_the_windows(text, data):
     assert prepare.next_cut(io.BytesIO(raw), start, end, window=16) == first_cut(raw, start, end)
 
 
+def test_a_cut_just_after_a_newline_sees_the_four_byte_character_before_it():
+    """Hypothesis's find: a window opening 4 bytes before the cut held the newline but not the 🙂 before it."""
+    raw = "a\u3000\u3000🙂🙂🙂\na".encode("utf-8")
+    assert prepare.next_cut(io.BytesIO(raw), 20, 21, window=16) == first_cut(raw, 20, 21) == 20
+
+
 def test_few_files_hold_out_each_files_tail_from_a_line_on(tmp_path, capsys):
     folder = write_corpus(tmp_path / "few", files=2, lines=300)
     code, _, err = run_prepare(capsys, str(folder), "--out", str(tmp_path / "out"), "--tokenizer", "char",
@@ -399,7 +405,7 @@ def test_eval_checks_the_checksums_of_what_it_reads(tmp_path, prepared, capsys):
     damage(prepared / "val_000000.bin", "token")
     assert evaluate.main([str(tmp_path / "r"), "--data", str(prepared), "--no-progress"]) == 1
     assert capsys.readouterr().err == (f"eval: error: {prepared / 'val_000000.bin'} is damaged: its tokens do not "
-                                       "match the checksum in its header\n")
+                                       "match the checksum meta.json lists for it\n")
 
 
 def test_a_folder_that_was_never_prepared_is_one_line(tmp_path, corpus, capsys):

@@ -495,6 +495,13 @@ def test_gpt2_from_dict_refuses_a_vocabulary_of_the_wrong_shape(vocabulary):
 def test_a_byte_bpe_pattern_that_is_no_regex_is_a_value_error(pattern):
     with pytest.raises(ValueError, match=r"ByteBPETokenizer: the pre-tokenisation pattern .* is not a regular "
                                          r"expression"):
+        ByteBPETokenizer([], pattern)
+
+
+@pytest.mark.parametrize("pattern", [r"(a|aa)+$", r"\w+", 7])
+def test_a_byte_bpe_description_with_a_pattern_other_than_gpt2s_is_refused(pattern):
+    with pytest.raises(ValueError, match=r"ByteBPETokenizer.from_dict: the pre-tokenisation pattern .* is not "
+                                         r"GPT-2's"):
         tokenizer_from_dict({"kind": "byte_bpe", "merges": [], "pattern": pattern})
 
 

@@ -1,0 +1,429 @@
+"""Untrusted corpora, checkpoints and flags: probes of what a new user (or a careless script) may hand the
+commands. Every case ends in one line naming the file, field or flag at fault, never a traceback, a hang or a
+silent wrong result, and no command writes into another's folder."""
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import autograd as ag
+from models.training import checkpoint, export_merged, prepare, sample, train
+from models.training import eval as evaluate
+from models.training.shards import HEADER, MAGIC, PreparedData, ShardError, read_header
+from models.gpt.gpt2 import GPT, GPTConfig
+from models.gpt.tokenizer import CharTokenizer
+from tests.models.conftest import random_gpt2_folder
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4",
+        "--eval-interval", "2", "--eval-iters", "1", "--warmup-iters", "1", "--lr-decay-iters", "4",
+        "--peak-tflops", "1", "--no-progress", "--sample-tokens", "0"]
+TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\nAll:\nSpeak, speak.\n" * 40
+INTERNALS = ("Traceback", "KeyError", "IndexError", "TypeError", "not iterable", "invalid data_path value",
+             "not enough values to unpack", "BrokenPipeError")
+
+
+def one_line(err):
+    """The error output is one line without Python's or NumPy's internals; that line."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert not any(word in err for word in INTERNALS), err
+    return lines[0]
+
+
+def run(main, capsys, *argv):
+    """main(argv)'s exit status (a parser's SystemExit included) and its stdout and stderr."""
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def subprocess_run(args, timeout=60):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """A text, its character shards (three train shards of 1000 tokens and more), and a one-iteration checkpoint."""
+    root = tmp_path_factory.mktemp("untrusted")
+    (root / "text.txt").write_text(TEXT * 2, encoding="utf-8")
+    assert prepare.main([str(root / "text.txt"), "--out", str(root / "data"), "--tokenizer", "char",
+                         "--shard-tokens", "1000", "--workers", "1", "--no-progress"]) == 0
+    assert train.main([*TINY, "--data", str(root / "data"), "--max-iters", "2", "--out-dir", str(root / "run")]) == 0
+    return root
+
+
+@pytest.fixture
+def data(made, tmp_path):
+    """A fresh copy of the prepared folder, to damage."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for path in (made / "data").iterdir():
+        (folder / path.name).write_bytes(path.read_bytes())
+    return folder
+
+
+def edit_meta(folder, change):
+    meta = json.loads((folder / "meta.json").read_text())
+    change(meta)
+    (folder / "meta.json").write_text(json.dumps(meta))
+
+
+def rewrite_shard(path, tokens, itemsize=2):
+    """A shard whose header agrees with its tokens: well-formed, but not what meta.json lists."""
+    tokens = np.asarray(tokens, dtype=f"<u{itemsize}")
+    path.write_bytes(HEADER.pack(MAGIC, 1, itemsize, len(tokens), zlib.crc32(tokens), 0) + tokens.tobytes())
+
+
+def train_on(capsys, folder, out):
+    return run(train.main, capsys, *TINY, "--data", str(folder), "--max-iters", "2", "--out-dir", str(out))
+
+
+def eval_on(capsys, made, folder):
+    return run(evaluate.main, capsys, str(made / "run"), "--data", str(folder), "--split", "train", "--no-progress")
+
+
+# --- shards are checked before they are used ---------------------------------------------------------------
+
+
+def swap(folder):
+    a, b = folder / "train_000000.bin", folder / "train_000001.bin"
+    first = a.read_bytes()
+    a.write_bytes(b.read_bytes())
+    b.write_bytes(first)
+
+
+def list_twice(folder):
+    edit_meta(folder, lambda meta: meta["splits"]["train"]["shards"].__setitem__(
+        1, dict(meta["splits"]["train"]["shards"][0])))
+
+
+def flip_token(folder):
+    path = folder / "train_000001.bin"
+    raw = bytearray(path.read_bytes())
+    raw[HEADER.size + 10] ^= 1
+    path.write_bytes(bytes(raw))
+
+
+def rewritten(folder):
+    path = folder / "train_000000.bin"
+    tokens = np.frombuffer(path.read_bytes()[HEADER.size:], "<u2").copy()
+    tokens[5] = (tokens[5] + 1) % 3
+    rewrite_shard(path, tokens)
+
+
+DAMAGE = {"swapped": (swap, "train_000000.bin"), "listed twice": (list_twice, "train_000000.bin"),
+          "flipped token": (flip_token, "train_000001.bin"), "rewritten whole": (rewritten, "train_000000.bin")}
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_shards_that_disagree_with_meta_are_refused_by_train(made, data, tmp_path, capsys, how):
+    damage, name = DAMAGE[how]
+    damage(data)
+    code, _, err = train_on(capsys, data, tmp_path / "o")
+    assert code in (1, 2) and name in one_line(err)
+    assert not (tmp_path / "o" / "train_state.json").exists()
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_shards_that_disagree_with_meta_are_refused_by_eval(made, data, capsys, how):
+    damage, name = DAMAGE[how]
+    damage(data)
+    code, _, err = eval_on(capsys, made, data)
+    assert code in (1, 2) and name in one_line(err)
+
+
+def test_shards_are_checked_lazily_not_read_whole_at_start(data, monkeypatch):
+    """Opening reads headers only; a shard's tokens are checked when a batch first needs it."""
+    flip_token(data)
+    prepared = PreparedData(data)  # no error yet: train_000001's tokens were not read
+    rng = np.random.default_rng(0)
+    prepared.splits["train"].verified.add(1)
+    prepared.batch("train", 2, 8, rng)  # with shard 1 taken as checked, every batch is served
+    prepared.splits["train"].verified.discard(1)
+    with pytest.raises(ShardError, match="train_000001.bin"):
+        for _ in range(20):
+            prepared.batch("train", 4, 8, rng)
+
+
+def test_shards_token_ids_beyond_the_vocabulary_are_one_line_naming_the_file(made, data, tmp_path, capsys):
+    vocab = json.loads((data / "meta.json").read_text())["vocab_size"]
+    path = data / "train_000002.bin"
+    tokens = np.frombuffer(path.read_bytes()[HEADER.size:], "<u2").copy()
+    tokens[3] = vocab + 5
+    rewrite_shard(path, tokens)
+    edit_meta(data, lambda meta: meta["splits"]["train"]["shards"][2].__setitem__("crc32", zlib.crc32(tokens)))
+    for code, _, err in (train_on(capsys, data, tmp_path / "o"), run(
+            evaluate.main, capsys, str(made / "run"), "--data", str(data), "--split", "train", "--no-progress")):
+        line = one_line(err)
+        assert code == 1 and "train_000002.bin" in line and str(vocab + 5) in line
+
+
+@pytest.mark.parametrize("runner", ["train", "eval"])
+def test_shards_a_fifo_in_place_of_a_shard_is_refused_without_hanging(made, data, tmp_path, runner):
+    (data / "val_000000.bin").unlink()
+    os.mkfifo(data / "val_000000.bin")
+    args = ([*TINY, "--data", str(data), "--max-iters", "1", "--out-dir", str(tmp_path / "o")] if runner == "train"
+            else [str(made / "run"), "--data", str(data), "--no-progress"])
+    result = subprocess_run(["-m", f"models.{runner}", *args], timeout=60)
+    assert result.returncode in (1, 2)
+    assert "val_000000.bin" in one_line(result.stderr) and "regular file" in result.stderr
+
+
+META_DAMAGE = {
+    "not JSON": ("{not json", "not valid JSON"),
+    "a list": ("[1, 2]", "should hold a JSON object"),
+    "deep": ("[" * 100 + "]" * 100, "nests arrays or objects"),
+    "splits an int": (lambda m: m.__setitem__("splits", 7), "'splits'"),
+    "shards an int": (lambda m: m["splits"]["train"].__setitem__("shards", 3), "'splits.train.shards'"),
+    "tokens a string": (lambda m: m["splits"]["val"]["shards"][0].__setitem__("tokens", "9"), "shards[0].tokens'"),
+    "crc missing": (lambda m: m["splits"]["val"]["shards"][0].pop("crc32"), "shards[0].crc32'"),
+    "name a path": (lambda m: m["splits"]["val"]["shards"][0].__setitem__("name", "../x.bin"), "shards[0].name'"),
+    "vocab_size a string": (lambda m: m.__setitem__("vocab_size", "65"), "'vocab_size'"),
+    "kind and vocab_size disagree": (lambda m: m.__setitem__("vocab_size", 50257), "vocab_size"),
+    "tokenizer a list": (lambda m: m.__setitem__("tokenizer", []), "'tokenizer'"),
+}
+
+
+@pytest.mark.parametrize("how", META_DAMAGE)
+def test_meta_that_is_damaged_is_one_line_naming_the_file_and_field(data, tmp_path, capsys, how):
+    change, field = META_DAMAGE[how]
+    if callable(change):
+        edit_meta(data, change)
+    else:
+        (data / "meta.json").write_text(change)
+    code, _, err = train_on(capsys, data, tmp_path / "o")
+    line = one_line(err)
+    assert code in (1, 2) and "meta.json" in line and field in line  # 1: the tokenizer is built after parsing
+
+
+def test_meta_that_is_huge_is_refused_before_it_is_read(data, tmp_path, capsys):
+    from models.io import MAX_JSON_BYTES
+    with open(data / "meta.json", "r+b") as f:
+        f.truncate(MAX_JSON_BYTES + 1)  # sparse: it takes no disk, and reading it would take seconds
+    code, _, err = train_on(capsys, data, tmp_path / "o")
+    line = one_line(err)
+    assert code == 2 and "meta.json" in line and "bytes" in line
+
+
+# --- prepare does not trust its progress, its inputs or its output folder ---------------------------------
+
+
+@pytest.mark.parametrize("progress", [
+    "[]", '{"plan": 1}', '{"shards": {"train": 5}}', '{"shards": {"train": [{"name": 3}], "val": []}}',
+    '{"shards": {"train": [{"name": "train_000000.bin", "tokens": 5, "crc32": 1, "next": [1]}], "val": []}}',
+])
+def test_prepare_a_damaged_progress_file_is_one_line(made, tmp_path, capsys, progress):
+    out = tmp_path / "p"
+    out.mkdir()
+    args = [str(made / "text.txt"), "--out", str(out), "--tokenizer", "char", "--shard-tokens", "1000",
+            "--workers", "1"]
+    plan = prepare.planned(prepare.make_parser().parse_args(args))
+    saved = json.loads(progress)
+    if isinstance(saved, dict) and "shards" in saved:
+        saved = {"plan": plan, "tokenizer": {}, "sectioning": {}, **saved}
+    (out / "prepare_progress.json").write_text(json.dumps(saved))
+    code, _, err = run(prepare.main, capsys, *args, "--no-progress")
+    line = one_line(err)
+    assert code == 1 and "prepare_progress.json" in line
+
+
+@pytest.mark.parametrize("source", ["/dev/zero", "/dev/null", "fifo"])
+def test_prepare_a_device_or_fifo_as_input_is_refused_without_hanging(tmp_path, source):
+    if source == "fifo":
+        source = str(tmp_path / "fifo")
+        os.mkfifo(source)
+    result = subprocess_run(["-m", "models.prepare", source, "--out", str(tmp_path / "p"), "--no-progress"],
+                            timeout=60)
+    line = one_line(result.stderr)
+    assert result.returncode in (1, 2) and source in line and "not a regular file" in line
+
+
+def test_prepare_a_section_beyond_memory_is_refused_at_parse_time(tmp_path, capsys):
+    code, _, err = run(prepare.main, capsys, "x.txt", "--out", str(tmp_path / "p"), "--section-kb", str(10 ** 15))
+    line = one_line(err)
+    assert code == 2 and "--section-kb" in line and "memory" in line
+
+
+@pytest.mark.parametrize("where", ["run", "run/sub"])
+def test_prepare_into_a_training_checkpoints_folder_is_refused(made, capsys, where):
+    before = sorted(p.name for p in (made / "run").iterdir())
+    code, _, err = run(prepare.main, capsys, str(made / "text.txt"), "--out", str(made / where), "--tokenizer", "char")
+    line = one_line(err)
+    assert code == 2 and "checkpoint" in line
+    assert sorted(p.name for p in (made / "run").iterdir()) == before
+
+
+def test_prepare_killed_leaves_no_worker_tracebacks(tmp_path):
+    big = tmp_path / "big.txt"
+    big.write_text(("the king and the queen of it all, " * 40 + "\n") * 3000, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "models.prepare", str(big), "--out", str(tmp_path / "p"),
+                             "--workers", "2", "--section-kb", "16", "--no-progress"], cwd=ROOT, env=env,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    proc.send_signal(signal.SIGKILL)
+    _, err = proc.communicate(timeout=30)  # the workers hold stderr open until they too are gone
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_prepare_and_data_file_read_crlf_text_alike(tmp_path, capsys):
+    text = "ab\r\ncd\r\n" * 300
+    (tmp_path / "crlf.txt").write_bytes(text.encode())
+    assert prepare.main([str(tmp_path / "crlf.txt"), "--out", str(tmp_path / "p"), "--tokenizer", "char",
+                         "--val-fraction", "0", "--workers", "1", "--no-progress"]) == 0
+    prepared = PreparedData(tmp_path / "p")
+    from models.training.data import load_text
+    loaded = load_text(tmp_path / "crlf.txt")
+    assert loaded == text
+    assert prepared.tokenizer().vocab_size == CharTokenizer(loaded).vocab_size == 6
+    assert len(prepared.splits["train"]) == len(loaded)
+
+
+# --- LoRA flags, adapters and their checkpoints ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lora(tmp_path_factory):
+    """A random GPT-2 folder with a character tokenizer, and a LoRA checkpoint of it."""
+    root = random_gpt2_folder(tmp_path_factory.mktemp("lora"), TEXT, n_layer=1)
+    assert train.main([*TINY, "--data", str(root / "text.txt"), "--init-from", str(root / "base"), "--lora-r", "2",
+                       "--max-iters", "2", "--out-dir", str(root / "run")]) == 0
+    return root
+
+
+def copy_folder(source, target):
+    target.mkdir()
+    for path in source.iterdir():
+        if path.is_file():
+            (target / path.name).write_bytes(path.read_bytes())
+    return target
+
+
+@pytest.mark.parametrize("flags, needed", [
+    (["--lora-targets", "c_attn"], "--lora-r"), (["--lora-alpha", "8"], "--lora-r"), (["--lora-r", "0"], "--lora-r"),
+])
+def test_lora_flags_that_cannot_take_effect_are_refused(lora, tmp_path, capsys, flags, needed):
+    code, _, err = run(train.main, capsys, *TINY, "--data", str(lora / "text.txt"), "--init-from",
+                       str(lora / "base"), "--max-iters", "1", "--out-dir", str(tmp_path / "o"), *flags)
+    line = one_line(err)
+    assert code == 2 and needed in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_lora_an_edited_adapter_config_is_refused_on_resume(lora, tmp_path, capsys):
+    run_dir = copy_folder(lora / "run", tmp_path / "run")
+    config = json.loads((run_dir / "adapter_config.json").read_text())
+    (run_dir / "adapter_config.json").write_text(json.dumps({**config, "alpha": 64.0}, indent=2))
+    code, _, err = run(train.main, capsys, *TINY, "--resume", "--max-iters", "4", "--out-dir", str(run_dir))
+    line = one_line(err)
+    assert code == 1 and "adapter_config.json" in line and "SHA-256" in line
+
+
+def test_lora_an_edited_tokenizer_is_refused_on_resume(lora, tmp_path, capsys):
+    run_dir = copy_folder(lora / "run", tmp_path / "run")
+    path = run_dir / "gptgrad_tokenizer.json"
+    path.write_text(path.read_text() + "\n")
+    code, _, err = run(train.main, capsys, *TINY, "--resume", "--max-iters", "4", "--out-dir", str(run_dir))
+    assert code == 1 and "gptgrad_tokenizer.json" in one_line(err)
+
+
+def test_lora_nan_adapters_are_refused_by_sample(lora, tmp_path, capsys):
+    from safetensors.numpy import load_file, save_file
+    run_dir = copy_folder(lora / "run", tmp_path / "run")
+    adapters = load_file(str(run_dir / "adapters.safetensors"))
+    first = sorted(adapters)[0]
+    adapters[first] = np.full_like(adapters[first], np.nan)
+    save_file(adapters, str(run_dir / "adapters.safetensors"))
+    code, out, err = run(sample.main, capsys, str(run_dir), "--max-new-tokens", "5")
+    line = one_line(err)
+    assert code == 1 and out == "" and "adapters.safetensors" in line and first in line
+
+
+@pytest.mark.parametrize("inside", ["run/merged", "run/a/b"])
+def test_lora_export_into_the_checkpoints_own_folder_is_refused(lora, capsys, inside):
+    before = sorted(p.name for p in (lora / "run").iterdir())
+    code, _, err = run(export_merged.main, capsys, str(lora / "run"), str(lora / inside))
+    line = one_line(err)
+    assert code == 2 and "checkpoint" in line
+    assert sorted(p.name for p in (lora / "run").iterdir()) == before
+
+
+def test_lora_adapters_file_has_the_mode_of_the_others(lora):
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (lora / "run").iterdir() if p.is_file()}
+    assert len(set(modes.values())) == 1, modes
+
+
+def test_checkpoint_out_dir_inside_a_prepared_folder_is_refused(made, capsys):
+    code, _, err = run(train.main, capsys, *TINY, "--data", str(made / "data"), "--out-dir", str(made / "data" / "o"))
+    line = one_line(err)
+    assert code == 2 and "--out-dir" in line and "prepared" in line
+
+
+# --- anomaly mode and checkpointed blocks in training ----------------------------------------------------
+
+
+def test_anomaly_checkpointed_blocks_with_health_every_iteration(made, tmp_path, capsys):
+    code, _, err = run(train.main, capsys, *TINY, "--data", str(made / "text.txt"), "--max-iters", "2",
+                       "--checkpoint-blocks", "--health-interval", "1", "--out-dir", str(tmp_path / "o"))
+    assert code == 0, err
+    records = [json.loads(line) for line in (tmp_path / "o" / "health.jsonl").read_text().splitlines()]
+    assert len(records) == 2
+
+
+def test_anomaly_in_a_checkpointed_block_names_the_blocks_layer():
+    with ag.seeded(0):
+        model = GPT(GPTConfig(vocab_size=8, block_size=8, n_layer=2, n_head=2, n_embd=8))
+    model.transformer.checkpoint_blocks = True
+    model.transformer.h[1].attn.c_attn.weight.data[0, 0] = np.nan
+    x = np.zeros((1, 4), dtype=np.int64)
+    with ag.detect_anomaly(), pytest.raises(ag.AnomalyError) as caught:
+        model(x, x)[1].backward()
+    assert "module: transformer.h.1" in str(caught.value)
+
+
+# --- the tokenizer's pattern is untrusted ----------------------------------------------------------------
+
+
+def test_pattern_a_catastrophic_pattern_in_a_checkpoint_cannot_hang_sample(tmp_path):
+    """(a|aa)+$ backtracks through every way of writing a run of a's: a 40-letter prompt would take hours."""
+    with ag.seeded(0):
+        GPT(GPTConfig(vocab_size=256, block_size=8, n_layer=1, n_head=1, n_embd=4)).save_pretrained(tmp_path / "m")
+    (tmp_path / "m" / "gptgrad_tokenizer.json").write_text(json.dumps({"kind": "byte_bpe", "merges": [],
+                                                                        "pattern": r"(a|aa)+$"}))
+    result = subprocess_run(["-m", "models.sample", str(tmp_path / "m"), "--prompt", "a" * 40 + "!",
+                             "--max-new-tokens", "2"], timeout=60)
+    line = one_line(result.stderr)
+    assert result.returncode == 1 and "gptgrad_tokenizer.json" in line and "pattern" in line
+
+
+# --- leftovers: sizes refused up front ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag, value", [("--grad-accum", "1000000000"), ("--sample-tokens", "1000000000000")])
+def test_leftover_sizes_beyond_memory_are_refused_at_parse_time(made, tmp_path, capsys, flag, value):
+    started = time.perf_counter()
+    code, _, err = run(train.main, capsys, *TINY, "--data", str(made / "text.txt"), "--out-dir",
+                       str(tmp_path / "o"), flag, value)
+    line = one_line(err)
+    assert code == 2 and flag in line and "memory" in line
+    assert time.perf_counter() - started < 10 and not (tmp_path / "o").exists()
+
+
+def test_leftover_sample_refuses_new_tokens_beyond_memory_up_front(made, capsys):
+    code, _, err = run(sample.main, capsys, str(made / "run"), "--max-new-tokens", "1000000000000")
+    line = one_line(err)
+    assert code == 2 and "--max-new-tokens" in line and "memory" in line
