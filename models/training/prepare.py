@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.cli import Parser, interval, output_folder
+from models.cli import Parser, interval, output_folder, shows_progress
 from models.io import atomic_path, read_json
 from models.training.shards import (META_FILE, META_FORMAT, PROGRESS_FILE, SPLITS, ShardError, ShardWriter, open_shard,
                            shard_name, token_dtype)
@@ -64,7 +64,7 @@ def make_parser():
     p.add_argument("--pattern", default="*.txt", help="the files a folder contributes (searched recursively)")
     p.add_argument("--section-kb", type=interval(int, "[1, inf)"), default=1024,
                    help="text per piece of work (the output does not depend on it)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (there is none where stderr is not a terminal)")
     return p
 
 
@@ -389,7 +389,7 @@ def prepare(args):
         debris.unlink()
 
     if args.tokenizer == "char":
-        bar = Bar(total_bytes, "characters", args.no_progress)
+        bar = Bar(total_bytes, "characters", not shows_progress(args.no_progress))
         tokenizer = CharTokenizer(read_characters(files, bar.advance) or "\n")
         bar.close()
     else:
@@ -412,7 +412,7 @@ def prepare(args):
         return sum(w.new_tokens for w in writers.values())
 
     hashes = {path: hashlib.sha256() for path in files}
-    bar = Bar(total_bytes, "tokenizing", args.no_progress)
+    bar = Bar(total_bytes, "tokenizing", not shows_progress(args.no_progress))
     tasks = hashed(sections(parts, args.section_kb * 1024), hashes)
     try:
         slot_tokens = args.section_kb * 1024 + (1 << 16)  # a section's ids, unless no cut came near its size
