@@ -33,7 +33,9 @@ import sys
 from collections import Counter, deque
 from pathlib import Path
 
-from autograd import Function, Value, backend
+import numpy as np
+
+from autograd import Constant, Function, Value, backend
 
 from .loading import demo_loss_of
 from .numbers import host, norm, number, shape_text
@@ -53,6 +55,7 @@ OP = ("#d9e5fb", "#3b5b92")
 MODULE = ("#e8ddf5", "#6a4c93")
 SAVED = "#ef8a00"                      # the thick border of a tensor whose data an op keeps
 HIGHLIGHT = "#d62728"                  # the border of a node a caller points at (draw(highlight=...))
+NONFINITE = ("#fde0dd", HIGHLIGHT)     # a tensor whose data holds NaN or inf
 MUTED = "#5a5a5a"
 FONT = "Helvetica,Arial,sans-serif"
 SMALL = 16                             # a tensor of at most this many elements shows its values
@@ -157,6 +160,9 @@ def _tensor_node(t, walk, cluster, grads=None):
         lines.append(_small(f"{shape_text(t.shape)}{dtype}", 10, "#1f1f1f"))
         if small:
             lines += _values_lines("data", t.data)
+    bad = _nonfinite_line(t.data)
+    if bad:
+        lines.append(_small(bad, 10, HIGHLIGHT))
     legend = set()
     if grads is not None and t.requires_grad:
         lines += [_small(line, 9, GRAD) for line in grads(t)]
@@ -167,8 +173,10 @@ def _tensor_node(t, walk, cluster, grads=None):
     else:
         lines.append(_grad_line(t, walk))
         legend.add("values" if small and t.data.size > 1 else "norm" if t.grad is not None else "")
-    if t is walk.root:
-        kind_legend, (fill, border) = "loss", LOSS
+    if bad:
+        kind_legend, (fill, border) = "non-finite", NONFINITE
+    elif t is walk.root:
+        kind_legend, (fill, border) = ("loss", LOSS) if t.data.size == 1 else ("top", LOSS)
     elif not t.requires_grad:
         kind_legend, (fill, border) = "constant", CONSTANT
     elif t.is_leaf:
@@ -185,6 +193,16 @@ def _tensor_node(t, walk, cluster, grads=None):
     attrs["tooltip"] = _tooltip(_tensor_tooltip(t, walk, name))
     kind = "constant" if not t.requires_grad else "tensor"
     return _Node(kind, "<" + "<BR/>".join(lines) + ">", attrs, cluster, legend - {""})
+
+
+def _nonfinite_line(array):
+    """'148 NaN · 620 inf of 768' for an array holding NaN or inf; "" for a finite one."""
+    a = host(array)
+    if a.dtype.kind != "f":
+        return ""
+    nan = int(np.isnan(a).sum())
+    inf = int(np.isinf(a).sum())
+    return f"{nan:,} NaN · {inf:,} inf of {a.size:,}" if nan or inf else ""
 
 
 def _constant_node(name, array, cluster):
@@ -418,7 +436,8 @@ def _module_node(name, contents, walk):
     saved = _saved_line([a for op in contents["ops"] for a in walk.saved(op)])
     if saved:
         lines.append(saved)
-    attrs = {"shape": "box3d", "style": "filled", "fillcolor": MODULE[0], "color": MODULE[1]}
+    # box3d draws its depth inside the node's outline, over the label's first line: a wider margin keeps them apart
+    attrs = {"shape": "box3d", "style": "filled", "fillcolor": MODULE[0], "color": MODULE[1], "margin": "0.2,0.15"}
     return _Node("module", "<" + "<BR/>".join(lines) + ">", attrs, legend={"module"})
 
 
@@ -462,6 +481,9 @@ def _legend_row(swatch, text, cell):
 # Every row a legend can hold, in the order it lists them; a picture's legend keeps those its nodes need.
 LEGEND = {
     "loss": ("loss", "where backward starts: ∂L/∂L = 1", f'BGCOLOR="{LOSS[0]}" COLOR="{LOSS[1]}"'),
+    "top": ("top", "the tensor drawn from: the graph below it", f'BGCOLOR="{LOSS[0]}" COLOR="{LOSS[1]}"'),
+    "non-finite": ("NaN / inf", "a tensor whose data holds NaN or inf (counted in its box)",
+                   f'BGCOLOR="{NONFINITE[0]}" COLOR="{NONFINITE[1]}"'),
     "output": ("output", "where backward starts: grad = 1", f'BGCOLOR="{LOSS[0]}" COLOR="{LOSS[1]}"'),
     "parameter": ("parameter", "leaf: backward leaves its gradient in .grad",
                   f'BGCOLOR="{PARAMETER[0]}" COLOR="{PARAMETER[1]}"'),
@@ -477,6 +499,8 @@ LEGEND = {
                  "says × what", f'BGCOLOR="{OP[0]}" COLOR="{OP[1]}"'),
     "saved": ("saved", "orange border: data an op keeps for backward", f'BORDER="3" COLOR="{SAVED}"'),
     "module": ("module", "a module folded into one box", f'BGCOLOR="{MODULE[0]}" COLOR="{MODULE[1]}"'),
+    "marked": ("culprit", "thick red border: the op detect_anomaly names, the first to make NaN/inf",
+               f'BORDER="4" COLOR="{HIGHLIGHT}"'),
     "arrows": ("→", "gradients flow along the arrows, from the top down to the leaves", 'BORDER="0"'),
     "values": ("data, grad", "values (4 digits) of tensors of ≤ 16 elements", 'BORDER="0"'),
     "norm": ("grad norm", "size (L2 norm) of the tensor's gradient", 'BORDER="0"'),
@@ -537,17 +561,23 @@ def draw_value(root, title=None, grads=None):
     key, okey = node_keys(walk)
     pic = _Picture()
     for v in walk.order:
+        style = "filled"
         if v is root:
             legend, (fill, border) = "output", LOSS
         elif v.inputs:
             legend, (fill, border) = "computed", INTERMEDIATE
+        elif isinstance(v, Constant):  # data, a label, a hyper-parameter: its gradient goes nowhere
+            legend, (fill, border), style = "constant", CONSTANT, "filled,dashed"
         else:
             legend, (fill, border) = "leaf", PARAMETER
-        name = f"<B>{html.escape(v.name, quote=False)}</B>" if v.name else f"<I>{walk.label(v)}</I>"
-        rows = grads(v) if grads is not None else grad_rows(v, v.grad)
-        label = "<" + "<BR/>".join([name, _small(f"data {v.data:.4f}", 10, "#1f1f1f")]
-                                   + [_small(row, 10, OP[1]) for row in rows]) + ">"
-        pic.nodes[key[id(v)]] = _Node("tensor", label, {"shape": "box", "style": "filled", "fillcolor": fill,
+        name = f"<B>{html.escape(walk.label(v), quote=False)}</B>" if v.name or legend == "constant" \
+            else f"<I>{walk.label(v)}</I>"
+        if legend == "constant":
+            rows = []
+        else:
+            rows = [_small(row, 10, OP[1]) for row in (grads(v) if grads is not None else grad_rows(v, v.grad))]
+        label = "<" + "<BR/>".join([name, _small(f"data {v.data:.4f}", 10, "#1f1f1f")] + rows) + ">"
+        pic.nodes[key[id(v)]] = _Node("tensor", label, {"shape": "box", "style": style, "fillcolor": fill,
                                                          "color": border, "penwidth": "1.2"}, legend={legend})
         if not v.inputs:
             continue
@@ -598,6 +628,7 @@ def draw(tensor, collapse=False, depth=None, title=None, grads=None, highlight=(
         key = okey.get(id(node)) or tkey.get(id(node))
         if key in pic.nodes:
             pic.nodes[key].attrs.update(color=HIGHLIGHT, penwidth="5")
+            pic.nodes[key].legend.add("marked")
     graph = _digraph(title)
     graph.node("legend", label=_legend(set().union(*(n.legend for n in pic.nodes.values()))),
                shape="plaintext", margin="0")
@@ -621,6 +652,12 @@ def keep_gradients(loss):
         if not t.is_leaf:
             t.retain_grad()
     loss.backward(retain_graph=True)
+
+
+def title_of(name, loss, backward):
+    """The caption of module `name`'s picture: its demo loss, and whether backward has run."""
+    when = "after backward" if backward else "before backward"
+    return f"{name}.demo_loss() = {number(float(loss.data), 6)} · backward graph, {when}"
 
 
 def main(argv=None):
@@ -652,9 +689,7 @@ def main(argv=None):
         return 1
     name, loss = build_demo(args.module, backward=not args.no_backward)
     collapse = args.collapse_depth if args.collapse_depth is not None else args.collapse
-    when = "before backward" if args.no_backward else "after backward"
-    title = f"{name}.demo_loss() = {number(float(loss.data), 6)} · backward graph, {when}"
-    graph = draw(loss, collapse=collapse, depth=args.depth, title=title)
+    graph = draw(loss, collapse=collapse, depth=args.depth, title=title_of(name, loss, not args.no_backward))
     out = Path(args.out) if args.out else Path(f"graph_{name.rsplit('.', 1)[-1]}.{args.format}")
     try:
         return _write(graph, out, args.format)
