@@ -39,7 +39,8 @@ class HelpFormatter(argparse.HelpFormatter):
 
     def _format_action(self, action):
         if action.help != argparse.SUPPRESS and action.nargs != 0 and action.default is not argparse.SUPPRESS \
-                and not action.required and "(default: " not in (action.help or "") and (action.option_strings or action.nargs in ("?", "*")):
+                and not action.required and "(default: " not in (action.help or "") \
+                and (action.option_strings or action.nargs in ("?", "*")):
             action = copy.copy(action)
             shown = show_default(action.default).replace("%", "%%")  # help texts are %-formatted
             action.help = f"{action.help} (default: {shown})" if action.help else f"(default: {shown})"

@@ -41,7 +41,8 @@ def test_help_texts(command, monkeypatch):
 
 
 def test_grad_clip_says_what_it_bounds(monkeypatch):
-    help_text = next(a.help for a in parser_of("models.train", monkeypatch)._actions if "--grad-clip" in a.option_strings)
+    actions = parser_of("models.train", monkeypatch)._actions
+    help_text = next(a.help for a in actions if "--grad-clip" in a.option_strings)
     assert "maximum global gradient norm" in help_text
 
 

@@ -32,7 +32,8 @@ def input_names(op, count):
 def saved_values(node):
     """What the op that made `node` keeps for backward, by name: [(name, array)] for a Tensor, by the names
     its op declares (a slot it left empty, None, is skipped; an array it did not name, from an op defined
-    outside autograd, is saved[i]; the op's own output says "(the output)" after its name); [("∂out/∂a", number), …] for a Value, which keeps its local derivatives."""
+    outside autograd, is saved[i]; the op's own output says "(the output)" after its name);
+    [("∂out/∂a", number), …] for a Value, which keeps its local derivatives."""
     op = node.op
     if isinstance(node, Value):
         return [(f"∂out/∂{name}", local) for name, local in
@@ -47,7 +48,8 @@ def saved_values(node):
 
 
 def grad_of(label):
-    """∂L/∂ of a node's label, bracketed where the label is an expression: ∂L/∂(x1*w1 + x2*w2), not ∂L/∂x1*w1 + …"""
+    """∂L/∂ of a node's label, bracketed where the label is an expression: ∂L/∂(x1*w1 + x2*w2),
+    not ∂L/∂x1*w1 + …"""
     return f"∂L/∂({label})" if re.search(r"[\s*/+\-−·]", label) else f"∂L/∂{label}"
 
 

@@ -39,7 +39,8 @@ def make_parser():
     p.add_argument("--batch-size", type=interval(int, "[1, inf)"), default=8, help="windows per forward pass")
     p.add_argument("--device", type=device, default="cpu", metavar="{cpu,cuda}",
                    help="where the model runs (cuda: the GPU, through CuPy)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (there is none where stderr is not a terminal)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (there is none where stderr is not a terminal)")
     return p
 
 
@@ -99,7 +100,8 @@ def main(argv=None):
         model.to(args.device)
         model.eval()
         from tqdm import tqdm
-        bar = tqdm(total=n - 1, unit="tok", unit_scale=True, disable=not shows_progress(args.no_progress), dynamic_ncols=True,
+        bar = tqdm(total=n - 1, unit="tok", unit_scale=True, disable=not shows_progress(args.no_progress),
+                   dynamic_ncols=True,
                    file=sys.stderr)
 
         def progress(count, mean):

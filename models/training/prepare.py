@@ -64,7 +64,8 @@ def make_parser():
     p.add_argument("--pattern", default="*.txt", help="the files a folder contributes (searched recursively)")
     p.add_argument("--section-kb", type=interval(int, "[1, inf)"), default=1024,
                    help="text per piece of work (the output does not depend on it)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (there is none where stderr is not a terminal)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (there is none where stderr is not a terminal)")
     return p
 
 

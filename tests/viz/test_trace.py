@@ -382,6 +382,7 @@ def test_the_text_names_an_expressions_gradient_in_brackets_and_counts_the_parts
     text = vt.format_trace(vt.trace(neuron.demo_loss()))
     assert "  out   ∂L/∂(x1*w1 + x2*w2)  0.5" in text and "∂L/∂x1*w1" not in text
     text = vt.format_trace(vt.trace(tiny.demo_loss()))
-    assert "(part 1 of 2 of its sum)" in text and "(part 2 of 2 of its sum)" in text  # H1 feeds the FFN and the residual
+    # H1 feeds the FFN and the residual stream: its gradient arrives in two parts
+    assert "(part 1 of 2 of its sum)" in text and "(part 2 of 2 of its sum)" in text
     relu = next(s for s in vt.trace(tiny.demo_loss()) if s.name == "ReLU")
     assert relu.rule == "dx = g·1[z > 0]" and [name for name, _ in relu.saved] == ["z (the output)"]
