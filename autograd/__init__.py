@@ -18,7 +18,7 @@ backward, where the runs part.
 from .backend import manual_seed, get_rng_state, set_rng_state, seeded, keep_freed_memory
 from .tensor import (Tensor, Function, ShapeError, no_grad, name_scope, is_grad_enabled,
                      set_default_dtype, get_default_dtype, topological_order, backward_steps, root_grad)
-from .value import Value
+from .value import Constant, Value
 from . import ops  # noqa: F401  (defining the ops gives Tensor's methods theirs: tensor.py's _ops)
 from .functional import (concat, stack, split, where, softmax, log_softmax, cross_entropy, embedding,
                          layer_norm, dropout, scaled_dot_product_attention, linear, checkpoint,
@@ -29,7 +29,7 @@ from .anomaly import detect_anomaly, AnomalyError
 from .divergence import diverge
 
 __all__ = [
-    "Tensor", "Value", "Function", "ShapeError", "no_grad", "name_scope", "is_grad_enabled",
+    "Tensor", "Value", "Constant", "Function", "ShapeError", "no_grad", "name_scope", "is_grad_enabled",
     "set_default_dtype", "get_default_dtype", "manual_seed", "get_rng_state", "set_rng_state",
     "seeded", "keep_freed_memory",
     "concat", "stack", "split", "where", "softmax", "log_softmax", "cross_entropy", "embedding",

@@ -349,9 +349,10 @@ class Sigmoid(Function):
 
 
 class ReLU(Function):
-    """z = max(x, 0).   ∂z/∂x = diag(1[x > 0]), so dx = g where x > 0, else 0."""
+    """z = max(x, 0).   ∂z/∂x = diag(1[x > 0]), so dx = g where x > 0, else 0; z > 0 exactly where x > 0,
+    so backward reads the output it saved (its rule says so)."""
 
-    rule = "dx = g·1[x > 0]"
+    rule = "dx = g·1[z > 0]"
     saved_names = ("z",)
     saved_in_graph = _constants_only  # z only masks g, and relu' = 1[x > 0] is flat on either side of 0
 

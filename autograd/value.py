@@ -56,11 +56,11 @@ class Value:
         return f"Value(data={self.data:.6g}, grad={self.grad:.6g})"
 
     def __add__(self, other):  # ∂out/∂self = 1, ∂out/∂other = 1
-        other = other if isinstance(other, Value) else Value(other)
+        other = other if isinstance(other, Value) else Constant(other)
         return _result(self.data + other.data, ADD, self, 1.0, other, 1.0)
 
     def __mul__(self, other):  # ∂out/∂self = other, ∂out/∂other = self
-        other = other if isinstance(other, Value) else Value(other)
+        other = other if isinstance(other, Value) else Constant(other)
         return _result(self.data * other.data, MUL, self, other.data, other, self.data)
 
     def __pow__(self, k):  # ∂out/∂self = k · self^(k−1)
@@ -94,8 +94,8 @@ class Value:
     def __neg__(self): return self * -1
     def __sub__(self, other): return self + (-other)
     def __truediv__(self, other): return self * other ** -1
-    def __rsub__(self, other): return Value(other) - self
-    def __rtruediv__(self, other): return Value(other) / self
+    def __rsub__(self, other): return Constant(other) - self
+    def __rtruediv__(self, other): return Constant(other) / self
 
     def topological_order(self):
         """Every Value below self, each before the Values it was computed from (self first): the order
@@ -143,6 +143,13 @@ class Value:
                 v.a.grad += v.da * v.grad
             if v.b is not None:
                 v.b.grad += v.db * v.grad
+
+
+class Constant(Value):
+    """A leaf that is never trained: a data point, a label, a hyper-parameter, a number written in the formula
+    (x + 1 makes the 1 one). Backward treats it as any leaf; it only says what the number is, and viz draws it
+    as a constant, without the gradient nothing reads."""
+    __slots__ = ()
 
 
 def _result(data, op, a, da, b=None, db=0.0):

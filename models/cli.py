@@ -12,6 +12,7 @@ import copy
 import difflib
 import os
 import stat
+import sys
 import textwrap
 from pathlib import Path
 
@@ -24,7 +25,8 @@ class HelpFormatter(argparse.HelpFormatter):
     A help text that says "(default: …)" itself explains what its default means
     (a None that stands for "the shipped text", say) and gets nothing more. A
     string shows as typed, or quoted where it would not read plainly ('\\n').
-    Switches (--no-bias) are off unless given, and say nothing. Lines are never
+    Switches (--no-bias) are off unless given, and say nothing; nor does an option
+    that must be given (a default it never has would mislead). Lines are never
     broken inside an option's name (--lr-decay-iters).
     """
 
@@ -37,7 +39,8 @@ class HelpFormatter(argparse.HelpFormatter):
 
     def _format_action(self, action):
         if action.help != argparse.SUPPRESS and action.nargs != 0 and action.default is not argparse.SUPPRESS \
-                and "(default: " not in (action.help or "") and (action.option_strings or action.nargs in ("?", "*")):
+                and not action.required and "(default: " not in (action.help or "") \
+                and (action.option_strings or action.nargs in ("?", "*")):
             action = copy.copy(action)
             shown = show_default(action.default).replace("%", "%%")  # help texts are %-formatted
             action.help = f"{action.help} (default: {shown})" if action.help else f"(default: {shown})"
@@ -137,6 +140,12 @@ def machine_memory():
             return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal:"))
     except (OSError, StopIteration, ValueError, IndexError):
         return None
+
+
+def shows_progress(no_progress):
+    """Whether a command draws a progress bar: not under --no-progress, nor where stderr is no terminal (a log
+    file, a pipe, mpiexec), which would keep each of the bar's redraws as a line of its own."""
+    return not no_progress and sys.stderr.isatty()
 
 
 def interval(kind, bounds):

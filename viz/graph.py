@@ -47,8 +47,10 @@ import sys
 from collections import Counter, deque
 from pathlib import Path
 
+import numpy as np
+
 import autograd as ag
-from autograd import Function, Value, backend
+from autograd import Constant, Function, Value, backend
 
 from .flow import Flow, inside, share_text
 from .loading import demo_loss_of
@@ -70,6 +72,7 @@ MODULE = ("#e8ddf5", "#6a4c93")
 SAVED = "#ef8a00"                      # the thick border of a tensor whose data an op keeps
 HIGHLIGHT = "#d62728"                  # the border of a node a caller points at (draw(highlight=...))
 SHARE = "#b35c00"                      # a part's share of a summed gradient, on its arrow (draw(flow=...))
+NONFINITE = ("#fde0dd", HIGHLIGHT)     # a tensor whose data holds NaN or inf
 MUTED = "#5a5a5a"
 FONT = "Helvetica,Arial,sans-serif"
 SMALL = 16                             # a tensor of at most this many elements shows its values
@@ -175,6 +178,9 @@ def _tensor_node(t, walk, cluster, grads=None):
         lines.append(_small(f"{shape_text(t.shape)}{dtype}", 10, "#1f1f1f"))
         if small:
             lines += _values_lines("data", t.data)
+    bad = _nonfinite_line(t.data)
+    if bad:
+        lines.append(_small(bad, 10, HIGHLIGHT))
     legend = set()
     if grads is not None and t.requires_grad:
         lines += [_small(line, 9, GRAD) for line in grads(t)]
@@ -185,8 +191,10 @@ def _tensor_node(t, walk, cluster, grads=None):
     else:
         lines.append(_grad_line(t, walk))
         legend.add("values" if small and t.data.size > 1 else "norm" if t.grad is not None else "")
-    if t is walk.root:  # a gradient drawn as a graph (--double) is not a loss: its backward starts from a seed
-        kind_legend, (fill, border) = "loss" if t.data.size == 1 else "output", LOSS
+    if bad:
+        kind_legend, (fill, border) = "non-finite", NONFINITE
+    elif t is walk.root:  # a gradient drawn as a graph (--double) is not a loss: its backward starts from a seed
+        kind_legend, (fill, border) = ("loss", LOSS) if t.data.size == 1 else ("top", LOSS)
     elif not t.requires_grad:
         kind_legend, (fill, border) = "constant", CONSTANT
     elif t.is_leaf:
@@ -203,6 +211,16 @@ def _tensor_node(t, walk, cluster, grads=None):
     attrs["tooltip"] = _tooltip(_tensor_tooltip(t, walk, name))
     kind = "constant" if not t.requires_grad else "tensor"
     return _Node(kind, "<" + "<BR/>".join(lines) + ">", attrs, cluster, legend - {""})
+
+
+def _nonfinite_line(array):
+    """'148 NaN · 620 inf of 768' for an array holding NaN or inf; "" for a finite one."""
+    a = host(array)
+    if a.dtype.kind != "f":
+        return ""
+    nan = int(np.isnan(a).sum())
+    inf = int(np.isinf(a).sum())
+    return f"{nan:,} NaN · {inf:,} inf of {a.size:,}" if nan or inf else ""
 
 
 def _constant_node(name, array, cluster):
@@ -437,7 +455,8 @@ def _module_node(name, contents, walk):
     saved = _saved_line([a for op in contents["ops"] for a in walk.saved(op)])
     if saved:
         lines.append(saved)
-    attrs = {"shape": "box3d", "style": "filled", "fillcolor": MODULE[0], "color": MODULE[1]}
+    # box3d draws its depth inside the node's outline, over the label's first line: a wider margin keeps them apart
+    attrs = {"shape": "box3d", "style": "filled", "fillcolor": MODULE[0], "color": MODULE[1], "margin": "0.2,0.15"}
     return _Node("module", "<" + "<BR/>".join(lines) + ">", attrs, legend={"module"})
 
 
@@ -482,6 +501,9 @@ def _legend_row(swatch, text, cell):
 # Every row a legend can hold, in the order it lists them; a picture's legend keeps those its nodes need.
 LEGEND = {
     "loss": ("loss", "where backward starts: ∂L/∂L = 1", f'BGCOLOR="{LOSS[0]}" COLOR="{LOSS[1]}"'),
+    "top": ("top", "the tensor drawn from: the graph below it", f'BGCOLOR="{LOSS[0]}" COLOR="{LOSS[1]}"'),
+    "non-finite": ("NaN / inf", "a tensor whose data holds NaN or inf (counted in its box)",
+                   f'BGCOLOR="{NONFINITE[0]}" COLOR="{NONFINITE[1]}"'),
     "output": ("output", "where backward starts: grad = 1", f'BGCOLOR="{LOSS[0]}" COLOR="{LOSS[1]}"'),
     "parameter": ("parameter", "leaf: backward leaves its gradient in .grad",
                   f'BGCOLOR="{PARAMETER[0]}" COLOR="{PARAMETER[1]}"'),
@@ -497,6 +519,8 @@ LEGEND = {
                  "says × what", f'BGCOLOR="{OP[0]}" COLOR="{OP[1]}"'),
     "saved": ("saved", "orange border: data an op keeps for backward", f'BORDER="3" COLOR="{SAVED}"'),
     "module": ("module", "a module folded into one box", f'BGCOLOR="{MODULE[0]}" COLOR="{MODULE[1]}"'),
+    "marked": ("culprit", "thick red border: the op detect_anomaly names, the first to make NaN/inf",
+               f'BORDER="4" COLOR="{HIGHLIGHT}"'),
     "arrows": ("→", "gradients flow along the arrows, from the top down to the leaves", 'BORDER="0"'),
     "values": ("data, grad", "values (4 digits) of tensors of ≤ 16 elements", 'BORDER="0"'),
     "norm": ("grad norm", "size (L2 norm) of the tensor's gradient", 'BORDER="0"'),
@@ -561,17 +585,23 @@ def draw_value(root, title=None, grads=None):
     key, okey = node_keys(walk)
     pic = _Picture()
     for v in walk.order:
+        style = "filled"
         if v is root:
             legend, (fill, border) = "output", LOSS
         elif v.inputs:
             legend, (fill, border) = "computed", INTERMEDIATE
+        elif isinstance(v, Constant):  # data, a label, a hyper-parameter: its gradient goes nowhere
+            legend, (fill, border), style = "constant", CONSTANT, "filled,dashed"
         else:
             legend, (fill, border) = "leaf", PARAMETER
-        name = f"<B>{html.escape(v.name, quote=False)}</B>" if v.name else f"<I>{walk.label(v)}</I>"
-        rows = grads(v) if grads is not None else grad_rows(v, v.grad)
-        label = "<" + "<BR/>".join([name, _small(f"data {v.data:.4f}", 10, "#1f1f1f")]
-                                   + [_small(row, 10, OP[1]) for row in rows]) + ">"
-        pic.nodes[key[id(v)]] = _Node("tensor", label, {"shape": "box", "style": "filled", "fillcolor": fill,
+        name = f"<B>{html.escape(walk.label(v), quote=False)}</B>" if v.name or legend == "constant" \
+            else f"<I>{walk.label(v)}</I>"
+        if legend == "constant":
+            rows = []
+        else:
+            rows = [_small(row, 10, OP[1]) for row in (grads(v) if grads is not None else grad_rows(v, v.grad))]
+        label = "<" + "<BR/>".join([name, _small(f"data {v.data:.4f}", 10, "#1f1f1f")] + rows) + ">"
+        pic.nodes[key[id(v)]] = _Node("tensor", label, {"shape": "box", "style": style, "fillcolor": fill,
                                                          "color": border, "penwidth": "1.2"}, legend={legend})
         if not v.inputs:
             continue
@@ -633,6 +663,7 @@ def draw(tensor, collapse=False, depth=None, title=None, grads=None, highlight=(
         key = pic.rep.get(key, key)  # collapsed: the module box the op folded into
         if key in pic.nodes:
             pic.nodes[key].attrs.update(color=HIGHLIGHT, penwidth="5")
+            pic.nodes[key].legend.add("marked")
     graph = _digraph(title)
     graph.node("legend", label=_legend(needed.union(*(n.legend for n in pic.nodes.values()))),
                shape="plaintext", margin="0")
@@ -739,6 +770,12 @@ def build_double(module, leaf=None, backward=True):
     return name, grad
 
 
+def title_of(name, loss, backward):
+    """The caption of module `name`'s picture: its demo loss, and whether backward has run."""
+    when = "after backward" if backward else "before backward"
+    return f"{name}.demo_loss() = {number(float(loss.data), 6)} · backward graph, {when}"
+
+
 def main(argv=None):
     from models.cli import Parser, output_file  # here, not at the top: draw() needs nothing from models
     p = Parser("python -m viz.graph", "Draw the backward graph of a model module's demo_loss() with Graphviz.",
@@ -788,7 +825,7 @@ def main(argv=None):
                  f"are ops like any other · {when}{seed}")
     else:
         name, loss = build_demo(args.module, backward=not args.no_backward)
-        title = f"{name}.demo_loss() = {number(float(loss.data), 6)} · backward graph, {when}"
+        title = title_of(name, loss, not args.no_backward)
     if args.flow is not None and isinstance(loss, Value):
         print(f"viz.graph: error: --flow draws a tensor graph's shares; {name}.demo_loss() is a Value "
               "(viz.trace's page shows each part of its sums)", file=sys.stderr)

@@ -48,7 +48,7 @@ from .graph import INSTALL_DOT, gradient_of
 from .loading import demo_loss_of
 from .numbers import number, shape_text, summary_text, values_text
 from .trace_page import write_page
-from .walk import GraphWalk, ValueWalk, input_names, saved_values
+from .walk import GraphWalk, ValueWalk, grad_of, input_names, saved_values
 
 MAX_DECIMALS = 20  # --decimals: 17 significant digits of a value of 1e-3 need 20 places
 
@@ -188,6 +188,9 @@ def format_trace(steps, max_values=16, decimals=6):
                      "the op's rule turns g into ∂L/∂(each input),")
         lines.append("summed back over broadcast axes. A tensor used by several ops adds up their contributions.")
     width = len(str(len(steps)))
+    parts = {id(leaf.tensor): leaf.contributions for leaf in steps.leaves}  # of each node's sum, as the page counts
+    parts.update({id(s.output): s.contributions for s in steps})
+    arrived = {}
     for s in steps:
         lines.append("")
         where = f"   [{s.scope}]" if s.scope else ""
@@ -199,7 +202,7 @@ def format_trace(steps, max_values=16, decimals=6):
             lines.append(head + body[0])
             lines.extend(body[1:])
         summed = f"   (sum of {s.contributions} contributions)" if s.contributions > 1 else ""
-        head = f"  g     ∂L/∂{s.output_label}  "
+        head = f"  g     {grad_of(s.output_label)}  "
         body = _array_lines(s.grad, len(head), max_values, decimals)
         lines.append(head + body[0] + summed)
         lines.extend(body[1:])
@@ -208,10 +211,14 @@ def format_trace(steps, max_values=16, decimals=6):
             if inp.grad is None:
                 lines.append(f"{prefix}{inp.label}: {inp.reason}")
                 continue
-            head = f"{prefix}∂L/∂{inp.label}  "
+            head = f"{prefix}{grad_of(inp.label)}  "
             body = _array_lines(inp.grad, len(head), max_values, decimals)
-            note = (f"   (summed from {shape_text(inp.returned_shape)} over broadcast axes)"
-                    if inp.returned_shape is not None else "")
+            arrived[id(inp.tensor)] = arrived.get(id(inp.tensor), 0) + 1
+            notes = [f"summed from {shape_text(inp.returned_shape)} over broadcast axes"
+                     if inp.returned_shape is not None else "",
+                     f"part {arrived[id(inp.tensor)]} of {parts[id(inp.tensor)]} of its sum"
+                     if parts.get(id(inp.tensor), 1) > 1 else ""]
+            note = f"   ({', '.join(n for n in notes if n)})" if any(notes) else ""
             lines.append(head + body[0] + note)
             lines.extend(body[1:])
     lines.append("")

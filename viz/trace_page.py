@@ -37,7 +37,7 @@ from autograd import Value
 from .flow import share, share_text
 from .graph import INSTALL_DOT, draw, grad_rows, node_keys
 from .numbers import shape_text, summary_text, values_text
-from .walk import walk_of
+from .walk import grad_of, walk_of
 
 NOT_YET = "grad —"  # a box before backward reaches it
 
@@ -116,7 +116,7 @@ def page_steps(steps, max_values=16, decimals=6):
     for s in steps:
         inputs = []
         for inp in s.inputs:
-            entry = {"key": tkey[id(inp.tensor)], "label": inp.label, "role": inp.role}
+            entry = {"key": tkey[id(inp.tensor)], "label": inp.label, "d": grad_of(inp.label), "role": inp.role}
             if inp.grad is None:
                 entry["reason"] = inp.reason
             else:
@@ -127,7 +127,8 @@ def page_steps(steps, max_values=16, decimals=6):
             inputs.append(entry)
         data.append({
             "number": s.number, "name": s.name, "scope": s.scope, "rule": s.rule, "op": okey[id(s.output)],
-            "output": tkey[id(s.output)], "output_label": s.output_label, "contributions": s.contributions,
+            "output": tkey[id(s.output)], "output_label": s.output_label,
+            "output_d": grad_of(s.output_label), "contributions": s.contributions,
             "grad": _array(s.grad, max_values, decimals), "inputs": inputs,
             "saved": [{"name": name, **_array(a, max_values, decimals)} for name, a in s.saved],
         })
@@ -255,9 +256,13 @@ function showGradients(view) {
 
 // Scroll so that the op lies inside the pane with a margin, with the boxes it is joined to (its output, its
 // inputs, its data) inside too wherever they fit, moving as little as that takes: the picture stays put while
-// the steps stay near each other. Where they do not fit, the op goes to the middle, with as much around it as can be.
+// the steps stay near each other. Where they do not all fit, the boxes receiving its gradients do, if they
+// fit; where not even those fit, the op goes to the middle, with as much around it as can be.
+function extent(op, near, margin) {
+  return [Math.min(op[0] - margin, near[0] - 8), Math.max(op[1] + margin, near[1] + 8)];
+}
 function span(scroll, size, op, near, margin) {
-  const lo = Math.min(op[0] - margin, near[0] - 8), hi = Math.max(op[1] + margin, near[1] + 8);
+  const [lo, hi] = extent(op, near, margin);
   if (hi - lo <= size) return Math.max(hi - size, Math.min(scroll, lo));
   return (op[0] + op[1] - size) / 2;
 }
@@ -267,25 +272,34 @@ for (const title of Object.keys(edges)) {
   (joined[a] = joined[a] || []).push(b);
   (joined[b] = joined[b] || []).push(a);
 }
-function keepInView(opKey) {
+function keepInView(opKey, receivers) {
   const pane = document.getElementById("graph"), box = pane.getBoundingClientRect();
   const rect = key => {
     const r = nodes[key].getBoundingClientRect();
     return {x: [r.left - box.left + pane.scrollLeft, r.right - box.left + pane.scrollLeft],
             y: [r.top - box.top + pane.scrollTop, r.bottom - box.top + pane.scrollTop]};
   };
-  const op = rect(opKey), near = {x: [...op.x], y: [...op.y]};
-  for (const key of joined[opKey] || []) {
-    if (!nodes[key]) continue;
-    const r = rect(key);
-    for (const a of ["x", "y"]) {
-      near[a][0] = Math.min(near[a][0], r[a][0]);
-      near[a][1] = Math.max(near[a][1], r[a][1]);
+  const op = rect(opKey);
+  const around = keys => {
+    const near = {x: [...op.x], y: [...op.y]};
+    for (const key of keys) {
+      if (!nodes[key]) continue;
+      const r = rect(key);
+      for (const a of ["x", "y"]) {
+        near[a][0] = Math.min(near[a][0], r[a][0]);
+        near[a][1] = Math.max(near[a][1], r[a][1]);
+      }
     }
-  }
+    return near;
+  };
   const w = pane.clientWidth, h = pane.clientHeight;
-  pane.scrollLeft = span(pane.scrollLeft, w, op.x, near.x, Math.max(24, Math.min(64, 0.1 * w)));
-  pane.scrollTop = span(pane.scrollTop, h, op.y, near.y, Math.max(24, Math.min(64, 0.1 * h)));
+  const mx = Math.max(24, Math.min(64, 0.1 * w)), my = Math.max(24, Math.min(64, 0.1 * h));
+  const fits = near => [[op.x, near.x, mx, w], [op.y, near.y, my, h]].every(
+    ([o, n, margin, size]) => { const [lo, hi] = extent(o, n, margin); return hi - lo <= size; });
+  const all = around(joined[opKey] || []), received = around(receivers);
+  const near = fits(all) ? all : received;
+  pane.scrollLeft = span(pane.scrollLeft, w, op.x, near.x, mx);
+  pane.scrollTop = span(pane.scrollTop, h, op.y, near.y, my);
 }
 
 function esc(text) {
@@ -319,7 +333,7 @@ function show(i) {
   for (const inp of s.inputs) {
     const notes = [inp.role, inp.part && inp.part[1] > 1
       ? `part ${inp.part[0]} of ${inp.part[1]} of its sum, share ${inp.share} of the total` : ""];
-    const name = `∂L/∂${inp.label}` + (notes.some(Boolean) ? ` (${notes.filter(Boolean).join(", ")})` : "");
+    const name = inp.d + (notes.some(Boolean) ? ` (${notes.filter(Boolean).join(", ")})` : "");
     if (inp.grad) { mark(inp.key, "outgoing"); out += block(name, inp.grad); }
     else out += `<div class="muted">${esc(inp.label)}: ${esc(inp.reason)}</div>`;
     if (edges[`${s.op}->${inp.key}`]) edges[`${s.op}->${inp.key}`].classList.add("active");
@@ -327,11 +341,11 @@ function show(i) {
   const summed = s.contributions > 1 ? ` (sum of ${s.contributions} contributions)` : "";
   panel.innerHTML =
     `<h2 id="op-name">${esc(s.name)}</h2><div class="muted">${s.scope ? "in " + esc(s.scope) : "&nbsp;"}</div>` +
-    `<h3>incoming gradient</h3>` + block(`g = ∂L/∂${s.output_label}${summed}`, s.grad) +
+    `<h3>incoming gradient</h3>` + block(`g = ${s.output_d}${summed}`, s.grad) +
     `<h3>rule</h3><pre id="rule">${esc(s.rule)}</pre>` +
     (s.saved.length ? `<h3>saved forward values it uses</h3>` + s.saved.map(v => block(v.name, v)).join("") : "") +
     `<h3>outgoing gradients</h3>` + out;
-  if (nodes[s.op]) keepInView(s.op);
+  if (nodes[s.op]) keepInView(s.op, s.inputs.filter(inp => inp.grad).map(inp => inp.key));
 }
 function fromAddress() {  // #step=N, as show() writes it; otherwise the step the page was written to open at
   const m = /^#step=(\\d+)$/.exec(location.hash);

@@ -17,7 +17,7 @@ and the trace say what the rule says.
 """
 import re
 
-from autograd import Function, Tensor, Value, topological_order
+from autograd import Constant, Function, Tensor, Value, topological_order
 
 def input_names(op, count):
     """A name for each of an op's `count` inputs: the ones it declares, numbered (x₁, x₂, …) when it
@@ -32,14 +32,25 @@ def input_names(op, count):
 def saved_values(node):
     """What the op that made `node` keeps for backward, by name: [(name, array)] for a Tensor, by the names
     its op declares (a slot it left empty, None, is skipped; an array it did not name, from an op defined
-    outside autograd, is saved[i]); [("∂out/∂a", number), …] for a Value, which keeps its local derivatives."""
+    outside autograd, is saved[i]; the op's own output says "(the output)" after its name);
+    [("∂out/∂a", number), …] for a Value, which keeps its local derivatives."""
     op = node.op
     if isinstance(node, Value):
         return [(f"∂out/∂{name}", local) for name, local in
                 zip(input_names(op, len(node.inputs)), node.local_grads)]
     names = op.saved_names
-    return [(names[i] if i < len(names) else f"saved[{i}]", a) for i, a in enumerate(op.saved or ())
-            if a is not None and hasattr(a, "shape")]
+
+    def name(i, a):  # an op that keeps its own output (exp, tanh, relu: z) says so, as z alone does not
+        named = names[i] if i < len(names) else f"saved[{i}]"
+        return f"{named} (the output)" if a is node.data else named
+
+    return [(name(i, a), a) for i, a in enumerate(op.saved or ()) if a is not None and hasattr(a, "shape")]
+
+
+def grad_of(label):
+    """∂L/∂ of a node's label, bracketed where the label is an expression: ∂L/∂(x1*w1 + x2*w2),
+    not ∂L/∂x1*w1 + …"""
+    return f"∂L/∂({label})" if re.search(r"[\s*/+\-−·]", label) else f"∂L/∂{label}"
 
 
 class GraphWalk:
@@ -131,7 +142,8 @@ class ValueWalk:
         self.root = root
         self.order = root.topological_order()
         self.tensors = self.order[::-1]
-        self.labels = {id(v): v.name or f"v{i}" for i, v in enumerate(self.tensors, 1)}
+        self.labels = {id(v): v.name or (f"{v.data:g}" if isinstance(v, Constant) else f"v{i}")
+                       for i, v in enumerate(self.tensors, 1)}  # an unnamed constant is the number it is
 
     def label(self, v):
         return self.labels[id(v)]

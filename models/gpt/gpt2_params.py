@@ -115,8 +115,11 @@ def _is_gpt2_small(config):
 def main(argv=None):
     parser = Parser("python -m models.gpt2_params", "GPT-2's parameter breakdown (GPT-2 small unless told otherwise).")
     defaults = GPTConfig()
-    for field in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size"):
-        parser.add_argument(f"--{field.replace('_', '-')}", type=int, default=getattr(defaults, field))
+    meanings = {"n_layer": "transformer blocks", "n_head": "attention heads per block",
+                "n_embd": "the width: features per token", "vocab_size": "rows of the token embedding",
+                "block_size": "context length: rows of the position embedding"}
+    for field, meaning in meanings.items():
+        parser.add_argument(f"--{field.replace('_', '-')}", type=int, default=getattr(defaults, field), help=meaning)
     parser.add_argument("--no-bias", action="store_true", help="Linears and LayerNorms without biases")
     args = parser.parse_args(argv)
     try:

@@ -105,15 +105,18 @@ class TinyTransformer(nn.Module):
         # so their ops are tagged here as a sub-module's would be.
         with ag.name_scope("attn"):
             q, k, v = keep("Q", h0 @ self.W_Q), keep("K", h0 @ self.W_K), keep("V", h0 @ self.W_V)
-            scores = keep("scores", (q @ k.T) / math.sqrt(d))
+            k_t = keep("Kᵀ", k.T)
+            qk = keep("QKᵀ", q @ k_t)
+            root_d = keep("√d", ag.Tensor(math.sqrt(d), dtype=qk.dtype, device=self.E.device))  # the scale, named
+            scores = keep("scores", qk / root_d)
             causal = keep("mask", ag.Tensor(np.tril(np.ones((len(ids), len(ids)), dtype=bool)), device=self.E.device))
             weights = keep("attn_weights", ag.softmax(scores, mask=causal))
             attn = keep("attn_out", weights @ v)
         h1 = keep("H1", self.ln1(keep("H0+attn", h0 + attn)))
         with ag.name_scope("ffn"):
-            pre = keep("ffn_pre", h1 @ self.W_1 + self.b_1)
+            pre = keep("ffn_pre", keep("H1·W_1", h1 @ self.W_1) + self.b_1)
             hidden = keep("ffn_hidden", pre.relu())
-            ffn = keep("ffn_out", hidden @ self.W_2 + self.b_2)
+            ffn = keep("ffn_out", keep("hidden·W_2", hidden @ self.W_2) + self.b_2)
         h2 = keep("H2", self.ln2(keep("H1+ffn", h1 + ffn)))
         head = self.E.T  # the LM head is the embedding table itself (tied weights)
         head.name = "Eᵀ"

@@ -1,6 +1,7 @@
 """A lesson on failure: three ways training a GPT goes wrong, and what the tools say about each.
 
-    python -m models.troubleshoot            # about half a minute on 2 cores; the health report goes to troubleshoot/
+    python -m models.troubleshoot            # about half a minute on 2 cores; the health report goes to a new
+                                             # temporary folder it names (--out-dir DIR: there instead)
     notebooks/troubleshoot.ipynb             # the same, a cell per step, with an exercise
 
 Each failure is reproduced on a small GPT (2 layers, 4 heads, 128 wide, blocks of
@@ -41,6 +42,7 @@ until gradcheck accepts it.
 """
 import math
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -228,13 +230,16 @@ def sign_error(out=print):
 
 def main(argv=None):
     p = Parser("python -m models.troubleshoot", __doc__.splitlines()[0])
-    p.add_argument("--out-dir", default="troubleshoot", help="where failure 2's health report goes "
-                                                           "(health.jsonl, health.png)")
+    p.add_argument("--out-dir", default=None, metavar="DIR",
+                   help="where failure 2's health report goes (health.jsonl, health.png) (default: a new folder "
+                        "under the system's temporary folder, never the current one: a lesson is no project)")
     args = p.parse_args(argv)
+    out_dir = Path(args.out_dir) if args.out_dir else Path(tempfile.mkdtemp(prefix="gptgrad-troubleshoot-"))
     section("failure 1", "a learning rate 30× too high, and a loss in two ops: the loss goes NaN")
     lr_too_high()
     section("failure 2", "an initialisation 10× too large: GELU saturates, attention sharpens")
-    init_too_large(Path(args.out_dir))
+    init_too_large(out_dir)
+    print(f"the health report: {out_dir / 'health.png'} and {out_dir / 'health.jsonl'}")
     section("failure 3", "a custom op whose VJP has a sign error")
     sign_error()
     return 0

@@ -24,10 +24,12 @@ import random
 DEMO_SIZES = [2, 16, 16, 1]  # micrograd's demo network: 2 inputs, two hidden layers of 16 ReLUs, one score
 
 
-def _value_class(value):
+def _value_class(value, constant=False):
+    """The engine's Value (or, with `constant`, its Constant: a number that is never trained); `value`,
+    another engine's Value class, stands for both."""
     if value is None:  # here, not at the top: a process running micrograd's Value never loads this engine
-        from autograd import Value
-        return Value
+        from autograd import Constant, Value
+        return Constant if constant else Value
     return value
 
 
@@ -89,6 +91,7 @@ class MLP(Module):
             raise ValueError(f"MLP: sizes must be at least two positive integers [inputs, …, outputs], got {sizes}")
         rng = random.Random(seed)
         self.value = _value_class(value)
+        self.constant = _value_class(value, constant=True)
         last = len(sizes) - 2
         self.layers = [Layer(n_in, n_out, relu=i != last, rng=rng, value=self.value, name=f"L{i + 1}")
                        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:]))]
@@ -113,13 +116,20 @@ def max_margin_loss(model, points, labels, alpha=1e-4):
 
     A point counts as right when its score has the label's sign. Returns (loss, accuracy).
     """
-    Value = model.value
-    scores = [model([Value(x) for x in point]) for point in points]
-    margins = [(1 + -y * score).relu() for y, score in zip(labels, scores)]
-    data_loss = sum(margins) * (1.0 / len(margins))
-    reg_loss = alpha * sum(p * p for p in model.parameters())
+    scores = [model([_labelled(model.constant(x), f"x{j + 1}") for j, x in enumerate(point)]) for point in points]
+    # each operand where Python's operators put it (score · (−y), not −y · score): the graph, and so the
+    # order in which backward adds up the gradients, is the one micrograd's demo builds
+    margins = [(score * _labelled(model.constant(-y), "−y") + _labelled(model.constant(1.0), "1")).relu()
+               for y, score in zip(labels, scores)]
+    data_loss = sum(margins) * _labelled(model.constant(1.0 / len(margins)), "1/n")
+    reg_loss = sum(p * p for p in model.parameters()) * _labelled(model.constant(alpha), "α")
     accuracy = sum((y > 0) == (score.data > 0) for y, score in zip(labels, scores)) / len(labels)
     return data_loss + reg_loss, accuracy
+
+
+def _labelled(v, label):
+    v.label = label  # for pictures: viz.graph draws it on the box
+    return v
 
 
 def train_step(model, points, labels, step, steps=100, alpha=1e-4):

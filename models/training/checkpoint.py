@@ -50,6 +50,7 @@ import numpy as np
 
 import autograd as ag
 import nn
+from models.cli import show_default
 from models.gpt import hf_checkpoint
 from models.training.data import Layout
 from models.gpt.gpt2 import GPT
@@ -64,10 +65,12 @@ OPTIMIZER_FILE = "optimizer.npz"
 STATE_FILE = "train_state.json"
 PLOT_FILE = "loss.png"
 # What the training app writes beside a checkpoint: the loss curve, the health report (models/training/health.py)
-# and detect_anomaly's pictures (viz/anomaly.py). A folder may hold them; every save keeps them.
+# and detect_anomaly's pictures (viz/anomaly.py). A folder may hold them. Every save keeps the first two; the
+# anomaly's pictures show a run that stopped, so a save (a finite loss again, resumed) leaves them behind.
 HEALTH_FILES = ("health.jsonl", "health.png")
 ANOMALY_FILES = ("anomaly_graph.svg", "anomaly_graph.dot", "anomaly_trace.html")
-REPORT_FILES = (PLOT_FILE, *HEALTH_FILES, *ANOMALY_FILES)
+KEPT_FILES = (PLOT_FILE, *HEALTH_FILES)
+REPORT_FILES = (*KEPT_FILES, *ANOMALY_FILES)
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTERS_FILE = "adapters.safetensors"
 FILES = (CONFIG_FILE, WEIGHTS_FILE, ADAPTER_CONFIG_FILE, ADAPTERS_FILE, TOKENIZER_FILE,
@@ -218,8 +221,8 @@ def save(folder, model, tokenizer, optimizer, run):
         for name in (weights_file, ADAPTER_CONFIG_FILE if lora else CONFIG_FILE, TOKENIZER_FILE):
             digests[name] = _sha256(new / name)  # every file resume relies on
         (new / STATE_FILE).write_text(json.dumps(run.to_json(digests), indent=2), encoding="utf-8")
-        writing = ", ".join(REPORT_FILES)
-        for name in REPORT_FILES:
+        writing = ", ".join(KEPT_FILES)
+        for name in KEPT_FILES:
             if (folder / name).is_file():
                 _link_or_copy(folder / name, new / name)
         writing = f"{new}/ (flushing it to the disk)"
@@ -637,9 +640,9 @@ def resume(folder, args, check, world):
         flag = "--" + name.replace("_", "-")
         if name in args.given and new != old:
             if name not in MODEL_OPTIONS:
-                changed.append(f"{flag} {old} → {new}")
+                changed.append(f"{flag} {_option_text(old)} → {_option_text(new)}")
                 continue
-            ignored.append(f"{flag} {new} (keeping {old})")
+            ignored.append(f"{flag} {_option_text(new)} (keeping {_option_text(old)})")
         if name not in MODEL_OPTIONS:
             try:
                 old = check(name, old)
@@ -649,19 +652,28 @@ def resume(folder, args, check, world):
     layout = Layout(args.batch_size, args.grad_accum, world.size)
     also, remark = layout.change_from(run.layout)
     changed += also
+    run.layout = layout
+    model, tokenizer = load_model(folder, dropout=args.dropout)
+    if args.block_size > model.config.block_size:  # refused before the lines below announce a change
+        raise ValueError(f"--block-size {args.block_size} exceeds the block_size {model.config.block_size} of the "
+                         f"checkpoint's model in {folder}, which it fixes; resume with --block-size "
+                         f"{model.config.block_size} or less")
     if changed:
         print("resume: the command line changes " + ", ".join(changed) + "; all else as the checkpoint had it"
               + (f"; {remark}" if remark else ""))
     if ignored:
         print("resume: the checkpoint fixes the model, so it ignores " + ", ".join(ignored))
-    run.layout = layout
-    model, tokenizer = load_model(folder, dropout=args.dropout)
     optimizer_state = read_optimizer(folder, run.iter, run.digests.get(OPTIMIZER_FILE))
     for name in (WEIGHTS_FILE, ADAPTERS_FILE, ADAPTER_CONFIG_FILE, CONFIG_FILE, TOKENIZER_FILE):
         if name in run.digests and _sha256(_current(folder) / name) != run.digests[name]:
             raise ValueError(_not_saved_with(_current(folder) / name))
     run.restore_rngs(args.seed, world)
     return model, tokenizer, optimizer_state, run
+
+
+def _option_text(value):
+    """An option's value in resume's line, as typed; an option left at its default (None) says so."""
+    return "(default)" if value is None else show_default(value)
 
 
 def _not_saved_with(path):

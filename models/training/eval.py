@@ -21,7 +21,7 @@ import numpy as np
 
 import autograd as ag
 from models.training import checkpoint
-from models.cli import Parser, device, input_folder, interval
+from models.cli import Parser, device, input_folder, interval, shows_progress
 from models.training.shards import PreparedData, ShardError, check_tokenizer, data_path
 
 
@@ -30,14 +30,17 @@ def make_parser():
     p.add_argument("checkpoint", type=input_folder, metavar="CHECKPOINT",
                    help="a models.train checkpoint folder, or a Hugging Face GPT-2 folder")
     p.add_argument("--data", type=data_path, required=True, metavar="DIR", help="a folder models.prepare made")
-    p.add_argument("--split", choices=["val", "train"], default="val")
+    p.add_argument("--split", choices=["val", "train"], default="val",
+                   help="which split of --data to score")
     p.add_argument("--max-tokens", type=interval(int, "[2, inf)"), default=None,
                    help="read only the split's first N tokens")
     p.add_argument("--stride", type=interval(int, "[1, inf)"), default=None,
                    help="tokens each window moves on, at most the block size (default: half of it)")
     p.add_argument("--batch-size", type=interval(int, "[1, inf)"), default=8, help="windows per forward pass")
-    p.add_argument("--device", type=device, default="cpu", metavar="{cpu,cuda}")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--device", type=device, default="cpu", metavar="{cpu,cuda}",
+                   help="where the model runs (cuda: the GPU, through CuPy)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (there is none where stderr is not a terminal)")
     return p
 
 
@@ -97,7 +100,8 @@ def main(argv=None):
         model.to(args.device)
         model.eval()
         from tqdm import tqdm
-        bar = tqdm(total=n - 1, unit="tok", unit_scale=True, disable=args.no_progress, dynamic_ncols=True,
+        bar = tqdm(total=n - 1, unit="tok", unit_scale=True, disable=not shows_progress(args.no_progress),
+                   dynamic_ncols=True,
                    file=sys.stderr)
 
         def progress(count, mean):

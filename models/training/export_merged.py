@@ -2,8 +2,11 @@
 Hugging Face GPT-2 folder (config.json, model.safetensors and the tokenizer files) that transformers loads.
 
 Each adapted layer's weight becomes W + B·A·alpha/r (nn.LoRALinear.merge), so
-the folder gives the adapted model's logits. A checkpoint without adapters is
-copied out the same way. OUT appears whole or not at all.
+the folder gives the adapted model's logits. It keeps the base's context
+(n_positions): a run with a shorter --block-size cropped the position table
+only in memory, and LoRA froze it, so the base's whole table is still the
+adapted model's. A checkpoint without adapters is copied out the same way,
+with its own context. OUT appears whole or not at all.
 """
 import sys
 from pathlib import Path
@@ -15,9 +18,11 @@ from models.cli import Parser, input_folder, output_folder
 from models.gpt.gpt2 import GPT
 from models.io import atomic_path, owning_folder
 
+POSITIONS = "transformer.wpe.weight"
+
 
 def parse_args(argv=None):
-    p = Parser("python -m models.export_merged", __doc__.splitlines()[0])
+    p = Parser("python -m models.export_merged", __doc__.split("\n\n")[0])
     p.add_argument("checkpoint", type=input_folder, help="a models.train checkpoint folder (with LoRA adapters)")
     p.add_argument("out", type=output_folder, help="the new Hugging Face folder; must not exist yet")
     args = p.parse_args(argv)
@@ -36,8 +41,13 @@ def merged(model):
         if isinstance(module, nn.LoRALinear):
             module.merge()
     weights = {name: array for name, array in model.state_dict().items() if ".lora_" not in name}
-    with ag.seeded(0):  # its initialisation is overwritten at once
-        plain = GPT(model.config)
+    base = getattr(model, "lora_base", None)
+    if base:  # the base as it is on disk, its position table whole; load_model checked its fingerprint
+        plain = GPT.from_pretrained(base["folder"])
+        weights[POSITIONS] = plain.state_dict()[POSITIONS]
+    else:
+        with ag.seeded(0):  # its initialisation is overwritten at once
+            plain = GPT(model.config)
     plain.load_state_dict(weights)
     return plain
 
@@ -54,7 +64,8 @@ def main(argv=None):
     except (ValueError, OSError) as exc:
         print(f"export_merged: error: {exc}", file=sys.stderr)
         return 1
-    print(f"wrote {args.out}: {plain.num_parameters():,} parameters, the adapters merged into the weights")
+    print(f"wrote {args.out}: {plain.num_parameters():,} parameters, context {plain.config.block_size} tokens, "
+          "the adapters merged into the weights")
     return 0
 
 

@@ -22,8 +22,9 @@ only on a health iteration, read from the graph it records: the ops know
 their module (`op.scope`). The normal forward is untouched, and with
 interval 0 nothing here runs at all. `RULES` are checked after each record;
 a rule that holds at every record across `WINDOW` iterations (the first
-`WINDOW` for a rule about the start) prints one warning naming the layer and
-the likely cause (once per layer and rule).
+`WINDOW` for a rule about the start, any later ones for its twin about the
+rest of the run) prints one warning naming the layer and the likely cause
+(once per layer and rule).
 """
 import json
 import math
@@ -55,7 +56,8 @@ class Rule:
     says: str  # the warning's figure, formatted with the last record's number
     cause: str
     source: str
-    at_start: bool = False  # judge the run's first window of records only
+    when: str = "always"  # judge every window; "start": the run's first window only; "later": every one after it
+    unless: str = ""  # a rule whose warning for the layer already said why (the same figure, from the start)
 
     def holds(self, figures):
         x = self.figure(figures)
@@ -73,11 +75,17 @@ RULES = (
          "the initialisation is likely too large: the pre-activations are too wide",
          "Karpathy, Building makemore part 3 (2022), on saturated tanh units at initialisation; GELU's slope is "
          "under 0.012 below -3 (Hendrycks and Gimpel 2016). GPT-2's init puts none there; a trained MLP has "
-         "many (the default run: 9% by iteration 2000), so only the start is judged", at_start=True),
+         "many (the default run: 9% by iteration 2000), so only the start says so; 'GELU near-dead' judges the "
+         "rest", when="start"),
     Rule("attention collapsed", "block", lambda b: min(b.get("attention_entropy") or [math.inf]), False, 0.1,
          "lowest head attention entropy {:.3f} nats",
          "the initialisation (or the learning rate) is likely too large: the scores q·k are too wide",
          "Zhai et al. 2023, Stabilizing Transformer Training by Preventing Attention Entropy Collapse"),
+    Rule("GELU near-dead", "block", lambda b: b.get("gelu_below_-3"), True, 0.05, "{:.0%} of GELU inputs below -3",
+         "units sit where GELU is flat and barely learn: the learning rate may be too high, or the MLP has "
+         "more units than the task uses",
+         "as GELU saturated, after the start: training, not the initialisation, put the inputs there",
+         when="later", unless="GELU saturated"),
 )
 
 
@@ -197,11 +205,13 @@ class Health:
         span = recent[-1]["iter"] - recent[0]["iter"]
         lines = []
         for rule in RULES:
-            if rule.at_start and len(self.records) != self.window_records:
+            first = len(self.records) == self.window_records
+            if rule.when == "start" and not first or rule.when == "later" and first:
                 continue
             kind = "params" if rule.applies == "param" else "blocks"
             for layer, figures in recent[-1][kind].items():
-                if rule.applies == "param" and layer not in self.matrices or (rule.name, layer) in self.warned:
+                if rule.applies == "param" and layer not in self.matrices or (rule.name, layer) in self.warned \
+                        or (rule.unless, layer) in self.warned:
                     continue
                 if all(rule.holds(r[kind][layer]) for r in recent):
                     self.warned.add((rule.name, layer))
@@ -268,13 +278,18 @@ def plot(path, records):
     weights = [n for n in records[0]["params"] if n.endswith("weight") and "ln_" not in n]
     blocks = list(records[0]["blocks"])
     colours = plt.get_cmap("viridis")(np.linspace(0, 0.9, max(1, len(blocks))))
+    # A weight's line: its colour says which layer of a block it is (or wte, wpe), its dash which block, so
+    # that two lines differ in one of the two wherever they cross.
+    palette = plt.get_cmap("tab10").colors
     kinds = {}
+    dashes = ["-", "--", ":", "-."]
 
     def style(name):
         block = next((i for i, b in enumerate(blocks) if name.startswith(b + ".")), None)
-        kind = name.split(".")[-2]
-        ls = kinds.setdefault(kind, ["-", "--", ":", "-."][len(kinds) % 4])
-        return {"color": colours[block] if block is not None else "#d62728", "linestyle": ls, "linewidth": 1.1}
+        kind = name.removeprefix(blocks[block] + ".") if block is not None else name
+        colour = palette[kinds.setdefault(kind.removesuffix(".weight"), len(kinds)) % len(palette)]
+        return {"color": colour, "linestyle": dashes[block % len(dashes)] if block is not None else "-",
+                "linewidth": 1.6 if block is None else 1.1}
 
     def series(kind, name, key):
         return [np.nan if r[kind][name][key] is None else r[kind][name][key] for r in records]
@@ -303,7 +318,7 @@ def plot(path, records):
     ax.set_title("global gradient norm")
     ax.legend(fontsize=8)
     for ax, key, title in ((axes[1, 0], "std", "block output std (residual stream)"),
-                           (axes[1, 1], "gelu_below_-3", "GELU inputs below -3 (near-dead; judged at the start)")):
+                           (axes[1, 1], "gelu_below_-3", "GELU inputs below -3 (near-dead)")):
         for i, b in enumerate(blocks):
             ax.plot(its, series("blocks", b, key), color=colours[i], label=layer_name(b))
         ax.set_title(title)

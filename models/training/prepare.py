@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.cli import Parser, interval, machine_memory, output_folder
+from models.cli import Parser, interval, machine_memory, output_folder, shows_progress
 from models.io import atomic_path, json_type, owning_folder, read_json
 from models.training.checkpoint import CHECKPOINT_MARKS
 from models.training.shards import (META_FILE, META_FORMAT, PROGRESS_FILE, SPLITS, ShardError, ShardWriter, field,
@@ -66,7 +66,8 @@ def make_parser():
     p.add_argument("--pattern", default="*.txt", help="the files a folder contributes (searched recursively)")
     p.add_argument("--section-kb", type=section_kb, default=1024,
                    help="text per piece of work (the output does not depend on it)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (there is none where stderr is not a terminal)")
     return p
 
 
@@ -76,8 +77,9 @@ def prepared_folder(text):
     output_folder(text)
     owner = owning_folder(text, CHECKPOINT_MARKS)
     if owner is not None:
-        raise argparse.ArgumentTypeError(f"{text} is {'' if owner == Path(os.path.realpath(text)) else 'inside '}{owner}, which holds "
-                                         "a training checkpoint or a model; prepare into a folder of its own")
+        where = "" if owner == Path(os.path.realpath(text)) else "inside "
+        raise argparse.ArgumentTypeError(f"{text} is {where}{owner}, which holds a training checkpoint or a model; "
+                                         "prepare into a folder of its own")
     return text
 
 
@@ -456,7 +458,7 @@ def prepare(args):
         debris.unlink()
 
     if args.tokenizer == "char":
-        bar = Bar(total_bytes, "characters", args.no_progress)
+        bar = Bar(total_bytes, "characters", not shows_progress(args.no_progress))
         tokenizer = CharTokenizer(read_characters(files, bar.advance) or "\n")
         bar.close()
     else:
@@ -479,7 +481,7 @@ def prepare(args):
         return sum(w.new_tokens for w in writers.values())
 
     hashes = {path: hashlib.sha256() for path in files}
-    bar = Bar(total_bytes, "tokenizing", args.no_progress)
+    bar = Bar(total_bytes, "tokenizing", not shows_progress(args.no_progress))
     tasks = hashed(sections(parts, args.section_kb * 1024), hashes)
     try:
         slot_tokens = args.section_kb * 1024 + (1 << 16)  # a section's ids, unless no cut came near its size

@@ -22,16 +22,20 @@ def parse_args(argv=None):
     prompt.add_argument("--prompt", default="\n", help="text to continue")
     prompt.add_argument("--prompt-file", type=input_file, default=None, metavar="PATH",
                         help="continue the text of this UTF-8 file instead (default: none, --prompt)")
-    p.add_argument("--max-new-tokens", type=interval(int, "[0, inf)"), default=200)
+    p.add_argument("--max-new-tokens", type=interval(int, "[0, inf)"), default=200,
+                   help="tokens to generate after the prompt")
     p.add_argument("--temperature", type=interval(float, "[0, inf)"), default=0.8,
                    help="0 picks the most likely token (greedy)")
     p.add_argument("--top-k", type=interval(int, "[1, inf)"), default=None,
                    help="sample only among the k most likely tokens (default: none, among all)")
     p.add_argument("--top-p", type=interval(float, "(0, 1]"), default=None,
                    help="sample only within the top-p probability mass (default: none, within all of it)")
-    p.add_argument("--seed", type=interval(int, "[0, 4294967295]"), default=1337)
-    p.add_argument("--num-samples", type=interval(int, "[1, inf)"), default=1)
-    p.add_argument("--device", type=device, default="cpu", metavar="{cpu,cuda}")
+    p.add_argument("--seed", type=interval(int, "[0, 4294967295]"), default=1337,
+                   help="seeds the sampling draws: the same seed, the same text")
+    p.add_argument("--num-samples", type=interval(int, "[1, inf)"), default=1,
+                   help="how many continuations of the prompt to print")
+    p.add_argument("--device", type=device, default="cpu", metavar="{cpu,cuda}",
+                   help="where the model runs (cuda: the GPU, through CuPy)")
     p.add_argument("--no-cache", action="store_true", help="recompute the whole prefix for every token")
     args = p.parse_args(argv)
     try:

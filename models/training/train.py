@@ -42,7 +42,8 @@ import numpy as np
 import autograd as ag
 import nn
 from models.training import checkpoint, health
-from models.cli import Parser, device, interval, machine_memory, model_folder, output_folder, show_default
+from models.cli import (Parser, device, interval, machine_memory, model_folder, output_folder, show_default,
+                        shows_progress)
 from models.training.data import Layout, TokenData, load_text
 from models.gpt import sampling
 from models.gpt.gpt2 import GPT, GPTConfig
@@ -116,7 +117,9 @@ def make_parser():
                    help="AdamW's decoupled weight decay, of the matrices only")
     g.add_argument("--beta1", type=interval(float, "[0, 1)"), default=0.9, help="AdamW's first-moment decay")
     g.add_argument("--beta2", type=interval(float, "[0, 1)"), default=0.99, help="AdamW's second-moment decay")
-    g.add_argument("--grad-clip", type=interval(float, "[0, inf)"), default=1.0, help="0 disables clipping")
+    g.add_argument("--grad-clip", type=interval(float, "[0, inf)"), default=1.0,
+                   help="the maximum global gradient norm: a step whose gradients' norm (all parameters together) "
+                        "exceeds it is scaled down to it (0: no clipping)")
     g = p.add_argument_group("run")
     g.add_argument("--eval-interval", type=POSITIVE, default=250, help="steps between train/val loss estimates")
     g.add_argument("--eval-iters", type=POSITIVE, default=50, help="batches per loss estimate")
@@ -130,7 +133,8 @@ def make_parser():
     g.add_argument("--overwrite", action="store_true", help="replace the checkpoint in --out-dir with a new run")
     g.add_argument("--seed", type=interval(int, "[0, 4294967295]"), default=1337,
                    help="seeds the initial weights, the batches and dropout")
-    g.add_argument("--device", type=device, default="cpu", metavar="{cpu,cuda}")
+    g.add_argument("--device", type=device, default="cpu", metavar="{cpu,cuda}",
+                   help="where the model trains (cuda: the GPU, through CuPy)")
     g.add_argument("--pad-vocab", type=POSITIVE, default=None, metavar="N",
                    help="round the embedding table's rows up to a multiple of N (padding rows are never a "
                         "token; checkpoints keep the real vocabulary) (default: 64 on cuda, 1 on cpu)")
@@ -558,13 +562,13 @@ class Progress:
         print(f"model: {cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, block {args.block_size}, "
               f"vocab {cfg.vocab_size}: {n_params:,} parameters on {args.device}")
         print(f"data: {len(data.splits['train']):,} train / {len(data.splits['val']):,} val tokens; "
-              f"{self.tokens_per_iter} tokens per iteration{rows_note}; peak {self.peak / 1e9:.1f} GFLOP/s for MFU "
+              f"{self.tokens_per_iter:,} tokens per iteration{rows_note}; peak {self.peak / 1e9:,.1f} GFLOP/s for MFU "
               f"({peak_source})")
 
         from tqdm import tqdm
         # A bar only on a terminal: in a file or a pipe (mpiexec forwards stdout and stderr apart) its redraws
         # would interleave with the log lines, so plain lines stand in for it there.
-        shows_bar = world.is_root and not args.no_progress and sys.stderr.isatty()
+        shows_bar = world.is_root and shows_progress(args.no_progress)
         self.bar = tqdm(total=args.max_iters, initial=run.iter, disable=not shows_bar, unit="it",
                         dynamic_ncols=True, file=sys.stderr)
         self.log_interval = 0 if shows_bar else args.log_interval

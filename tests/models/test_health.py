@@ -147,10 +147,14 @@ def test_a_rule_warns_once_it_held_for_the_window_naming_the_layer_and_the_cause
     assert monitor.warnings() == []  # each layer and rule once; the bias is never judged
 
 
-def test_gelu_saturation_is_judged_at_the_start_only(model, tmp_path):
+def test_gelu_saturation_later_in_the_run_gets_a_warning_of_its_own(model, tmp_path):
     monitor = health.Health(model, 25, tmp_path)
-    monitor.records = [fake_record(it, -2, 0.0 if it < 75 else 0.2, 2.0) for it in range(0, 150, 25)]
-    assert monitor.warnings() == []  # a trained MLP has units below -3: not a warning later on
+    monitor.records = [fake_record(it, -2, 0.0 if it < 75 else 0.2, 2.0) for it in range(0, 125, 25)]
+    assert monitor.warnings() == []  # 75, 100: not yet held for the window
+    monitor.records.append(fake_record(125, -2, 0.2, 2.0))
+    assert monitor.warnings() == [
+        "health: h.2: 20% of GELU inputs below -3 for 50 iterations: units sit where GELU is flat and barely "
+        "learn: the learning rate may be too high, or the MLP has more units than the task uses"]
 
 
 def test_train_cli_writes_the_report_at_the_interval(tmp_path, capsys):

@@ -116,3 +116,14 @@ def test_checkpointed_blocks_train_the_very_same_run(base, capsys):
     assert histories[0] == histories[1]
     plain, checked = (load_file(str(base / f / "model.safetensors")) for f in ("plain", "checked"))
     assert all(np.array_equal(plain[k], checked[k]) for k in plain)
+
+
+def test_the_merged_export_keeps_the_bases_context(base, capsys):
+    lora_run(capsys, base, base / "o", "--max-iters", "2")  # trained on blocks of 16, the base has 32 positions
+    assert export_merged.main([str(base / "o"), str(base / "merged")]) == 0
+    assert "context 32 tokens" in capsys.readouterr().out
+    config = json.loads((base / "merged" / "config.json").read_text())
+    assert config["n_positions"] == 32
+    merged, based = GPT.from_pretrained(base / "merged"), GPT.from_pretrained(base / "base")
+    assert merged.num_parameters() == based.num_parameters()
+    np.testing.assert_array_equal(merged.transformer.wpe.weight.data, based.transformer.wpe.weight.data)

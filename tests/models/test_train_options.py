@@ -163,7 +163,7 @@ def test_a_resumed_run_keeps_the_higher_of_its_own_and_the_checkpoints_peak(tmp_
     assert options(tmp_path)["peak_tflops"] == 0.08
     assert train.main([*argv, "--max-iters", "40", "--out-dir", str(tmp_path), "--resume", "--peak-tflops", "2"]) == 0
     out = capsys.readouterr().out
-    assert "--peak-tflops 0.08 → 2.0" in out and "; peak 2000.0 GFLOP/s for MFU (--peak-tflops)\n" in out
+    assert "--peak-tflops 0.08 → 2.0" in out and "; peak 2,000.0 GFLOP/s for MFU (--peak-tflops)\n" in out
 
 
 def mfu_figures(out):

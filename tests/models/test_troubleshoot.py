@@ -1,5 +1,7 @@
 """The failure lesson: each of its three failures is named by the tools, in the lines the lesson prints."""
 import re
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -92,3 +94,19 @@ def test_descent_check_is_one_for_a_right_gradient():
 
 def test_the_exercise_grader_accepts_gelu_itself():
     assert troubleshoot.grade(ag.ops.GELU) == "correct: backward matches finite differences"
+
+
+def test_the_lesson_writes_into_a_temporary_folder_not_the_current_one(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    given = []
+    monkeypatch.setattr(troubleshoot, "lr_too_high", lambda: None)
+    monkeypatch.setattr(troubleshoot, "init_too_large", given.append)
+    monkeypatch.setattr(troubleshoot, "sign_error", lambda: None)
+    assert troubleshoot.main([]) == 0
+    (out_dir,) = given
+    assert out_dir.parent == Path(tempfile.gettempdir()) and out_dir.name.startswith("gptgrad-troubleshoot-")
+    assert f"the health report: {out_dir / 'health.png'}" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+    out_dir.rmdir()
+    assert troubleshoot.main(["--out-dir", "mine"]) == 0
+    assert given[1] == Path("mine")

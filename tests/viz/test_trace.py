@@ -247,8 +247,8 @@ def test_each_step_prints_the_saved_forward_values_its_rule_uses():
     blocks = {b.split("\n")[0].split()[2]: b for b in text.split("\n\n") if b.startswith("step")}
     assert f"uses  p = (1, 3)  {vt.values_text(p)}" in blocks["CrossEntropy"]
     assert "targets = (1,)  [2]" in blocks["CrossEntropy"]
-    assert f"uses  z = (1, 3)  {vt.values_text(np.exp(z))}" in blocks["Exp"]
-    assert f"uses  z = (1, 3)  {vt.values_text(z)}" in blocks["Tanh"]
+    assert f"uses  z (the output) = (1, 3)  {vt.values_text(np.exp(z))}" in blocks["Exp"]
+    assert f"uses  z (the output) = (1, 3)  {vt.values_text(z)}" in blocks["Tanh"]
 
 
 def test_layer_norm_step_shows_what_it_saved_x_hat_and_one_over_sigma():
@@ -326,7 +326,7 @@ def test_the_neurons_text_trace():
     tanh = text.split("\n\n")[1]
     assert tanh.splitlines() == ["step 1/5  tanh", "  rule  ∂out/∂x = 1 − out²", "  uses  ∂out/∂x = 0.5",
                                  "  g     ∂L/∂o  1.0", "  out   ∂L/∂n  0.5"]
-    assert "  uses  ∂out/∂a = -3.0\n        ∂out/∂b = 2.0\n  g     ∂L/∂x1*w1  0.5\n" \
+    assert "  uses  ∂out/∂a = -3.0\n        ∂out/∂b = 2.0\n  g     ∂L/∂(x1*w1)  0.5\n" \
            "  out   ∂L/∂x1  -1.5\n        ∂L/∂w1  1.0" in text
     assert text.endswith("  x1.grad  -1.5\n  w1.grad  1.0\n  x2.grad  0.5\n  w2.grad  0.0\n  b.grad  0.5")
 
@@ -391,3 +391,14 @@ def test_a_double_backward_is_traced_as_the_engine_runs_it(capsys):
     out = capsys.readouterr().out
     assert out.startswith("Backward pass of L = ∂loss/∂block.ln.weight, step by step as Tensor.backward runs it.")
     assert "[backward 1: CrossEntropy]" in out and "block.ln.weight.grad" in out
+
+
+def test_the_text_names_an_expressions_gradient_in_brackets_and_counts_the_parts_of_a_sum():
+    from models.lessons import neuron, tiny
+    text = vt.format_trace(vt.trace(neuron.demo_loss()))
+    assert "  out   ∂L/∂(x1*w1 + x2*w2)  0.5" in text and "∂L/∂x1*w1" not in text
+    text = vt.format_trace(vt.trace(tiny.demo_loss()))
+    # H1 feeds the FFN and the residual stream: its gradient arrives in two parts
+    assert "(part 1 of 2 of its sum)" in text and "(part 2 of 2 of its sum)" in text
+    relu = next(s for s in vt.trace(tiny.demo_loss()) if s.name == "ReLU")
+    assert relu.rule == "dx = g·1[z > 0]" and [name for name, _ in relu.saved] == ["z (the output)"]

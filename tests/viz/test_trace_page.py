@@ -338,6 +338,9 @@ def test_boxes_show_only_the_gradients_known_so_far_and_the_op_stays_well_in_vie
                 place = page.evaluate(PLACE, [okey[id(s.output)], near])
                 assert min(place["room"]) >= MARGIN, (size, view + 1, place)
                 assert place["near"] or not place["fits"], (size, view + 1, place)  # its boxes too, where they fit
+                receivers = [tkey[id(i.tensor)] for i in s.inputs if i.grad is not None]
+                place = page.evaluate(PLACE, [okey[id(s.output)], receivers])
+                assert place["near"] or not place["fits"], (size, view + 1, place)  # at least those it sends to
             page.keyboard.press("Home")  # back to step 1: the loss and what its op sends, all else "—" again
             shown = page.evaluate(BOXES, boxes)
             assert {k for k in boxes if shown[k] != "grad —"} == set(views[0])

@@ -1,0 +1,51 @@
+"""Every command's --help: a whole description, a text for every option, and no default shown for a required one."""
+import argparse
+import importlib
+
+import pytest
+
+from models.cli import Parser
+
+COMMANDS = ["models.train", "models.sample", "models.prepare", "models.eval", "models.export_merged",
+            "models.troubleshoot", "models.gpt2_params", "models.bigram", "models.tiny", "models.moons",
+            "models.neuron", "models.softmax", "models.tokenizer", "viz.graph", "viz.trace"]
+
+
+class _Built(Exception):
+    """Raised from the first parse, carrying the parser the command built."""
+
+
+def parser_of(command, monkeypatch):
+    """The Parser that `command`'s main() builds, caught before it parses anything."""
+    def caught(self, *args, **kwargs):
+        raise _Built(self)
+
+    monkeypatch.setattr(Parser, "parse_known_args", caught)
+    with pytest.raises(_Built) as built:
+        importlib.import_module(command).main([])
+    return built.value.args[0]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_texts(command, monkeypatch):
+    parser = parser_of(command, monkeypatch)
+    assert parser.description.rstrip().endswith((".", ")")), parser.description  # not cut mid-sentence
+    silent = [action.option_strings or action.dest for action in parser._actions if not action.help]
+    assert silent == [], f"{command}: options without a help text: {silent}"
+    shown = parser.format_help()
+    for action in parser._actions:
+        if action.required and action.option_strings:
+            flag = action.option_strings[0]
+            line = next(line for line in shown.splitlines() if line.strip().startswith(flag))
+            assert "(default" not in line, line
+
+
+def test_grad_clip_says_what_it_bounds(monkeypatch):
+    actions = parser_of("models.train", monkeypatch)._actions
+    help_text = next(a.help for a in actions if "--grad-clip" in a.option_strings)
+    assert "maximum global gradient norm" in help_text
+
+
+def test_export_merged_describes_itself_whole(monkeypatch):
+    description = parser_of("models.export_merged", monkeypatch).description
+    assert description.endswith("that transformers loads."), description
