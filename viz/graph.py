@@ -519,7 +519,8 @@ LEGEND = {
                  "says × what", f'BGCOLOR="{OP[0]}" COLOR="{OP[1]}"'),
     "saved": ("saved", "orange border: data an op keeps for backward", f'BORDER="3" COLOR="{SAVED}"'),
     "module": ("module", "a module folded into one box", f'BGCOLOR="{MODULE[0]}" COLOR="{MODULE[1]}"'),
-    "marked": ("culprit", "thick red border: the op detect_anomaly names, the first to make NaN/inf",
+    "marked": ("marked", "thick red border: the op this picture is about (detect_anomaly's first NaN/inf, "
+                         "diverge's first parting op)",
                f'BORDER="4" COLOR="{HIGHLIGHT}"'),
     "arrows": ("→", "gradients flow along the arrows, from the top down to the leaves", 'BORDER="0"'),
     "values": ("data, grad", "values (4 digits) of tensors of ≤ 16 elements", 'BORDER="0"'),

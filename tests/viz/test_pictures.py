@@ -55,6 +55,6 @@ def test_a_nan_box_counts_its_nans_and_the_legend_names_the_red_border():
     source = draw(bad, highlight=(bad.op,)).source
     assert "1 NaN · 1 inf of 3" in source
     assert f'fillcolor="{NONFINITE[0]}"' in source
-    assert "thick red border: the op detect_anomaly names, the first to make NaN/inf" in source
+    assert "thick red border: the op this picture is about (detect_anomaly's first NaN/inf" in source
     assert "where backward starts" not in source  # the non-finite box is not called a loss
     assert re.search(r'op\d+ \[label=<<B>Log</B>[^\n]* color="' + HIGHLIGHT + '"[^\n]* penwidth=5', source)
