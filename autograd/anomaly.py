@@ -82,8 +82,8 @@ def summary(array):
     nan = int(np.isnan(a).sum())
     inf = int(np.isinf(a).sum())
     if nan == a.size:
-        return f"{head}, all {nan} NaN"
-    return f"{head}, min {np.nanmin(a):.4g}, max {np.nanmax(a):.4g}, {nan} NaN, {inf} inf"
+        return f"{head}, all {nan:,} NaN"
+    return f"{head}, min {np.nanmin(a):.4g}, max {np.nanmax(a):.4g}, {nan:,} NaN, {inf:,} inf"
 
 
 def _finite(array):

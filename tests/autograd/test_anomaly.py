@@ -158,3 +158,12 @@ def test_on_without_an_anomaly_every_number_is_bit_identical_to_off():
     with ag.detect_anomaly():
         on = run()
     assert all(a.tobytes() == b.tobytes() for a, b in zip(off, on))
+
+
+def test_a_summary_writes_its_counts_with_thousands_separators():
+    from autograd.anomaly import summary
+    a = np.full(5574, np.nan, dtype=np.float32)
+    assert summary(a) == "shape (5574,) float32, all 5,574 NaN"
+    a[:2] = 1.0
+    a[2:1202] = np.inf
+    assert summary(a) == "shape (5574,) float32, min 1, max inf, 4,372 NaN, 1,200 inf"
