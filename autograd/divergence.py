@@ -434,14 +434,6 @@ def _number(x):
     return "0" if x == 0 else f"{x:.3g}"
 
 
-def _table(comparisons):
-    header = ("#", "op", "module", "output", "max |a−b|", "max rel", "expected drift", "")
-    rows = [(str(c.index), c.op, c.scope or "—", c.output, _number(c.abs), _number(c.rel), _number(c.drift),
-             "PARTS" if c.parts else "agrees") for c in comparisons]
-    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
-    return ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header] + rows]
-
-
 def summary(report, phase):
     """What the report says of `phase`: (lines of text, the comparisons its table shows): the parting op and
     the agreeing ops just before it; where none parts, the op closest to parting; none where all agree to the bit."""

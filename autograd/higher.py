@@ -17,6 +17,7 @@ defined elsewhere without `saved_in_graph`) raises, naming itself, rather
 than return a second derivative that treats its arrays as constants.
 """
 import copy
+import functools
 
 from . import backend, functional, ops
 from . import tensor as _tensor
@@ -88,13 +89,9 @@ def _data(x):
     return x.data if isinstance(x, Tensor) else x
 
 
-_namespaces = {}
-
-
+@functools.cache
 def namespace(device):
-    if device not in _namespaces:
-        _namespaces[device] = Namespace(device)
-    return _namespaces[device]
+    return Namespace(device)
 
 
 def vjp_in_graph(op, out, g, step):

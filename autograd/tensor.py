@@ -166,7 +166,7 @@ class Function:
         op.xp = backend.xp_for(device)
         op.needs_grad = tuple(t._requires_grad for t in inputs) if _grad_enabled else (False,) * len(inputs)
         try:
-            out = op.forward(*[t.data for t in inputs], **params)
+            out = op.forward(*[t._data for t in inputs], **params)
         except ShapeError:
             raise
         except ValueError as exc:

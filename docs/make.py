@@ -1,7 +1,7 @@
 """python -m docs.make: draw every picture in docs/ afresh, from the commands the pages give.
 
     python -m docs.make              # all of them: the graphs in seconds, then two runs of the main job (minutes)
-    python -m docs.make --graphs     # the backward graphs only
+    python -m docs.make --graphs     # all but the two runs: the graphs and the single commands' pictures
 
 Run it from the repository root. The graphs are the pictures of `python -m
 viz.graph MODULE` (their demo losses are seeded, so each is the same on every

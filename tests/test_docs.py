@@ -84,6 +84,8 @@ def test_the_readme_stays_a_front_door():
 
 
 def test_the_pictures_are_what_docs_make_draws_now():
+    """The graphs are redrawn and compared by their sources' digests; the other pictures (PNGs, runs) are checked
+    to be there and made by the command the record names, not redrawn: each takes seconds to minutes."""
     pytest.importorskip("graphviz")
     from docs import make
 

@@ -218,8 +218,9 @@ def save(folder, model, tokenizer, optimizer, run):
         writing = OPTIMIZER_FILE
         digests = {OPTIMIZER_FILE: _save_optimizer(new / OPTIMIZER_FILE, optimizer.state_dict())}
         writing = STATE_FILE
-        for name in (weights_file, ADAPTER_CONFIG_FILE if lora else CONFIG_FILE, TOKENIZER_FILE):
-            digests[name] = _sha256(new / name)  # every file resume relies on
+        for name in _DIGESTED:  # every file resume relies on, of those this checkpoint has
+            if name not in digests and (new / name).is_file():
+                digests[name] = _sha256(new / name)
         (new / STATE_FILE).write_text(json.dumps(run.to_json(digests), indent=2), encoding="utf-8")
         writing = ", ".join(KEPT_FILES)
         for name in KEPT_FILES:
@@ -664,8 +665,8 @@ def resume(folder, args, check, world):
     if ignored:
         print("resume: the checkpoint fixes the model, so it ignores " + ", ".join(ignored))
     optimizer_state = read_optimizer(folder, run.iter, run.digests.get(OPTIMIZER_FILE))
-    for name in (WEIGHTS_FILE, ADAPTERS_FILE, ADAPTER_CONFIG_FILE, CONFIG_FILE, TOKENIZER_FILE):
-        if name in run.digests and _sha256(_current(folder) / name) != run.digests[name]:
+    for name in _DIGESTED:
+        if name != OPTIMIZER_FILE and name in run.digests and _sha256(_current(folder) / name) != run.digests[name]:
             raise ValueError(_not_saved_with(_current(folder) / name))
     run.restore_rngs(args.seed, world)
     return model, tokenizer, optimizer_state, run

@@ -239,10 +239,10 @@ def check_combinations(args):
     if not args.init_from and not args.resume and args.n_embd % args.n_head:
         raise ValueError(f"--n-embd {args.n_embd} is not a multiple of --n-head {args.n_head}: "
                          "every head gets n_embd / n_head features")
+    available = machine_memory()
     if not args.init_from and not args.resume:  # a model from a folder is no larger than its weights file
-        check_memory(args, machine_memory())
-    rows = args.batch_size * args.grad_accum
-    available = machine_memory()  # what an iteration's batch and the sample need, whatever the model
+        check_memory(args, available)
+    rows = args.batch_size * args.grad_accum  # what an iteration's batch and the sample need, whatever the model
     if available is not None and 16 * rows * args.block_size > available:  # an iteration's x and y, int64
         raise ValueError(f"--grad-accum {args.grad_accum} with --batch-size {args.batch_size} and --block-size "
                          f"{args.block_size} draws {rows * args.block_size:,} tokens an iteration, "

@@ -147,12 +147,20 @@ def test_shards_that_disagree_with_meta_are_refused_by_eval(made, data, capsys, 
 
 
 def test_shards_are_checked_lazily_not_read_whole_at_start(data, monkeypatch):
-    """Opening reads headers only; a shard's tokens are checked when a batch first needs it."""
+    """Opening reads headers only; a shard's tokens are checked when a batch first needs it, once."""
+    from models.training import shards
+    checked = []
+    real = shards.check_tokens
+    monkeypatch.setattr(shards, "check_tokens", lambda path, *rest: checked.append(path.name) or real(path, *rest))
     flip_token(data)
-    prepared = PreparedData(data)  # no error yet: train_000001's tokens were not read
+    prepared = PreparedData(data)  # no error yet: no shard's tokens were read
+    assert checked == []
     rng = np.random.default_rng(0)
     prepared.splits["train"].verified.add(1)
-    prepared.batch("train", 2, 8, rng)  # with shard 1 taken as checked, every batch is served
+    for _ in range(20):
+        prepared.batch("train", 4, 8, rng)  # with shard 1 taken as checked, every batch is served
+    others = sorted(p.name for p in data.glob("train_*.bin") if p.name != "train_000001.bin")
+    assert sorted(checked) == others  # each other shard once, however many batches read it
     prepared.splits["train"].verified.discard(1)
     with pytest.raises(ShardError, match="train_000001.bin"):
         for _ in range(20):
