@@ -222,9 +222,8 @@ class Linear(Function):
     two, and only x and W kept for backward. Every product runs on x and G
     flattened to 2-D rows: one GEMM instead of one per batch element, 15–25 %
     faster on the CPU and 4–6 times faster through CuPy on a GPU. On the CPU,
-    where numba's threads are the only pool (kernels.cpu.SHARED_POOL), the
-    forward product is split over them with the bias added by each, and on
-    two threads backward's two products run at once, one on each.
+    where numba's threads are the only pool (kernels.cpu.SHARED_POOL), each
+    product is split over them (forward's with the bias added by each block).
     """
 
     rule = "dx = G Wᵀ, dW = xᵀ G, db = Σ G"
@@ -246,16 +245,12 @@ class Linear(Function):
         return y.reshape(*x.shape[:-1], weight.shape[1])
 
     def saved_in_graph(self, inputs, out):
-        self.matmul = self.xp.matmul  # the engine's product; linear_backward's kernel is not found for tensors
+        self.matmul = self.xp.matmul  # the engine's product: the split one computes on arrays only
         return inputs[:2]
 
     def backward(self, g):
         x, weight = self.saved
         rows = g.reshape(-1, g.shape[-1])  # (rows, out)
-        kernel = kernels.fused("linear_backward", weight) if all(self.needs_grad) else None
-        if kernel is not None:  # the CPU's: dx and dW at once, a thread each
-            dx, dweight, dbias = kernel(rows, x.reshape(-1, x.shape[-1]), weight, len(self.needs_grad) == 3)
-            return (dx.reshape(x.shape), dweight, dbias)[:len(self.needs_grad)]
         dx = self.matmul(rows, weight.T).reshape(x.shape) if self.needs_grad[0] else None
         dweight = self.matmul(x.reshape(-1, x.shape[-1]).T, rows) if self.needs_grad[1] else None
         if len(self.needs_grad) == 2:

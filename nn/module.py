@@ -93,8 +93,8 @@ class Module:
                 out = self.forward(*args, **kwargs)
         finally:
             _running.pop()
-        if running[1] is not None:
-            self._name_locals(running[1].f_locals)
+        if running[1] is not None:  # popped, not read: a frame kept here would be in a cycle with this call's
+            self._name_locals(running.pop().f_locals)  # own (its f_back), which held each step's arrays until gc ran
         if isinstance(out, Tensor):
             self._name_output(out)
         return out

@@ -301,49 +301,6 @@ def matmul(a, b, bias=None):
     return c
 
 
-@_jitted(parallel=True)
-def _linear_backward(g, x, w, dx, dw, db):
-    """ops.Linear's VJP as one list of tasks shared among the threads: dx = G Wᵀ in _block's blocks of rows, and
-    dW = Xᵀ G in blocks of columns, each with those columns of db = Σ G over the rows (db of 0 elements for no
-    bias); every block one OpenBLAS call."""
-    m, n = g.shape
-    k = x.shape[1]
-    rows, row_blocks = _block(m, m * n * k, 1)  # dx and dW: two tasks at least
-    cols, col_blocks = _block(n, m * n * k, 1)
-    for task in prange(row_blocks + col_blocks):
-        if task < row_blocks:
-            lo = task * rows
-            hi = min(m, lo + rows)
-            _sgemm(_ROW_MAJOR, _N, _T, hi - lo, k, n, _F32(1), g[lo:].ctypes, n, w.ctypes, n, _F32(0),
-                   dx[lo:].ctypes, k)
-        else:
-            lo = (task - row_blocks) * cols
-            hi = min(n, lo + cols)
-            _sgemm(_ROW_MAJOR, _T, _N, k, hi - lo, m, _F32(1), x.ctypes, k, g[:, lo:].ctypes, n, _F32(0),
-                   dw[:, lo:].ctypes, n)
-            for j in range(lo, hi if db.size else lo):
-                db[j] = _F32(0)
-            for i in range(m if db.size else 0):
-                for j in range(lo, hi):
-                    db[j] += g[i, j]
-
-
-def linear_backward(g, x, w, bias):
-    """(dx, dW, db or None) of ops.Linear for the rows g (m, n) and x (m, k) and the weight w (k, n): dx's blocks
-    and then dW's in one task list, which numba's schedule cuts into one run of tasks per thread (on two, about
-    dx on one and dW on the other, each thread's calls reusing one operand); below SPLIT_FROM, one OpenBLAS
-    call each."""
-    m, n = g.shape
-    k = x.shape[1]
-    if m * n * k < SPLIT_FROM or not g.dtype == x.dtype == w.dtype:
-        return matmul(g, w.T), matmul(x.T, g), g.sum(axis=0) if bias else None
-    pool_threads()
-    g, x, w = np.ascontiguousarray(g), np.ascontiguousarray(x), np.ascontiguousarray(w)
-    dx, dw, db = np.empty((m, k), g.dtype), np.empty((k, n), g.dtype), np.empty(n if bias else 0, g.dtype)
-    _linear_backward(g, x, w, dx, dw, db)
-    return dx, dw, db if bias else None
-
-
 # ---- GELU ------------------------------------------------------------------------
 
 _C2, _A = _F32(2 * math.sqrt(2 / math.pi)), _F32(0.044715)
@@ -665,6 +622,5 @@ LAUNCHERS = {
     "adamw": (adamw, 1024),  # a dozen passes over four arrays in NumPy: it pays from 1K elements
 }
 if SHARED_POOL:  # kernels that call OpenBLAS from numba's threads
-    LAUNCHERS.update({"matmul": (matmul, SMALLEST), "linear_backward": (linear_backward, SMALLEST),
-                      "attention_forward": (attention_forward, SMALLEST),
+    LAUNCHERS.update({"matmul": (matmul, SMALLEST), "attention_forward": (attention_forward, SMALLEST),
                       "attention_backward": (attention_backward, SMALLEST)})

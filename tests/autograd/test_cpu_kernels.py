@@ -141,8 +141,8 @@ def every_kernel(rng):
     }
     if cpu.SHARED_POOL:
         calls.update({
-            "matmul": lambda: (cpu.matmul(a, m, m[0]), cpu.matmul(a[:1], m)),
-            "linear_backward": lambda: cpu.linear_backward(gm, a, m, True),
+            "matmul": lambda: (cpu.matmul(a, m, m[0]), cpu.matmul(a[:1], m),  # and Linear backward's two:
+                               cpu.matmul(gm, m.T), cpu.matmul(a.T, gm)),
             "attention_forward": lambda: cpu.attention_forward(q, k, v, 0, 32 ** -0.5),
             "attention_backward": lambda: cpu.attention_backward(q, k, v, p, o, o, 0, 32 ** -0.5)})
     assert set(calls) == set(cpu.LAUNCHERS)  # a new kernel joins this test
@@ -272,8 +272,8 @@ def test_linear_and_the_lm_head_products(monkeypatch, spy, bias):
             return grads(lambda xt, wt, et, bt: ag.linear(xt, wt, bt) @ et.T, x, w, wte, b)
         return grads(lambda xt, wt, et: ag.linear(xt, wt) @ et.T, x, w, wte)  # the tied LM head's wteᵀ
     fused, composed = both(monkeypatch, run)
-    # forward: Linear's product and the head's; backward: Linear's two at once, then the head's two
-    assert spy == ({"matmul": 4, "linear_backward": 1} if cpu.SHARED_POOL else {})
+    # forward: Linear's product and the head's; backward: the head's two, then Linear's two
+    assert spy == ({"matmul": 6} if cpu.SHARED_POOL else {})
     close(fused, composed, rtol=1e-4, atol=1e-4)
 
 

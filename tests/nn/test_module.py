@@ -1,4 +1,6 @@
 """nn.Module: parameters and sub-modules registered by attribute, dotted names, state dicts, modes, devices."""
+import gc
+
 import numpy as np
 import pytest
 
@@ -295,6 +297,27 @@ def test_nested_scopes_name_the_full_path():
     linear_out = add.inputs[1]
     assert linear_out.op.scope == "h.0.attn"
     assert seen[id(model.h[1])].op.scope == "h.1.drop"
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_a_recorded_forward_leaves_no_reference_cycle(backward):
+    """Naming a forward's locals reads its frame; a frame kept past the call sat in a cycle with the caller's own
+    (its f_back), so every step's activations waited for the cyclic collector: the main job's memory grew by about
+    0.2 MB a step, to 740 MB after 2000 (169 MB before the naming)."""
+    model = TinyLM()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(2):
+            out = model(np.array([[0, 1, 2]]))
+            if backward:
+                out.sum().backward()
+            del out
+        found = gc.collect()
+    finally:
+        gc.enable()
+    assert found == 0
+    assert model.h[0].attn.weight.name == "h.0.attn.weight"
 
 
 def test_parameters_are_named_after_their_dotted_path_when_the_model_runs():
