@@ -14,12 +14,9 @@ in its fresh process; printed: each peer's time for the twelve, their rate in
 GFLOP/s, and ours against PyTorch's. `--threads 1` compares the two BLAS
 libraries' kernels core for core. Prints; asserts nothing.
 """
-import statistics
-import time
-
 import numpy as np
 
-from benchmarks import alone
+from benchmarks import alone, train_step
 
 PEERS = ["ours", "torch"]
 ROWS, C = 768, 128
@@ -51,14 +48,7 @@ def products(peer):
 
 def measure(peer, repeats):
     run, macs = products(peer)
-    for _ in range(5):
-        run()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    median = statistics.median(times)
+    _, median = train_step.median_seconds(run, repeats, warmup=5)
     return {"ms": median * 1e3, "gflops": 2 * macs / median / 1e9}
 
 
