@@ -527,6 +527,12 @@ class GetItem(Function):
         dx[self.key] = g  # a basic key picks each position once: into zeros, one write is the whole scatter-add
         return dx
 
+    def backward_into(self, g, dx):
+        if self.advanced:  # a position picked twice sums its picks first, as backward does: backward's bits
+            dx += self.backward(g)
+        else:
+            dx[self.key] += g
+
 
 class Concat(Function):
     """z = [x₁, x₂, …] joined along `axis`.   Each dxᵢ is its own slice of g."""

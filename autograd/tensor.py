@@ -133,6 +133,10 @@ class Function:
     saved = ()
     last_use = False
     runs_user_code = False  # True for an op whose forward calls the user's function (checkpoint): its errors pass as raised
+    # An op of one input whose VJP is g added at a few positions of zeros (GetItem) may define backward_into(g, dx):
+    # that VJP added into dx, the input's gradient summed so far, in place. Its backward's zero-filled array is then
+    # made once per input, not once per pick: q, k and v cut from one projection get one array, not three to add.
+    backward_into = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -676,18 +680,23 @@ def backward_steps(root, grad, free=True, create_graph=False):
     summed back to the input's shape (None where no gradient flows). Tensor.backward
     stores the leaves' g; viz.trace prints every step. With `free`, each op's
     saved arrays are dropped as soon as its VJP has run (under detect_anomaly with
-    pictures, kept until the graph goes, so the pictures can show the whole pass).
-    With `create_graph`, `grad` and every gradient are Tensors: each VJP is recorded
+    pictures, kept until the graph goes, so the pictures can show the whole pass),
+    and an op with backward_into adds its VJP into its input's gradient so far,
+    in place, and sends nothing (its `sent` is empty). With `create_graph`, `grad` and every gradient are Tensors: each VJP is recorded
     as ops of the graph (higher.vjp_in_graph), so the gradients can be differentiated again.
     """
     if _anomaly is not None:
         free = _anomaly.begin_backward(root, grad.data if create_graph else grad, free)
     grads = {id(root): grad}
+    # Where nothing reads an op's own VJP (`sent`: viz.trace and divergence walk with free=False), a running sum
+    # that this walk made is added into in place: these tensors' ids
+    in_place, owned = free and not create_graph and _anomaly is None, set()
     order = topological_order(root)
     ran = 0  # ops whose VJP has run: the step a recorded VJP's ops are named after
     for i in range(len(order)):
         t, order[i] = order[i], None  # hold no reference: a used activation can be freed during backward
         g = grads.pop(id(t), None)
+        owned.discard(id(t))
         if g is None:
             continue
         op, sent = t._op, []
@@ -699,6 +708,9 @@ def backward_steps(root, grad, free=True, create_graph=False):
             if create_graph:
                 ran += 1
                 input_grads = _higher.vjp_in_graph(op, t, g, ran)
+            elif op.backward_into is not None and id(op.inputs[0]) in owned:
+                op.backward_into(g, grads[id(op.inputs[0])])
+                input_grads = ()  # added into the input's running sum: nothing to send
             else:
                 op.last_use = free
                 input_grads = op.backward(g)
@@ -716,7 +728,16 @@ def backward_steps(root, grad, free=True, create_graph=False):
                 if pg.dtype != x.data.dtype:
                     pg = pg.astype(x.data.dtype)
                 previous = grads.get(id(x))
-                grads[id(x)] = pg if previous is None else previous + pg
+                if previous is None:
+                    grads[id(x)] = pg
+                    if in_place and op.backward_into is not None:  # its backward's array is a fresh one
+                        owned.add(id(x))
+                elif id(x) in owned:
+                    previous += pg
+                else:
+                    grads[id(x)] = total = previous + pg
+                    if in_place and total.ndim:  # a 0-d sum is NumPy's scalar, which cannot be added into
+                        owned.add(id(x))
                 sent.append((x, pg, returned))
             if free:
                 op.inputs = op.saved = op.params = None

@@ -6,7 +6,7 @@ import pytest
 import autograd as ag
 from autograd import Tensor
 
-from ._helpers import leaf
+from ._helpers import check, leaf
 
 
 def test_readme_example():
@@ -72,6 +72,46 @@ def test_shared_intermediate_reached_by_paths_of_different_lengths():
     out = (h + long).sum()
     out.backward()
     np.testing.assert_allclose(x.grad, 1 + 3 * (x.data + 1) ** 2)
+
+
+def _picks(x, w):
+    """Attention's q, k, v cut from one projection, an integer pick over them and a dense use of x besides."""
+    q, k, v = x[0], x[1], x[2]  # (4, 5) each
+    again = x[[2, 0, 2]]  # advanced: row 2 picked twice, added twice
+    return (q * w).sum() + (k * k).sum() + v.exp().sum() + (again * w).sum() + (x * x).sum()
+
+
+def test_picks_of_one_tensor_add_into_one_gradient(monkeypatch):
+    # backward zero-fills x's shape once, for the first pick; the later picks add into that running sum in place
+    rng = np.random.default_rng(3)
+    x, w = leaf(rng.standard_normal((3, 4, 5))), leaf(rng.standard_normal((4, 5)), requires_grad=False)
+    into = []
+    method = ag.ops.GetItem.backward_into
+    monkeypatch.setattr(ag.ops.GetItem, "backward_into", lambda self, g, dx: into.append(dx.shape) or method(self, g, dx))
+    _picks(x, w).backward()
+    assert into == [x.shape] * 3  # four picks: the first makes the array, three add into it
+    expected = 2 * x.data  # (x · x).sum()
+    expected[0] += w.data
+    expected[1] += 2 * x.data[1]
+    expected[2] += np.exp(x.data[2]) + 2 * w.data  # picked twice by the integer key
+    expected[0] += w.data
+    np.testing.assert_allclose(x.grad, expected, rtol=1e-12)
+    check(lambda t: _picks(t, w), leaf(x.data))
+
+
+def test_a_watched_walk_sends_each_pick_its_own_dense_gradient():
+    # with the graph kept (retain_graph, viz.trace) every VJP is sent as it is: the same sums, bit for bit
+    rng = np.random.default_rng(4)
+    x, w = leaf(rng.standard_normal((3, 4, 5))), leaf(rng.standard_normal((4, 5)), requires_grad=False)
+    loss = _picks(x, w)
+    loss.backward(retain_graph=True)
+    kept = x.grad.copy()
+    x.grad = None
+    sent = [pg for _, _, step in ag.backward_steps(loss, np.ones(()), free=False) for x_, pg, _ in step
+            if x_ is x and pg is not None]
+    assert len(sent) == 6 and all(pg.shape == x.shape for pg in sent)  # four picks, and x · x sends two
+    loss.backward()
+    np.testing.assert_array_equal(x.grad, kept)
 
 
 def test_leaf_grads_accumulate_across_backward_calls_until_cleared():
