@@ -76,6 +76,39 @@ def test_exp32_is_numpys_exp_to_float32_rounding():
     assert np.isnan(got[-4]) and got[-3] == np.inf and got[-2] == 0 and got[-1] == 1
 
 
+def in_fixed_order(terms):
+    """cpu._sum's order in float32, one add at a time: eight running sums (j mod 8), the rest into the first,
+    the eight added pairwise."""
+    s = [np.float32(0)] * 8
+    whole = len(terms) // 8 * 8
+    for j, term in enumerate(terms):
+        k = j % 8 if j < whole else 0
+        s[k] = np.float32(s[k] + term)
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 15, 16, 17, 31, 128, 765])
+def test_row_sums_in_eight_lanes_and_in_eight_scalars_are_the_same_adds(n):
+    """_sum and _dot take a contiguous row eight lanes at a time (LLVM IR written by hand) and a strided one as
+    eight scalars: the same float32 adds in the same order, to the bit, with any remainder after the eights."""
+    @numba.njit
+    def sums(rows, centre, scale, n):
+        out = np.empty((2, rows.shape[0]), np.float32)
+        for r in range(rows.shape[0]):
+            out[0, r] = cpu._sum(rows[r], n)
+            out[1, r] = cpu._dot(rows[r], rows[r], centre, scale, n)
+        return out
+    wide = np.random.default_rng(n).standard_normal((5, 2 * n + 6)).astype(np.float32) * 100
+    strided = wide[:, : 2 * n + 2 : 2]
+    contiguous = np.ascontiguousarray(strided)
+    centre, scale = np.float32(0.25), np.float32(1.5)
+    assert numba.typeof(contiguous).layout == "C" and numba.typeof(strided).layout == "A"
+    expected = np.array([[in_fixed_order(row[:n]) for row in contiguous],
+                         [in_fixed_order(row[:n] * ((row[:n] - centre) * scale)) for row in contiguous]])
+    np.testing.assert_array_equal(sums(contiguous, centre, scale, n), expected)
+    np.testing.assert_array_equal(sums(strided, centre, scale, n), expected)
+
+
 def test_gelu(monkeypatch, spy):
     x = (np.random.default_rng(0).standard_normal((64, 512)) * 3).astype(np.float32)
     fused, composed = both(monkeypatch, lambda: grads(lambda t: t.gelu(), x))
