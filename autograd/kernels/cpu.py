@@ -69,20 +69,21 @@ class _Kernel:
 
 
 def _apart(like, *inputs):
-    """An empty array shaped as `like`, placed at least 512 bytes (mod 4 KB) from each of the arrays a kernel
-    reads while writing it. Where an output starts a multiple of 4 KB plus a few bytes after an input, every
-    store to it looks to the CPU as if it might feed the next loads of the input ("4K aliasing"), and the
-    loop runs 6–10 times slower: equal-sized blocks from the allocator often land exactly so."""
+    """An empty array shaped as `like`, placed at least 512 bytes (mod 4 KB) from each of the (at most three)
+    arrays a kernel reads while writing it. Where an output starts a multiple of 4 KB plus a few bytes after an
+    input, every store to it looks to the CPU as if it might feed the next loads of the input ("4K aliasing"),
+    and the loop runs 6–10 times slower: equal-sized blocks from the allocator often land exactly so."""
     n = like.size
     buffer = np.empty(n + 4096 // like.itemsize, dtype=like.dtype)
     base = buffer.ctypes.data
-    inside = [(a.ctypes.data - base) % 4096 for a in inputs]  # where each input starts within a page of buffer's
-
-    def distance(offset):  # to the nearest input, around the page
-        return min(min((offset - r) % 4096, (r - offset) % 4096) for r in inside)
-    # 8 positions 512 bytes apart: one of them is at least 512 bytes from each of up to 3 inputs
-    offset = max(range(0, 4096, 512), key=distance)
-    shift = offset // like.itemsize
+    # 8 places 512 bytes apart in the page; an input r bytes into it is nearer than 512 bytes only to the two
+    # places around r, so with three inputs two places at least are free
+    near = 0
+    for a in inputs:
+        place = (a.ctypes.data - base) % 4096 // 512
+        near |= 3 << place  # place and place + 1 (bit 8 is place 0, a page on)
+    near |= near >> 8
+    shift = next(p for p in range(8) if not near >> p & 1) * 512 // like.itemsize
     return buffer[shift:shift + n].reshape(like.shape)
 
 
@@ -650,6 +651,40 @@ def embedding_backward(ids, g, rows):
     return dw
 
 
+# ---- a bias's gradient ---------------------------------------------------------------
+
+COLUMNS = 64  # columns per block of column_sum: each block's columns are one thread's, whatever the thread count
+
+
+@_Kernel
+def _column_sum(rows, out):
+    """out = Σ rows over axis 0, each column top to bottom (row 0 + row 1 + …): NumPy's own order for a
+    C-contiguous (rows, n) array with n > 1, so the same bits as rows.sum(axis=0); blocks of COLUMNS columns
+    shared among the threads."""
+    m, n = rows.shape
+    for part in prange((n + COLUMNS - 1) // COLUMNS):
+        lo = part * COLUMNS
+        width = min(n, lo + COLUMNS) - lo
+        acc = np.empty(COLUMNS, dtype=rows.dtype)  # the block's sums, apart from rows: the adds vectorise
+        for j in range(width):
+            acc[j] = rows[0, lo + j]
+        for i in range(1, m):
+            row = rows[i, lo:lo + width]
+            for j in range(width):
+                acc[j] += row[j]
+        out[lo:lo + width] = acc[:width]
+
+
+def column_sum(rows):
+    """rows.sum(axis=0) of 2-D rows (ops.Linear's db = Σ G), over the threads."""
+    rows = np.ascontiguousarray(rows)
+    if rows.shape[1] == 1:  # one column is contiguous: NumPy sums it pairwise, in its own order
+        return rows.sum(axis=0)
+    out = np.empty(rows.shape[1], dtype=rows.dtype)
+    _column_sum(rows, out)
+    return out
+
+
 # ---- cross-entropy -------------------------------------------------------------------
 
 
@@ -717,6 +752,7 @@ LAUNCHERS = {
     "attention_softmax_backward": (attention_softmax_backward, SMALLEST),
     "cross_entropy_forward": (cross_entropy_forward, SMALLEST),
     "embedding_backward": (embedding_backward, SMALLEST),
+    "column_sum": (column_sum, SMALLEST),
     "adamw": (adamw, 1024),  # a dozen passes over four arrays in NumPy: it pays from 1K elements
 }
 if SHARED_POOL:  # kernels that call OpenBLAS from numba's threads

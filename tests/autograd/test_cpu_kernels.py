@@ -305,9 +305,27 @@ def test_linear_and_the_lm_head_products(monkeypatch, spy, bias):
             return grads(lambda xt, wt, et, bt: ag.linear(xt, wt, bt) @ et.T, x, w, wte, b)
         return grads(lambda xt, wt, et: ag.linear(xt, wt) @ et.T, x, w, wte)  # the tied LM head's wteᵀ
     fused, composed = both(monkeypatch, run)
-    # forward: Linear's product and the head's; backward: the head's two, then Linear's two
-    assert spy == ({"matmul": 6} if cpu.SHARED_POOL else {})
+    # forward: Linear's product and the head's; backward: the head's two, then Linear's two, and db's sum
+    assert spy == {**({"matmul": 6} if cpu.SHARED_POOL else {}), **({"column_sum": 1} if bias else {})}
     close(fused, composed, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(fused[-1], composed[-1])  # db: the same adds in the same order
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_column_sums_are_numpys_bits_on_any_thread_count(threads):
+    """Linear's db = Σ G over the rows: each column top to bottom, NumPy's order, whatever the block a thread
+    takes; widths around the 64-column blocks, and one column (NumPy's pairwise sum)."""
+    rng = np.random.default_rng(threads)
+    before = runtime.threads()
+    runtime.set_threads(threads)
+    try:
+        for rows, n in [(768, 128), (768, 384), (257, 65), (1000, 63), (300, 129), (40_000, 1), (2, 9000)]:
+            g = (rng.standard_normal((rows, n)) * rng.uniform(1e-3, 1e3, (rows, n))).astype(np.float32)
+            np.testing.assert_array_equal(cpu.column_sum(g).view(np.int32), g.sum(axis=0).view(np.int32))
+            if n > 1:  # the same order by another code path: what NumPy's order is, checked
+                np.testing.assert_array_equal(cpu.column_sum(g), np.cumsum(g, axis=0)[-1])
+    finally:
+        runtime.set_threads(before)
 
 
 def test_attention_with_dropout_draws_the_composed_ops_masks(monkeypatch, spy):
