@@ -223,8 +223,8 @@ class Linear(Function):
     flattened to 2-D rows: one GEMM instead of one per batch element, 15–25 %
     faster on the CPU and 4–6 times faster through CuPy on a GPU. On the CPU,
     where numba's threads are the only pool (kernels.cpu.SHARED_POOL), each
-    product is split over them (forward's with the bias added by each block),
-    and so is db's sum, in NumPy's order.
+    product is split over them (forward's with the bias added by each block);
+    db's sum is the CPU kernel column_sum there, in NumPy's order.
     """
 
     rule = "dx = G Wᵀ, dW = xᵀ G, db = Σ G"
