@@ -676,10 +676,9 @@ def _column_sum(rows, out):
 
 
 def column_sum(rows):
-    """rows.sum(axis=0) of 2-D rows (ops.Linear's db = Σ G), over the threads."""
-    rows = np.ascontiguousarray(rows)
-    if rows.shape[1] == 1:  # one column is contiguous: NumPy sums it pairwise, in its own order
-        return rows.sum(axis=0)
+    """rows.sum(axis=0) of 2-D rows (ops.Linear's db = Σ G), over the threads where rows are C-contiguous."""
+    if rows.shape[1] == 1 or not rows.flags.c_contiguous:  # NumPy sums these in other orders (one column:
+        return rows.sum(axis=0)                            # pairwise): NumPy's bits are its own sum's
     out = np.empty(rows.shape[1], dtype=rows.dtype)
     _column_sum(rows, out)
     return out
