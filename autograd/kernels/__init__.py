@@ -64,7 +64,8 @@ def _cpu_kernel(name, array):
         except ImportError:  # numba is not installed: every op keeps its NumPy path
             _cpu["kernels"] = False
             return None
-        cpu.runtime.set_threads(_cpu["threads"] or cpu.runtime.threads())
+        if _cpu["threads"]:  # an MPI rank's share, given before the kernels loaded (they set the default)
+            cpu.runtime.set_threads(_cpu["threads"])
         _cpu["kernels"] = cpu
     if not _cpu["kernels"]:
         return None

@@ -757,3 +757,7 @@ LAUNCHERS = {
 if SHARED_POOL:  # kernels that call OpenBLAS from numba's threads
     LAUNCHERS.update({"matmul": (matmul, SMALLEST), "attention_forward": (attention_forward, SMALLEST),
                       "attention_backward": (attention_backward, SMALLEST)})
+# The pool is set before any kernel runs, however this module is reached (kernels.fused, a test, a benchmark): left
+# with its own threads, OpenBLAS ran each block of a split product over them inside numba's threads, oversubscribing
+# the cores (7 ms a product instead of 1) and, on an AVX2 machine, rounding the block otherwise than on one thread.
+runtime.set_threads(runtime.threads())

@@ -558,6 +558,28 @@ def test_AUTOGRAD_SHARED_POOL_0_keeps_two_pools_and_the_same_results():
     np.testing.assert_allclose([float(v) for v in runs["0"][3:]], [float(v) for v in runs["1"][3:]], rtol=1e-4)
 
 
+DIRECT_IMPORT = """
+import numba, threadpoolctl
+from autograd.kernels import cpu, runtime
+blas = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["internal_api"] == "openblas"]
+print(cpu.SHARED_POOL, numba.get_num_threads(), runtime.pool_threads(), blas)
+"""
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_importing_the_kernels_directly_sets_the_pool(threads):
+    """A test or a benchmark that imports cpu.py without kernels.fused gets the pool a program gets: numba on
+    OMP_NUM_THREADS threads and, with the shared pool, OpenBLAS on one (on its own threads inside numba's, a split
+    product's blocks rounded otherwise on an AVX2 machine, and a fresh process's kernel hashes differed)."""
+    pytest.importorskip("threadpoolctl")
+    env = dict(os.environ, OMP_NUM_THREADS=threads)
+    out = subprocess.run([sys.executable, "-c", DIRECT_IMPORT], cwd=ROOT, env=env, capture_output=True, text=True,
+                         check=True).stdout.split(maxsplit=3)
+    shared = out[0] == "True"
+    assert out[1:3] == [threads, threads]
+    assert out[3].strip() == ("[1]" if shared else f"[{threads}]")
+
+
 def test_no_kernel_takes_arrays_below_the_size_at_which_the_backend_loads_them():
     """kernels.fused does not even import numba for smaller arrays (the lessons' tensors, a token's rows)."""
     assert min(smallest for _, smallest in cpu.LAUNCHERS.values()) >= kernels._CPU_SMALLEST
