@@ -558,6 +558,7 @@ class Progress:
         self.peak = args.peak_tflops * 1e12 * world.size  # the job's: every process's
         self.remeasured = False  # since the last evaluation
         self.steps, self.step_seconds, self.comm_seconds = 0, 0.0, 0.0
+        self.first_seconds = None  # this process's first step: it loads or compiles the kernels, so speed() skips it
         rows_note = f" ({run.layout.describe()})" if run.layout.rows != args.batch_size else ""
         print(f"model: {cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, block {args.block_size}, "
               f"vocab {cfg.vocab_size}: {n_params:,} parameters on {args.device}")
@@ -613,9 +614,12 @@ class Progress:
     def end(self, iteration, loss):
         """Iteration `iteration` (counted from 1) is done, with training loss `loss`: the bar, or a log line."""
         dt = time.perf_counter() - self.t0
-        self.steps += 1
-        self.step_seconds += dt
-        self.comm_seconds += self.world.comm_seconds - self.comm0
+        if self.first_seconds is None:
+            self.first_seconds = dt
+        else:
+            self.steps += 1
+            self.step_seconds += dt
+            self.comm_seconds += self.world.comm_seconds - self.comm0
         stats = f"loss {loss:.4f}, {dt * 1e3:.0f} ms, {self.tokens_per_iter / dt:,.0f} tok/s, {self.mfu(dt)}"
         if not self.bar.disable:
             self.bar.set_postfix_str(stats, refresh=False)
@@ -627,13 +631,16 @@ class Progress:
         self.bar.close()
 
     def speed(self):
-        """One line: tokens/s over this run's iterations (and the share spent communicating), or None."""
+        """One line: tokens/s over this run's iterations after its first (and the share spent communicating), or
+        None before two. The first is left out, as evaluations are: it loads the kernels, or compiles them on a
+        cold cache, and would make a short run read several times slower than its steps are."""
         if not self.steps:
             return None
         comm = self.comm_seconds / self.steps
         comm_note = f", {comm * 1e3:.1f} ms of it communicating" if self.world.size > 1 else ""
         return (f"speed: {self.steps * self.tokens_per_iter / self.step_seconds:,.0f} tokens/s over {self.steps} "
-                f"iterations ({self.step_seconds / self.steps * 1e3:.1f} ms each{comm_note}; evaluations not counted)")
+                f"iterations ({self.step_seconds / self.steps * 1e3:.1f} ms each{comm_note}; the first iteration, "
+                f"{self.first_seconds * 1e3:,.0f} ms with the kernels' loading, and evaluations not counted)")
 
 
 def finish(model, tokenizer, data, run, args, progress):

@@ -86,6 +86,28 @@ def test_without_a_bar_a_plain_line_every_log_interval(tmp_path, capsys, progres
         i for i, line in enumerate(lines) if line.startswith("iter    10: train loss"))  # the step, then its eval
 
 
+SPEED_LINE = re.compile(r"speed: ([\d,]+) tokens/s over (\d+) iterations \(([\d.]+) ms each; the first iteration, "
+                        r"([\d,]+) ms with the kernels' loading, and evaluations not counted\)")
+
+
+def test_the_speed_leaves_out_the_first_step_as_it_leaves_out_evaluations(tmp_path, capsys):
+    """The first step loads the kernels (on a cold cache, compiles them): counted, it made a short run's speed read
+    several times slower than its steps. The line's figures are the mean of the steps it prints after the first."""
+    code = train.main([*TINY, "--max-iters", "6", "--log-interval", "1", "--out-dir", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    ms = [int(line.split(", ")[1].removesuffix(" ms")) for line in out.splitlines() if LOG_LINE.fullmatch(line)]
+    speeds = [SPEED_LINE.fullmatch(line) for line in out.splitlines() if line.startswith("speed: ")]
+    assert len(ms) == 6 and len(speeds) == 1 and speeds[0], out
+    tokens_per_s, steps, each, first = speeds[0].groups()
+    assert int(steps) == 5
+    assert abs(float(each) - sum(ms[1:]) / 5) <= 0.5  # the printed steps are rounded to whole milliseconds
+    assert abs(int(first.replace(",", "")) - ms[0]) <= 1
+    tokens = 4 * 16  # per iteration: the batch's rows times the block; `each` is rounded to 0.1 ms
+    assert tokens / (float(each) + 0.05) * 1e3 - 1 <= int(tokens_per_s.replace(",", "")) <= \
+        tokens / (float(each) - 0.05) * 1e3 + 1
+
+
 def test_log_interval_0_prints_no_step_lines(tmp_path, capsys):
     code, out, err = run(capsys, "--max-iters", "10", "--log-interval", "0", "--out-dir", str(tmp_path))
     assert code == 0, err
