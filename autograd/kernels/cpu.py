@@ -55,13 +55,17 @@ PARALLEL_FROM = 1 << 15 if SHARED_POOL else 1 << 21
 class _Kernel:
     """One kernel compiled twice from one source: on this thread, and over the threads (`prange` loops split),
     for arrays of at least PARALLEL_FROM elements (the first argument's), where it pays for waking them. Both
-    compute every element in the order the source writes it (no fast math): the same bits either way."""
+    compute every element in the order the source writes it (no fast math): the same bits either way.
+
+    The first call for a kind of arguments compiles (or loads) both forms: the pool narrows to one thread whenever
+    other processes keep the cores busy, and a serial form compiled only then stopped a warm run's step for
+    seconds (a 60-step run took 16 s instead of 8: docs/performance.md)."""
 
     def __init__(self, fn):
-        self.serial = _jitted()(fn)
         parallel = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
         parallel.__qualname__ = f"{fn.__qualname__}_parallel"  # its own file in numba's cache
-        self.parallel = _jitted(parallel=True)(parallel)
+        serial, parallel = numba.njit(**_jit)(fn), numba.njit(parallel=True, **_jit)(parallel)
+        self.serial, self.parallel = runtime.compiled(serial, parallel), runtime.compiled(parallel, serial)
         self.__doc__ = fn.__doc__
 
     def __call__(self, first, *rest):

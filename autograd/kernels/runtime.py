@@ -90,9 +90,11 @@ def jitted(**options):
     return lambda fn: compiled(numba.njit(**options, **JIT)(fn))
 
 
-def compiled(dispatcher):
+def compiled(dispatcher, twin=None):
     """`dispatcher` (a numba function called from Python), each of whose compilations or loads from the cache (the
-    first call for a kind of arguments) holds a Ctrl-C until it ends, and then hands LLVM's pages back.
+    first call for a kind of arguments) holds a Ctrl-C until it ends, and then hands LLVM's pages back. A `twin`,
+    the same source's other form (serial, or threaded where the pool has more than one thread), is compiled or
+    loaded for those arguments at the same time.
 
     numba calls back into Python while it compiles and while it loads from its cache; a KeyboardInterrupt raised
     in such a callback is printed as "Exception ignored" and dropped, so a Ctrl-C then went unnoticed and
@@ -104,6 +106,8 @@ def compiled(dispatcher):
     def compile_holding_interrupts(*args, **kws):
         with _interrupts_held():
             compiled_version = compile_for_args(*args, **kws)
+            if twin is not None and (_pool["given"] > 1 or not twin.targetoptions.get("parallel")):
+                twin.compile(tuple(map(twin.typeof_pyval, args)))  # its own compile: no call back into this one
         release_compiler_pages()
         return compiled_version
     dispatcher._compile_for_args = compile_holding_interrupts

@@ -636,6 +636,29 @@ def test_a_real_ctrl_c_while_the_main_job_compiles_its_kernels_is_one_line(tmp_p
     assert process.returncode == 130
 
 
+@pytest.mark.parametrize("given", [2, 1])
+def test_a_kernels_first_call_loads_the_form_a_narrower_pool_runs_too(monkeypatch, given):
+    """The pool narrows to one thread when another process keeps a core busy, and a kernel then runs its serial
+    form: loaded only then, it stopped a warm run's step for seconds. So the first call loads both forms for its
+    arguments, and a later narrowing loads nothing; on a one-thread pool the threaded form, never run, is not."""
+    before = numba.get_num_threads()
+    try:
+        runtime.set_threads(given)
+        monkeypatch.setattr(cpu, "pool_threads", lambda: given)  # no look at the machine: the width as given
+        gelu = cpu._Kernel(cpu._gelu_forward.serial.py_func)  # dispatchers of its own: nothing loaded yet
+        x = np.linspace(-3, 3, cpu.PARALLEL_FROM, dtype=np.float32)
+        wide, narrow = np.empty_like(x), np.empty_like(x)
+        gelu(x, wide)
+        assert gelu.serial.signatures == [(numba.typeof(x), numba.typeof(wide))]
+        assert gelu.parallel.signatures == (gelu.serial.signatures if given > 1 else [])
+        monkeypatch.setattr(cpu, "pool_threads", lambda: 1)
+        monkeypatch.setattr(gelu.serial, "_compile_for_args", None)  # a call that needed a load would fail here
+        gelu(x, narrow)
+        np.testing.assert_array_equal(narrow, wide)
+    finally:
+        runtime.set_threads(before)
+
+
 def test_the_pool_narrows_while_other_processes_keep_the_cores_busy_and_widens_after():
     """Three looks in a row that find another process's thread running take one thread off (of 2 cores); six
     that find none give it back."""
