@@ -6,10 +6,12 @@ reaches a kernel. Each test runs the same op twice, AUTOGRAD_FUSED=1 and =0,
 with a spy that proves the kernel ran, and compares values and gradients.
 """
 import os
+import pathlib
 import signal
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -87,17 +89,19 @@ def in_fixed_order(terms):
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
 
 
+@numba.njit  # once for the module, not per n: each compile takes a second or two
+def sums(rows, centre, scale, n):
+    out = np.empty((2, rows.shape[0]), np.float32)
+    for r in range(rows.shape[0]):
+        out[0, r] = cpu._sum(rows[r], n)
+        out[1, r] = cpu._dot(rows[r], rows[r], centre, scale, n)
+    return out
+
+
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 15, 16, 17, 31, 128, 765])
 def test_row_sums_in_eight_lanes_and_in_eight_scalars_are_the_same_adds(n):
     """_sum and _dot take a contiguous row eight lanes at a time (LLVM IR written by hand) and a strided one as
     eight scalars: the same float32 adds in the same order, to the bit, with any remainder after the eights."""
-    @numba.njit
-    def sums(rows, centre, scale, n):
-        out = np.empty((2, rows.shape[0]), np.float32)
-        for r in range(rows.shape[0]):
-            out[0, r] = cpu._sum(rows[r], n)
-            out[1, r] = cpu._dot(rows[r], rows[r], centre, scale, n)
-        return out
     wide = np.random.default_rng(n).standard_normal((5, 2 * n + 6)).astype(np.float32) * 100
     strided = wide[:, : 2 * n + 2 : 2]
     contiguous = np.ascontiguousarray(strided)
@@ -213,34 +217,75 @@ for name, call in sorted(every_kernel(np.random.default_rng(0)).items()):
 """
 
 
-def kernel_hashes(tmp_path, **env):
-    done = subprocess.run([sys.executable, "-c", HASHES], cwd=ROOT, capture_output=True, text=True, check=True,
-                          env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), **env})
-    return done.stdout
+def hashes_command(cache, **env):
+    return dict(args=[sys.executable, "-c", HASHES], cwd=ROOT, env={**os.environ, "NUMBA_CACHE_DIR": str(cache), **env})
 
 
-def test_a_freshly_compiled_kernel_gives_the_bits_of_a_cached_one(tmp_path):
-    """An empty cache, then the cache that run wrote, then one thread: every kernel's outputs alike (the first run
-    of a fresh clone used to end the main job at another loss than every later run)."""
-    cold = kernel_hashes(tmp_path)
-    assert cold.count("\n") == len(cpu.LAUNCHERS)
-    assert kernel_hashes(tmp_path) == cold
-    assert kernel_hashes(tmp_path, OMP_NUM_THREADS="1") == cold
+def kernel_hashes(cache, **env):
+    return subprocess.run(**hashes_command(cache, **env), capture_output=True, text=True, check=True).stdout
 
 
 # the tests that start processes of their own (another CPU's kernels, a cold cache, the other pool, a Ctrl-C)
 IN_PROCESS = "not another_cpu and not freshly_compiled and not SHARED_POOL_0 and not ctrl_c"
+OTHER_CPUS = ["generic", "haswell"]
 
 
-@pytest.mark.parametrize("cpu", ["generic", "haswell"])
-def test_the_kernels_compiled_for_another_cpu_pass_their_tests(cpu):
+class Started(NamedTuple):
+    process: subprocess.Popen
+    output: pathlib.Path
+    cache: pathlib.Path  # its NUMBA_CACHE_DIR
+
+    def finished(self):
+        """The exit code and the output, once the process ends."""
+        return self.process.wait(), self.output.read_text()
+
+
+@pytest.fixture(scope="module")
+def compiling(request, tmp_path_factory):
+    """The fresh processes that compile every kernel, each into an empty cache of its own, started together for the
+    tests selected: numba compiles on one core, so on two cores or more they compile side by side instead of one
+    after another. Name → Started."""
+    selected = {item.name for item in request.session.items}
+    folder = tmp_path_factory.mktemp("compiling")
+    commands = {}
+    if "test_a_freshly_compiled_kernel_gives_the_bits_of_a_cached_one" in selected:
+        commands["cold"] = hashes_command(folder / "cold")
+    for name in OTHER_CPUS:
+        if f"test_the_kernels_compiled_for_another_cpu_pass_their_tests[{name}]" in selected:
+            commands[name] = dict(
+                args=[sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", IN_PROCESS],
+                cwd=ROOT, env={**os.environ, "NUMBA_CPU_NAME": name, "NUMBA_CPU_FEATURES": "",
+                               "NUMBA_CACHE_DIR": str(folder / name)})
+    started = {}
+    for name, command in commands.items():
+        output = folder / f"{name}.out"
+        with open(output, "w") as out:  # a file, not a pipe: a pipe no one reads yet would stall a long report
+            process = subprocess.Popen(**command, stdout=out, stderr=subprocess.STDOUT)
+        started[name] = Started(process, output, folder / name)
+    yield started
+    for run in started.values():
+        run.process.kill()
+        run.process.wait()
+
+
+def test_a_freshly_compiled_kernel_gives_the_bits_of_a_cached_one(compiling):
+    """An empty cache, then the cache that run wrote, then one thread: every kernel's outputs alike (the first run
+    of a fresh clone used to end the main job at another loss than every later run)."""
+    code, cold = compiling["cold"].finished()
+    assert code == 0, cold[-3000:]
+    assert cold.count("\n") == len(cpu.LAUNCHERS)
+    cache = compiling["cold"].cache
+    assert kernel_hashes(cache) == cold
+    assert kernel_hashes(cache, OMP_NUM_THREADS="1") == cold
+
+
+@pytest.mark.parametrize("cpu", OTHER_CPUS)
+def test_the_kernels_compiled_for_another_cpu_pass_their_tests(compiling, cpu):
     """This file's tests in a fresh process, the kernels compiled for x86-64 without extensions or for AVX2, not
     for this machine's CPU (an AVX-512 host once failed where an AVX2 one passed)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", IN_PROCESS],
-        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NUMBA_CPU_NAME": cpu, "NUMBA_CPU_FEATURES": ""})
-    assert done.returncode == 0, done.stdout[-3000:]
-    assert " passed" in done.stdout.splitlines()[-1] and "failed" not in done.stdout.splitlines()[-1]
+    code, out = compiling[cpu].finished()
+    assert code == 0, out[-3000:]
+    assert " passed" in out.splitlines()[-1] and "failed" not in out.splitlines()[-1]
 
 
 @pytest.mark.parametrize("tq, tk, causal", [(64, 64, True), (64, 64, False), (32, 256, True)])
