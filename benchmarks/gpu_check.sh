@@ -14,7 +14,8 @@ log="${OUT:-.}/gpu_check.log"
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
     python3 -c "import cupy, torch; print('cupy', cupy.__version__, '| torch', torch.__version__)"
     echo "== tests on cuda =="
-    timeout 220 python3 -m pytest --device cuda -q -p no:cacheprovider tests/test_devices.py tests/autograd tests/nn \
+    # in one process (-o addopts=""): the device machine need not have pytest-xdist installed
+    timeout 220 python3 -m pytest --device cuda -q -p no:cacheprovider -o addopts="" tests/test_devices.py tests/autograd tests/nn \
         tests/models/test_decode.py
     echo "pytest exit: $?"
     echo "== benchmark =="

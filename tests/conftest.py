@@ -1,13 +1,25 @@
-"""The suite's device switch: `python -m pytest --device cuda` runs the device-aware tests on the GPU.
+"""The suite's device switch (`python -m pytest --device cuda` runs the device-aware tests on the GPU) and its
+number of workers.
 
 Device-aware tests take the `device` fixture and compare what they compute
 there with the same computation on the CPU. On the CPU itself that comparison
 is empty, so those tests say so and skip; a test that cannot run on CUDA is
 marked `cpu_only` and skips, with its reason, under --device cuda.
 """
+import os
+
 import pytest
 
 from autograd import backend
+
+MOST_WORKERS = 4  # the longest files (the kernel compiles, the checkpoint crashes) bound the run beyond that
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker per core this process may run on (its affinity, not the machine's count), at most
+    MOST_WORKERS; none on one core, where a worker would only add its start-up."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return 0 if cores == 1 else min(cores, MOST_WORKERS)
 
 
 def pytest_addoption(parser):
