@@ -17,7 +17,10 @@ MOST_WORKERS = 4  # the longest files (the kernel compiles, the checkpoint crash
 
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker per core this process may run on (its affinity, not the machine's count), at most
-    MOST_WORKERS; none on one core, where a worker would only add its start-up."""
+    MOST_WORKERS; none on one core, where a worker would only add its start-up. PYTEST_XDIST_AUTO_NUM_WORKERS,
+    when set, is left to pytest-xdist's own rule."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return 0 if cores == 1 else min(cores, MOST_WORKERS)
 
