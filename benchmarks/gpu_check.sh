@@ -15,8 +15,8 @@ log="${OUT:-.}/gpu_check.log"
     python3 -c "import cupy, torch; print('cupy', cupy.__version__, '| torch', torch.__version__)"
     echo "== tests on cuda =="
     # in one process (-o addopts=""): the device machine need not have pytest-xdist installed
-    timeout 220 python3 -m pytest --device cuda -q -p no:cacheprovider -o addopts="" tests/test_devices.py tests/autograd tests/nn \
-        tests/models/test_decode.py
+    timeout 220 python3 -m pytest --device cuda -q -p no:cacheprovider -o addopts="" tests/test_devices.py \
+        tests/autograd tests/nn tests/models/test_decode.py
     echo "pytest exit: $?"
     echo "== benchmark =="
     timeout 270 python3 -m benchmarks.gpu --steps 5 --rounds 1 --new-tokens 64

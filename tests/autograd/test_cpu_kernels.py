@@ -253,7 +253,8 @@ def compiling(request, tmp_path_factory):
     for name in OTHER_CPUS:
         if f"test_the_kernels_compiled_for_another_cpu_pass_their_tests[{name}]" in selected:
             commands[name] = dict(
-                args=[sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", __file__, "-k", IN_PROCESS],
+                args=[sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", __file__,
+                      "-k", IN_PROCESS],
                 cwd=ROOT, env={**os.environ, "NUMBA_CPU_NAME": name, "NUMBA_CPU_FEATURES": "",
                                "NUMBA_CACHE_DIR": str(folder / name)})
     started = {}
