@@ -20,8 +20,10 @@ afresh or loaded from the cache, idle or under load. There is no fast math
 (LLVM reordered each compilation's row sums its own way), sums run as eight
 fixed running sums (`_sum`, `_dot`), multiply-adds are fused by the CPU's
 choice alone (`_mul_add`), and a split product's blocks follow its shape,
-not the thread count (`_block`). Another CPU (AVX2 against AVX-512, or no
-FMA) may round differently; the tests compile the kernels for more than one.
+not the thread count (`_block`). Compiled for any CPU with FMA (AVX2 or
+AVX-512) they give the same bits too; one without FMA rounds each multiply-add
+twice. The tests compile them for this CPU, for AVX2 and for x86-64 without
+extensions, and compare the first two.
 
 Threads, the pool shared with OpenBLAS (SHARED_POOL) and the compilations
 are runtime.py's. With the shared pool the matrix products run here too,

@@ -21,6 +21,7 @@ import nn
 from autograd import kernels
 
 numba = pytest.importorskip("numba", reason="numba is not installed: the CPU keeps its NumPy path")
+import llvmlite.binding  # noqa: E402  (numba's, after the skip)
 from autograd.kernels import cpu, runtime  # noqa: E402  (after the skip: it imports numba)
 
 RTOL, ATOL = 2e-5, 2e-6
@@ -225,9 +226,11 @@ def kernel_hashes(cache, **env):
     return subprocess.run(**hashes_command(cache, **env), capture_output=True, text=True, check=True).stdout
 
 
-# the tests that start processes of their own (another CPU's kernels, a cold cache, the other pool, a Ctrl-C)
-IN_PROCESS = "not another_cpu and not freshly_compiled and not SHARED_POOL_0 and not ctrl_c"
+# the tests that start processes of their own (another CPU's kernels, a cold cache, both compared, the other pool,
+# a Ctrl-C)
+IN_PROCESS = "not another_cpu and not freshly_compiled and not every_cpu_with_fma and not SHARED_POOL_0 and not ctrl_c"
 OTHER_CPUS = ["generic", "haswell"]
+SAME_ON_FMA = "test_the_kernels_give_the_same_bits_on_every_cpu_with_fma"  # needs the cold and haswell runs
 
 
 class Started(NamedTuple):
@@ -248,10 +251,11 @@ def compiling(request, tmp_path_factory):
     selected = {item.name for item in request.session.items}
     folder = tmp_path_factory.mktemp("compiling")
     commands = {}
-    if "test_a_freshly_compiled_kernel_gives_the_bits_of_a_cached_one" in selected:
+    if selected & {"test_a_freshly_compiled_kernel_gives_the_bits_of_a_cached_one", SAME_ON_FMA}:
         commands["cold"] = hashes_command(folder / "cold")
     for name in OTHER_CPUS:
-        if f"test_the_kernels_compiled_for_another_cpu_pass_their_tests[{name}]" in selected:
+        if f"test_the_kernels_compiled_for_another_cpu_pass_their_tests[{name}]" in selected or (
+                name == "haswell" and SAME_ON_FMA in selected):
             commands[name] = dict(
                 args=[sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", __file__,
                       "-k", IN_PROCESS],
@@ -287,6 +291,22 @@ def test_the_kernels_compiled_for_another_cpu_pass_their_tests(compiling, cpu):
     code, out = compiling[cpu].finished()
     assert code == 0, out[-3000:]
     assert " passed" in out.splitlines()[-1] and "failed" not in out.splitlines()[-1]
+
+
+def test_the_kernels_give_the_same_bits_on_every_cpu_with_fma(compiling):
+    """Compiled for AVX2 (haswell) or for this machine's own CPU (AVX-512, say), each kernel's outputs are the same
+    bits: no fast math, the sums' order written by hand, and a multiply-add fused on both. So what differs between
+    two machines' runs is OpenBLAS's choice of its own kernels for the products, not ours."""
+    if not llvmlite.binding.get_host_cpu_features().get("fma"):
+        pytest.skip("this CPU has no FMA: its kernels round their multiply-adds twice, as x86-64's generic ones do")
+    code, own = compiling["cold"].finished()
+    assert code == 0, own[-3000:]
+    code, out = compiling["haswell"].finished()
+    assert code == 0, out[-3000:]
+    haswell = kernel_hashes(compiling["haswell"].cache, NUMBA_CPU_NAME="haswell", NUMBA_CPU_FEATURES="")
+    differ = [a.split()[0] for a, b in zip(own.splitlines(), haswell.splitlines()) if a != b]
+    assert own.count("\n") == haswell.count("\n") == len(cpu.LAUNCHERS)
+    assert not differ, f"compiled for {llvmlite.binding.get_host_cpu_name()} and for haswell, {differ} differ"
 
 
 @pytest.mark.parametrize("tq, tk, causal", [(64, 64, True), (64, 64, False), (32, 256, True)])
