@@ -4,10 +4,15 @@ Run from the repository root, with nothing else busy:
 
     python -m benchmarks.contention [--rounds 2] [--seconds 8] [--threads 2]
 
-For each peer (ours, PyTorch), every process alone in its own fresh process as
-in the other benchmarks, three conditions, one after the other:
-- idle: the peer alone;
-- busy: beside one CPU-bound process (a Python loop, started first);
+Every peer (ours, PyTorch) runs in fresh processes of its own, as in the other
+benchmarks, in three conditions, one after the other:
+- idle: one process per peer, started together, taking turns: in a turn of
+  TURN seconds one peer steps and the others sleep. This host has stretches of
+  seconds to tens of seconds in which every step is about 1.3x slower (another
+  tenant's load); turns a second long see both peers through the same
+  stretches, where 8 s windows one after the other let a stretch land on one
+  peer's window alone and decide the idle ratio;
+- busy: each peer beside one CPU-bound process (a Python loop, started first);
 - pair: two copies of the peer, started together.
 Each process builds the main job's model (benchmarks/train_step.py's step:
 forward, backward, clipping, AdamW), steps untimed until a start time shared
@@ -34,44 +39,76 @@ STRETCH = 5  # steps
 TARGETS = {"busy": 2.5, "pair": 3.0, "stretch": 6.0, "idle": 0.85}  # idle: ours against PyTorch's
 START_AFTER = 8.0  # seconds from launch to the timed window: imports, the model, warm kernels, for both copies
 SPIN = "while True: pass"
+TURN = 1.0  # seconds: a peer's turn in the idle condition
+GAP = 0.2  # seconds at the start of a turn without a step: the last peer's pools stop spinning (OpenBLAS's threads
+# spin for up to 2^28 cycles after their last work, about 0.1 s)
 
 
-def measure(peer, begin_at, end_at):
-    """This process's step times (seconds) between the wall-clock times begin_at and end_at."""
+def timed(step):
+    start = time.perf_counter()
+    step()
+    return time.perf_counter() - start
+
+
+def take_turns(step, begin_at, end_at, index, count, turn=TURN, gap=GAP):
+    """step's times (seconds) in turn `index` of every `count`, each `turn` seconds long from begin_at to end_at,
+    asleep between: a turn starts `gap` seconds in, its first step (after the sleep) untimed, and a step starts
+    only while the one before would fit again before the turn ends."""
+    times = []
+    for k in range(index, int((end_at - begin_at) // turn), count):
+        turn_end = begin_at + (k + 1) * turn
+        time.sleep(max(0.0, begin_at + k * turn + gap - time.time()))
+        last = timed(step)
+        while time.time() + last < turn_end:
+            last = timed(step)
+            times.append(last)
+    return times
+
+
+def measure(peer, begin_at, end_at, turn=(0, 1)):
+    """This process's step times (seconds) between the wall-clock times begin_at and end_at; with turn=(i, n),
+    in its turns only (take_turns)."""
     runs = (train_step.ours_runs if peer == "ours" else train_step.torch_runs)(
         train_step.SHAPE, train_step.BATCH, train_step.SHAPE["block_size"])
     step = runs["step"]
     while time.time() < begin_at:  # warm, and waiting for the twin
         step()
+    index, count = turn
+    if count > 1:
+        return take_turns(step, begin_at, end_at, index, count)
     times = []
     while time.time() < end_at:
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
+        times.append(timed(step))
     return times
 
 
-def run_condition(peer, condition, args):
-    """[step times of each copy] for one condition, from fresh processes."""
+def run_processes(peers, condition, args):
+    """[(peer, step times)] of one process per entry of peers, started together, for one condition.
+
+    Idle, the processes take turns over a window of `args.seconds` per peer;
+    otherwise every process times the whole `args.seconds`.
+    """
     env = {**os.environ, **{name: str(args.threads) for name in alone.THREAD_VARIABLES}}
     begin_at = time.time() + START_AFTER
-    command = [sys.executable, "-m", "benchmarks.contention", "--peer", peer, "--window",
-               f"{begin_at!r},{begin_at + args.seconds!r}"]
+    turns = len(peers) if condition == "idle" else 1
+    end_at = begin_at + args.seconds * turns / (1 - GAP / TURN if turns > 1 else 1)
     spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if condition == "busy" else None
     try:
-        copies = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                  for _ in range(2 if condition == "pair" else 1)]
-        outputs = [copy.communicate() for copy in copies]
+        processes = [subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.contention", "--peer", peer, "--window", f"{begin_at!r},{end_at!r}",
+             "--turn", f"{i % turns},{turns}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for i, peer in enumerate(peers)]
+        outputs = [process.communicate() for process in processes]
     finally:
         if spinner is not None:
             spinner.kill()
             spinner.wait()
     results = []
-    for copy, (out, err) in zip(copies, outputs):
-        if copy.returncode != 0:
-            sys.exit(f"benchmarks.contention: peer {peer!r} ({condition}) failed (exit {copy.returncode}):\n"
+    for peer, process, (out, err) in zip(peers, processes, outputs):
+        if process.returncode != 0:
+            sys.exit(f"benchmarks.contention: peer {peer!r} ({condition}) failed (exit {process.returncode}):\n"
                      f"{err.strip()[-3000:]}")
-        results.append(json.loads(out.strip().splitlines()[-1])["step_s"])
+        results.append((peer, json.loads(out.strip().splitlines()[-1])["step_s"]))
     return results
 
 
@@ -107,22 +144,29 @@ def main(argv=None):
     parser = alone.parser("python -m benchmarks.contention", __doc__.splitlines()[0], PEERS, rounds=2)
     parser.add_argument("--seconds", type=float, default=8.0, help="the timed window of every process")
     parser.add_argument("--window", help=argparse.SUPPRESS)  # internal: a copy's begin_at,end_at
+    parser.add_argument("--turn", default="0,1", help=argparse.SUPPRESS)  # internal: its turn i of n
     args = parser.parse_args(argv)
     if args.peer:
         begin_at, end_at = (float(t) for t in args.window.split(","))
-        alone.emit(args.peer, {"step_s": measure(args.peer, begin_at, end_at)})
+        turn = tuple(int(t) for t in args.turn.split(","))
+        alone.emit(args.peer, {"step_s": measure(args.peer, begin_at, end_at, turn)})
         return
     peers = args.peers.split(",")
-    print(f"the main job's training step (benchmarks.train_step's) idle, beside a busy process and beside a second "
-          f"copy; {args.threads} thread(s) per process, {args.seconds:g} s timed per process, {args.rounds} rounds")
+    print(f"the main job's training step (benchmarks.train_step's) idle (the peers taking turns of {TURN:g} s), beside a "
+          f"busy process and beside a second copy; {args.threads} thread(s) per process, {args.seconds:g} s timed per "
+          f"process, {args.rounds} rounds")
     results = {peer: {c: [] for c in CONDITIONS} for peer in peers}
     for r in range(args.rounds):
+        order = peers if r % 2 == 0 else peers[::-1]
         for condition in CONDITIONS:
-            for peer in peers if r % 2 == 0 else peers[::-1]:
-                copies = run_condition(peer, condition, args)
-                results[peer][condition].append(copies)
-                steps = ", ".join(f"{statistics.median(t) * 1e3:.1f} ms over {len(t)} steps" for t in copies)
-                print(f"  round {r + 1}/{args.rounds}: {peer} {condition}: {steps}", file=sys.stderr, flush=True)
+            groups = [order] if condition == "idle" else [[peer] * (2 if condition == "pair" else 1) for peer in order]
+            for group in groups:
+                copies = run_processes(group, condition, args)
+                for peer in dict.fromkeys(group):
+                    times = [t for p, t in copies if p == peer]
+                    results[peer][condition].append(times)
+                    steps = ", ".join(f"{statistics.median(t) * 1e3:.1f} ms over {len(t)} steps" for t in times)
+                    print(f"  round {r + 1}/{args.rounds}: {peer} {condition}: {steps}", file=sys.stderr, flush=True)
     report(results)
 
 
