@@ -7,11 +7,11 @@ Run from the repository root, with nothing else busy:
 Every peer (ours, PyTorch) runs in fresh processes of its own, as in the other
 benchmarks, in three conditions, one after the other:
 - idle: one process per peer, started together, taking turns: in a turn of
-  TURN seconds one peer steps and the others sleep. This host has stretches of
-  seconds to tens of seconds in which every step is about 1.3x slower (another
-  tenant's load); turns a second long see both peers through the same
-  stretches, where 8 s windows one after the other let a stretch land on one
-  peer's window alone and decide the idle ratio;
+  TURN seconds one peer steps and the others sleep. A shared host can have
+  stretches of seconds to tens of seconds in which every step of every process
+  is about 1.3x slower (docs/performance.md, 2026-12-04); turns a second long
+  see both peers through the same stretches, where 8 s windows one after the
+  other let a stretch land on one peer's window alone and decide the ratio;
 - busy: each peer beside one CPU-bound process (a Python loop, started first);
 - pair: two copies of the peer, started together.
 Each process builds the main job's model (benchmarks/train_step.py's step:
@@ -19,9 +19,11 @@ forward, backward, clipping, AdamW), steps untimed until a start time shared
 with its twin, then times every step until a shared end time, so a pair's
 copies overlap for the whole window. Printed per peer: the median step of each
 condition, its ratio to idle, and for the pair its worst stretch (the slowest
-median of STRETCH consecutive steps of either copy) against idle. The targets:
-beside a busy process ≤ 2.5× idle; beside a second copy ≤ 3× idle, and no
-stretch above 6×; idle, ours ≤ 0.85× PyTorch's step. Prints; asserts nothing.
+median of STRETCH consecutive steps of either copy) against idle; then ours
+against PyTorch idle, each round's ratio of the two peers' medians and their
+median. The targets: beside a busy process ≤ 2.5× idle; beside a second copy
+≤ 3× idle, and no stretch above 6×; idle, ours ≤ 0.85× PyTorch's step. Prints;
+asserts nothing.
 """
 import argparse
 import json
@@ -74,8 +76,8 @@ def measure(peer, begin_at, end_at, turn=(0, 1)):
     while time.time() < begin_at:  # warm, and waiting for the twin
         step()
     index, count = turn
-    if count > 1:
-        return take_turns(step, begin_at, end_at, index, count)
+    if count > 1:  # the first turn is nobody's: the other peer's last warm-up step may run past begin_at
+        return take_turns(step, begin_at + TURN, end_at, index, count)
     times = []
     while time.time() < end_at:
         times.append(timed(step))
@@ -91,7 +93,9 @@ def run_processes(peers, condition, args):
     env = {**os.environ, **{name: str(args.threads) for name in alone.THREAD_VARIABLES}}
     begin_at = time.time() + START_AFTER
     turns = len(peers) if condition == "idle" else 1
-    end_at = begin_at + args.seconds * turns / (1 - GAP / TURN if turns > 1 else 1)
+    # taking turns, each peer steps for args.seconds in all (its turns less their gaps), after a turn for nobody
+    window = args.seconds if turns == 1 else TURN + args.seconds * turns * TURN / (TURN - GAP)
+    end_at = begin_at + window
     spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if condition == "busy" else None
     try:
         processes = [subprocess.Popen(
@@ -108,7 +112,11 @@ def run_processes(peers, condition, args):
         if process.returncode != 0:
             sys.exit(f"benchmarks.contention: peer {peer!r} ({condition}) failed (exit {process.returncode}):\n"
                      f"{err.strip()[-3000:]}")
-        results.append((peer, json.loads(out.strip().splitlines()[-1])["step_s"]))
+        times = json.loads(out.strip().splitlines()[-1])["step_s"]
+        if not times:
+            sys.exit(f"benchmarks.contention: peer {peer!r} ({condition}) timed no step: its start-up outlasted the "
+                     f"{START_AFTER:g} s before the window, or a step the window of {window:g} s; give --seconds more")
+        results.append((peer, times))
     return results
 
 
@@ -134,10 +142,13 @@ def report(results):
               f"{verdict(pair, TARGETS['pair'])}), worst stretch {stretch * 1e3:.1f} ({worst:.2f}×, "
               f"{verdict(worst, TARGETS['stretch'])})")
     if "ours" in results and "torch" in results:
-        idle = {peer: statistics.median(t for copies in results[peer]["idle"] for times in copies for t in times)
-                for peer in ("ours", "torch")}
-        ratio = idle["ours"] / idle["torch"]
-        print(f"  idle, ours / torch: {ratio:.2f}× the time ({verdict(ratio, TARGETS['idle'])})")
+        # each round's two idle processes took turns, so its ratio compares them under the same host; pooled over
+        # the rounds, a fast round's and a slow round's steps mix into medians that compare nothing
+        ratios = [statistics.median(ours[0]) / statistics.median(torch[0])
+                  for ours, torch in zip(results["ours"]["idle"], results["torch"]["idle"])]
+        ratio = statistics.median(ratios)
+        print(f"  idle, ours / torch: {ratio:.2f}× the time, the median of the rounds' "
+              f"{', '.join(f'{r:.2f}' for r in ratios)} ({verdict(ratio, TARGETS['idle'])})")
 
 
 def main(argv=None):
