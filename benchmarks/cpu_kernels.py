@@ -49,11 +49,12 @@ def cases(rng):
     def adamw(shapes):
         params = [nn.Parameter(normal(*s, scale=0.02)) for s in shapes]
         grads = [normal(*s) for s in shapes]
-        opt = nn.optim.AdamW(params, lr=2e-3, betas=(0.9, 0.99), weight_decay=0.1)
+        opt = nn.optim.AdamW(params, lr=2e-3, betas=(0.9, 0.99), weight_decay=0.1, flat_grads=True)  # as models.train
 
         def run():
+            opt.zero_grad()
             for p, g in zip(params, grads):
-                p.grad = g.copy()
+                p.grad += g  # as backward adds into the buffer's views
             nn.optim.clip_grad_norm_(params, 1.0)
             opt.step()
             return [params[0].data]

@@ -43,7 +43,7 @@ def ours_runs(shape, batch, seq, device="cpu"):
     model = GPT(GPTConfig(**shape)).to(device)
     cuda = device == "cuda"
     model.pad_vocab(64 if cuda else 1)  # as models.train does on each device: a padded vocabulary, one flat grad buffer
-    opt = nn.optim.AdamW(model.optimizer_groups(WEIGHT_DECAY), lr=LR, betas=BETAS, flat_grads=cuda)
+    opt = nn.optim.AdamW(model.optimizer_groups(WEIGHT_DECAY), lr=LR, betas=BETAS, flat_grads=True)
     x, y = (ag.Tensor(a, device=device) for a in random_batch(shape["vocab_size"], batch, seq))
 
     def fwd_bwd():

@@ -20,8 +20,8 @@ ALLOWED = {
     "kernels/__init__.py": {"float32", "float64"},  # which kernels' instantiation
     "kernels/cuda.py": {"dtype", "float32", "float64", "int32", "int64"},  # kernels' argument types
     # numba's kernels compute on NumPy arrays by definition: kernels.fused hands them NumPy arrays only
-    "kernels/cpu.py": {"float32", "int32", "int64", "floor", "inf", "empty", "empty_like", "ascontiguousarray",
-                       "matmul"},
+    "kernels/cpu.py": {"float32", "float64", "int32", "int64", "floor", "inf", "array", "empty", "empty_like",
+                       "ascontiguousarray", "matmul"},
     "gradcheck.py": {"float64", "random", "zeros", "nonzero", "unravel_index", "abs"},
     "anomaly.py": {"isnan", "isinf", "nanmin", "nanmax", "errstate"},  # summaries of host copies; quiet pictures
     # each run's values compared as float64 host copies, and float32's and float64's rounding

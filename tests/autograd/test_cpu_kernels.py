@@ -177,6 +177,7 @@ def every_kernel(rng):
         "embedding_backward": lambda: cpu.embedding_backward(t, x, 65),
         "column_sum": lambda: cpu.column_sum(gm),  # 200 columns: three whole blocks and a part
         "adamw": adamw,
+        "grad_norm": lambda: cpu.grad_norm(np.concatenate(params), 1.0),  # 280K elements: a part block at the end
     }
     if cpu.SHARED_POOL:
         calls.update({
@@ -499,6 +500,76 @@ def test_adamw_steps_with_clipping(monkeypatch, spy):
     fused, composed = both(monkeypatch, run)
     assert spy == {"adamw": 10}  # 2 parameters of ≥ 1K elements, 5 steps; the bias stays composed
     close(fused, composed, rtol=1e-5, atol=1e-7)
+
+
+def flat_grads_run(start, gradients, flat, resume_after=None):
+    """AdamW over `start` (two groups: decayed weights, undecayed rest) for the steps' `gradients`, clipped to 1,
+    each gradient added as backward adds it; with `resume_after`, the parameters and the optimizer go through
+    their state dicts into new ones after that many steps. The weights and exp_avg_sq at the end."""
+    def fresh(arrays):
+        params = [nn.Parameter(w.copy()) for w in arrays]
+        groups = [{"params": [params[0], params[2]], "weight_decay": 0.1},
+                  {"params": [params[1], params[3]], "weight_decay": 0.0}]
+        return params, nn.optim.AdamW(groups, lr=2e-3, betas=(0.9, 0.99), flat_grads=flat)
+    params, opt = fresh(start)
+    for i, step in enumerate(gradients):
+        if i == resume_after:
+            saved, state = [p.data.copy() for p in params], opt.state_dict()
+            params, opt = fresh([np.zeros_like(w) for w in start])
+            for p, w in zip(params, saved):
+                p.data = w  # as a model's load_state_dict does: a new array in place of the parameter's
+            opt.load_state_dict(state)
+        opt.zero_grad()
+        for p, g in zip(params, step):
+            if p.grad is None:
+                p.grad = g.copy()
+            else:
+                p.grad += g
+        nn.optim.clip_grad_norm_(params, 1.0)
+        opt.step()
+    return [p.data.copy() for p in params] + [opt.state[id(p)]["exp_avg_sq"].copy() for p in params]
+
+
+def test_adamw_with_flat_grads_steps_each_group_in_one_call(spy):
+    """One adamw call per group and step, the clipping factor deferred into it and the norm from one grad_norm
+    call; the same update as parameter by parameter (the small ones there composed: float32's rounding apart),
+    and the same bits after a state dict round trip, the moments and weights copied into the flat arrays."""
+    rng = np.random.default_rng(0)
+    start = [rng.standard_normal(shape).astype(np.float32) for shape in ((128, 384), (384,), (64, 128), (7,))]
+    gradients = [[rng.standard_normal(w.shape).astype(np.float32) for w in start] for _ in range(4)]
+    flat = flat_grads_run(start, gradients, flat=True)
+    assert spy == {"grad_norm": 4, "adamw": 8}
+    spy.clear()
+    one_by_one = flat_grads_run(start, gradients, flat=False)
+    assert spy == {"adamw": 8}  # the two weights' kernels, 4 steps; the bias and the 7 composed
+    close(flat, one_by_one, rtol=1e-5, atol=1e-7)
+    assert not np.array_equal(flat[0], start[0])
+    resumed = flat_grads_run(start, gradients, flat=True, resume_after=2)
+    for a, b in zip(flat, resumed):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_adamw_with_flat_grads_steps_one_by_one_where_a_groups_steps_differ(spy):
+    rng = np.random.default_rng(1)
+    start = [rng.standard_normal(shape).astype(np.float32) for shape in ((64, 64), (64,), (32, 64), (5,))]
+    params = [nn.Parameter(w.copy()) for w in start]
+    opt = nn.optim.AdamW(params, lr=1e-2, flat_grads=True)
+    for _ in range(2):
+        opt.zero_grad()
+        params[0].grad += 1
+        params[2].grad += 1
+        opt.step()
+    assert spy == {"adamw": 2}
+    state = opt.state_dict()
+    state["state"][1]["step"] = 5  # as if the bias had been stepped more often
+    opt.load_state_dict(state)
+    opt.zero_grad()
+    params[1].grad += 1
+    before = params[1].data.copy()
+    opt.step()
+    assert spy == {"adamw": 4}  # one by one: the two weights by the kernel, the small two composed
+    assert opt.state[id(params[1])]["step"] == 6 and opt.state[id(params[0])]["step"] == 3
+    assert not np.array_equal(params[1].data, before)
 
 
 def test_the_composed_op_runs_for_float64_for_small_arrays_and_with_AUTOGRAD_FUSED_0(monkeypatch):
