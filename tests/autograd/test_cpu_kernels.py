@@ -549,6 +549,24 @@ def test_adamw_with_flat_grads_steps_each_group_in_one_call(spy):
         np.testing.assert_array_equal(a, b)
 
 
+def test_grad_norm_is_the_buffers_norm_and_clip_grad_norm_returns_it_with_its_factor_pending(spy):
+    rng = np.random.default_rng(2)
+    params = [nn.Parameter(rng.standard_normal(shape).astype(np.float32)) for shape in ((300, 7), (1025,))]
+    opt = nn.optim.AdamW(params, flat_grads=True)
+    opt.zero_grad()
+    for p in params:
+        p.grad += rng.standard_normal(p.shape).astype(np.float32)
+    exact = np.sqrt(sum(np.sum(p.grad.astype(np.float64) ** 2) for p in params))  # 3,125: a part block at the end
+    before = [p.grad.copy() for p in params]
+    assert nn.optim.clip_grad_norm_(params, 2.0) == pytest.approx(exact, rel=1e-6)
+    assert spy == {"grad_norm": 1}
+    buffer = opt.grad_buffer
+    assert buffer.scale.dtype == np.float32 and buffer.scale[0] == pytest.approx(2.0 / (exact + 1e-6), rel=1e-6)
+    for p, g in zip(params, before):
+        np.testing.assert_array_equal(p.grad, g)  # left as they are: AdamW's kernel applies the factor
+    assert nn.optim.clip_grad_norm_(params, 1e6) == pytest.approx(exact, rel=1e-6) and buffer.scale[0] == 1
+
+
 def test_adamw_with_flat_grads_steps_one_by_one_where_a_groups_steps_differ(spy):
     rng = np.random.default_rng(1)
     start = [rng.standard_normal(shape).astype(np.float32) for shape in ((64, 64), (64,), (32, 64), (5,))]
