@@ -7,6 +7,7 @@ is empty, so those tests say so and skip; a test that cannot run on CUDA is
 marked `cpu_only` and skips, with its reason, under --device cuda.
 """
 import os
+import signal
 
 import pytest
 
@@ -31,6 +32,11 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    # The Ctrl-C tests send SIGINT as a terminal does, to processes that must meet it at its default. A shell
+    # script's background job (`python -m pytest &`) starts with SIGINT ignored, and every process started from
+    # it inherits that, so those tests found no Ctrl-C: the suite restores the default for itself and its children.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     config.addinivalue_line("markers", "cpu_only(reason): meaningful on the CPU only; skipped under --device cuda")
 
 

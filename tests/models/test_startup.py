@@ -194,3 +194,18 @@ def test_a_real_ctrl_c_during_start_up_is_one_line(tmp_path):
                     "of the command ran")
     assert "Traceback" not in err and err.startswith("\ntrain: interrupted") and err.count("\n") == 2, err
     assert process.returncode in (-signal.SIGINT, 130)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="starts a process with a POSIX signal ignored")
+def test_the_ctrl_c_tests_hold_in_a_suite_started_with_sigint_ignored(tmp_path):
+    """A shell script's background job starts with SIGINT ignored, and each process it starts inherits that: the
+    suite restores the default (tests/conftest.py), so its Ctrl-C tests meet one in its own process and in those
+    it starts."""
+    ctrl_c_tests = ["tests/models/test_parallel.py::test_ctrl_c_is_held_back_until_the_ranks_agree_or_separate",
+                    "tests/autograd/test_cpu_kernels.py::"
+                    "test_a_ctrl_c_while_numba_compiles_is_held_until_the_compile_ends"]  # in-process; a child
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+                           "--basetemp", str(tmp_path / "suite"), *ctrl_c_tests],
+                          cwd=ROOT, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout + done.stderr
