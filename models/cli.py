@@ -285,10 +285,19 @@ def output_folder(text):
 
 
 def output_file(text):
-    """A `type=` function: a file that can be written (it need not exist; missing folders above it are made)."""
+    """A `type=` function: a file that can be written (it need not exist; missing folders above it are made).
+
+    A device or a pipe (/dev/null) is written in place (models.io.atomic_path), so it
+    must be writable itself; a file is written beside its name and moved there, so
+    its folder must be."""
     path = _path(text).absolute()
-    if _kind(path, text) == "folder":
+    kind = _kind(path, text)
+    if kind == "folder":
         raise argparse.ArgumentTypeError(f"{text} is a folder; give a file name")
+    if kind == "other":
+        if not os.access(path, os.W_OK):
+            raise argparse.ArgumentTypeError(f"cannot write {text}: it is not writable")
+        return text
     _writable_place(path, text)
     return text
 

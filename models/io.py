@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 
 
@@ -41,8 +42,14 @@ def atomic_path(path):
 
     The caller makes a file there, or a new folder (whose own files it wrote
     through atomic_path, so they are on the disk): either appears whole or not at all.
+    A device or a pipe already at `path` (/dev/null, a FIFO) is yielded itself and
+    written in place: it holds no file to tear, and a rename over /dev/null would
+    leave a plain file where every program's null device was.
     """
     path = Path(path)
+    if is_special(path):
+        yield path
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
@@ -50,11 +57,24 @@ def atomic_path(path):
         give_default_mode(tmp)
         fsync(tmp)
         os.replace(tmp, path)
+    except OSError as exc:
+        if exc.filename in (tmp, str(tmp)):  # (it may be a descriptor, an int, where the call took no path)
+            exc.filename = str(path)  # the error names the file asked for, not its temporary name
+        raise
     finally:
         if tmp.is_dir():
             shutil.rmtree(tmp)
         else:
             tmp.unlink(missing_ok=True)
+
+
+def is_special(path):
+    """Whether `path` is there and neither a regular file nor a folder: a device or a pipe, written where it is."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 def owning_folder(path, marks, itself=True):

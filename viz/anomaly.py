@@ -21,6 +21,8 @@ Without Graphviz's `dot` it writes the graph's .dot source and no page.
 import shutil
 from pathlib import Path
 
+from models.io import atomic_path
+
 from .graph import draw
 from .trace import trace
 from .trace_page import write_page
@@ -40,10 +42,12 @@ def pictures(directory, depth=3):
         graph = draw(anomaly.output, depth=depth, title=title, highlight=(anomaly.op,))
         if shutil.which("dot") is None:
             path = directory / f"{GRAPH_FILE}.dot"
-            _write(path, graph.source.encode("utf-8"))
+            with atomic_path(path) as tmp:  # never a half-written picture
+                tmp.write_text(graph.source, encoding="utf-8")
             return {"graph source (install Graphviz's dot to render it)": str(path)}
         path = directory / f"{GRAPH_FILE}.svg"
-        _write(path, graph.pipe(format="svg"))
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(graph.pipe(format="svg"))
         files = {"graph": str(path)}
         if anomaly.phase == "backward" and anomaly.step:
             page = directory / TRACE_FILE
@@ -52,9 +56,3 @@ def pictures(directory, depth=3):
         return files
 
     return write
-
-
-def _write(path, data):
-    tmp = path.with_name(path.name + ".part")
-    tmp.write_bytes(data)
-    tmp.replace(path)  # never a half-written picture

@@ -51,6 +51,7 @@ import numpy as np
 
 import autograd as ag
 from autograd import Constant, Function, Value, backend
+from models.io import atomic_path
 
 from .flow import Flow, inside, share_text
 from .loading import demo_loss_of
@@ -861,24 +862,28 @@ def _named(loss, name):
 
 
 def _write(graph, out, format):
-    out.parent.mkdir(parents=True, exist_ok=True)
+    """Each file whole or not at all (models.io.atomic_path): a Ctrl-C mid-write leaves no half a picture."""
     if format == "dot":
-        out.write_text(graph.source, encoding="utf-8")
+        with atomic_path(out) as tmp:
+            tmp.write_text(graph.source, encoding="utf-8")
         print(f"wrote {out}")
         return 0
     if shutil.which("dot") is None:
         return _write_source_instead(graph, out)
     try:
-        out.write_bytes(graph.pipe(format=format))
+        picture = graph.pipe(format=format)
     except _graphviz().ExecutableNotFound:
         return _write_source_instead(graph, out)
+    with atomic_path(out) as tmp:
+        tmp.write_bytes(picture)
     print(f"wrote {out}")
     return 0
 
 
 def _write_source_instead(graph, out):
     source = out.with_suffix(".dot")
-    source.write_text(graph.source, encoding="utf-8")
+    with atomic_path(source) as tmp:
+        tmp.write_text(graph.source, encoding="utf-8")
     print(f"wrote {source} (the Graphviz source; no {out.suffix[1:]} was made)")
     print(f"Graphviz's `dot` program is not on PATH, so the picture could not be rendered. To get it, "
           f"{INSTALL_DOT}; then rerun this command, or run: dot -T{out.suffix[1:]} {source} -o {out}",

@@ -31,6 +31,7 @@ import numpy as np
 import autograd as ag
 from autograd import Tensor, ops, topological_order
 from autograd.heatmaps import Panel, figure, index_labels
+from models.io import atomic_path
 
 LARGEST = 64  # elements of the input (--shape): a picture for looking at, not a computation
 
@@ -345,8 +346,8 @@ def main(argv=None):
         p.error(f"--out {out}: the picture is written as .png, .svg or .pdf")
     drawn = picture(args.op, args.shape, args.seed)
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        drawn.figure.savefig(out)
+        with atomic_path(out) as tmp:  # whole or not at all
+            drawn.figure.savefig(tmp, format=out.suffix[1:])
     except OSError as exc:
         print(f"viz.jacobian: error: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
         return 1

@@ -30,9 +30,9 @@ can be copied and shared.
 import html
 import json
 import shutil
-from pathlib import Path
 
 from autograd import Value
+from models.io import atomic_path
 
 from .flow import share, share_text
 from .graph import INSTALL_DOT, draw, grad_rows, node_keys
@@ -162,14 +162,8 @@ def write_page(steps, path, title, max_values=16, decimals=6, start=1):
     svg = svg[svg.index("<svg"):]  # drop the XML prolog and DOCTYPE: the SVG goes inline (the title sits above it)
     page = PAGE.replace("{{title}}", html.escape(title)).replace("{{svg}}", svg).replace(
         "{{data}}", json.dumps(data, ensure_ascii=False).replace("</", "<\\/"))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
-    try:
+    with atomic_path(path) as tmp:  # all or nothing: never a half-written page
         tmp.write_text(page, encoding="utf-8")
-        tmp.replace(path)  # all or nothing: never a half-written page
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 PAGE = """<!DOCTYPE html>

@@ -20,11 +20,10 @@ accuracy every few steps and at the end, and writes the picture (atomically:
 the old file or the new one, never half).
 """
 import math
-from pathlib import Path
 
 import numpy as np
 
-from models.cli import Parser, interval
+from models.cli import Parser, interval, output_file
 from models.io import atomic_path
 from models.lessons.value_nn import DEMO_SIZES, MLP, max_margin_loss, train_step
 
@@ -129,11 +128,8 @@ def main(argv=None):
     parser.add_argument("--init-seed", type=int, default=1337, help="seed of the network's initial weights")
     parser.add_argument("--log-every", type=interval(int, "[1, inf)"), default=10, metavar="N",
                         help="print the loss and accuracy every N steps")
-    parser.add_argument("--out", default="moons.png", help="where to write the decision-boundary PNG")
+    parser.add_argument("--out", type=output_file, default="moons.png", help="where to write the decision-boundary PNG")
     args = parser.parse_args(argv)
-    if Path(args.out).is_dir():
-        parser.error(f"argument --out: {args.out} is a folder; give the PNG's file name, "
-                     f"e.g. {Path(args.out) / 'moons.png'}")
 
     points, labels = make_moons(args.points, args.noise, args.seed)
     model = MLP(DEMO_SIZES, seed=args.init_seed)

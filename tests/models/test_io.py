@@ -1,11 +1,48 @@
-"""models.io.read_json: a file anyone may have written is read with bounds, and what is wrong is one line naming it."""
+"""models.io: a file is written whole or not at all (a device or a pipe in place), and read_json reads a file anyone
+may have written with bounds, what is wrong one line naming it."""
 import json
 import os
+import stat
+import threading
 from pathlib import Path
 
 import pytest
 
-from models.io import MAX_JSON_BYTES, MAX_JSON_DEPTH, read_json
+from models.io import MAX_JSON_BYTES, MAX_JSON_DEPTH, atomic_path, read_json
+
+
+def test_a_file_is_written_whole_or_not_at_all(tmp_path):
+    path = tmp_path / "picture.png"
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(b"the first picture")
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(b"half")
+            raise KeyboardInterrupt  # a Ctrl-C halfway through the second
+    assert path.read_bytes() == b"the first picture" and [p.name for p in tmp_path.iterdir()] == ["picture.png"]
+
+
+def test_an_error_names_the_file_asked_for_not_its_temporary_name(tmp_path):
+    path = tmp_path / "picture.png"
+    with pytest.raises(OSError) as error:
+        with atomic_path(path) as tmp:
+            raise OSError(28, "No space left on device", str(tmp))
+    assert str(error.value) == f"[Errno 28] No space left on device: '{path}'" and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="makes a named pipe")
+def test_a_pipe_is_written_in_place_and_stays_a_pipe(tmp_path):
+    """Moved over a pipe or a device, the file would take its place: as root, over /dev/null, the system's."""
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    read = []
+    reader = threading.Thread(target=lambda: read.append(pipe.read_bytes()), daemon=True)
+    reader.start()
+    with atomic_path(pipe) as tmp:
+        tmp.write_bytes(b"through the pipe")
+    reader.join(timeout=10)
+    assert read == [b"through the pipe"] and stat.S_ISFIFO(os.stat(pipe).st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]
 
 
 def write(tmp_path, text):

@@ -1,5 +1,6 @@
 """The commands before they train or sample: paths and sizes refused in one line at parse time, and a Ctrl-C
 during start-up (imports, parsing) ends in one line instead of Python's KeyboardInterrupt traceback."""
+import argparse
 import os
 import re
 import signal
@@ -11,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from models import cli
 from models.training import sample, train
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,6 +81,27 @@ def test_sample_from_a_path_the_system_cannot_use_is_one_line(places, capsys, na
     assert sample.main([str(places / name)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("sample: error: ") and err.count("\n") == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="makes a named pipe")
+def test_an_output_file_may_be_a_device_or_a_pipe_in_a_folder_it_cannot_write(tmp_path):
+    """A device or a pipe is written in place (models.io.atomic_path), so it is the file that must be writable, not
+    its folder: /dev/null's folder only root may write."""
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    tmp_path.chmod(0o555)
+    try:
+        assert [cli.output_file(name) for name in (os.devnull, str(pipe))] == [os.devnull, str(pipe)]
+    finally:
+        tmp_path.chmod(0o755)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo") or os.geteuid() == 0, reason="makes a named pipe; root may write it")
+def test_an_output_pipe_that_cannot_be_written_is_one_line(tmp_path):
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe, 0o444)
+    with pytest.raises(argparse.ArgumentTypeError, match=f"^cannot write {pipe}: it is not writable$"):
+        cli.output_file(str(pipe))
 
 
 # ---- a model too large for the machine ----------------------------------------------------------------

@@ -1,4 +1,6 @@
 """viz.jacobian: each op's heatmap is ag.jacobian's matrix, beside a closed form that agrees with it."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -70,6 +72,18 @@ def test_the_command_writes_the_picture(tmp_path, capsys):
     assert vj.main(["softmax", "--shape", "2,3", "--seed", "1", "--out", str(out)]) == 0
     assert out.read_bytes().startswith(PNG)
     assert "max |ag.jacobian − closed form| = " in capsys.readouterr().out
+
+
+def test_a_ctrl_c_while_the_picture_is_written_leaves_no_picture(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    def interrupted(figure, fname, **kwargs):
+        Path(fname).write_bytes(PNG)  # the picture's first bytes, then the Ctrl-C
+        raise KeyboardInterrupt
+    monkeypatch.setattr(Figure, "savefig", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        vj.main(["softmax", "--shape", "2,3", "--out", str(tmp_path / "softmax.png")])
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -1,8 +1,11 @@
 """viz.trace: the backward pass step by step must be exactly what Tensor.backward does."""
 import errno
+import os
 import shutil
+import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -221,12 +224,30 @@ def test_cli_mistakes_cost_one_line_before_any_work(argv, message, capsys, tmp_p
     assert err.startswith(f"python -m viz.trace: error: {message}") and err.count("\n") == 1
 
 
-def test_the_tools_need_nothing_from_models_but_its_shared_number_rule():
+def test_the_tools_need_nothing_from_models_but_its_shared_number_rule_and_atomic_files():
     code = ("import sys, viz.graph, viz.trace, viz.walk, viz.numbers, viz.loading; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'models'))")
     run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "['models', 'models.numbers']"  # no family; models.cli only when a command runs
+    # no family; models.cli only when a command runs
+    assert run.stdout.strip() == "['models', 'models.io', 'models.numbers']"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="makes a named pipe")
+def test_html_into_a_pipe_is_written_in_place_and_leaves_the_pipe_a_pipe(tmp_path, capsys):
+    """The page is written beside its name and moved there, but over a device or a pipe that would leave a plain
+    file in its place (run as root, `--html /dev/null` replaced the system's null device)."""
+    if not shutil.which("dot"):
+        pytest.skip("the page draws the graph with Graphviz's dot")
+    pipe = tmp_path / "page.html"
+    os.mkfifo(pipe)
+    read = []
+    reader = threading.Thread(target=lambda: read.append(pipe.read_text(encoding="utf-8")), daemon=True)
+    reader.start()
+    assert vt.main([MODULE, "--html", str(pipe)]) == 0
+    reader.join(timeout=30)
+    assert read and read[0].startswith("<!DOCTYPE html>") and "<svg" in read[0]
+    assert stat.S_ISFIFO(os.stat(pipe).st_mode) and [p.name for p in tmp_path.iterdir()] == ["page.html"]
 
 
 def test_python_dash_m_entry_point():

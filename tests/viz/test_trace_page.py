@@ -116,7 +116,7 @@ def test_page_is_one_self_contained_file(page_file):
     assert text.startswith("<!DOCTYPE html>") and "<svg" in text and 'id="trace-data"' in text
     assert not re.search(r"""(src|href)\s*=\s*["'](https?:|//)""", text)  # nothing fetched
     assert "<link" not in text and "@import" not in text
-    assert not list(page_file.parent.glob("*.part"))
+    assert [p.name for p in page_file.parent.iterdir()] == [page_file.name]  # no temporary file left beside it
     data = json.loads(re.search(r'<script id="trace-data" type="application/json">(.*?)</script>', text, re.S)
                       .group(1).replace("<\\/", "</"))
     assert len(data["steps"]) == 23 and data["steps"][0]["name"] == "CrossEntropy"
