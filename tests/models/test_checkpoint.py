@@ -8,6 +8,7 @@ and resume exactly.
 import errno
 import json
 import os
+import pathlib
 import pickle
 import random
 import shutil
@@ -332,6 +333,9 @@ class Refusals:
         for module, name in [(os, "mkdir"), (os, "replace"), (os, "rename"), (os, "link"), (os, "fsync"),
                              (os, "chmod"), (shutil, "copy2"), (checkpoint, "_exchange")]:
             monkeypatch.setattr(module, name, refusing(name, getattr(module, name)))
+        if hasattr(pathlib, "_NormalAccessor"):  # Python 3.10: Path.mkdir calls the os.mkdir it bound at import
+            monkeypatch.setattr(pathlib._NormalAccessor, "mkdir",
+                                staticmethod(refusing("mkdir", pathlib._NormalAccessor.mkdir)))
 
     def tick(self):
         self.calls += 1
