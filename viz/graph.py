@@ -862,7 +862,7 @@ def _named(loss, name):
 
 
 def _write(graph, out, format):
-    """Each file whole or not at all (models.io.atomic_path): a Ctrl-C mid-write leaves no half a picture."""
+    """Each file whole or not at all (models.io.atomic_path): a Ctrl-C mid-write leaves no half-written picture."""
     if format == "dot":
         with atomic_path(out) as tmp:
             tmp.write_text(graph.source, encoding="utf-8")
