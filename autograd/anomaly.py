@@ -184,7 +184,8 @@ class detect_anomaly(contextlib.ContextDecorator):
         head = [f"{WHO}: {headline}" + (f" at {anomaly.where}" if anomaly.where else "")]
         if op is not None:
             head.append(f"op: {op.name}, rule {op.rule or '(none declared)'}")
-            head.append(f"module: {anomaly.scope or '(outside any module)'}")
+            scope = anomaly.scope or "(none: the top module's own forward, or outside any module)"
+            head.append(f"module: {scope}")
         if self.pictures is not None:
             anomaly.files = self._draw(anomaly)
         tail = [f"{what}: {path}" for what, path in anomaly.files.items()]

@@ -19,6 +19,15 @@ def _tensor(x, like=None):
     return like._lift(x) if like is not None else Tensor(x)
 
 
+def _alike(tensors):
+    """Integer or bool tensors joined with float ones cast to the floats' dtype, as Tensor's operators do."""
+    floats = [t.dtype for t in tensors if t.dtype.kind == "f"]
+    if not floats or len(floats) == len(tensors):
+        return tensors
+    dtype = max(floats, key=lambda d: d.itemsize)  # the widest float, as promotion among floats picks
+    return [t if t.dtype.kind == "f" else t.astype(dtype) for t in tensors]
+
+
 def _constant(x, device, op, kinds, what):
     """A non-differentiable array input (targets, ids, masks) on `device`, of an allowed dtype kind."""
     array, _ = _as_array(x, None, device)
@@ -36,7 +45,7 @@ def concat(tensors, axis=0):
     if not tensors:
         raise ValueError("concat: needs at least one tensor")
     ref = next((t for t in tensors if isinstance(t, Tensor)), None)
-    return ops.Concat.apply(*[_tensor(t, ref) for t in tensors], axis=axis)
+    return ops.Concat.apply(*_alike([_tensor(t, ref) for t in tensors]), axis=axis)
 
 
 def stack(tensors, axis=0):
@@ -45,7 +54,7 @@ def stack(tensors, axis=0):
     if not tensors:
         raise ValueError("stack: needs at least one tensor")
     ref = next((t for t in tensors if isinstance(t, Tensor)), None)
-    return ops.Stack.apply(*[_tensor(t, ref) for t in tensors], axis=axis)
+    return ops.Stack.apply(*_alike([_tensor(t, ref) for t in tensors]), axis=axis)
 
 
 def split(x, indices_or_sections, axis=0):
@@ -79,7 +88,7 @@ def split(x, indices_or_sections, axis=0):
 def where(cond, a, b):
     """a where cond is True, else b (broadcast together)."""
     ref = next((t for t in (a, b, cond) if isinstance(t, Tensor)), None)
-    a, b = _tensor(a, ref), _tensor(b, ref)
+    a, b = _alike([_tensor(a, ref), _tensor(b, ref)])
     cond = _constant(cond, a.device, "where", "b", "cond")
     return ops.Where.apply(a, b, cond=cond)
 
@@ -149,6 +158,9 @@ def embedding(weight, ids):
 def layer_norm(x, weight, bias=None, eps=1e-5):
     """Normalise the last axis to zero mean and unit variance, then scale by `weight` and shift by `bias`."""
     features = x.shape[-1]
+    if not isinstance(weight, Tensor):
+        raise TypeError(f"layer_norm: weight must be a Tensor of shape ({features},), got {type(weight).__name__}; "
+                        f"for no scaling pass ones, Tensor(numpy.ones({features}, numpy.float32))")
     for name, p in (("weight", weight), ("bias", bias)):
         if p is not None and p.shape != (features,):
             raise ShapeError(f"layer_norm: {name} has shape {p.shape} but the input's last axis has "
@@ -195,6 +207,8 @@ def linear(x, weight, bias=None):
                          f"(in_features, out_features) = ({features}, ...)")
     if bias is not None and bias.shape != (weight.shape[1],):
         raise ShapeError(f"linear: bias has shape {bias.shape}, expected ({weight.shape[1]},)")
+    if x.dtype.kind != "f":  # integer features take the weight's dtype, as Tensor's operators do
+        x = x.astype(weight.dtype)
     inputs = (x, weight) if bias is None else (x, weight, bias)
     return ops.Linear.apply(*inputs)
 

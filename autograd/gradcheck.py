@@ -74,6 +74,8 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0, picture=None):
     (numeric) and their absolute difference. `picture`: a path (.png, .svg or
     .pdf) where a failure also draws each failing input's analytic gradient,
     numeric gradient and difference as heatmaps; the error names the file.
+    Each checked input's `.grad` is left holding what backward() gave for the
+    check's random projection of fn's output (what was there before is dropped).
     """
     inputs = list(inputs)
     checked = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
@@ -84,6 +86,8 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0, picture=None):
             raise TypeError(f"gradcheck: inputs must be float64 for finite differences to be exact enough, got {t.dtype}")
         t.grad = None
     out = fn(*inputs)
+    if not isinstance(out, Tensor):
+        raise TypeError(f"gradcheck: fn must return a Tensor, got {type(out).__name__}")
     v = np.random.default_rng(seed).standard_normal(out.shape)
     out.backward(backend.xp_for(out.device).asarray(v, dtype=out.dtype))
     failures, failed_inputs, drawn = [], [], []

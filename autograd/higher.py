@@ -187,11 +187,10 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     wanted = {}
     for i, x in enumerate(inputs):
         wanted.setdefault(id(x), []).append(i)
-    found = [None] * len(inputs)
+    found, adopted = [None] * len(inputs), {id(seed)}  # the caller may hold the seed (grad_outputs)
     for t, g, _ in _tensor.backward_steps(root, seed, free, create_graph):
         for i in wanted.get(id(t), ()):
-            found[i] = g if create_graph else Tensor._make(
-                backend.xp_for(t.device).asarray(g, dtype=t.data.dtype), t.device, False, None)
+            found[i] = g if create_graph else Tensor._make(_tensor.own_gradient(g, t, adopted), t.device, False, None)
     missing = [i for i, g in enumerate(found) if g is None]
     if missing and not allow_unused:
         raise RuntimeError(f"grad: input {missing[0]} was not used to compute the outputs (no path leads from it "

@@ -458,8 +458,8 @@ class Max(Function):
     saved_in_graph = _constants_only
 
     def forward(self, x, axis=None, keepdims=False):
-        if x.size == 0:
-            raise ShapeError(f"max: cannot reduce an empty tensor of shape {x.shape}")
+        if x.size == 0 and any(x.shape[a] == 0 for a in _reduced_axes(x.ndim, axis)):
+            raise ShapeError(f"max: no maximum over an axis of length 0 (shape {x.shape}, axis {axis})")
         m = x.max(axis=axis, keepdims=True)
         winners = (x == m)
         self.save(winners, winners.sum(axis=axis, keepdims=True))

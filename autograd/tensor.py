@@ -32,6 +32,7 @@ _default_dtype = np.dtype(np.float32)
 _grad_enabled = True
 _scopes = []  # dotted names of the modules whose forward is running, innermost last
 _anomaly = None  # the active detect_anomaly (autograd/anomaly.py), checking every op; None: no check at all
+_changes = 0  # how many times a tensor's array was changed in place (Tensor.mark_changed); each op notes it
 
 _SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 FLOAT_KINDS = "f"
@@ -132,6 +133,7 @@ class Function:
     params = {}
     saved = ()
     last_use = False
+    changes = 0  # the count of in-place changes when the op ran forward: backward refuses inputs changed since
     runs_user_code = False  # True for an op whose forward calls the user's function (checkpoint): its errors pass as raised
     # An op of one input whose VJP is g added at a few positions of zeros (GetItem) may define backward_into(g, dx):
     # that VJP added into dx, the input's gradient summed so far, in place. Its backward's zero-filled array is then
@@ -173,6 +175,12 @@ class Function:
             out = op.forward(*[t._data for t in inputs], **params)
         except ShapeError:
             raise
+        except TypeError as exc:  # NumPy refusing to write a float result into an integer array, say
+            kinds = [t._data.dtype for t in inputs]
+            if cls.runs_user_code or all(k.kind in FLOAT_KINDS for k in kinds):
+                raise
+            raise TypeError(f"{cls.__name__}: computes in floating point, but got {', '.join(map(str, kinds))} "
+                            f"({exc}); convert with .astype('float32') first") from None
         except ValueError as exc:
             if cls.runs_user_code:  # the user's function's own error, as it raised it
                 raise
@@ -185,7 +193,7 @@ class Function:
             out, out_device = op.xp.asarray(out), device
         requires_grad = any(op.needs_grad) and out.dtype.kind in FLOAT_KINDS
         if requires_grad:
-            op.inputs, op.params = inputs, params
+            op.inputs, op.params, op.changes = inputs, params, _changes
             if _scopes:
                 op.scope = _scopes[-1]
         result = Tensor._make(out, out_device, requires_grad, op if requires_grad else None)
@@ -299,11 +307,13 @@ def _keepdims(op, keepdims, keepdim):
 class Tensor:
     """An n-d array on a device, with the gradient machinery of `Value`."""
 
-    __slots__ = ("_data", "grad", "_requires_grad", "device", "_op", "_retains_grad", "name", "__weakref__")
+    __slots__ = ("_data", "grad", "_requires_grad", "device", "_op", "_retains_grad", "name", "_version",
+                 "__weakref__")
     __array_ufunc__ = None  # `ndarray * tensor` must come to Tensor.__rmul__, not loop over elements
 
     def __init__(self, data, requires_grad=False, dtype=None, device=None):
-        self.data, self.device = _as_array(data, dtype, device)
+        self._data, self.device = _as_array(data, dtype, device)
+        self._version = 0
         self.grad = None
         self._op = None
         self._retains_grad = False
@@ -316,7 +326,7 @@ class Tensor:
         """Wrap an op's output array (no conversion, no checks: the hot path)."""
         t = cls.__new__(cls)
         t._data, t.device, t._requires_grad, t._op = data, device, requires_grad, op
-        t.grad, t._retains_grad, t.name = None, False, None
+        t.grad, t._retains_grad, t.name, t._version = None, False, None, 0
         return t
 
     data = property(operator.attrgetter("_data"), doc="The tensor's array (NumPy on cpu, CuPy on cuda).")
@@ -324,7 +334,8 @@ class Tensor:
     @data.setter
     def data(self, array):
         """Another array in place of this one's (what optimizers and merges do): an array, not a list, of a dtype
-        a tensor may hold; the tensor takes the array's device."""
+        a tensor may hold; the tensor takes the array's device. It counts as a change in place (mark_changed),
+        as `p.data -= lr * g` is one."""
         device = backend.device_of(array)
         if device is None:
             raise TypeError(f"Tensor.data must be a NumPy or CuPy array, got a {type(array).__name__}; "
@@ -335,6 +346,16 @@ class Tensor:
             raise TypeError(f"Tensor.data got an {array.dtype} array, but the tensor requires grad: only "
                             "floating-point tensors can; call .detach() first, or give float data")
         self._data, self.device = array, device
+        self.mark_changed()
+
+    def mark_changed(self):
+        """Say that this tensor's array was changed in place (an optimizer's step does, and assigning .data):
+        an op that saved it for backward then refuses to run its backward, which would mix the values its
+        forward saw with the new ones, as PyTorch's version counter does. Writes into `t.data[...]` are not
+        seen: call this after them."""
+        global _changes
+        _changes += 1
+        self._version = _changes
 
     @property
     def requires_grad(self):
@@ -485,30 +506,44 @@ class Tensor:
                 return Tensor(other, dtype=self.data.dtype, device=self.device)
         return Tensor(other, device=self.device)
 
-    def __add__(self, other): return _ops.Add.apply(self, self._lift(other))
-    def __radd__(self, other): return _ops.Add.apply(self._lift(other), self)
-    def __sub__(self, other): return _ops.Sub.apply(self, self._lift(other))
-    def __rsub__(self, other): return _ops.Sub.apply(self._lift(other), self)
-    def __mul__(self, other): return _ops.Mul.apply(self, self._lift(other))
-    def __rmul__(self, other): return _ops.Mul.apply(self._lift(other), self)
-    def __truediv__(self, other): return _ops.Div.apply(self, self._lift(other))
-    def __rtruediv__(self, other): return _ops.Div.apply(self._lift(other), self)
-    def __pow__(self, other): return _ops.Pow.apply(self, self._lift(other))
-    def __rpow__(self, other): return _ops.Pow.apply(self._lift(other), self)
-    def __matmul__(self, other): return _ops.MatMul.apply(self, self._lift(other))
-    def __rmatmul__(self, other): return _ops.MatMul.apply(self._lift(other), self)
+    def _pair(self, other):
+        """(self, other) as an op's two operands: `other` lifted, and an integer or bool operand beside a float one
+        cast to the float's dtype, as in PyTorch (int64 + float32 is float32, where NumPy would make float64)."""
+        other = self._lift(other)
+        mine, theirs = self._data.dtype, other._data.dtype
+        if (mine.kind in FLOAT_KINDS) == (theirs.kind in FLOAT_KINDS):
+            return self, other
+        return (self, other.astype(mine)) if mine.kind in FLOAT_KINDS else (self.astype(theirs), other)
+
+    def __add__(self, other): return _ops.Add.apply(*self._pair(other))
+    def __radd__(self, other): return _ops.Add.apply(*self._pair(other)[::-1])
+    def __sub__(self, other): return _ops.Sub.apply(*self._pair(other))
+    def __rsub__(self, other): return _ops.Sub.apply(*self._pair(other)[::-1])
+    def __mul__(self, other): return _ops.Mul.apply(*self._pair(other))
+    def __rmul__(self, other): return _ops.Mul.apply(*self._pair(other)[::-1])
+    def __truediv__(self, other): return _ops.Div.apply(*self._pair(other))
+    def __rtruediv__(self, other): return _ops.Div.apply(*self._pair(other)[::-1])
+    def __pow__(self, other): return _ops.Pow.apply(*self._pair(other))
+    def __rpow__(self, other): return _ops.Pow.apply(*self._pair(other)[::-1])
+    def __matmul__(self, other): return _ops.MatMul.apply(*self._pair(other))
+    def __rmatmul__(self, other): return _ops.MatMul.apply(*self._pair(other)[::-1])
     def __neg__(self): return _ops.Neg.apply(self)
 
     def _compare(self, other, op):
+        """An element-wise comparison (operator.lt, ...), outside the graph: a bool tensor."""
         other = other.data if isinstance(other, Tensor) else other
-        return Tensor._make(op(self.data, other), self.device, False, None)
+        try:
+            result = op(self.data, other)
+        except ValueError as exc:
+            raise ShapeError(f"{op.__name__}: {str(exc).strip()}; broadcasting needs each trailing axis equal or 1") from None
+        return Tensor._make(result, self.device, False, None)
 
-    def __lt__(self, other): return self._compare(other, lambda a, b: a < b)
-    def __le__(self, other): return self._compare(other, lambda a, b: a <= b)
-    def __gt__(self, other): return self._compare(other, lambda a, b: a > b)
-    def __ge__(self, other): return self._compare(other, lambda a, b: a >= b)
-    def __eq__(self, other): return self._compare(other, lambda a, b: a == b)
-    def __ne__(self, other): return self._compare(other, lambda a, b: a != b)
+    def __lt__(self, other): return self._compare(other, operator.lt)
+    def __le__(self, other): return self._compare(other, operator.le)
+    def __gt__(self, other): return self._compare(other, operator.gt)
+    def __ge__(self, other): return self._compare(other, operator.ge)
+    def __eq__(self, other): return self._compare(other, operator.eq)
+    def __ne__(self, other): return self._compare(other, operator.ne)
     __hash__ = object.__hash__
 
     # Reductions take NumPy's axis/keepdims or PyTorch's dim/keepdim.
@@ -519,7 +554,7 @@ class Tensor:
     def mean(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
         """Σ x / n over `axis`; NaN for no elements (0 / 0), as in PyTorch."""
         axis, keepdims = _axis("mean", axis, dim), _keepdims("mean", keepdims, keepdim)
-        count = _count(self.shape, axis)
+        count = _count(self.shape, axis, "mean")
         if not count:
             return self.sum(axis, keepdims) * _Constant.of(self, math.nan, "Mean's 1/n, for n = 0 elements")
         return self.sum(axis, keepdims) * (1.0 / count)
@@ -533,7 +568,7 @@ class Tensor:
         """
         axis, keepdims = _axis("var", axis, dim), _keepdims("var", keepdims, keepdim)
         check("var", "ddof", ddof, "[0, inf)")
-        count = _count(self.shape, axis)
+        count = _count(self.shape, axis, "var")
         freedom = count - ddof
         mean = self.mean(axis, keepdims=True)
         if freedom <= 0:
@@ -705,6 +740,8 @@ def backward_steps(root, grad, free=True, create_graph=False):
                 raise RuntimeError(
                     f"backward: the graph through {op.name} was freed by an earlier backward(); "
                     "call the first backward(retain_graph=True) to go through it twice")
+            if op.changes != _changes:
+                _refuse_changed(op, t)
             if create_graph:
                 ran += 1
                 input_grads = _higher.vjp_in_graph(op, t, g, ran)
@@ -744,22 +781,45 @@ def backward_steps(root, grad, free=True, create_graph=False):
         yield t, g, sent
 
 
-def _accumulate(t, g, adopted):
-    """Add `g` into `t.grad`, which must never share memory with another tensor's grad.
+def _refuse_changed(op, out):
+    """Refuse to run `op`'s backward if an array it reads there, one it saved or (for an op that recomputes,
+    Checkpoint) an input's, was changed in place since its forward ran (Tensor.mark_changed): the VJP would mix
+    the values the forward saw with the new ones. An array put in place of a tensor's (`t.data = new`) leaves
+    the saved one as it was."""
+    saved = [a for a in op.saved if backend.device_of(a) is not None]
+    xp = backend.xp_for(out.device)
+    for label, x in [*zip(op.input_labels(len(op.inputs)), op.inputs), ("its output", out)]:
+        if x._version > op.changes and (op.runs_user_code and x is not out
+                                        or any(xp.may_share_memory(a, x._data) for a in saved)):
+            where = f" in {op.scope}" if op.scope else ""
+            name = f" '{x.name}'" if x.name else ""
+            raise RuntimeError(
+                f"backward: {op.name}{where}: {label}{name} (shape {x.shape}) was changed in place after the "
+                f"forward that saved it (an optimizer's step, or `.data -= ...`), so its gradient would mix the old "
+                "values with the new; call backward() before opt.step(), or run the forward again")
 
-    A first gradient that owns its memory and was handed to no other tensor in
-    this backward (`adopted` holds the ids of those that were) becomes `.grad`
-    as it is; a view, a read-only broadcast or a shared array is copied.
-    """
+
+def _accumulate(t, g, adopted):
+    """Add `g` into `t.grad`, which must never share memory with another tensor's grad."""
     if t.grad is not None:
         t.grad += g
-    elif (getattr(g, "base", 0) is None and getattr(g.flags, "writeable", True) and id(g) not in adopted
-          and g.dtype == t.data.dtype and g.ndim == t.data.ndim):
-        t.grad = g
-        adopted.add(id(g))
     else:
-        # xp.array, not g.astype: a NumPy op on 0-d arrays returns a scalar, and .grad must be an array
-        t.grad = backend.xp_for(t.device).array(g, dtype=t.data.dtype, copy=True)
+        t.grad = own_gradient(g, t, adopted)
+
+
+def own_gradient(g, t, adopted):
+    """`g` as an array that `t` may keep as its gradient, sharing memory with no other's.
+
+    A gradient that owns its memory and was handed to no other tensor in this
+    backward (`adopted` holds the ids of those that were) is kept as it is; a
+    view, a read-only broadcast or a shared array is copied.
+    """
+    if (getattr(g, "base", 0) is None and getattr(g.flags, "writeable", True) and id(g) not in adopted
+            and g.dtype == t.data.dtype and g.ndim == t.data.ndim):
+        adopted.add(id(g))
+        return g
+    # xp.array, not g.astype: a NumPy op on 0-d arrays returns a scalar, and a gradient must be an array
+    return backend.xp_for(t.device).array(g, dtype=t.data.dtype, copy=True)
 
 
 def _unbroadcast(grad, shape, op):
@@ -774,11 +834,15 @@ def _unbroadcast(grad, shape, op):
     return grad.sum(axis=axes, keepdims=True).reshape(shape)
 
 
-def _count(shape, axis):
-    """How many elements a reduction over `axis` combines."""
+def _count(shape, axis, op):
+    """How many elements reduction `op` over `axis` combines."""
     if axis is None:
         return int(np.prod(shape))
     axes = (axis,) if isinstance(axis, int) else axis
+    for a in axes:
+        if not -len(shape) <= a < len(shape):
+            raise ShapeError(f"{op}: axis {a} is out of range for shape {shape}; its axes are "
+                             f"{-len(shape)} to {len(shape) - 1}")
     return int(np.prod([shape[a] for a in axes]))
 
 

@@ -67,7 +67,10 @@ class Value:
         if not isinstance(k, (int, float)):
             raise TypeError(f"Value ** takes a number as exponent, got {type(k).__name__}; "
                             f"for x ** y with y a Value write (y * x.log()).exp()")
-        return _result(float(self.data ** k), _power(k), self, k * self.data ** (k - 1))
+        if self.data < 0 and not float(k).is_integer() or self.data == 0 and k < 1 and k != 0:
+            raise ValueError(f"Value ** {k}: at {self.data}, x ** {k} or its derivative {k} · x ** {k - 1} is not "
+                             "a real number (a negative base's fractional power, or a division by 0)")
+        return _result(float(self.data ** k), _power(k), self, k * self.data ** (k - 1) if k else 0.0)
 
     def exp(self):  # (eˣ)' = eˣ
         e = math.exp(self.data)

@@ -3,7 +3,9 @@
 Parameters are given as an iterable of Parameters or, to treat some
 differently (no weight decay on biases and LayerNorm, say), as a list of
 groups: `[{"params": [...], "weight_decay": 0.0}, ...]`. Updates write into
-`param.data` in place, so the model and the optimizer keep sharing arrays.
+`param.data` in place, so the model and the optimizer keep sharing arrays, and
+mark each parameter changed (Tensor.mark_changed): a graph recorded before a
+step then refuses backward rather than mixing old weights with new.
 Every input is checked when it is given (a range as autograd.intervals writes
 it), not at the step that would trip on it, and a refused call changes nothing.
 """
@@ -121,6 +123,7 @@ class Optimizer:
             for p in group["params"]:
                 if p.grad is not None:
                     self._update(p, p.grad, self.state.setdefault(id(p), {}), group)
+                    p.mark_changed()
 
     def _refuse_grad(self, i, p):
         """The error for a gradient the update would misuse: broadcast into the parameter, cast, or not an array."""
@@ -298,6 +301,8 @@ class AdamW(Optimizer):
         scale = xp.ones(1, dtype=buffer.flat.dtype) if self._scale is None else self._scale
         start = 0
         for group, states in zip(self.param_groups, groups):
+            if not states:  # a group left empty (LoRA freezes every bias and norm: no-decay holds nothing)
+                continue
             end = start + sum(p.size for p in group["params"])
             for state in states:
                 state["step"] += 1
@@ -306,6 +311,8 @@ class AdamW(Optimizer):
             kernel(buffer.flat[span], scale, decay, *group["betas"], eps, step_size, self._flat.params[span],
                    self._flat.exp_avg[span], self._flat.exp_avg_sq[span])
             start = end
+        for p in buffer.params:
+            p.mark_changed()
         return True
 
     def _check_group(self, group):

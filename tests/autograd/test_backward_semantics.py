@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import autograd as ag
+import nn
 from autograd import Tensor
 
 from ._helpers import check, leaf
@@ -196,6 +197,79 @@ def test_retain_graph_allows_a_second_backward():
     np.testing.assert_array_equal(x.grad, [4.0, 8.0])
     with pytest.raises(RuntimeError, match="freed"):
         loss.backward()
+
+
+def test_a_weight_changed_in_place_after_the_forward_is_refused_by_backward():
+    """An optimizer's step between forward and backward would give the gradient at a mix of the old weights (in
+    the saved products) and the new: 0 here instead of 14. Backward names the op and the tensor instead."""
+    lin = nn.Linear(2, 1)
+    lin.weight.data[...], lin.bias.data[...] = 1.0, 0.0
+    x = leaf(np.array([[3.0, 4.0]], np.float32))
+    y = (lin(x) ** 2).sum()
+    lin.weight.grad, lin.bias.grad = np.ones((2, 1), np.float32), None
+    nn.optim.SGD(lin.parameters(), lr=1.0).step()
+    with pytest.raises(RuntimeError, match=r"Linear: W 'weight' \(shape \(2, 1\)\) was changed in place") as info:
+        y.backward()
+    assert "call backward() before opt.step()" in str(info.value)
+    assert x.grad is None
+    (lin(x) ** 2).sum().backward()  # a forward at the new weights is fine: w = 0 gives 0
+    np.testing.assert_array_equal(x.grad, [[0.0, 0.0]])
+
+
+@pytest.mark.parametrize("flat_grads", [False, True])
+def test_adamw_steps_mark_their_parameters_changed(flat_grads):
+    lin = nn.Linear(3, 2)
+    opt = nn.optim.AdamW(lin.parameters(), lr=0.1, flat_grads=flat_grads)
+    opt.zero_grad()
+    x = Tensor(np.ones((1, 3), np.float32))
+    lin(x).sum().backward()
+    pending = lin(x).sum()
+    opt.step()
+    with pytest.raises(RuntimeError, match="was changed in place"):
+        pending.backward()
+
+
+def test_only_a_change_to_an_array_backward_reads_is_refused():
+    a = leaf([1.0, 2.0])
+    a.data -= 1.0  # before the forward: nothing to refuse
+    b = (a * a).sum()
+    a.data -= 1.0  # Mul saved a's array, which this changes
+    with pytest.raises(RuntimeError, match=r"Mul: x .* was changed in place"):
+        b.backward()
+    c = leaf([1.0, 2.0])
+    d = c.exp()
+    e = d.sum()
+    d.data *= 2.0  # Exp saved its output; Sum saved nothing
+    with pytest.raises(RuntimeError, match=r"Exp: its output \(shape \(2,\)\) was changed in place"):
+        e.backward()
+    f = leaf([1.0, 2.0])
+    g = (f * f).sum() + f.sum() * 3.0
+    f.data = np.array([7.0, 7.0])  # a new array: the saved one still holds what the forward saw
+    leaf([0.0]).mark_changed()  # another tensor's change leaves this graph alone
+    g.backward()
+    np.testing.assert_array_equal(f.grad, [5.0, 7.0])
+    h = leaf([1.0, 2.0])
+    k = h.sum() * 2.0
+    h.data += 5.0  # Sum's VJP reads no values: PyTorch allows this too
+    k.backward()
+    np.testing.assert_array_equal(h.grad, [2.0, 2.0])
+
+
+def test_a_checkpointed_block_refuses_an_input_changed_before_its_recompute():
+    w = leaf([1.0, 2.0])
+    x = leaf([3.0, 4.0])
+    y = ag.checkpoint(lambda x, w: (x * w).tanh(), x, w).sum()
+    w.mark_changed()
+    with pytest.raises(RuntimeError, match=r"Checkpoint: .* was changed in place"):
+        y.backward()
+
+
+def test_a_change_in_place_is_refused_under_create_graph_too():
+    x = leaf([1.0, 2.0])
+    y = (x * x * x).sum()
+    x.mark_changed()
+    with pytest.raises(RuntimeError, match="was changed in place"):
+        ag.grad(y, x, create_graph=True)
 
 
 def test_requires_grad_propagation():

@@ -549,6 +549,30 @@ def test_adamw_with_flat_grads_steps_each_group_in_one_call(spy):
         np.testing.assert_array_equal(a, b)
 
 
+def test_adamw_with_flat_grads_passes_over_an_empty_group(spy):
+    """LoRA freezes every bias and norm, so GPT.optimizer_groups' no-decay group is empty: the flat step went on
+    to read that group's first state and stopped the documented LoRA run with an IndexError."""
+    rng = np.random.default_rng(3)
+    start = [rng.standard_normal(shape).astype(np.float32) for shape in ((64, 32), (32, 48))]
+    runs = []
+    for flat in (True, False):
+        params = [nn.Parameter(w.copy()) for w in start]
+        opt = nn.optim.AdamW([{"params": params, "weight_decay": 0.1}, {"params": [], "weight_decay": 0.0}],
+                             lr=1e-2, flat_grads=flat)
+        for _ in range(3):
+            opt.zero_grad()
+            for p in params:
+                if p.grad is None:
+                    p.grad = np.ones(p.shape, np.float32)
+                else:
+                    p.grad += 1.0  # into the flat buffer's view, as backward adds
+            opt.step()
+        runs.append([p.data for p in params])
+    assert spy == {"adamw": 3 + 2 * 3}  # flat: one call a step; one by one: both weights' kernels
+    close(runs[0], runs[1], rtol=1e-5, atol=1e-7)
+    assert not np.array_equal(runs[0][0], start[0])
+
+
 def test_grad_norm_is_the_buffers_norm_and_clip_grad_norm_returns_it_with_its_factor_pending(spy):
     rng = np.random.default_rng(2)
     params = [nn.Parameter(rng.standard_normal(shape).astype(np.float32)) for shape in ((300, 7), (1025,))]

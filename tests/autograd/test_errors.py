@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import autograd as ag
+import nn
 from autograd import ShapeError, Tensor
 
 
@@ -292,3 +293,58 @@ def test_failed_op_leaves_state_untouched():
         a + Tensor(np.ones(4))
     np.testing.assert_array_equal(a.grad, before)
     np.testing.assert_array_equal(a.data, np.ones((2, 3)))
+
+
+@pytest.mark.parametrize("call, op", [
+    (lambda x: ag.softmax(x), "Softmax"), (lambda x: x.log_softmax(), "LogSoftmax"),
+    (lambda x: ag.cross_entropy(x, np.array([0])), "CrossEntropy"), (lambda x: x.gelu(), "GELU"),
+    (lambda x: ag.layer_norm(x, Tensor(np.ones(3, np.float32))), "LayerNorm"),
+])
+def test_an_integer_tensor_given_to_a_floating_point_op_is_named_with_its_fix(call, op):
+    with pytest.raises(TypeError) as excinfo:
+        call(Tensor([[1, 2, 3]]))
+    assert _message(excinfo).startswith(f"{op}: computes in floating point, but got int64")
+    assert "convert with .astype('float32') first" in _message(excinfo)
+
+
+def test_integer_operands_take_the_float_operands_dtype_as_in_pytorch():
+    ints, floats = Tensor([1, 2]), Tensor([1.0, 2.0], requires_grad=True)
+    for out in (ints + floats, floats * ints, ints * 0.5, 2.0 ** ints, ints / floats,
+                Tensor([[1, 2]]) @ Tensor([[1.0], [2.0]]), Tensor([True, False]) * floats,
+                ag.where(np.array([True, False]), ints, floats), ag.concat([ints, floats]), ag.stack([floats, ints])):
+        assert out.dtype == np.float32
+    assert (ints + Tensor(np.ones(2))).dtype == np.float64  # a float64 operand still widens
+    assert (ints + ints).dtype == np.int64
+    y = ints * floats
+    y.sum().backward()
+    np.testing.assert_array_equal(floats.grad, [1.0, 2.0])
+    assert nn.Linear(2, 3)(Tensor(np.ones((4, 2), np.int64))).dtype == np.float32
+
+
+@pytest.mark.parametrize("reduce", ["mean", "var"])
+def test_an_axis_out_of_range_names_the_reduction_and_the_axes_there_are(reduce):
+    with pytest.raises(ShapeError, match=rf"^{reduce}: axis 2 is out of range for shape \(3, 4\); its axes are "
+                                         r"-2 to 1$"):
+        getattr(Tensor(np.ones((3, 4))), reduce)(axis=2)
+
+
+def test_a_comparison_of_shapes_that_do_not_broadcast_is_a_shape_error():
+    with pytest.raises(ShapeError, match=r"^lt: .*\(3,\) \(2,\); broadcasting needs each trailing axis equal or 1"):
+        Tensor([1.0, 2.0, 3.0]) < Tensor([1.0, 2.0])
+
+
+def test_layer_norm_without_a_weight_and_gradcheck_of_a_non_tensor_say_what_to_pass():
+    with pytest.raises(TypeError, match=r"layer_norm: weight must be a Tensor of shape \(3,\), got NoneType"):
+        ag.layer_norm(Tensor(np.ones((2, 3), np.float32)), None)
+    with pytest.raises(TypeError, match="gradcheck: fn must return a Tensor, got float"):
+        ag.gradcheck(lambda t: 3.0, [Tensor([1.0, 2.0], dtype=np.float64, requires_grad=True)])
+
+
+def test_max_over_a_nonempty_axis_of_an_empty_tensor_is_empty_and_over_an_empty_axis_refused():
+    x = Tensor(np.zeros((0, 3)), requires_grad=True)
+    y = x.max(axis=1)
+    assert y.shape == (0,)
+    y.sum().backward()
+    assert x.grad.shape == (0, 3)
+    with pytest.raises(ShapeError, match=r"max: no maximum over an axis of length 0 \(shape \(0, 3\), axis 0\)"):
+        x.max(axis=0)

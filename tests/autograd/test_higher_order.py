@@ -50,6 +50,24 @@ def test_grad_leaves_every_dot_grad_alone_and_matches_backward_bit_for_bit(rng):
         np.testing.assert_array_equal(g.data, t.grad)
 
 
+def test_grad_gives_each_input_an_array_of_its_own():
+    """Add hands one (read-only, broadcast) array to both inputs: each gradient must be a writable copy, as
+    backward's .grad are, or scaling one changes the other."""
+    w, b = leaf(np.ones(3)), leaf(np.zeros(3))
+    gw, gb = ag.grad(((w + b) * 2.0).sum(), [w, b])
+    gw.data *= 0.1
+    np.testing.assert_array_equal(gb.data, [2.0, 2.0, 2.0])
+    x, y = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    gx, gy = ag.grad((x + y).sum(), [x, y])
+    assert not np.shares_memory(gx.data, gy.data) and gx.data.flags.writeable
+    gx.data += 1.0
+    np.testing.assert_array_equal(gy.data, [1.0, 1.0])
+    seed = np.array([1.0, 1.0])
+    (gz,) = ag.grad(x * 1.0, [x], grad_outputs=seed)
+    gz.data += 1.0
+    np.testing.assert_array_equal(seed, [1.0, 1.0])
+
+
 def test_grad_of_a_non_leaf_and_of_several_outputs(rng):
     x = rand(rng, 3)
     h = x.exp()

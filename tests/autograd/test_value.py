@@ -297,3 +297,16 @@ def test_diamond_graph_visits_each_node_once_after_all_its_consumers():
     d = c * b
     d.backward()
     assert d.data == 12.0 and a.grad == 16.0
+
+
+@pytest.mark.parametrize("base, k", [(-8.0, 1 / 3), (0.0, 0.5), (0.0, -1)])
+def test_a_power_with_no_real_value_or_derivative_says_so(base, k):
+    with pytest.raises(ValueError, match=rf"Value \*\* {k}: at {base}, .* is not a real number"):
+        Value(base) ** k
+
+
+def test_the_zeroth_power_has_derivative_zero_even_at_zero():
+    x = Value(0.0)
+    y = x ** 0
+    y.backward()
+    assert (y.data, x.grad) == (1.0, 0.0)

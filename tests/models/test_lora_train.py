@@ -55,6 +55,14 @@ def test_the_checkpoint_holds_the_adapters_alone_and_resumes_exactly(base, capsy
     assert all(np.array_equal(adapters[k], resumed[k]) for k in adapters)
 
 
+def test_a_rank_whose_adapters_take_the_fused_adamw_trains(base, capsys):
+    """Rank 4 gives 1,152 adapter values, enough for AdamW's flat kernel, which once stopped at the first step on
+    the empty no-decay group that LoRA leaves (every bias and norm frozen)."""
+    out = lora_run(capsys, base, base / "r4", "--max-iters", "2", "--lora-r", "4")
+    assert "lora: rank 4 adapters in 4 layers (c_attn, c_fc)" in out
+    assert (base / "r4" / "adapters.safetensors").exists()
+
+
 def test_sample_and_the_merged_export_give_the_adapted_models_tokens_and_logits(base, capsys):
     lora_run(capsys, base, base / "o", "--max-iters", "4")
     assert sample.main([str(base / "o"), "--prompt", "All:", "--max-new-tokens", "8", "--temperature", "0"]) == 0

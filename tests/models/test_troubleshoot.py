@@ -31,7 +31,8 @@ def lr_story(text, error):
     named = re.fullmatch(r"detect_anomaly: backward of Log \(step \d+ of backward\) returned NaN/inf as the "
                          r"gradient for x at step (\d+)", lines[0])
     assert named and int(named[1]) == nan_step - 1, lines[0]
-    assert lines[1:3] == ["  op: Log, rule dx = g/x", "  module: (outside any module)"]
+    assert lines[1:3] == ["  op: Log, rule dx = g/x",
+                          "  module: (none: the top module's own forward, or outside any module)"]
     assert "← first non-finite: g and the inputs are finite" in lines[-1]
     assert error.anomaly.phase == "backward" and error.anomaly.op.name == "Log"
     assert float(re.search(r"input x: shape \(256,\) float32, min (\S+),", str(error))[1]) < np.finfo(np.float32).tiny
