@@ -21,6 +21,7 @@ Without Graphviz's `dot` it writes the graph's .dot source and no page.
 import shutil
 from pathlib import Path
 
+from autograd.anomaly import summary
 from models.io import atomic_path
 
 from .graph import draw
@@ -39,7 +40,7 @@ def pictures(directory, depth=3):
         where = f" in {anomaly.scope}" if anomaly.scope else ""
         step = f", step {anomaly.step} of backward" if anomaly.step else ""
         title = f"{anomaly.phase} anomaly: {anomaly.op.name}{where}{step} (red border); {anomaly.culprit} went non-finite"
-        graph = draw(anomaly.output, depth=depth, title=title, highlight=(anomaly.op,))
+        graph = draw(anomaly.output, depth=depth, title=title, highlight=(anomaly.op,), grads=_stopped(anomaly))
         if shutil.which("dot") is None:
             path = directory / f"{GRAPH_FILE}.dot"
             with atomic_path(path) as tmp:  # never a half-written picture
@@ -56,3 +57,17 @@ def pictures(directory, depth=3):
         return files
 
     return write
+
+
+def _stopped(anomaly):
+    """For a backward anomaly, each box's gradient line: the pass stopped at the culprit, so below it no gradient
+    has arrived yet (not "backward not run"), and into the culprit came `anomaly.grad`. None for a forward one."""
+    if anomaly.phase != "backward":
+        return None
+    came = f"g into {anomaly.op.name}: {summary(anomaly.grad)}" if anomaly.grad is not None else None
+
+    def lines(t):
+        if t is anomaly.output and came:
+            return [came]
+        return [f"no grad yet: backward stopped at step {anomaly.step}"]
+    return lines

@@ -27,7 +27,8 @@ import numpy as np
 
 from autograd import divergence as engine
 
-from .graph import HIGHLIGHT, INSTALL_PYTHON, _graphviz, _write, draw as draw_graph, keep_gradients
+from .graph import (FORMATS, HIGHLIGHT, INSTALL_PYTHON, _graphviz, _write, draw as draw_graph, keep_gradients,
+                    picture_format)
 from .loading import demo_of
 
 WORDS = {"fused": ("fused", True), "composed": ("fused", False), "cpu": ("device", "cpu"),
@@ -119,7 +120,7 @@ def main(argv=None):
     p.add_argument("--a", type=parse_setting, metavar="SETTING", default="fused", help="how run a is made")
     p.add_argument("--b", type=parse_setting_or_reference, metavar="SETTING", default="composed",
                    help="how run b is made, or a .npz of reference arrays by module name")
-    p.add_argument("--format", choices=("svg", "png", "pdf", "dot"), default="svg", help="output format")
+    p.add_argument("--format", choices=FORMATS, help="output format (default: --out's suffix, else svg)")
     p.add_argument("--out", type=output_file,
                    help="output file (default: diverge_<module>.<format> in the current directory)")
     p.add_argument("--collapse", action="store_true", help="fold each module into one box")
@@ -128,6 +129,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.depth is not None and args.depth < 0:
         p.error(f"--depth must be at least 0, got {args.depth}")
+    fmt = picture_format(p, args)
     reference = args.b if isinstance(args.b, References) else None
     try:
         _graphviz()
@@ -143,9 +145,9 @@ def main(argv=None):
     print(report)
     graph = draw(report, title=f"{name}.demo_loss(): run a = {report.a}, run b = {report.b}",
                  collapse=args.collapse, depth=args.depth)
-    out = Path(args.out) if args.out else Path(f"diverge_{name.rsplit('.', 1)[-1]}.{args.format}")
+    out = Path(args.out) if args.out else Path(f"diverge_{name.rsplit('.', 1)[-1]}.{fmt}")
     try:
-        return _write(graph, out, args.format)
+        return _write(graph, out, fmt)
     except OSError as exc:
         print(f"viz.diverge: error: cannot write {exc.filename or out}: {exc.strerror or exc}", file=sys.stderr)
         return 1

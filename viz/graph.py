@@ -62,6 +62,7 @@ INSTALL_PYTHON = 'pip install -e ".[viz]"  (or: pip install graphviz)'
 INSTALL_DOT = ("install Graphviz, which provides `dot`: sudo apt-get install graphviz (Debian/Ubuntu), "
                "brew install graphviz (macOS), conda install graphviz, or see https://graphviz.org/download/")
 NO_DOT_EXIT = 3  # the .dot source was written, but not the picture asked for
+FORMATS = ("svg", "png", "pdf", "dot")  # what --format takes, and the suffixes --out may have
 
 # One colour per kind of node; the legend on every picture spells them out.
 LOSS = ("#f9c6c4", "#b03a2e")          # fill, border
@@ -784,7 +785,7 @@ def main(argv=None):
                epilog=f"Needs the Python package graphviz ({INSTALL_PYTHON}) and Graphviz's `dot` program "
                       f"to render; without `dot` the .dot source is written and the exit status is {NO_DOT_EXIT}.")
     p.add_argument("module", help="a module defining demo_loss(), e.g. models.bigram (model.bigram works too)")
-    p.add_argument("--format", choices=("svg", "png", "pdf", "dot"), default="svg", help="output format")
+    p.add_argument("--format", choices=FORMATS, help="output format (default: --out's suffix, else svg)")
     p.add_argument("--out", type=output_file,
                    help="output file (default: graph_<module>.<format> in the current directory)")
     p.add_argument("--collapse", action="store_true", help="fold each module into one box")
@@ -810,6 +811,7 @@ def main(argv=None):
         p.error(f"--collapse-depth must be at least 1, got {args.collapse_depth}")
     if args.depth is not None and args.depth < 0:
         p.error(f"--depth must be at least 0, got {args.depth}")
+    fmt = picture_format(p, args)
     try:
         _graphviz()
     except ImportError as exc:
@@ -842,12 +844,25 @@ def main(argv=None):
     graph = draw(loss, collapse=collapse, depth=args.depth, title=title, flow=True if args.flow is not None else None,
                  flow_to=flow_to)
     stem = f"graph_{name.rsplit('.', 1)[-1]}" + ("_double" if args.double is not None else "")
-    out = Path(args.out) if args.out else Path(f"{stem}.{args.format}")
+    out = Path(args.out) if args.out else Path(f"{stem}.{fmt}")
     try:
-        return _write(graph, out, args.format)
+        return _write(graph, out, fmt)
     except OSError as exc:  # the disk is full or read-only, or a folder of the path was taken meanwhile
         print(f"viz.graph: error: cannot write {exc.filename or out}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+
+
+def picture_format(p, args):
+    """The picture's format, at parse time: --format, else --out's suffix, else svg. An --out whose suffix names
+    another format than --format, or no format at all, is refused: x.png holding SVG text opens nowhere."""
+    suffix = Path(args.out).suffix.lower()[1:] if args.out else ""
+    fmt = args.format or (suffix if suffix in FORMATS else None)
+    if fmt is None and suffix:
+        p.error(f"--out {args.out}: the format comes from the suffix, .svg, .png, .pdf or .dot; use one of "
+                "those, or give --format")
+    if suffix in FORMATS and suffix != fmt:
+        p.error(f"--format {fmt} but --out {args.out} names a .{suffix} file; make the two agree")
+    return fmt or "svg"
 
 
 def _named(loss, name):

@@ -8,7 +8,9 @@ graph that `python -m viz.graph` draws and
 used ends in one line saying what to pass instead.
 """
 import importlib
+import importlib.util
 import os
+from pathlib import Path
 
 from autograd import Tensor, Value
 
@@ -26,8 +28,17 @@ def module_name(name):
 
 
 def demo_of(name):
-    """Import module `name` (see module_name): (dotted name, its demo_loss function); errors say what to do."""
+    """Import module `name` (see module_name): (dotted name, its demo_loss function); errors say what to do.
+    A .py file outside the current folder (your own model, by its path) is loaded from that file."""
+    file, here = Path(name.strip()), Path.cwd().resolve()
+    if file.suffix == ".py" and file.is_file():
+        if not file.resolve().is_relative_to(here):
+            return file.stem, _demo_in(_load_file(file), file.stem)
+        name = str(file.resolve().relative_to(here))  # a package's file: imported by its dotted name
     dotted = module_name(name)
+    if not dotted or dotted.startswith("."):
+        raise SystemExit(f"cannot import {name!r}: pass a dotted module name such as models.bigram, or a .py file's "
+                         "path")
     try:
         module = importlib.import_module(dotted)
     except ModuleNotFoundError as exc:
@@ -36,11 +47,22 @@ def demo_of(name):
                 f"cannot import {dotted!r} ({exc}). Pass a dotted module name such as models.bigram "
                 "and run from the repository root (or pip install -e . first).") from None
         raise
+    return dotted, _demo_in(module, dotted)
+
+
+def _load_file(file):
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _demo_in(module, dotted):
     demo = getattr(module, "demo_loss", None)
     if demo is None:
         raise SystemExit(f"module {dotted} has no demo_loss(); every model module defines "
                          "demo_loss() -> Tensor, the scalar loss of a small fixed batch (or a Value)")
-    return dotted, demo
+    return demo
 
 
 def demo_loss_of(name):

@@ -105,10 +105,13 @@ def trace(root, grad=None):
     if isinstance(root, Value):
         if grad is not None:
             raise TypeError("trace: a Value's backward starts from ∂L/∂L = 1; grad= is for a non-scalar Tensor")
-        walk, walked = ValueWalk(root), _value_steps(root)
+        walk, walked, label = ValueWalk(root), _value_steps(root), None
     elif isinstance(root, Tensor):
+        itself = grad is root.data and root.data.size > 1
         grad = root_grad(root, grad, "trace")
         walk = GraphWalk(root)
+        # seeded with its own values, the backward is L = ½‖root‖²'s (--double's ½‖g‖²): the header says so
+        label = f"½‖{walk.label(root)}‖²" if itself else None
         if walk.freed:
             raise RuntimeError(
                 f"trace: the graph through {type(walk.freed[0]).__name__} was freed by an earlier backward(); "
@@ -136,7 +139,7 @@ def trace(root, grad=None):
             step.inputs.append(InputGrad(x, walk.label(x), role, xg,
                                          None if returned in (None, np.shape(x.data)) else returned))
         steps.append(step)
-    return Trace(steps, root, walk.label(root), leaves)
+    return Trace(steps, root, label or walk.label(root), leaves)
 
 
 def _value_steps(root):

@@ -51,6 +51,7 @@ def test_settings_are_words_joined_by_commas(setting, parsed):
     (["models.tiny", "--a", "threads=0", "--b", "cpu"], "threads=N takes a positive whole number"),
     (["models.tiny", "--a"], "argument --a: expected one argument"),
     (["models.tiny", "--a", "fused", "--b", "missing.npz"], "missing.npz"),
+    (["models.tiny", "--format", "svg", "--out", "parts.png"], "--format svg but --out parts.png names a .png file"),
 ])
 def test_bad_settings_are_refused_before_any_work(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

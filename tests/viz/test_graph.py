@@ -300,6 +300,29 @@ def test_cli_when_dot_vanishes_from_path(tmp_path, monkeypatch, capsys):
 def test_cli_unknown_module_is_a_clear_error():
     with pytest.raises(SystemExit, match="cannot import 'no_such_module_for_viz'"):
         vg.main(["no_such_module_for_viz", "--format", "dot"])
+    for name in ("", "./", ".tiny"):  # import_module's own ValueError and TypeError, once
+        with pytest.raises(SystemExit, match=f"^cannot import {name!r}: pass a dotted module name"):
+            vg.main([name, "--format", "dot"])
+
+
+@needs_dot
+def test_cli_takes_the_format_from_the_suffix_of_out(tmp_path):
+    """--out g.png once held SVG text (the default format), which no image viewer opens."""
+    assert vg.main([MODULE, "--depth", "2", "--out", str(tmp_path / "g.png")]) == 0
+    assert (tmp_path / "g.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert vg.main([MODULE, "--depth", "2", "--out", str(tmp_path / "g.pdf")]) == 0
+    assert (tmp_path / "g.pdf").read_bytes()[:5] == b"%PDF-"
+
+
+def test_cli_draws_a_model_file_of_your_own_by_its_path(tmp_path, monkeypatch):
+    """A .py outside the current folder is loaded from its file, not turned into the dotted name tmp.….mine."""
+    (tmp_path / "mine.py").write_text("import numpy as np\nfrom autograd import Tensor\n\ndef demo_loss():\n"
+                                      "    w = Tensor(np.ones(2, np.float32), requires_grad=True)\n"
+                                      "    return (w * w).sum()\n")
+    monkeypatch.chdir(Path(vg.__file__).parents[1])
+    out = tmp_path / "g.dot"
+    assert vg.main([str(tmp_path / "mine.py"), "--out", str(out)]) == 0
+    assert out.read_text(encoding="utf-8").startswith("digraph") and "mine.demo_loss()" in out.read_text()
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -310,6 +333,8 @@ def test_cli_unknown_module_is_a_clear_error():
     (["--out", "loop/g.svg"], "argument --out: cannot use loop/g.svg: Too many levels of symbolic links"),
     (["--out", "."], "argument --out: . is a folder; give a file name"),
     (["--out", "g" * 300], "argument --out: cannot use ggg"),
+    (["--out", "g.txt"], "--out g.txt: the format comes from the suffix, .svg, .png, .pdf or .dot"),
+    (["--format", "png", "--out", "g.svg"], "--format png but --out g.svg names a .svg file; make the two agree"),
 ])
 def test_cli_mistakes_cost_one_line_before_any_work(argv, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

@@ -410,7 +410,7 @@ def test_a_double_backward_is_traced_as_the_engine_runs_it(capsys):
             np.testing.assert_array_equal(leaves[t.name], t.grad)
     assert vt.main([MODULE, "--double", "block.ln.weight", "--max-values", "0"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Backward pass of L = ∂loss/∂block.ln.weight, step by step as Tensor.backward runs it.")
+    assert out.startswith("Backward pass of L = ½‖∂loss/∂block.ln.weight‖², step by step as Tensor.backward runs it.")
     assert "[backward 1: CrossEntropy]" in out and "block.ln.weight.grad" in out
 
 
