@@ -7,7 +7,7 @@ Run from the repository root, with nothing else busy (about 2 × 3 minutes):
 Ours runs models.train's main as a user would (2000 iterations, train and val
 loss every 250, a checkpoint at each, the loss plot, a 300-token sample), in a
 fresh process. The PyTorch peer runs the same job on benchmarks/torch_reference.py:
-the same characters and batches (models.data, models.tokenizer), model shape,
+the same characters and batches (models.training.data, models.tokenizer), model shape,
 AdamW groups, warmup + cosine schedule, clipping, evaluations with a checkpoint
 (torch.save) each, and a 300-token sample with its KV cache. Timed: the whole
 process, interpreter start and imports included. Memory: the peak resident

@@ -13,6 +13,7 @@ import difflib
 import os
 import stat
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -148,6 +149,9 @@ def shows_progress(no_progress):
     return not no_progress and sys.stderr.isatty()
 
 
+SEEDS = "[0, 4294967295]"  # the seeds NumPy's generators take: `--seed`'s interval(int, SEEDS)
+
+
 def interval(kind, bounds):
     """A `type=` function: an int or float (`kind`) within `bounds`, written as in maths, e.g. "[0, 1)" or "(0, inf)".
 
@@ -273,6 +277,13 @@ def output_folder(text):
         raise argparse.ArgumentTypeError(f"{text} is the current folder or holds it; "
                                          "give the checkpoints a folder of their own, e.g. out")
     ancestor = _writable_place(path, text)
+    try:  # a folder that root's os.access passes may still take no file (/proc, /sys, a read-only mount)
+        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=ancestor)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot write {text}: {ancestor} takes no new file "
+                                         f"({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(probe)
     name = Path(os.path.realpath(path)).name
     longest = os.pathconf(ancestor, "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
     if len(os.fsencode(name)) + _SIBLING_EXTRA > longest:

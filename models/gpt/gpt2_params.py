@@ -12,7 +12,7 @@ What this file promises:
   such figure.
 """
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from models.cli import Parser
 from models.gpt.gpt2 import GPTConfig
@@ -37,8 +37,11 @@ def parameter_shapes(config):
 
 
 def count_parameters(config):
-    """The number of parameters of GPT(config) (the tied LM head counted once, inside wte)."""
-    return sum(math.prod(s) for s in parameter_shapes(config).values())
+    """The number of parameters of GPT(config) (the tied LM head counted once, inside wte): one block's shapes
+    counted n_layer times, so that a billion layers take no longer than one."""
+    shapes = parameter_shapes(replace(config, n_layer=1))
+    block = sum(math.prod(s) for name, s in shapes.items() if name.startswith("transformer.h.0."))
+    return sum(math.prod(s) for s in shapes.values()) + (config.n_layer - 1) * block
 
 
 def article_count(config):
@@ -48,7 +51,7 @@ def article_count(config):
 
 def parameter_table(config):
     """The breakdown `python -m models.gpt2_params` prints, as text."""
-    shapes = parameter_shapes(config)
+    shapes = parameter_shapes(replace(config, n_layer=1))  # block 0 stands for every block
     L, C = config.n_layer, config.n_embd
 
     def line(label, shape_text, count, indent="  "):

@@ -23,7 +23,7 @@ import numpy as np
 
 import autograd as ag
 import nn
-from models.cli import Parser
+from models.cli import SEEDS, Parser, interval
 from models.numbers import fixed, section
 
 CORPUS = "我吃苹果。你吃米饭。我喝水。他吃苹果。苹果很甜。米饭很香。我爱你。他喝水。"
@@ -137,7 +137,7 @@ def main(argv=None):
     parser.add_argument("--dim", type=int, default=8, help="embedding size d")
     parser.add_argument("--lr", type=float, default=1.0, help="SGD learning rate")
     parser.add_argument("--steps", type=int, default=500, help="full-batch SGD steps")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the initial E and W_U")
+    parser.add_argument("--seed", type=interval(int, SEEDS), default=0, help="seed of the initial E and W_U")
     args = parser.parse_args(argv)
     if args.dim < 1:
         parser.error(f"--dim must be at least 1, got {args.dim}")

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from models.cli import Parser, interval, output_file
+from models.cli import SEEDS, Parser, interval, output_file
 from models.io import atomic_path
 from models.lessons.value_nn import DEMO_SIZES, MLP, max_margin_loss, train_step
 
@@ -124,7 +124,7 @@ def main(argv=None):
     parser.add_argument("--points", type=interval(int, "[2, inf)"), default=100, help="points in the data set")
     parser.add_argument("--noise", type=interval(float, "[0, inf)"), default=0.1,
                         help="standard deviation of the noise added to each point")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the data's noise")
+    parser.add_argument("--seed", type=interval(int, SEEDS), default=0, help="seed of the data's noise")
     parser.add_argument("--init-seed", type=int, default=1337, help="seed of the network's initial weights")
     parser.add_argument("--log-every", type=interval(int, "[1, inf)"), default=10, metavar="N",
                         help="print the loss and accuracy every N steps")

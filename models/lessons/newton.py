@@ -30,11 +30,12 @@ one H v against finite differences of the gradient, and writes the picture of
 both losses above the bound, by step and by pass (atomically).
 """
 import math
+import sys
 
 import numpy as np
 
 import autograd as ag
-from models.lessons.bigram import counting_lower_bound, demo_loss, lesson_setup  # noqa: F401 (demo_loss: viz's)
+from models.lessons.bigram import Diverged, counting_lower_bound, demo_loss, lesson_setup  # noqa: F401 (demo_loss: viz's)
 from models.cli import Parser, interval, output_file
 from models.io import atomic_path
 from models.numbers import fixed, section
@@ -112,14 +113,19 @@ def newton(model, cur, nxt, steps=20, cg_iterations=20, damping=1.0, on_step=Non
 
 
 def gradient_descent(model, cur, nxt, steps=500, lr=1.0):
-    """Full-batch gradient descent, the lesson's; returns [(step, passes, loss)] (a pass per step)."""
+    """Full-batch gradient descent, the lesson's; returns [(step, passes, loss)] (a pass per step). A loss that
+    turns NaN or infinite, or grows past 10 × the first, raises bigram's Diverged (the lesson's own rule)."""
     params, history = model.parameters(), []
-    for step in range(steps + 1):
-        loss = ag.cross_entropy(model(cur), nxt)
-        history.append((step, step, loss.item()))
-        if step < steps:
-            for x, g in zip(params, ag.grad(loss, params)):
-                x.data = x.data - lr * g.data
+    with np.errstate(over="ignore", invalid="ignore"):  # reported as Diverged, not as NumPy's warnings
+        for step in range(steps + 1):
+            loss = ag.cross_entropy(model(cur), nxt)
+            value = loss.item()
+            if not math.isfinite(value) or history and value > 10 * history[0][2]:
+                raise Diverged(step, value, lr)
+            history.append((step, step, value))
+            if step < steps:
+                for x, g in zip(params, ag.grad(loss, params)):
+                    x.data = x.data - lr * g.data
     return history
 
 
@@ -191,7 +197,10 @@ def main(argv=None):
           f" (‖H v‖ = {fixed(math.sqrt(_dot(exact, exact)), 4)})")
 
     section("gradient descent", f"lr {args.lr}, {args.gd_steps} full-batch steps, one backward pass each")
-    descent = gradient_descent(lesson_setup()[0], cur, nxt, args.gd_steps, args.lr)
+    try:
+        descent = gradient_descent(lesson_setup()[0], cur, nxt, args.gd_steps, args.lr)
+    except Diverged as exc:
+        sys.exit(f"error: {exc}")
     for step, _, loss in descent:
         if step % 100 == 0 or step == args.gd_steps:
             print(f"  step {step:4d}  loss {loss:.4f}  above the bound {fixed(loss - bound, 4)}")

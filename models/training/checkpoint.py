@@ -648,7 +648,8 @@ def resume(folder, args, check, world):
             try:
                 old = check(name, old)
             except ValueError as exc:
-                raise ValueError(f"{_current(folder) / STATE_FILE}: the saved option {exc}") from None
+                raise ValueError(f"{_current(folder) / STATE_FILE}: the saved option {exc}; give {flag} on the "
+                                 "command line to replace it") from None
         setattr(args, name, old)
     layout = Layout(args.batch_size, args.grad_accum, world.size)
     also, remark = layout.change_from(run.layout)

@@ -23,7 +23,7 @@ POSITIONS = "transformer.wpe.weight"
 
 def parse_args(argv=None):
     p = Parser("python -m models.export_merged", __doc__.split("\n\n")[0])
-    p.add_argument("checkpoint", type=input_folder, help="a models.train checkpoint folder (with LoRA adapters)")
+    p.add_argument("checkpoint", type=input_folder, help="a models.train checkpoint folder (with LoRA adapters, or without: then copied)")
     p.add_argument("out", type=output_folder, help="the new Hugging Face folder; must not exist yet")
     args = p.parse_args(argv)
     if Path(args.out).exists():
@@ -64,8 +64,8 @@ def main(argv=None):
     except (ValueError, OSError) as exc:
         print(f"export_merged: error: {exc}", file=sys.stderr)
         return 1
-    print(f"wrote {args.out}: {plain.num_parameters():,} parameters, context {plain.config.block_size} tokens, "
-          "the adapters merged into the weights")
+    what = "the adapters merged into the weights" if getattr(model, "lora_base", None) else "no adapters: copied as is"
+    print(f"wrote {args.out}: {plain.num_parameters():,} parameters, context {plain.config.block_size} tokens, {what}")
     return 0
 
 

@@ -439,6 +439,12 @@ def prepare(args):
     files = find_sources(args.inputs, args.pattern)
     parts, split_by = plan_parts(files, args.val_fraction)
     total_bytes = sum(path.stat().st_size for path in files)
+    if not total_bytes:
+        raise ValueError(f"{', '.join(map(str, files))}: no text (0 bytes), so nothing to prepare")
+    for split in SPLITS if args.val_fraction else SPLITS[:1]:  # models.train refuses a split with no tokens
+        if not any(part.end > part.start for part in parts if part.split == split):
+            raise ValueError(f"the corpus ({total_bytes:,} bytes) is too small to hold out a {split} split with "
+                             f"--val-fraction {args.val_fraction:g}; give more text, or --val-fraction 0 for none")
     plan = planned(args, files)
     if (out / META_FILE).is_file():
         meta = read_json(out / META_FILE)
@@ -597,16 +603,37 @@ class Encoders:
 
 def main(argv=None):
     args = make_parser().parse_args(argv)
+    out = Path(args.out)
+    made = None  # the first folder of --out's path that this run makes, if any
+    if not out.exists():
+        made = out
+        while not made.parent.exists():
+            made = made.parent
     try:
         print(prepare(args))
     except (ValueError, OSError) as exc:
+        _drop_if_empty(out, made)
         print(f"prepare: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        _drop_if_empty(out, made)
         print(f"\nprepare: interrupted; the shards written so far are whole: run the same command again to go on "
-              f"(see {Path(args.out) / PROGRESS_FILE})", file=sys.stderr)
+              f"(see {out / PROGRESS_FILE})", file=sys.stderr)
         return 130
     return 0
+
+
+def _drop_if_empty(out, made):
+    """A failed first run leaves no empty folder behind (a text that is not UTF-8 fails after making --out): the
+    folders from --out up to `made`, the first that it made, while they are empty."""
+    if made is None:
+        return
+    for folder in (out, *out.parents):
+        if not folder.is_dir() or any(folder.iterdir()):
+            return
+        folder.rmdir()
+        if folder == made:
+            return
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import sys
 
 import autograd as ag
 from models.training import checkpoint
-from models.cli import Parser, device, input_file, interval
+from models.cli import SEEDS, Parser, device, input_file, interval
 from models.gpt import sampling
 from models.training.data import load_text
 
@@ -30,7 +30,7 @@ def parse_args(argv=None):
                    help="sample only among the k most likely tokens (default: none, among all)")
     p.add_argument("--top-p", type=interval(float, "(0, 1]"), default=None,
                    help="sample only within the top-p probability mass (default: none, within all of it)")
-    p.add_argument("--seed", type=interval(int, "[0, 4294967295]"), default=1337,
+    p.add_argument("--seed", type=interval(int, SEEDS), default=1337,
                    help="seeds the sampling draws: the same seed, the same text")
     p.add_argument("--num-samples", type=interval(int, "[1, inf)"), default=1,
                    help="how many continuations of the prompt to print")

@@ -42,7 +42,7 @@ import numpy as np
 import autograd as ag
 import nn
 from models.training import checkpoint, health
-from models.cli import (Parser, device, interval, machine_memory, model_folder, output_folder, show_default,
+from models.cli import (SEEDS, Parser, device, interval, machine_memory, model_folder, output_folder, show_default,
                         shows_progress)
 from models.training.data import Layout, TokenData, load_text
 from models.gpt import sampling
@@ -131,7 +131,7 @@ def make_parser():
     g.add_argument("--out-dir", type=output_folder, default="out", help="the checkpoint folder")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out-dir")
     g.add_argument("--overwrite", action="store_true", help="replace the checkpoint in --out-dir with a new run")
-    g.add_argument("--seed", type=interval(int, "[0, 4294967295]"), default=1337,
+    g.add_argument("--seed", type=interval(int, SEEDS), default=1337,
                    help="seeds the initial weights, the batches and dropout")
     g.add_argument("--device", type=device, default="cpu", metavar="{cpu,cuda}",
                    help="where the model trains (cuda: the GPU, through CuPy)")
@@ -212,6 +212,8 @@ def check_eval_only(args):
                              f"{args.out_dir}: choose one")
         return
     if checkpoint.saved_iteration(args.out_dir) is None:
+        if (Path(args.out_dir) / checkpoint.STATE_FILE).exists():
+            checkpoint.RunState.load(args.out_dir)  # a damaged checkpoint: its own error says what is wrong
         raise ValueError(f"--eval-only: no checkpoint in {args.out_dir} to evaluate; give the --out-dir of a run, "
                          "or --init-from DIR")
     args.resume = True
@@ -391,6 +393,8 @@ def start(args, world):
     model.pad_vocab(args.pad_vocab or (64 if args.device == "cuda" else 1))  # GPT-2 on a GPU: 50,304 rows
     model.transformer.checkpoint_blocks = args.checkpoint_blocks
     options = {k: v for k, v in vars(args).items() if k not in checkpoint.RUN_OPTIONS and k != "given"}
+    if args.data is not None:  # kept whole: a relative path would name another file when resumed from elsewhere
+        options["data"] = str(Path(args.data).resolve())
     # every gradient a view of one buffer: clipping is one reduction, its factor applied by AdamW in one kernel
     # call per group (on the CPU 0.45 ms a step less than per parameter, in the main job)
     optimizer = nn.optim.AdamW(model.optimizer_groups(args.weight_decay), lr=args.lr,

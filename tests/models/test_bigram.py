@@ -174,7 +174,8 @@ def test_cli_diverging_learning_rate_is_one_clear_line(lr):
     assert "diverged" in lines[0] and f"learning rate {float(lr):g}" in lines[0] and "smaller" in lines[0]
 
 
-@pytest.mark.parametrize("args", [["--dim", "0"], ["--lr", "abc"], ["--lr", "-1"], ["--steps", "-5"], ["--bogus"]])
+@pytest.mark.parametrize("args", [["--dim", "0"], ["--lr", "abc"], ["--lr", "-1"], ["--steps", "-5"], ["--bogus"],
+                                  ["--seed", "-1"]])
 def test_cli_argument_errors_are_one_line(args):
     result = run_cli(*args)
     assert result.returncode == 2

@@ -43,3 +43,13 @@ def test_cli_refuses_an_impossible_config_in_one_line(capsys):
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1
     assert "n_embd=10 is not divisible by n_head=4" in err
+
+
+def test_a_billion_layers_are_counted_at_once_not_tensor_by_tensor(capsys):
+    """The count once made 12 names a layer: a billion layers ran for minutes, printing nothing."""
+    config = GPTConfig(n_layer=10 ** 9)
+    one = count_parameters(GPTConfig(n_layer=1))
+    two = count_parameters(GPTConfig(n_layer=2))
+    assert count_parameters(config) == one + (10 ** 9 - 1) * (two - one) == 7_087_872_039_385_344
+    gpt2_params.main(["--n-layer", str(10 ** 9)])
+    assert "  total" in capsys.readouterr().out.splitlines()[-5]

@@ -135,3 +135,14 @@ def test_the_merged_export_keeps_the_bases_context(base, capsys):
     merged, based = GPT.from_pretrained(base / "merged"), GPT.from_pretrained(base / "base")
     assert merged.num_parameters() == based.num_parameters()
     np.testing.assert_array_equal(merged.transformer.wpe.weight.data, based.transformer.wpe.weight.data)
+
+
+def test_a_checkpoint_without_adapters_is_exported_as_a_copy_and_says_so(base, capsys):
+    assert train.main([*RUN, "--data", str(base / "text.txt"), "--n-embd", "16", "--n-head", "2", "--max-iters", "2",
+                       "--out-dir", str(base / "plain")]) == 0
+    capsys.readouterr()
+    assert export_merged.main([str(base / "plain"), str(base / "copy")]) == 0
+    out = capsys.readouterr().out
+    assert out.endswith("context 16 tokens, no adapters: copied as is\n") and "merged" not in out
+    copied, trained = (load_file(str(base / f / "model.safetensors")) for f in ("copy", "plain"))
+    assert all(np.array_equal(copied[k], trained[k]) for k in trained)

@@ -61,6 +61,16 @@ def test_the_command_prints_both_runs_and_writes_the_picture(tmp_path, capsys):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_diverging_descent_is_one_line_and_draws_nothing(tmp_path, capsys):
+    """--lr 1e30 once printed NaN losses and ended in a traceback from the plot's axis limits."""
+    out = tmp_path / "n.png"
+    with pytest.raises(SystemExit) as exit_:
+        newton.main(["--lr", "1e30", "--gd-steps", "10", "--newton-steps", "1", "--out", str(out)])
+    assert exit_.value.code == ("error: training diverged at step 1 (loss 1.266e+57) with learning rate 1e+30; try "
+                                "a smaller one, e.g. --lr 1e+29")
+    assert not out.exists() and "nan" not in capsys.readouterr().out
+
+
 def test_python_dash_m_and_the_gradient_graph_viz_draws():
     run = subprocess.run([sys.executable, "-m", "models.newton", "--help"], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)

@@ -248,8 +248,23 @@ def test_a_rerun_of_a_finished_folder_does_nothing_and_other_options_are_refused
 def test_a_file_that_is_not_utf8_is_one_line(tmp_path, capsys, content, message):
     (tmp_path / "bad.txt").write_bytes(content)
     code, _, err = run_prepare(capsys, str(tmp_path / "bad.txt"), "--out", str(tmp_path / "out"), "--tokenizer",
-                               "gpt2")
+                               "gpt2", "--val-fraction", "0")  # too short to hold a val split
     assert code == 1 and err.count("\n") == 1 and message in err and str(tmp_path / "bad.txt") in err
+    assert not (tmp_path / "out").exists()  # a failed first run leaves no empty folder
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "no text (0 bytes), so nothing to prepare"),
+    ("hello there\n", "the corpus (12 bytes) is too small to hold out a val split with --val-fraction 0.1; give "
+                      "more text, or --val-fraction 0 for none"),
+])
+def test_a_corpus_training_could_not_use_is_refused_before_any_folder_is_made(tmp_path, capsys, text, message):
+    """It once prepared 0 tokens, or 0 val tokens, and models.train refused the folder only then."""
+    (tmp_path / "t.txt").write_text(text)
+    out = tmp_path / "data" / "t"
+    code, _, err = run_prepare(capsys, str(tmp_path / "t.txt"), "--out", str(out), "--tokenizer", "char")
+    assert code == 1 and message in err and err.count("\n") == 1
+    assert not (tmp_path / "data").exists()
 
 
 def test_a_rerun_with_other_sections_starts_afresh_and_ends_the_same(tmp_path, corpus, capsys, monkeypatch):

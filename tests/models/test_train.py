@@ -1,6 +1,7 @@
 """The main job's CLI: a tiny run end to end, exact resume, what it saves and when, and one-line errors."""
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -134,7 +135,21 @@ def test_resume_checks_the_saved_options_as_if_typed(tmp_path, capsys, name, val
     state["options"][name] = value
     path.write_text(json.dumps(state))
     code, out, err = run(capsys, "--max-iters", "20", "--out-dir", str(tmp_path), "--resume")
-    assert code == 1 and err == f"train: error: {path}: {message}\n"
+    flag = "--" + name.replace("_", "-")
+    assert code == 1 and err == f"train: error: {path}: {message}; give {flag} on the command line to replace it\n"
+
+
+def test_a_relative_data_path_is_saved_whole_and_resumes_from_another_folder(tmp_path, capsys, monkeypatch):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "small.txt").write_text("To be, or not to be, that is the question.\n" * 40)
+    monkeypatch.chdir(tmp_path)
+    assert run(capsys, "--max-iters", "4", "--data", "small.txt", "--out-dir", "run")[0] == 0
+    assert json.loads((tmp_path / "run" / "train_state.json").read_text())["options"]["data"] == str(
+        tmp_path.resolve() / "small.txt")
+    monkeypatch.chdir(tmp_path / "sub")
+    code, out, err = run(capsys, "--max-iters", "6", "--out-dir", "../run", "--resume")
+    assert code == 0, err
+    assert len(history(tmp_path / "run")) == 6
 
 
 @pytest.mark.parametrize("max_iters", ["10", "5"])
@@ -361,6 +376,15 @@ def test_an_unwritable_output_folder_is_one_line(tmp_path, capsys):
     locked.mkdir(mode=0o500)
     assert parse_error(["--out-dir", str(locked / "out")]) == 2
     assert f"cannot write {locked / 'out'}: {locked} is not writable" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc, which takes no new file")
+def test_a_folder_that_takes_no_file_is_refused_at_parse_time_even_for_root(capsys):
+    """As root, os.access says /proc may be written: the lock file then failed with a bare errno line."""
+    assert parse_error(["--out-dir", "/proc/gptgrad-out"]) == 2
+    err = capsys.readouterr().err
+    assert re.match(r"python -m models.train: error: argument --out-dir: cannot write /proc/gptgrad-out: /proc "
+                    r"(takes no new file \(|is not writable)", err) and err.count("\n") == 1  # root, or not
 
 
 def test_unknown_option_is_one_line(capsys):

@@ -158,6 +158,17 @@ def test_eval_only_without_a_checkpoint_is_one_line(tmp_path, capsys, argv, mess
                                        "(see --help)\n")
 
 
+def test_eval_only_on_a_damaged_checkpoint_says_what_is_damaged(tmp_path, capsys):
+    """It once said there was no checkpoint at all, where --resume names the file and what is wrong with it."""
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "train_state.json").write_text("[")
+    with pytest.raises(SystemExit) as exit_info:
+        train.parse_args(["--eval-only", "--out-dir", str(tmp_path / "o")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m models.train: error: {tmp_path / 'o' / 'train_state.json'} is not valid JSON")
+
+
 def measured(*flops):
     """A stand-in for measure_peak_flops that returns each of `flops` in turn (the last one from then on)."""
     given = list(flops)
