@@ -89,6 +89,16 @@ MODEL_OPTIONS = ("tokenizer", "n_layer", "n_head", "n_embd", "no_bias", "init_fr
                  "lora_targets")
 RUN_OPTIONS = ("out_dir", "resume", "overwrite", "eval_only", "device", "pad_vocab", "sample_tokens",
                "no_progress", "detect_anomaly", "health_interval")
+# Options naming a file or folder: given relative, each is saved relative to the checkpoint's folder, so that a
+# run resumed from another working folder finds it, and ranks laid out alike save the same options.
+PATH_OPTIONS = ("data",)
+
+
+def saved_paths(options, folder):
+    """`options` as a checkpoint in `folder` keeps them: each relative PATH_OPTIONS path made relative to it."""
+    return {name: os.path.relpath(os.path.abspath(value), os.path.abspath(folder))
+            if name in PATH_OPTIONS and value is not None and not os.path.isabs(value) else value
+            for name, value in options.items()}
 
 FORMAT = 2  # train_state.json's layout; 1 (no "format" field) kept the optimizer's step counts apart from its buffers
 _NUMBER = (int, float)
@@ -637,6 +647,8 @@ def resume(folder, args, check, world):
     for name, old in run.options.items():
         if not hasattr(args, name):
             continue
+        if name in PATH_OPTIONS and old is not None and not os.path.isabs(old):
+            old = os.path.normpath(os.path.join(folder, old))  # saved relative to the folder (saved_paths)
         new = getattr(args, name)
         flag = "--" + name.replace("_", "-")
         if name in args.given and new != old:
