@@ -125,7 +125,8 @@ class CharTokenizer:
             raise ValueError(
                 f"CharTokenizer.encode: character {ch!r} (U+{ord(ch):04X}, first at index "
                 f"{text.index(ch)}) is not in this tokenizer's {self.vocab_size}-character "
-                "vocabulary; build the tokenizer from a text that contains it"
+                "vocabulary, the characters of the text it was built from: leave it out (a prompt), or build "
+                "the tokenizer from a text that has it"
             ) from None
 
     def decode(self, ids):

@@ -191,6 +191,10 @@ def check_out_dir(folder, resume, overwrite):
     if resume and STATE_FILE not in names:
         raise ValueError(f"--resume: no checkpoint to resume in {folder} (no {STATE_FILE} there)")
     if not resume and not overwrite and any(name in FILES for name in names):
+        if STATE_FILE not in names:  # a model's folder (a downloaded GPT-2, say), not a run of models.train
+            raise ValueError(f"{folder} holds a model ({', '.join(n for n in names if n in FILES)}) but no "
+                             f"{STATE_FILE}, so no run to resume; to train from it, give --init-from {folder} and "
+                             "another --out-dir (--overwrite would delete it)")
         iteration = saved_iteration(folder)
         what = f"the checkpoint of iteration {iteration}" if iteration is not None else "a checkpoint"
         raise ValueError(f"{folder} already holds {what}; pass --resume to continue it "

@@ -48,7 +48,7 @@ from models.training.data import Layout, TokenData, load_text
 from models.gpt import sampling
 from models.gpt.gpt2 import GPT, GPTConfig
 from models.interrupts import came_from_ctrl_c
-from models.io import atomic_path
+from models.io import atomic_path, read_json
 from models.training.parallel import PeerFailed, World
 from models.training.shards import PreparedData, check_tokenizer, data_path
 from models.gpt.tokenizer import CharTokenizer, GPT2Tokenizer
@@ -238,6 +238,12 @@ def check_combinations(args):
         raise ValueError(f"--lora-r {args.lora_r} adapts a trained model: give it one with --init-from DIR")
     if args.min_lr > args.lr:
         raise ValueError(f"--min-lr {args.min_lr} exceeds the peak --lr {args.lr}")
+    if args.init_from and not args.resume:  # refused from its config.json, before the weights and the text load
+        config = Path(args.init_from) / checkpoint.CONFIG_FILE
+        positions = read_json(config).get("n_positions") if config.is_file() else None
+        if isinstance(positions, int) and args.block_size > positions:
+            raise ValueError(f"--block-size {args.block_size} exceeds the {positions} positions of the model in "
+                             f"--init-from {args.init_from}; use --block-size {positions} or less")
     if not args.init_from and not args.resume and args.n_embd % args.n_head:
         raise ValueError(f"--n-embd {args.n_embd} is not a multiple of --n-head {args.n_head}: "
                          "every head gets n_embd / n_head features")

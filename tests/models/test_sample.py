@@ -47,7 +47,8 @@ def test_edge_values_sample(trained, capsys):
 
 @pytest.mark.parametrize("prompt, message", [
     ("", "the prompt is empty after tokenisation; pass --prompt TEXT"),
-    ("a€", "CharTokenizer.encode: character '€'"),
+    ("a€", "CharTokenizer.encode: character '€' (U+20AC, first at index 1) is not in this tokenizer's "),
+    ("a€", "the characters of the text it was built from: leave it out (a prompt), or build the tokenizer"),
 ])
 def test_a_prompt_the_tokenizer_cannot_take_is_one_line(trained, capsys, prompt, message):
     assert sample.main([str(trained), "--prompt", prompt]) == 1

@@ -177,6 +177,22 @@ def test_a_folder_with_a_checkpoint_needs_resume_or_overwrite(tmp_path, capsys):
     assert json.loads((tmp_path / "train_state.json").read_text())["iter"] == 4
 
 
+def test_a_models_folder_is_not_offered_resume_or_overwrite(tmp_path, capsys):
+    """A downloaded GPT-2 folder has no train_state.json: --resume cannot continue it, and --overwrite would delete
+    it, which the message once suggested."""
+    assert run(capsys, "--max-iters", "2", "--out-dir", str(tmp_path / "run"))[0] == 0
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (model / name).write_bytes((tmp_path / "run" / name).read_bytes())
+    with pytest.raises(SystemExit):
+        run(capsys, "--max-iters", "2", "--out-dir", str(model))
+    err = capsys.readouterr().err
+    assert err == (f"python -m models.train: error: {model} holds a model (config.json, model.safetensors) but no "
+                   f"train_state.json, so no run to resume; to train from it, give --init-from {model} and another "
+                   "--out-dir (--overwrite would delete it) (see --help)\n")
+
+
 def test_a_folder_of_other_files_is_refused(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(SystemExit):

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from models.training import train
+from tests.models.conftest import random_gpt2_folder
 from tests.models.test_train import TINY, run
 
 
@@ -244,3 +245,14 @@ def test_fine_tuning_a_char_model_on_text_with_new_characters_says_what_can_be_d
                    "weights. Train a new model on this text (without --resume or --init-from), or remove or replace "
                    "those characters in the data\n")
     assert not (tmp_path / "tuned").exists()
+
+
+def test_a_block_size_beyond_the_init_from_models_positions_is_refused_at_parse_time(tmp_path, capsys, monkeypatch):
+    """It was refused only after the weights and the text had loaded (3.7 s for GPT-2 small), with no fix named."""
+    base = random_gpt2_folder(tmp_path, "to be or not to be " * 20, n_layer=1) / "base"
+    monkeypatch.setattr(train, "load_text", lambda *a: pytest.fail("the text was read before the refusal"))
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(["--init-from", str(base), "--block-size", "64", "--out-dir", str(tmp_path / "o")])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (f"python -m models.train: error: --block-size 64 exceeds the 32 positions of "
+                                       f"the model in --init-from {base}; use --block-size 32 or less (see --help)\n")
