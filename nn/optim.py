@@ -493,12 +493,14 @@ def warmup_cosine(step, max_lr, warmup_steps, decay_steps, min_lr=0.0):
 
 
 class WarmupCosineLR:
-    """Sets every group's lr from `warmup_cosine` each time `step()` is called (once per iteration).
+    """Sets the groups' lr from `warmup_cosine` each time `step()` is called (once per iteration).
 
     Constructing it sets the lr of step `last_step + 1`: step 0 for a fresh run,
     or the step a resumed run continues from (as PyTorch's `last_epoch`).
-    `max_lr` defaults to the optimizer's (first group's) lr. Every argument is
-    checked here, not at the first step that would trip on it.
+    `max_lr` and `min_lr` are the first group's (max_lr defaults to its lr);
+    every other group keeps the ratio its lr had to the first's at construction,
+    as PyTorch's schedulers keep each group's own. Every argument is checked
+    here, not at the first step that would trip on it.
     """
 
     def __init__(self, optimizer, warmup_steps, decay_steps, min_lr=0.0, max_lr=None, last_step=-1):
@@ -509,6 +511,8 @@ class WarmupCosineLR:
         check("WarmupCosineLR", "last_step", last_step, "[-1, inf)", integer=True)
         self.optimizer, self.max_lr = optimizer, max_lr
         self.warmup_steps, self.decay_steps, self.min_lr = warmup_steps, decay_steps, min_lr
+        first = optimizer.param_groups[0]["lr"]
+        self.ratios = [group["lr"] / first if first else 1.0 for group in optimizer.param_groups]
         self.last_step = last_step
         self.step()
 
@@ -518,8 +522,8 @@ class WarmupCosineLR:
     def step(self):
         self.last_step += 1
         lr = self.get_lr(self.last_step)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        for i, group in enumerate(self.optimizer.param_groups):  # a group added since keeps the first's lr
+            group["lr"] = lr * (self.ratios[i] if i < len(self.ratios) else 1.0)
         return lr
 
     def state_dict(self):

@@ -232,6 +232,24 @@ def test_warmup_cosine_lr_sets_every_groups_lr():
     assert opt.param_groups[1]["lr"] == pytest.approx(0.55)
 
 
+def test_warmup_cosine_lr_keeps_each_groups_ratio_to_the_first_as_pytorchs_schedulers_do():
+    """It once set every group to the first group's schedule, so a group given a tenth of the lr lost it."""
+    torch = pytest.importorskip("torch")
+    a, b = param([1.0]), param([2.0])
+    opt = AdamW([{"params": [a], "lr": 1e-3}, {"params": [b], "lr": 1e-4}])
+    sched = WarmupCosineLR(opt, warmup_steps=2, decay_steps=10, min_lr=1e-5)
+    t = [torch.nn.Parameter(torch.ones(1)) for _ in range(2)]
+    t_opt = torch.optim.AdamW([{"params": [t[0]], "lr": 1e-3}, {"params": [t[1]], "lr": 1e-4}])
+    t_sched = torch.optim.lr_scheduler.LambdaLR(t_opt, lambda step: warmup_cosine(step, 1.0, 2, 10, 1e-2))
+    for _ in range(12):
+        assert [g["lr"] for g in opt.param_groups] == pytest.approx([g["lr"] for g in t_opt.param_groups],
+                                                                     rel=1e-12)
+        sched.step()
+        t_opt.step()
+        t_sched.step()
+    assert opt.param_groups[1]["lr"] == pytest.approx(1e-6)  # min_lr is the first group's: 1e-5 / 10
+
+
 def test_warmup_cosine_lr_state_round_trip():
     opt = SGD([param([1.0])], lr=1.0)
     sched = WarmupCosineLR(opt, warmup_steps=10, decay_steps=110, min_lr=0.1)
