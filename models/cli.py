@@ -229,14 +229,19 @@ GPT2_HUB_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
 
 
 def model_folder(text):
-    """A `type=` function: a folder that exists, to load a model from; for GPT-2's names, how to get the folder.
+    """A `type=` function: a folder that exists, to load a model from; for GPT-2's names, how to get the folder."""
+    return input_folder(hub_name(text))
+
+
+def hub_name(text):
+    """A `type=` function: `text` as given, unless it is one of GPT-2's names with no such folder here.
 
     Nothing here downloads: `--init-from gpt2` means a folder named gpt2, and
     where there is none the one line says how to fetch one on a machine with
     internet and bring it here.
     """
     if text not in GPT2_HUB_NAMES or Path(text).exists():
-        return input_folder(text)
+        return text
     raise argparse.ArgumentTypeError(
         f"no folder {text}; nothing is downloaded here, so on a machine with internet run "
         f"`hf download openai-community/{text} config.json model.safetensors --local-dir {text}` "

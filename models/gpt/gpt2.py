@@ -345,7 +345,7 @@ class GPT(nn.Module):
         (models/gpt/decode.py; GPT_DECODE chooses the path on any device).
         """
         sampling.check_arguments(max_new_tokens, temperature, top_k, top_p)
-        ids, give_back = sampling.as_batch(idx)
+        ids, give_back = sampling.as_batch(idx, self.config.vocab_size)
         B, T = ids.shape
         sampling.check_fits_memory(B, T + max_new_tokens)
         self._check_ids(ids[:, -self.config.block_size:])

@@ -95,8 +95,9 @@ def check_fits_memory(rows, length, what="generate: max_new_tokens", available=N
                          f"this machine's {available / 2 ** 30:,.1f} GiB of memory; ask for fewer")
 
 
-def as_batch(idx):
-    """`idx` as a (B, T) int64 host array, and a function that turns the output back into idx's kind."""
+def as_batch(idx, vocab_size):
+    """`idx` as a (B, T) int64 host array, and a function that turns the output back into idx's kind (and dtype,
+    which must hold every id below `vocab_size`: a uint8 prompt would get new ids wrapped modulo 256)."""
     if isinstance(idx, Tensor):
         device = idx.device
         ids = idx.numpy()
@@ -105,9 +106,17 @@ def as_batch(idx):
         ids = idx
         back = lambda out: (out if ids.ndim == 2 else out[0]).astype(ids.dtype)  # noqa: E731
     else:
-        ids = np.asarray(idx)
+        try:
+            ids = np.asarray(idx)
+        except ValueError:  # NumPy's "inhomogeneous shape"
+            lengths = sorted({len(row) for row in idx if hasattr(row, "__len__")})
+            raise ValueError(f"generate: the prompts of a batch must have one length, got lengths {lengths}; pad "
+                             "them to one length, or generate for each prompt on its own") from None
         back = lambda out: (out if ids.ndim == 2 else out[0]).tolist()  # noqa: E731
     if ids.dtype.kind not in "iu" or ids.ndim not in (1, 2) or ids.shape[-1] == 0:
         raise ValueError(f"generate: idx must be non-empty integer token ids of shape (B, T) or (T,), "
                          f"got dtype {ids.dtype} and shape {ids.shape}")
+    if np.iinfo(ids.dtype).max < vocab_size - 1:
+        raise ValueError(f"generate: idx is {ids.dtype}, which cannot hold this model's token ids (0 to "
+                         f"{vocab_size - 1:,}); pass int32 or int64 ids")
     return (ids if ids.ndim == 2 else ids[None]).astype(np.int64), back

@@ -335,6 +335,19 @@ def test_top_k_one_and_tiny_top_p_are_greedy(options):
     assert model.generate([[4, 4, 2]], 10, **{"temperature": 2.0, **options}) == greedy
 
 
+def test_generate_refuses_ids_its_output_dtype_cannot_hold_and_ragged_prompts():
+    """A uint8 prompt once came back with every new id wrapped modulo 256, and prompts of two lengths ended in
+    NumPy's 'inhomogeneous shape'."""
+    model = tiny(vocab_size=300)
+    with pytest.raises(ValueError, match=r"^generate: idx is uint8, which cannot hold this model's token ids \(0 to "
+                                         r"299\); pass int32 or int64 ids$"):
+        model.generate(np.array([[1, 2]], dtype=np.uint8), 3)
+    assert model.generate(np.array([[1, 2]], dtype=np.int16), 3).dtype == np.int16  # 299 fits
+    with pytest.raises(ValueError, match=r"^generate: the prompts of a batch must have one length, got lengths "
+                                         r"\[2, 3\]; pad them"):
+        model.generate([[1, 2, 3], [4, 5]], 3)
+
+
 def test_generate_keeps_the_input_kind_and_mode():
     model = tiny()
     model.train()

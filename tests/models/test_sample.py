@@ -102,3 +102,15 @@ def test_a_temperature_too_small_to_divide_by_samples_as_greedy_as_generate_does
     assert sample.main([*argv, "--temperature", temperature]) == 0
     assert capsys.readouterr().out == greedy
     assert greedy != "ab" + "\n" * 12 + "\n"  # not token 0 of the vocabulary ("\n") every time, as before
+
+
+def test_a_gpt2_name_with_no_folder_here_says_how_to_fetch_it(tmp_path, capsys, monkeypatch):
+    """It said to train one with models.train, which does not give you GPT-2."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        sample.main(["gpt2-medium"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m models.sample: error: argument checkpoint: no folder gpt2-medium; nothing is "
+                          "downloaded here, so on a machine with internet run `hf download "
+                          "openai-community/gpt2-medium") and err.count("\n") == 1
