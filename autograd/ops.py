@@ -384,6 +384,11 @@ class GELU(Function):
         if kernel is not None:
             self.save(x, None)  # the fused kernel (CUDA's or numba's) rebuilds s in backward
             return kernel(x)
+        s = self._sigmoid_2u(x)
+        self.save(x, s)
+        return x * s
+
+    def _sigmoid_2u(self, x):
         s = self.xp.multiply(x, x, out=self.xp.empty_like(x))  # out=: an array even for 0-d x
         s *= -2 * self.C * self.A
         s -= 2 * self.C
@@ -392,8 +397,7 @@ class GELU(Function):
             self.xp.exp(s, out=s)
         s += 1
         self.xp.reciprocal(s, out=s)  # s = σ(2u)
-        self.save(x, s)
-        return x * s
+        return s
 
     def saved_in_graph(self, inputs, out):
         x = inputs[0]
@@ -401,8 +405,11 @@ class GELU(Function):
 
     def backward(self, g):
         x, s = self.saved
-        if s is None:  # forward ran the fused kernel
-            return kernels.fused("gelu_backward", x)(x, g)
+        if s is None:  # forward ran the fused kernel: its backward, or s rebuilt where the kernels were turned off
+            kernel = kernels.fused("gelu_backward", x)
+            if kernel is not None:
+                return kernel(x, g)
+            s = self._sigmoid_2u(x)
         dx = self.xp.multiply(x, x, out=self.xp.empty_like(x))
         dx *= 6 * self.C * self.A
         dx += 2 * self.C  # 2u′

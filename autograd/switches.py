@@ -11,11 +11,16 @@ import os
 from dataclasses import dataclass
 
 
+class SwitchError(ValueError):
+    """A switch set to a value it does not take; ops pass it on as it is (it is not about their inputs)."""
+
+
 @dataclass(frozen=True)
 class Switch:
     default: str  # what holds when the variable is unset, as docs/switches.md says it
     read: str  # when the code reads it
     does: str
+    values: tuple = ("0", "1")  # what it may be set to: anything else is refused, naming the switch
 
 
 SWITCHES = {
@@ -40,13 +45,19 @@ SWITCHES = {
         read="at each generate() call",
         does="how generate decodes each new token: dynamic (the model's forward with a growing KV cache), static "
              "(a preallocated cache and fixed kernels, on the CPU their NumPy twins) or graph (the static step "
-             "captured once as a CUDA graph)"),
+             "captured once as a CUDA graph)",
+        values=("dynamic", "static", "graph")),
 }
 
 
 def read(name):
-    """The switch `name` as the environment sets it now, or None where it is unset."""
+    """The switch `name` as the environment sets it now, or None where it is unset; a value it does not take is
+    refused (AUTOGRAD_FUSED=off would otherwise leave the kernels on without a word)."""
     if name not in SWITCHES:
         raise KeyError(f"{name} is not one of the project's switches ({', '.join(SWITCHES)}): add it to "
                        "autograd/switches.py and docs/switches.md")
-    return os.environ.get(name)
+    value = os.environ.get(name)
+    if value is not None and value not in SWITCHES[name].values:
+        raise SwitchError(f"{name}={value!r} is not one of {', '.join(SWITCHES[name].values)} (docs/switches.md); "
+                         f"set one of those, or unset it")
+    return value

@@ -27,6 +27,7 @@ import numpy as np
 
 from . import backend
 from .intervals import check
+from .switches import SwitchError
 
 _default_dtype = np.dtype(np.float32)
 _grad_enabled = True
@@ -173,7 +174,7 @@ class Function:
         op.needs_grad = tuple(t._requires_grad for t in inputs) if _grad_enabled else (False,) * len(inputs)
         try:
             out = op.forward(*[t._data for t in inputs], **params)
-        except ShapeError:
+        except (ShapeError, SwitchError):
             raise
         except TypeError as exc:  # NumPy refusing to write a float result into an integer array, say
             kinds = [t._data.dtype for t in inputs]

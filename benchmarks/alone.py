@@ -20,15 +20,18 @@ import subprocess
 import sys
 import time
 
-from models.cli import Parser
+from models.cli import Parser, interval
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+COUNT = interval(int, "[1, inf)")  # `type=` of a count of rounds, steps or repeats: a median needs one at least
 
 
 def parser(prog, description, peers, rounds=3):
     """The options every benchmark shares; `--peer` (internal) makes this process measure one peer."""
     p = Parser(prog, description)
-    p.add_argument("--rounds", type=int, default=rounds, help="fresh processes per peer, in alternating order")
+    p.add_argument("--rounds", type=COUNT, default=rounds, help="fresh processes per peer, in alternating order")
     p.add_argument("--threads", type=int, default=2, help="BLAS and OpenMP threads of every peer")
     p.add_argument("--peers", default=",".join(peers), help=f"the peers to run, comma-separated, from {peers}")
     p.add_argument("--peer", choices=peers, help=argparse.SUPPRESS)

@@ -68,7 +68,7 @@ def mean_seconds(step, steps, warmup=3):
 
 def main(argv=None):
     parser = alone.parser("python -m benchmarks.anomaly", __doc__.splitlines()[0], PEERS, rounds=3)
-    parser.add_argument("--steps", type=int, default=50, help="timed steps per process")
+    parser.add_argument("--steps", type=alone.COUNT, default=50, help="timed steps per process")
     parser.add_argument("--interval", type=int, default=50, help="the health report's interval")
     args = parser.parse_args(argv)
     if args.peer:

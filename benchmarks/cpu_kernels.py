@@ -89,9 +89,9 @@ def switched(fused, run):
 
 
 def main(argv=None):
-    from models.cli import Parser
+    from models.cli import Parser, interval
     parser = Parser("python -m benchmarks.cpu_kernels", __doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=30, help="timed calls of each variant")
+    parser.add_argument("--repeats", type=interval(int, "[1, inf)"), default=30, help="timed calls of each variant")
     args = parser.parse_args(argv)
     import autograd as ag
     from autograd.kernels import runtime

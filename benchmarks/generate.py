@@ -73,7 +73,7 @@ def main(argv=None):
     parser = alone.parser("python -m benchmarks.generate", __doc__.splitlines()[0], PEERS)
     parser.add_argument("--model", choices=sorted(MODELS), default="char")
     parser.add_argument("--new-tokens", type=int, help="tokens to generate (default: 63 for char, 256 for gpt2)")
-    parser.add_argument("--repeats", type=int, help="timed generations per process (default: 20 char, 2 gpt2)")
+    parser.add_argument("--repeats", type=alone.COUNT, help="timed generations per process (default: 20 char, 2 gpt2)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.set_defaults(peers=DEFAULT_PEERS)
     args = parser.parse_args(argv)

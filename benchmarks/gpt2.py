@@ -26,7 +26,7 @@ SHAPES = {"gpt2-small": GPT2_SMALL, "shakespeare-char": SHAKESPEARE_CHAR}
 
 def main(argv=None):
     parser = alone.parser("python -m benchmarks.gpt2", __doc__.splitlines()[0], PEERS, rounds=2)
-    parser.add_argument("--steps", type=int, default=5, help="timed runs of each workload per process")
+    parser.add_argument("--steps", type=alone.COUNT, default=5, help="timed runs of each workload per process")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")

@@ -152,14 +152,17 @@ def kernels():
 
 def main(argv=None):
     parser = Parser("python -m benchmarks.gpu", __doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10, help="timed training steps per process")
+    parser.add_argument("--steps", type=alone.COUNT, default=10, help="timed training steps per process")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--new-tokens", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=2, help="fresh processes per peer")
+    parser.add_argument("--rounds", type=alone.COUNT, default=2, help="fresh processes per peer")
     parser.add_argument("--peak-tflops", type=float, default=None, help="default: measured TF32 matmul rate")
     args = parser.parse_args(argv)
-    peak = args.peak_tflops * 1e12 if args.peak_tflops else peak_flops()  # a clear error without CuPy or a GPU
+    try:
+        peak = args.peak_tflops * 1e12 if args.peak_tflops else peak_flops()
+    except RuntimeError as exc:  # no CuPy, or no GPU: the engine's own one line
+        parser.error(str(exc))
     print(f"GPU peak for MFU: {peak / 1e12:.0f} TFLOP/s (TF32 matmul)")
 
     step_argv = ["--device", "cuda", "--batch", str(args.batch), "--seq", str(args.seq), "--steps", str(args.steps),

@@ -94,7 +94,7 @@ def torch_step():
 
 def main(argv=None):
     parser = alone.parser("python -m benchmarks.lora", __doc__.splitlines()[0], PEERS, rounds=1)
-    parser.add_argument("--steps", type=int, default=2, help="timed steps per process")
+    parser.add_argument("--steps", type=alone.COUNT, default=2, help="timed steps per process")
     args = parser.parse_args(argv)
     if args.peer:
         step, state_bytes = torch_step() if args.peer == "torch-lora" else ours_step(args.peer)

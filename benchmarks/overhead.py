@@ -54,7 +54,7 @@ def chain(peer, rounds):
 def main(argv=None):
     parser = alone.parser("python -m benchmarks.overhead", __doc__.splitlines()[0], PEERS, rounds=4)
     parser.add_argument("--ops", type=int, default=200, help="ops in the chain")
-    parser.add_argument("--repeats", type=int, default=200, help="timed runs of the chain per process")
+    parser.add_argument("--repeats", type=alone.COUNT, default=200, help="timed runs of the chain per process")
     args = parser.parse_args(argv)
     rounds = args.ops // OPS_PER_ROUND
     n_ops = rounds * OPS_PER_ROUND + 1  # + the final sum

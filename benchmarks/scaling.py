@@ -21,6 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from models.cli import interval
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 1.6
 SETUPS = [("1 rank, 1 thread", 1, 1), ("2 ranks, 1 thread each", 2, 1), ("1 process, 2 threads", 1, 2)]
@@ -49,8 +51,9 @@ def run(ranks, threads, max_iters, out_dir):
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--max-iters", type=int, default=150, help="training iterations per run")
+    p.add_argument("--rounds", type=interval(int, "[1, inf)"), default=3)
+    p.add_argument("--max-iters", type=interval(int, "[2, inf)"), default=150,
+                   help="training iterations per run (the first is not timed: 2 at least)")
     args = p.parse_args(argv)
     results = {name: [] for name, _, _ in SETUPS}
     with tempfile.TemporaryDirectory() as scratch:

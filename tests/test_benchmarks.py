@@ -1,6 +1,9 @@
 """The benchmarks' own machinery, where a mistake would skew every figure they print."""
+import importlib
 import threading
 import time
+
+import pytest
 
 from benchmarks.contention import take_turns
 
@@ -51,3 +54,15 @@ def test_the_idle_ratio_compares_each_round_s_two_peers_not_the_pooled_steps(cap
     report(results)
     line = [s for s in capsys.readouterr().out.splitlines() if "ours / torch" in s][0]
     assert "0.82× the time, the median of the rounds' 0.80, 0.84 (≤ 0.85×: met)" in line
+
+
+@pytest.mark.parametrize("module, argv", [
+    ("train_step", ["--steps", "0"]), ("overhead", ["--repeats", "0"]), ("overhead", ["--rounds", "0"]),
+    ("cpu_kernels", ["--repeats", "0"]), ("scaling", ["--max-iters", "1"]), ("prepare", ["--iters", "1"]),
+])
+def test_a_count_no_median_can_come_from_is_refused_at_parse_time(module, argv, capsys):
+    """--steps 0 once ended in statistics.StatisticsError after the processes had run."""
+    with pytest.raises(SystemExit) as exit_:
+        importlib.import_module(f"benchmarks.{module}").main(argv)
+    assert exit_.value.code == 2
+    assert f"argument {argv[0]}: must be in [" in capsys.readouterr().err

@@ -1,5 +1,8 @@
 """The switches table (autograd/switches.py, docs/switches.md) against what the code reads."""
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,3 +48,21 @@ def test_the_docs_table_lists_each_switch_with_its_default_and_when_it_is_read()
 def test_an_unknown_switch_is_refused_by_name():
     with pytest.raises(KeyError, match="AUTOGRAD_FUSSED is not one of the project's switches"):
         switches.read("AUTOGRAD_FUSSED")
+
+
+@pytest.mark.parametrize("name, value", [("AUTOGRAD_FUSED", "off"), ("AUTOGRAD_SHARED_POOL", "no"),
+                                         ("AUTOGRAD_KEEP_FREED_MEMORY", "true"), ("GPT_DECODE", "fast")])
+def test_a_value_a_switch_does_not_take_is_refused_by_name(monkeypatch, name, value):
+    """AUTOGRAD_FUSED=off once left the kernels on without a word: only "0" turned them off."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=rf"^{name}='{value}' is not one of {', '.join(switches.SWITCHES[name].values)} "
+                                         r"\(docs/switches.md\); set one of those, or unset it$"):
+        switches.read(name)
+
+
+def test_a_bad_switch_read_at_import_ends_a_command_in_one_line():
+    run = subprocess.run([sys.executable, "-m", "models.train", "--help"], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "AUTOGRAD_KEEP_FREED_MEMORY": "true"}, timeout=120)
+    assert run.returncode == 1 and run.stdout == ""
+    assert run.stderr == ("train: error: AUTOGRAD_KEEP_FREED_MEMORY='true' is not one of 0, 1 (docs/switches.md); "
+                          "set one of those, or unset it\n")

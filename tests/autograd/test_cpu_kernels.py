@@ -623,6 +623,21 @@ def test_the_composed_op_runs_for_float64_for_small_arrays_and_with_AUTOGRAD_FUS
     assert kernels.fused("layer_norm_forward", big) is None
 
 
+def test_turning_the_kernels_off_between_forward_and_backward_keeps_backward_working(monkeypatch):
+    """switches.md: AUTOGRAD_FUSED is read at every lookup, so setting it mid-run counts. GELU's backward looked
+    its kernel up again and called None."""
+    x = np.linspace(-3, 3, 65536, dtype=np.float32).reshape(256, 256)  # above the kernel's smallest size
+    monkeypatch.setenv("AUTOGRAD_FUSED", "0")
+    composed = grads(lambda t: t.gelu(), x)
+    monkeypatch.setenv("AUTOGRAD_FUSED", "1")
+    leaf = ag.Tensor(x.copy(), requires_grad=True)
+    out = leaf.gelu()  # the fused forward, which saves no σ(2u)
+    assert out.op.saved[1] is None
+    monkeypatch.setenv("AUTOGRAD_FUSED", "0")
+    (out * ag.Tensor(np.random.default_rng(1).standard_normal(out.shape).astype(np.float32))).sum().backward()
+    close([out.data, leaf.grad], composed)
+
+
 def test_without_numba_every_op_keeps_its_numpy_path(monkeypatch):
     monkeypatch.setitem(sys.modules, "numba", None)  # `import numba` now raises ImportError
     monkeypatch.delitem(sys.modules, "autograd.kernels.cpu")
