@@ -40,6 +40,11 @@ def parse_args(argv=None):
     p.add_argument("--no-cache", action="store_true", help="recompute the whole prefix for every token")
     args = p.parse_args(argv)
     try:
+        args.prompt.encode("utf-8")
+    except UnicodeEncodeError as exc:  # bytes of another encoding, which Python keeps as lone surrogates
+        p.error(f"--prompt holds bytes that are not UTF-8 (at character {exc.start}); pass UTF-8 text, or put "
+                "the text in a file and convert it (iconv -t utf-8) for --prompt-file")
+    try:
         sampling.check_fits_memory(1, 1 + args.max_new_tokens, "--max-new-tokens")
     except ValueError as exc:
         p.error(str(exc))

@@ -114,3 +114,13 @@ def test_a_gpt2_name_with_no_folder_here_says_how_to_fetch_it(tmp_path, capsys, 
     assert err.startswith("python -m models.sample: error: argument checkpoint: no folder gpt2-medium; nothing is "
                           "downloaded here, so on a machine with internet run `hf download "
                           "openai-community/gpt2-medium") and err.count("\n") == 1
+
+
+def test_a_prompt_of_bytes_that_are_not_utf8_is_refused_at_parse_time(capsys):
+    """A shell passes them as lone surrogates, which GPT-2's byte encoder met as a bare UnicodeEncodeError."""
+    with pytest.raises(SystemExit) as exit_:
+        sample.main(["no-such-folder", "--prompt", "ab\udcff"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == ("python -m models.sample: error: --prompt holds bytes that are not UTF-8 (at "
+                                       "character 2); pass UTF-8 text, or put the text in a file and convert it "
+                                       "(iconv -t utf-8) for --prompt-file (see --help)\n")
