@@ -27,12 +27,14 @@ SHAPES = {"gpt2-small": GPT2_SMALL, "shakespeare-char": SHAKESPEARE_CHAR}
 def main(argv=None):
     parser = alone.parser("python -m benchmarks.gpt2", __doc__.splitlines()[0], PEERS, rounds=2)
     parser.add_argument("--steps", type=alone.COUNT, default=5, help="timed runs of each workload per process")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--batch", type=alone.COUNT, default=1)
+    parser.add_argument("--seq", type=alone.COUNT, default=128)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="gpt2-small", help="the model")
     args = parser.parse_args(argv)
     shape = SHAPES[args.shape]
+    if args.seq > shape["block_size"]:
+        parser.error(f"--seq {args.seq} exceeds {args.shape}'s block size {shape['block_size']}")
     if args.peer:
         runs = (ours_runs if args.peer == "ours" else torch_runs)(shape, args.batch, args.seq, args.device)
         loss, fwd_bwd = median_seconds(runs["fwd_bwd"], args.steps, warmup=2)

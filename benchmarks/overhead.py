@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from benchmarks import alone
+from models.cli import interval
 
 PEERS = ["ours", "torch", "numpy"]
 OPS_PER_ROUND = 4  # matmul, add, tanh, mul
@@ -53,7 +54,8 @@ def chain(peer, rounds):
 
 def main(argv=None):
     parser = alone.parser("python -m benchmarks.overhead", __doc__.splitlines()[0], PEERS, rounds=4)
-    parser.add_argument("--ops", type=int, default=200, help="ops in the chain")
+    parser.add_argument("--ops", type=interval(int, f"[{OPS_PER_ROUND}, inf)"), default=200,
+                        help=f"ops in the chain, before its final sum (a multiple of {OPS_PER_ROUND}: rounded down)")
     parser.add_argument("--repeats", type=alone.COUNT, default=200, help="timed runs of the chain per process")
     args = parser.parse_args(argv)
     rounds = args.ops // OPS_PER_ROUND
@@ -68,7 +70,8 @@ def main(argv=None):
             times.append(time.perf_counter() - start)
         alone.emit(args.peer, {"us_per_op": statistics.median(times) / n_ops * 1e6})
         return
-    print(f"{n_ops}-op chain on 8x8 float32, {args.repeats} runs per process; numpy is the forward alone")
+    print(f"a chain of {n_ops - 1} ops and its sum on 8x8 float32, {args.repeats} runs per process; numpy is the "
+          "forward alone")
     results = alone.run("benchmarks.overhead", args, argv)
     alone.report(results, "us_per_op", "time per op, forward + backward", "us/op", digits=2, memory=False)
 

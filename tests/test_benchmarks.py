@@ -59,6 +59,7 @@ def test_the_idle_ratio_compares_each_round_s_two_peers_not_the_pooled_steps(cap
 @pytest.mark.parametrize("module, argv", [
     ("train_step", ["--steps", "0"]), ("overhead", ["--repeats", "0"]), ("overhead", ["--rounds", "0"]),
     ("cpu_kernels", ["--repeats", "0"]), ("scaling", ["--max-iters", "1"]), ("prepare", ["--iters", "1"]),
+    ("gpt2", ["--seq", "0"]),
 ])
 def test_a_count_no_median_can_come_from_is_refused_at_parse_time(module, argv, capsys):
     """--steps 0 once ended in statistics.StatisticsError after the processes had run."""
@@ -66,3 +67,10 @@ def test_a_count_no_median_can_come_from_is_refused_at_parse_time(module, argv, 
         importlib.import_module(f"benchmarks.{module}").main(argv)
     assert exit_.value.code == 2
     assert f"argument {argv[0]}: must be in [" in capsys.readouterr().err
+
+
+def test_a_sequence_longer_than_the_models_context_is_refused_at_parse_time(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        importlib.import_module("benchmarks.gpt2").main(["--shape", "shakespeare-char", "--seq", "300"])
+    assert exit_.value.code == 2
+    assert "--seq 300 exceeds shakespeare-char's block size 256" in capsys.readouterr().err
