@@ -16,7 +16,7 @@ recorded graph under two settings and names the first op, forward then
 backward, where the runs part.
 """
 from .backend import manual_seed, get_rng_state, set_rng_state, seeded, keep_freed_memory
-from .tensor import (Tensor, Function, ShapeError, no_grad, name_scope, is_grad_enabled,
+from .tensor import (Tensor, Function, ShapeError, no_grad, enable_grad, name_scope, is_grad_enabled,
                      set_default_dtype, get_default_dtype, topological_order, backward_steps, root_grad)
 from .value import Constant, Value
 from . import ops  # noqa: F401  (defining the ops gives Tensor's methods theirs: tensor.py's _ops)
@@ -29,7 +29,8 @@ from .anomaly import detect_anomaly, AnomalyError
 from .divergence import diverge
 
 __all__ = [
-    "Tensor", "Value", "Constant", "Function", "ShapeError", "no_grad", "name_scope", "is_grad_enabled",
+    "Tensor", "Value", "Constant", "Function", "ShapeError", "no_grad", "enable_grad", "name_scope",
+    "is_grad_enabled",
     "set_default_dtype", "get_default_dtype", "manual_seed", "get_rng_state", "set_rng_state",
     "seeded", "keep_freed_memory",
     "concat", "stack", "split", "where", "softmax", "log_softmax", "cross_entropy", "embedding",

@@ -22,7 +22,7 @@ import functools
 from . import backend, functional, ops
 from . import tensor as _tensor
 from .gradcheck import jacobian
-from .tensor import Tensor, _as_array, name_scope, root_grad
+from .tensor import Tensor, _as_array, enable_grad, name_scope, root_grad
 
 
 class Namespace:
@@ -106,12 +106,8 @@ def vjp_in_graph(op, out, g, step):
     twin.xp, twin.last_use = namespace(out.device), False
     twin.saved = twin.saved_in_graph(op.inputs, out)
     label = f"backward {step}: {op.name}"
-    recording, _tensor._grad_enabled = _tensor._grad_enabled, True
-    try:
-        with name_scope(f"{op.scope}.{label}" if op.scope else label):
-            grads = twin.backward(g)
-    finally:
-        _tensor._grad_enabled = recording
+    with enable_grad(), name_scope(f"{op.scope}.{label}" if op.scope else label):
+        grads = twin.backward(g)
     grads = grads if isinstance(grads, tuple) else (grads,)
     return tuple(pg if pg is None or isinstance(pg, Tensor) else Tensor._make(pg, out.device, False, None)
                  for pg in grads)
@@ -145,15 +141,12 @@ def _root(outputs, grad_outputs, create_graph):
     if len(outputs) == 1:
         out, v = outputs[0], grad_outputs[0]
         return out, root_tensor(out, v, "grad") if create_graph else root_grad(out, _data(v), "grad")
-    recording, _tensor._grad_enabled = _tensor._grad_enabled, True
-    try:
+    with enable_grad():
         total = None
         for out, v in zip(outputs, grad_outputs):
             seed = root_tensor(out, v, "grad")
             part = (out * seed).sum()
             total = part if total is None else total + part
-    finally:
-        _tensor._grad_enabled = recording
     one = backend.xp_for(total.device).ones_like(total.data)
     return total, Tensor._make(one, total.device, False, None) if create_graph else one
 
@@ -188,9 +181,14 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     for i, x in enumerate(inputs):
         wanted.setdefault(id(x), []).append(i)
     found, adopted = [None] * len(inputs), {id(seed)}  # the caller may hold the seed (grad_outputs)
-    for t, g, _ in _tensor.backward_steps(root, seed, free, create_graph):
-        for i in wanted.get(id(t), ()):
-            found[i] = g if create_graph else Tensor._make(_tensor.own_gradient(g, t, adopted), t.device, False, None)
+    outer, _tensor._grad_only = _tensor._grad_only, True
+    try:
+        for t, g, _ in _tensor.backward_steps(root, seed, free, create_graph):
+            for i in wanted.get(id(t), ()):
+                found[i] = g if create_graph else Tensor._make(_tensor.own_gradient(g, t, adopted), t.device, False,
+                                                               None)
+    finally:
+        _tensor._grad_only = outer
     missing = [i for i, g in enumerate(found) if g is None]
     if missing and not allow_unused:
         raise RuntimeError(f"grad: input {missing[0]} was not used to compute the outputs (no path leads from it "

@@ -20,8 +20,8 @@ place (x[key] += g), the rule calls `_add_at`, an op of its own on tensors.
 """
 import math
 
-from . import backend, kernels
-from .tensor import Function, ShapeError, Tensor, _scopes, name_scope, no_grad
+from . import backend, kernels, tensor
+from .tensor import Function, ShapeError, Tensor, _scopes, enable_grad, name_scope, no_grad
 
 
 def _constants_only(op, inputs, out):
@@ -1095,9 +1095,15 @@ class Checkpoint(Function):
         return out.data
 
     def backward(self, g):
+        if tensor._grad_only:
+            raise RuntimeError(
+                "checkpoint: its backward adds the gradients of fn's parameters into their .grad, as backward() "
+                "does, so ag.grad (which returns gradients and writes no .grad) cannot go through it; call "
+                "loss.backward(), or call fn without ag.checkpoint where you need ag.grad")
         n = self.n_inputs
         leaves = [Tensor(x.data, requires_grad=need) for x, need in zip(self.inputs[:n], self.needs_grad)]
-        with backend.replaying(self.device, self.rng), backend.replaying_host(self.host_rngs):
+        # recording on: a backward() called inside no_grad() still needs fn's graph to go through
+        with backend.replaying(self.device, self.rng), backend.replaying_host(self.host_rngs), enable_grad():
             out = self.fn(*leaves)
         if out.requires_grad:
             out.backward(g)  # fn's parameters (params= among them) accumulate their own gradients here

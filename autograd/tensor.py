@@ -34,6 +34,7 @@ _grad_enabled = True
 _scopes = []  # dotted names of the modules whose forward is running, innermost last
 _anomaly = None  # the active detect_anomaly (autograd/anomaly.py), checking every op; None: no check at all
 _changes = 0  # how many times a tensor's array was changed in place (Tensor.mark_changed); each op notes it
+_grad_only = False  # True while ag.grad walks a graph: it returns the gradients and writes no .grad
 
 _SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 FLOAT_KINDS = "f"
@@ -75,6 +76,18 @@ class no_grad(contextlib.ContextDecorator):
     def __exit__(self, *exc):
         global _grad_enabled
         _grad_enabled = self._previous.pop()
+
+
+@contextlib.contextmanager
+def enable_grad():
+    """Record again inside no_grad() (PyTorch's enable_grad): for work that builds a graph whatever the caller's
+    mode, such as a backward that recomputes its forward (Checkpoint) or records its own VJPs (create_graph)."""
+    global _grad_enabled
+    previous, _grad_enabled = _grad_enabled, True
+    try:
+        yield
+    finally:
+        _grad_enabled = previous
 
 
 @contextlib.contextmanager

@@ -111,11 +111,24 @@ class ModuleList(Module):
             self.append(module)
 
     def append(self, module):
+        if not isinstance(module, Module):  # else it would be a plain attribute, never called nor trained
+            raise TypeError(f"{type(self).__name__}: item {len(self._modules)} ({type(module).__name__}) is not an "
+                            "nn.Module; wrap it in a Module whose forward calls it")
         setattr(self, str(len(self._modules)), module)
         return self
 
     def __getitem__(self, index):
-        return list(self._modules.values())[index]
+        """A module, or for a slice a new container of this kind holding those modules (as in PyTorch)."""
+        modules = list(self._modules.values())
+        if isinstance(index, slice):
+            picked = type(self).__new__(type(self))
+            ModuleList.__init__(picked, modules[index])
+            return picked
+        try:
+            return modules[index]
+        except IndexError:
+            raise IndexError(f"{type(self).__name__}: index {index} is out of range for {len(modules)} "
+                             "modules") from None
 
     def __len__(self):
         return len(self._modules)

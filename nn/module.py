@@ -60,6 +60,10 @@ class Module:
     def __setattr__(self, name, value):
         if "_parameters" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__}: call super().__init__() before assigning attributes")
+        if name in self._parameters and not (value is None or isinstance(value, Parameter)):
+            raise TypeError(f"{type(self).__name__}.{name} is a Parameter: assign an nn.Parameter (or None), not a "
+                            f"{type(value).__name__}, or it would drop out of parameters() and state_dict(); to "
+                            f"change its values, assign {name}.data")
         _tree_changed()
         self._parameters.pop(name, None)
         self._modules.pop(name, None)

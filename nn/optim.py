@@ -461,7 +461,9 @@ def clip_grad_norm_(params, max_norm):
     xp = backend.xp_for(backend.device_of(grads[0]))
     # A dot product per cache-sized piece (one pass, no temporary), summed in float64 for accuracy;
     # one read back from a GPU, not one per tensor.
-    squares = xp.stack([xp.vdot(piece, piece) for g in grads for (piece,) in backend.pieces(g)])
+    # float16's squares overflow past 256: those pieces are summed in float32
+    squares = xp.stack([xp.vdot(piece, piece) for g in grads for (piece,) in backend.pieces(g)
+                        for piece in [piece.astype(xp.float32) if piece.dtype.itemsize < 4 else piece]])
     total = math.sqrt(float(squares.sum(dtype=xp.float64)))
     scale = max_norm / (total + 1e-6)
     if scale < 1:

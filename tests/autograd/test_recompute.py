@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import autograd as ag
+import nn
 from autograd import Tensor
 from models.gpt.gpt2 import GPT, GPTConfig
 
@@ -87,3 +88,27 @@ def test_misuse_is_one_clear_line():
         ag.checkpoint(lambda h: h, [1.0])
     with ag.no_grad():
         assert ag.checkpoint(lambda h: h * 2, x).tolist() == [2.0, 4.0]  # nothing to recompute: fn runs plainly
+
+
+def test_a_backward_run_inside_no_grad_still_reaches_through_the_checkpoint():
+    """The recompute followed the caller's mode: under no_grad() it recorded nothing and no gradient came out."""
+    block = nn.Linear(3, 3)
+    x = Tensor(np.ones((2, 3), np.float32), requires_grad=True)
+    ag.checkpoint(block, x).sum().backward()
+    expected = x.grad.copy(), block.weight.grad.copy()
+    x.grad = block.weight.grad = block.bias.grad = None
+    loss = ag.checkpoint(block, x).sum()
+    with ag.no_grad():
+        loss.backward()
+    np.testing.assert_array_equal(x.grad, expected[0])
+    np.testing.assert_array_equal(block.weight.grad, expected[1])
+
+
+def test_ag_grad_through_a_checkpoint_is_refused_rather_than_writing_grad():
+    """ag.grad writes no .grad; the checkpoint's backward adds into its parameters' .grad, so it says so."""
+    block = nn.Linear(3, 3)
+    x = Tensor(np.ones((2, 3), np.float32), requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"^checkpoint: its backward adds the gradients of fn's parameters into "
+                                           r"their \.grad"):
+        ag.grad(ag.checkpoint(block, x).sum(), [x])
+    assert block.weight.grad is None

@@ -6,6 +6,7 @@ import pytest
 
 import autograd as ag
 import nn
+from autograd import Tensor
 
 
 def f64(array):
@@ -130,9 +131,34 @@ def test_module_list_indexes_iterates_and_appends():
     blocks = nn.ModuleList([nn.Linear(2, 2)])
     blocks.append(nn.Linear(2, 2))
     assert len(blocks) == 2
-    assert list(blocks) == blocks[:]
+    assert list(blocks) == list(blocks[:]) and isinstance(blocks[:], nn.ModuleList)
     assert blocks[-1] is blocks[1]
     assert [name for name, _ in blocks.named_parameters()] == ["0.weight", "0.bias", "1.weight", "1.bias"]
+
+
+def test_a_slice_of_a_sequential_is_a_sequential_and_a_non_module_is_refused():
+    """A slice was a plain list (not callable), and a function or a number given to a container was kept as a
+    plain attribute: never called, never trained."""
+    x = Tensor(np.ones((1, 2), np.float32))
+    stack = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1))
+    head = stack[:2]
+    assert isinstance(head, nn.Sequential) and len(head) == 2 and head[0] is stack[0]
+    np.testing.assert_array_equal(head(x).data, stack[1](stack[0](x)).data)
+    with pytest.raises(TypeError, match=r"^Sequential: item 1 \(function\) is not an nn.Module; wrap it"):
+        nn.Sequential(nn.Linear(2, 2), lambda t: t)
+    with pytest.raises(TypeError, match=r"^ModuleList: item 0 \(int\) is not an nn.Module"):
+        nn.ModuleList([1])
+    with pytest.raises(IndexError, match=r"^Sequential: index 7 is out of range for 3 modules$"):
+        stack[7]
+
+
+def test_assigning_a_non_parameter_over_a_parameter_is_refused():
+    """It silently unregistered the weight: no longer trained, no longer saved."""
+    lin = nn.Linear(2, 2)
+    with pytest.raises(TypeError, match=r"^Linear.weight is a Parameter: assign an nn.Parameter \(or None\), not a "
+                                        r"Tensor, .* assign weight.data$"):
+        lin.weight = Tensor(np.zeros((2, 2), np.float32))
+    assert [name for name, _ in lin.named_parameters()] == ["weight", "bias"]
 
 
 def test_repr_shows_the_tree():

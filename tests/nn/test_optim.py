@@ -722,3 +722,12 @@ def test_clip_grad_norm_refuses_a_max_norm_that_is_not_a_positive_number(max_nor
         clip_grad_norm_([p], max_norm)
     assert str(info.value) == f"clip_grad_norm_: max_norm must be a number in (0, inf], got {max_norm!r}"
     np.testing.assert_array_equal(p.grad, [3.0, 4.0])
+
+
+def test_clip_grad_norm_sums_float16_squares_without_overflow():
+    """300² + 400² overflowed float16's 65,504: the norm read inf and the gradients were scaled to 0."""
+    p = param([0.0, 0.0])
+    p.data = p.data.astype(np.float16)
+    p.grad = np.array([300, 400], np.float16)
+    assert clip_grad_norm_([p], 1.0) == pytest.approx(500.0)
+    np.testing.assert_allclose(p.grad, [0.6, 0.8], rtol=1e-3)
