@@ -112,7 +112,7 @@ def read_json(path, max_bytes=MAX_JSON_BYTES, max_depth=MAX_JSON_DEPTH):
         raise ValueError(f"{path} is more than the {max_bytes:,} bytes a JSON file here may have")
     try:
         obj = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # not UTF-8, not JSON, or a number of more digits than Python converts
         raise ValueError(f"{path} is not valid JSON ({exc})") from None
     except RecursionError:
         obj = _TOO_DEEP

@@ -123,7 +123,10 @@ def read(directory):
                          "this model ties its LM head to the token embedding, as GPT-2 does")
     _check_sizes(fields, state, config_file)
     for name, array in state.items():
-        if array.dtype.kind in "fc" and not np.isfinite(array).all():
+        if array.dtype.kind != "f":  # an int8 or bool table would be cast to float32 without a word
+            raise ValueError(f"the weights in {directory} are damaged: {name} is {array.dtype}, where GPT-2's "
+                             "weights are floating point")
+        if not np.isfinite(array).all():
             raise ValueError(f"the weights in {directory} are damaged: {name} holds NaN or infinite values")
     return fields, state
 

@@ -506,6 +506,13 @@ class GPT2Tokenizer(_ByteLevelBPE):
             raise ValueError(f"GPT2Tokenizer: the encoder of {encoder_path} should map tokens to integer ids "
                              "and the merges be lines of text")
         self._vocabulary = None if encoder_json is None and vocabulary is None else (encoder, merge_lines)
+        if sorted(encoder.values()) != list(range(len(encoder))):  # else an id would pass the embedding's rows
+            ids = sorted(encoder.values())
+            repeated = next((a for a, b in zip(ids, ids[1:]) if a == b), None)
+            problem = (f"id {repeated} is given to two tokens" if repeated is not None else
+                       f"its ids run from {ids[0]} to {ids[-1]}" if ids else "it is empty")
+            raise ValueError(f"GPT2Tokenizer: the encoder of {encoder_path} must number its {len(encoder):,} tokens "
+                             f"0 to {len(encoder) - 1:,}, each once, but {problem}")
 
         def token_id(token, where):
             if token not in encoder:

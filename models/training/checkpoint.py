@@ -272,7 +272,8 @@ def adapt(model, base_folder, r, alpha, targets):
 def fingerprint(folder):
     """SHA-256 over a Hugging Face folder's config.json and weight files: which base a LoRA checkpoint adapts."""
     folder = Path(folder)
-    return _sha256(folder / CONFIG_FILE, *sorted(folder.glob("*.safetensors")))
+    # regular files only: a FIFO or a link to /dev/zero named *.safetensors would be read forever
+    return _sha256(folder / CONFIG_FILE, *sorted(p for p in folder.glob("*.safetensors") if p.is_file()))
 
 
 def _save_adapters(folder, model):
@@ -310,8 +311,11 @@ def _load_adapted(folder, dropout):
     if set(adapters) != expected:
         raise ValueError(f"{folder / ADAPTERS_FILE} holds {sorted(set(adapters) ^ expected)[:3]}, not the adapters "
                          f"{path} describes; the two files come from different runs")
-    bad = next((name for name in sorted(adapters) if adapters[name].dtype.kind == "f"
-                and not np.isfinite(adapters[name]).all()), None)
+    cast = next((name for name in sorted(adapters) if adapters[name].dtype.kind != "f"), None)
+    if cast is not None:
+        raise ValueError(f"{folder / ADAPTERS_FILE}: the adapter {cast} is {adapters[cast].dtype}, where models.train "
+                         "writes floating point")
+    bad = next((name for name in sorted(adapters) if not np.isfinite(adapters[name]).all()), None)
     if bad is not None:
         raise ValueError(f"{folder / ADAPTERS_FILE}: the adapter {bad} holds NaN or inf; the run that wrote it "
                          "diverged, so these adapters would only sample garbage")
@@ -475,7 +479,7 @@ class RunState:
         for key, stream in streams.items():
             try:
                 np.random.PCG64().state = stream  # the generator all streams use: does the state fit it?
-            except (TypeError, ValueError, KeyError) as exc:
+            except (TypeError, ValueError, KeyError, OverflowError) as exc:
                 raise ValueError(f"{path}: {key!r} is not a random generator's state ({exc})") from None
         if not state["model_rngs"]:
             raise ValueError(f"{path}: 'model_rngs' is empty; it holds rank 0's dropout generator at least")
@@ -537,6 +541,33 @@ def _arrays_sha256(arrays):
     return digest.hexdigest()
 
 
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def _check_npz_sizes(path, folder):
+    """Refuse, before anything is unpacked, an npz whose arrays could not be an optimizer's for the weights beside
+    it (two moments a parameter: at most 3 × their file, and a little for the settings), or an entry whose header
+    claims more data than the entry holds (NumPy would allocate that much first)."""
+    weights = next((p for p in (folder / WEIGHTS_FILE, folder / ADAPTERS_FILE) if p.is_file()), None)
+    limit = 3 * weights.stat().st_size + 2 ** 20 if weights is not None else None
+    with zipfile.ZipFile(path) as archive:
+        entries = archive.infolist()
+        total = sum(entry.file_size for entry in entries)
+        if limit is not None and total > limit:
+            raise ValueError(f"it unpacks to {total:,} bytes, more than an optimizer for {weights.name} "
+                             f"({weights.stat().st_size:,} bytes) holds; it is not the file models.train wrote")
+        for entry in entries:
+            with archive.open(entry) as f:
+                version = np.lib.format.read_magic(f)
+                if version not in _NPY_HEADERS:
+                    raise ValueError(f"entry {entry.filename} is an .npy of version {version}, which "
+                                     "models.train never writes")
+                shape, _, dtype = _NPY_HEADERS[version](f)
+            if dtype.itemsize * math.prod(shape) > entry.file_size:
+                raise ValueError(f"entry {entry.filename} claims a {shape} {dtype} array, more than its "
+                                 f"{entry.file_size:,} bytes hold")
+
+
 def read_optimizer(folder, iteration, digest=None):
     """The optimizer state_dict in `folder`'s optimizer.npz; it must have taken `iteration` steps, and its arrays
     must have the SHA-256 `digest` where one is given (train_state.json's)."""
@@ -549,11 +580,14 @@ def read_optimizer(folder, iteration, digest=None):
         raise ValueError(f"{path} is damaged: it is {what}, not the npz archive (a zip of arrays) that "
                          "models.train writes")
     try:
+        _check_npz_sizes(path, _current(folder))
         with np.load(path, allow_pickle=False) as f:
             arrays = {key: f[key] for key in f.files}
         found = _arrays_sha256(arrays)
         groups = json.loads(str(arrays.pop("param_groups")))
         steps = int(arrays.pop("steps"))
+    except RecursionError:
+        raise ValueError(f"{path} is damaged: its param_groups nest too deeply to be models.train's") from None
     except ValueError as exc:
         problem = "an entry holds Python objects, which models.train never writes" if "pickle" in str(exc) else exc
         raise ValueError(f"{path} is damaged (ValueError: {problem})") from None

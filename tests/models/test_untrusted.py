@@ -7,6 +7,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -435,3 +436,93 @@ def test_leftover_sample_refuses_new_tokens_beyond_memory_up_front(made, capsys)
     code, _, err = run(sample.main, capsys, str(made / "run"), "--max-new-tokens", "1000000000000")
     line = one_line(err)
     assert code == 2 and "--max-new-tokens" in line and "memory" in line
+
+
+def add_npz_entry(path, name, header_shape, data, compress=True):
+    """Append an entry to an .npz (a zip) whose .npy header claims `header_shape` float32 and holds `data`."""
+    import io
+    import zipfile
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": header_shape})
+    with zipfile.ZipFile(path, "a", zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as archive:
+        archive.writestr(name, header.getvalue() + data)  # the header function writes the magic too
+
+
+@pytest.mark.parametrize("how, message", [
+    ("bomb", "is damaged (ValueError: it unpacks to "),  # 64 MB of zeros deflate to 64 KB
+    ("header", "is damaged (ValueError: entry state.0.huge.npy claims a (1000000000000,) float32 array, more than "
+               "its 128 bytes hold)"),  # the header alone
+])
+def test_an_optimizer_file_that_would_unpack_past_its_weights_is_refused_before_unpacking(
+        made, tmp_path, capsys, monkeypatch, how, message):
+    """Its entries were unpacked whole before any check: a 1 MB file took 2.1 GB, a header's shape allocated first."""
+    folder = copy_folder(made / "run", tmp_path / "run")
+    if how == "bomb":
+        add_npz_entry(folder / "optimizer.npz", "state.0.zeros.npy", (16 * 2 ** 20,), bytes(64 * 2 ** 20))
+    else:
+        add_npz_entry(folder / "optimizer.npz", "state.0.huge.npy", (10 ** 12,), b"", compress=False)
+    load = np.load
+    monkeypatch.setattr(checkpoint.np, "load", lambda *a, **k: pytest.fail("unpacked before the check"))
+    code, _, err = run(train.main, capsys, "--resume", "--max-iters", "3", "--out-dir", str(folder))
+    monkeypatch.setattr(checkpoint.np, "load", load)
+    assert code == 1 and message in one_line(err) and str(folder / "optimizer.npz") in err
+
+
+def test_run_state_and_json_numbers_that_python_cannot_take_are_one_line(made, tmp_path, capsys):
+    folder = copy_folder(made / "run", tmp_path / "run")
+    state = json.loads((folder / "train_state.json").read_text())
+    state["data_rng"]["state"] = {"state": -1, "inc": -1}  # out of uint64's range: an OverflowError
+    (folder / "train_state.json").write_text(json.dumps(state))
+    code, _, err = run(train.main, capsys, "--resume", "--max-iters", "3", "--out-dir", str(folder))
+    assert code == 1 and "'data_rng' is not a random generator's state (Python integer -1 out of bounds" in one_line(err)
+    (folder / "config.json").write_text('{"n_layer": ' + "9" * 5000 + "}")
+    code, _, err = run(sample.main, capsys, str(folder))
+    assert code == 1 and f"{folder / 'config.json'} is not valid JSON (Exceeds the limit" in one_line(err)
+
+
+def test_weights_or_adapters_that_are_not_floating_point_are_refused(made, lora, tmp_path, capsys):
+    """int8 or bool tables were cast to float32 and sampled from without a word."""
+    from safetensors.numpy import load_file, save_file
+    folder = copy_folder(made / "run", tmp_path / "run")
+    weights = load_file(str(folder / "model.safetensors"))
+    weights["transformer.h.0.ln_1.weight"] = weights["transformer.h.0.ln_1.weight"].astype(np.int8)
+    save_file(weights, str(folder / "model.safetensors"))
+    code, _, err = run(sample.main, capsys, str(folder), "--max-new-tokens", "1")
+    assert code == 1 and one_line(err) == (f"sample: error: the weights in {folder} are damaged: "
+                                           "transformer.h.0.ln_1.weight is int8, where GPT-2's weights are floating "
+                                           "point")
+    adapted = copy_folder(lora / "run", tmp_path / "adapted")
+    adapters = load_file(str(adapted / "adapters.safetensors"))
+    save_file({k: v.astype(bool) for k, v in adapters.items()}, str(adapted / "adapters.safetensors"))
+    code, _, err = run(sample.main, capsys, str(adapted), "--max-new-tokens", "1")
+    assert code == 1 and "is bool, where models.train writes floating point" in one_line(err)
+
+
+def test_a_fifo_named_like_weights_beside_a_base_is_not_read(lora, tmp_path):
+    """The base's fingerprint read every *.safetensors: a FIFO there blocked the command forever."""
+    base = tmp_path / "base"
+    copy_folder(lora / "base", base)
+    before = checkpoint.fingerprint(base)
+    os.mkfifo(base / "zz.safetensors")
+    found = []
+    reader = threading.Thread(target=lambda: found.append(checkpoint.fingerprint(base)), daemon=True)
+    reader.start()
+    reader.join(timeout=30)
+    if reader.is_alive():  # free the blocked reader: a writer that opens and closes ends its read
+        os.close(os.open(base / "zz.safetensors", os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("fingerprint read the FIFO")
+    assert found == [before]
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda encoder: encoder.update({"a": 1000}), "its ids run from 0 to 1000"),
+    (lambda encoder: encoder.update({"ab": 5}), "id 5 is given to two tokens"),
+])
+def test_a_gpt2_encoder_that_does_not_number_its_tokens_once_each_is_refused(change, problem):
+    """An id past the vocabulary reached the embedding as an IndexError; a repeated one decoded wrongly."""
+    from models.gpt.tokenizer import GPT2Tokenizer, bytes_to_unicode
+    encoder = {ch: b for b, ch in bytes_to_unicode().items()}
+    change(encoder)
+    with pytest.raises(ValueError, match=rf"must number its {len(encoder)} tokens 0 to {len(encoder) - 1}, each "
+                                         rf"once, but {problem}"):
+        GPT2Tokenizer(vocabulary=(encoder, []))
