@@ -8,6 +8,7 @@ import math
 import numbers
 
 import autograd as ag
+from autograd.intervals import check
 
 from .module import Module, Parameter
 
@@ -61,6 +62,7 @@ class LayerNorm(Module):
 
     def __init__(self, normalized_shape, eps=1e-5, bias=True):
         normalized_shape = _size("LayerNorm", "normalized_shape", normalized_shape)
+        check("LayerNorm", "eps", eps, "[0, inf)")  # a negative eps makes rows of small variance NaN
         super().__init__()
         self.eps = eps
         self.weight = Parameter(ag.ones(normalized_shape))

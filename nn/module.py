@@ -210,6 +210,9 @@ class Module:
         return self
 
     def train(self, mode=True):
+        if not isinstance(mode, bool):  # train("no") would be truthy: training, where eval was meant
+            raise ValueError(f"{type(self).__name__}.train: mode must be True or False, got {mode!r}; use .eval() "
+                             "for evaluation")
         for module in self.modules():
             object.__setattr__(module, "training", mode)
         return self

@@ -170,3 +170,13 @@ def test_repr_shows_the_tree():
 def test_a_module_without_forward_says_so():
     with pytest.raises(NotImplementedError, match="forward"):
         nn.Module()(1)
+
+
+def test_a_negative_eps_and_a_mode_that_is_not_a_bool_are_refused():
+    """LayerNorm(eps=-1) made NaNs of rows of small variance; train("no") left the model training."""
+    with pytest.raises(ValueError, match=r"^LayerNorm: eps must be a number in \[0, inf\), got -1$"):
+        nn.LayerNorm(4, eps=-1)
+    model = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5))
+    with pytest.raises(ValueError, match=r"^Sequential.train: mode must be True or False, got 'no'; use .eval\(\)"):
+        model.train("no")
+    assert model.training and model[1].training
