@@ -9,7 +9,7 @@ import numbers
 import numpy as np
 
 from . import backend, ops
-from .tensor import Tensor, ShapeError, _as_array, _axis, get_default_dtype, is_grad_enabled
+from .tensor import Tensor, ShapeError, _as_array, _axis, float_alike, get_default_dtype, is_grad_enabled
 
 
 def _tensor(x, like=None):
@@ -17,15 +17,6 @@ def _tensor(x, like=None):
     if isinstance(x, Tensor):
         return x
     return like._lift(x) if like is not None else Tensor(x)
-
-
-def _alike(tensors):
-    """Integer or bool tensors joined with float ones cast to the floats' dtype, as Tensor's operators do."""
-    floats = [t.dtype for t in tensors if t.dtype.kind == "f"]
-    if not floats or len(floats) == len(tensors):
-        return tensors
-    dtype = max(floats, key=lambda d: d.itemsize)  # the widest float, as promotion among floats picks
-    return [t if t.dtype.kind == "f" else t.astype(dtype) for t in tensors]
 
 
 def _constant(x, device, op, kinds, what):
@@ -45,7 +36,7 @@ def concat(tensors, axis=0):
     if not tensors:
         raise ValueError("concat: needs at least one tensor")
     ref = next((t for t in tensors if isinstance(t, Tensor)), None)
-    return ops.Concat.apply(*_alike([_tensor(t, ref) for t in tensors]), axis=axis)
+    return ops.Concat.apply(*float_alike([_tensor(t, ref) for t in tensors]), axis=axis)
 
 
 def stack(tensors, axis=0):
@@ -54,7 +45,7 @@ def stack(tensors, axis=0):
     if not tensors:
         raise ValueError("stack: needs at least one tensor")
     ref = next((t for t in tensors if isinstance(t, Tensor)), None)
-    return ops.Stack.apply(*_alike([_tensor(t, ref) for t in tensors]), axis=axis)
+    return ops.Stack.apply(*float_alike([_tensor(t, ref) for t in tensors]), axis=axis)
 
 
 def split(x, indices_or_sections, axis=0):
@@ -88,7 +79,7 @@ def split(x, indices_or_sections, axis=0):
 def where(cond, a, b):
     """a where cond is True, else b (broadcast together)."""
     ref = next((t for t in (a, b, cond) if isinstance(t, Tensor)), None)
-    a, b = _alike([_tensor(a, ref), _tensor(b, ref)])
+    a, b = float_alike([_tensor(a, ref), _tensor(b, ref)])
     cond = _constant(cond, a.device, "where", "b", "cond")
     return ops.Where.apply(a, b, cond=cond)
 
@@ -207,10 +198,8 @@ def linear(x, weight, bias=None):
                          f"(in_features, out_features) = ({features}, ...)")
     if bias is not None and bias.shape != (weight.shape[1],):
         raise ShapeError(f"linear: bias has shape {bias.shape}, expected ({weight.shape[1]},)")
-    if x.dtype.kind != "f":  # integer features take the weight's dtype, as Tensor's operators do
-        x = x.astype(weight.dtype)
     inputs = (x, weight) if bias is None else (x, weight, bias)
-    return ops.Linear.apply(*inputs)
+    return ops.Linear.apply(*float_alike(inputs))
 
 
 # ---- constructors ---------------------------------------------------------------------

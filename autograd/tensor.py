@@ -297,6 +297,16 @@ def _check_fits(data, dtype):
                          f"{info.min} to {info.max}; use a wider dtype, or round or clip the data first")
 
 
+def float_alike(tensors):
+    """`tensors` as one op's operands: where floats meet integers or bools, those take the widest float's dtype, as
+    in PyTorch (int64 + float32 is float32, where NumPy would make float64); otherwise as they are."""
+    floats = [t._data.dtype for t in tensors if t._data.dtype.kind in FLOAT_KINDS]
+    if not floats or len(floats) == len(tensors):
+        return tensors
+    dtype = max(floats, key=lambda d: d.itemsize)
+    return [t if t._data.dtype.kind in FLOAT_KINDS else t.astype(dtype) for t in tensors]
+
+
 MaxResult = collections.namedtuple("MaxResult", ("values", "indices"))  # torch.return_types.max
 
 
@@ -521,13 +531,8 @@ class Tensor:
         return Tensor(other, device=self.device)
 
     def _pair(self, other):
-        """(self, other) as an op's two operands: `other` lifted, and an integer or bool operand beside a float one
-        cast to the float's dtype, as in PyTorch (int64 + float32 is float32, where NumPy would make float64)."""
-        other = self._lift(other)
-        mine, theirs = self._data.dtype, other._data.dtype
-        if (mine.kind in FLOAT_KINDS) == (theirs.kind in FLOAT_KINDS):
-            return self, other
-        return (self, other.astype(mine)) if mine.kind in FLOAT_KINDS else (self.astype(theirs), other)
+        """(self, other) as an op's two operands: `other` lifted, then float_alike's rule."""
+        return float_alike((self, self._lift(other)))
 
     def __add__(self, other): return _ops.Add.apply(*self._pair(other))
     def __radd__(self, other): return _ops.Add.apply(*self._pair(other)[::-1])

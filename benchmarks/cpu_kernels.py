@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from benchmarks import alone
 
 # Calls are timed in blocks of one variant (fused ×10, composed ×10, …): numba's OpenMP threads spin for a few ms
 # after a kernel, which slows NumPy's single-threaded passes beside them (GELU's composed op 1.5× when each of its
@@ -89,9 +90,9 @@ def switched(fused, run):
 
 
 def main(argv=None):
-    from models.cli import Parser, interval
+    from models.cli import Parser
     parser = Parser("python -m benchmarks.cpu_kernels", __doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=interval(int, "[1, inf)"), default=30, help="timed calls of each variant")
+    parser.add_argument("--repeats", type=alone.COUNT, default=30, help="timed calls of each variant")
     args = parser.parse_args(argv)
     import autograd as ag
     from autograd.kernels import runtime

@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import alone
 from models.cli import Parser, interval
 from models.training.data import DEFAULT_CORPUS
 
@@ -74,7 +75,7 @@ def main(argv=None):
     p = Parser("python -m benchmarks.prepare", __doc__.splitlines()[0])
     p.add_argument("--mb", type=int, default=256, help="corpus size in MB")
     p.add_argument("--workers", default="1,2", help="the --workers counts to prepare with, comma-separated")
-    p.add_argument("--rounds", type=interval(int, "[1, inf)"), default=1, help="prepares per --workers count, the counts alternating")
+    p.add_argument("--rounds", type=alone.COUNT, default=1, help="prepares per --workers count, the counts alternating")
     p.add_argument("--tokenizer", choices=["char", "gpt2"], default="char")
     p.add_argument("--steps", default="prepare,train", help="prepare, train, or both")
     p.add_argument("--iters", type=interval(int, "[2, inf)"), default=50, help="training iterations on the prepared shards")

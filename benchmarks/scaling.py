@@ -21,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks import alone
 from models.cli import interval
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +52,7 @@ def run(ranks, threads, max_iters, out_dir):
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=interval(int, "[1, inf)"), default=3)
+    p.add_argument("--rounds", type=alone.COUNT, default=3)
     p.add_argument("--max-iters", type=interval(int, "[2, inf)"), default=150,
                    help="training iterations per run (the first is not timed: 2 at least)")
     args = p.parse_args(argv)

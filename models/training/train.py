@@ -45,7 +45,7 @@ from models.training import checkpoint, health
 from models.cli import (SEEDS, Parser, device, interval, machine_memory, model_folder, output_folder, show_default,
                         shows_progress)
 from models.training.data import Layout, TokenData, load_text
-from models.gpt import sampling
+from models.gpt import hf_checkpoint, sampling
 from models.gpt.gpt2 import GPT, GPTConfig
 from models.interrupts import came_from_ctrl_c
 from models.io import atomic_path, read_json
@@ -240,7 +240,7 @@ def check_combinations(args):
         raise ValueError(f"--min-lr {args.min_lr} exceeds the peak --lr {args.lr}")
     if args.init_from and not args.resume:  # refused from its config.json, before the weights and the text load
         config = Path(args.init_from) / checkpoint.CONFIG_FILE
-        positions = read_json(config).get("n_positions") if config.is_file() else None
+        positions = hf_checkpoint.config_fields(read_json(config))["block_size"] if config.is_file() else None
         if isinstance(positions, int) and args.block_size > positions:
             raise ValueError(f"--block-size {args.block_size} exceeds the {positions} positions of the model in "
                              f"--init-from {args.init_from}; use --block-size {positions} or less")
