@@ -233,7 +233,9 @@ def all_reduce_gradients(module):
     """Replace every gradient of `module` by its mean over the ranks (a missing .grad counts as zeros).
 
     Each bucket is one contiguous buffer, summed across ranks in place and
-    divided by world_size; the parameters' .grad become views of it.
+    divided by world_size, then copied back into the gradients: an AdamW's
+    flat buffer (flat_grads) stays the gradients' home, so clipping and the
+    step keep their one-kernel paths. A missing .grad becomes a view of it.
     """
     if world_size == 1:
         return
@@ -245,7 +247,10 @@ def all_reduce_gradients(module):
         _timed(_collectives.sum, flat)
         flat /= world_size
         for p, piece in _pieces(flat, bucket):
-            p.grad = piece
+            if p.grad is None:
+                p.grad = piece
+            else:
+                p.grad[...] = piece
 
 
 def all_reduce(values):

@@ -31,7 +31,7 @@ class Linear(Module):
         self.in_features, self.out_features = in_features, out_features
         bound = 1 / math.sqrt(in_features)
         self.weight = Parameter(ag.rand(in_features, out_features) * (2 * bound) - bound)
-        self.bias = Parameter(ag.rand(out_features) * (2 * bound) - bound) if bias else None
+        self.register_parameter("bias", Parameter(ag.rand(out_features) * (2 * bound) - bound) if bias else None)
 
     def forward(self, x):
         return ag.linear(x, self.weight, self.bias)
@@ -61,12 +61,15 @@ class LayerNorm(Module):
     """Normalise the last axis, then scale (weight, ones) and shift (bias, zeros)."""
 
     def __init__(self, normalized_shape, eps=1e-5, bias=True):
-        normalized_shape = _size("LayerNorm", "normalized_shape", normalized_shape)
+        if isinstance(normalized_shape, (tuple, list)) and len(normalized_shape) == 1:  # PyTorch's (n,): the last axis
+            normalized_shape = normalized_shape[0]
+        normalized_shape = _size("LayerNorm", "normalized_shape (the last axis's size; one axis only)",
+                                 normalized_shape)
         check("LayerNorm", "eps", eps, "[0, inf)")  # a negative eps makes rows of small variance NaN
         super().__init__()
         self.eps = eps
         self.weight = Parameter(ag.ones(normalized_shape))
-        self.bias = Parameter(ag.zeros(normalized_shape)) if bias else None
+        self.register_parameter("bias", Parameter(ag.zeros(normalized_shape)) if bias else None)
 
     def forward(self, x):
         return ag.layer_norm(x, self.weight, self.bias, self.eps)
@@ -93,7 +96,13 @@ class Dropout(Module):
 
 
 class GELU(Module):
-    """GPT-2's GELU (tanh approximation)."""
+    """GPT-2's GELU (tanh approximation): PyTorch's nn.GELU(approximate="tanh"), the only form here."""
+
+    def __init__(self, approximate="tanh"):
+        if approximate != "tanh":
+            raise ValueError(f"GELU: approximate={approximate!r} is not implemented: this GELU is GPT-2's tanh "
+                             "approximation; pass approximate='tanh' or leave it out")
+        super().__init__()
 
     def forward(self, x):
         return x.gelu()
@@ -109,14 +118,18 @@ class ModuleList(Module):
 
     def __init__(self, modules=()):
         super().__init__()
-        for module in modules:
-            self.append(module)
+        self.extend(modules)
 
     def append(self, module):
         if not isinstance(module, Module):  # else it would be a plain attribute, never called nor trained
             raise TypeError(f"{type(self).__name__}: item {len(self._modules)} ({type(module).__name__}) is not an "
                             "nn.Module; wrap it in a Module whose forward calls it")
         setattr(self, str(len(self._modules)), module)
+        return self
+
+    def extend(self, modules):
+        for module in modules:
+            self.append(module)
         return self
 
     def __getitem__(self, index):

@@ -41,7 +41,8 @@ class LoRALinear(Linear):
         self.in_features, self.out_features = base.in_features, base.out_features
         self.r, self.alpha, self.scale = r, alpha, alpha / r
         self.weight = Parameter(base.weight.data, requires_grad=False)
-        self.bias = Parameter(base.bias.data, requires_grad=False) if base.bias is not None else None
+        bias = None if base.bias is None else Parameter(base.bias.data, requires_grad=False)
+        self.register_parameter("bias", bias)
         device, dtype = base.weight.device, base.weight.dtype
         bound = 1 / math.sqrt(self.in_features)  # PEFT's (Kaiming-uniform) scale for A; B = 0
         self.lora_A = Parameter(ag.rand(self.in_features, r, dtype=dtype, device=device) * (2 * bound) - bound)

@@ -14,8 +14,10 @@ variable (`transformer.h.0.attn.q`; the last variable wins where one tensor has
 two). Under no_grad nothing is named, and generation pays nothing for it.
 """
 import sys
-from collections import OrderedDict
+from collections import OrderedDict, namedtuple
 from collections.abc import Mapping
+
+import numpy as np
 
 import autograd as ag
 from autograd import Tensor, backend
@@ -44,6 +46,14 @@ class Parameter(Tensor):
         super().__init__(data, requires_grad=requires_grad)
 
 
+IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+
+def _host(value):
+    """A state dict's value as a host array, to compare two of them."""
+    return backend.to_host(value.data if isinstance(value, Tensor) else value)
+
+
 def _tree_changed():
     global _tree_version
     _tree_version += 1
@@ -60,18 +70,35 @@ class Module:
     def __setattr__(self, name, value):
         if "_parameters" not in self.__dict__:
             raise AttributeError(f"{type(self).__name__}: call super().__init__() before assigning attributes")
-        if name in self._parameters and not (value is None or isinstance(value, Parameter)):
+        params, modules = self._parameters, self._modules
+        if name in params and not (value is None or isinstance(value, Parameter)):
             raise TypeError(f"{type(self).__name__}.{name} is a Parameter: assign an nn.Parameter (or None), not a "
                             f"{type(value).__name__}, or it would drop out of parameters() and state_dict(); to "
                             f"change its values, assign {name}.data")
+        if name in modules and not (value is None or isinstance(value, Module)):
+            raise TypeError(f"{type(self).__name__}.{name} is a sub-module ({type(modules[name]).__name__}): assign "
+                            f"a Module (or None), not a {type(value).__name__}, or its parameters would drop out "
+                            "of parameters() and state_dict()")
         _tree_changed()
-        self._parameters.pop(name, None)
-        self._modules.pop(name, None)
-        if isinstance(value, Parameter):
-            self._parameters[name] = value
+        # A name already registered keeps its place in the order (parameters(), state_dict()), as in PyTorch;
+        # a parameter set to None keeps its slot, so that only a Parameter can fill it again
+        if isinstance(value, Parameter) or (value is None and name in params):
+            modules.pop(name, None)
+            params[name] = value
         elif isinstance(value, Module):
-            self._modules[name] = value
+            params.pop(name, None)
+            modules[name] = value
+        else:
+            modules.pop(name, None)
         object.__setattr__(self, name, value)
+
+    def register_parameter(self, name, param):
+        """Register `param` (a Parameter, or None for an empty slot, a layer without a bias) as attribute `name`."""
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"{type(self).__name__}.register_parameter: {name!r} must be an nn.Parameter or None, "
+                            f"not a {type(param).__name__}")
+        self._parameters.setdefault(name, None)
+        setattr(self, name, param)
 
     def __delattr__(self, name):
         _tree_changed()
@@ -149,13 +176,31 @@ class Module:
     def children(self):
         return list(self._modules.values())
 
+    def named_children(self):
+        """(attribute name, sub-module) for each sub-module this module holds itself, in registration order."""
+        return list(self._modules.items())
+
+    def apply(self, fn):
+        """Call `fn` on every sub-module, then on this module, as PyTorch does (nanoGPT initialises its weights with
+        `self.apply(self._init_weights)`); returns this module."""
+        for module in self.children():
+            module.apply(fn)
+        fn(self)
+        return self
+
     def named_parameters(self):
         """(dotted name, parameter) for every parameter, each once even when shared (tied weights)."""
         seen = set()
+        for name, param in self._every_named_parameter():
+            if id(param) not in seen:
+                seen.add(id(param))
+                yield name, param
+
+    def _every_named_parameter(self):
+        """(dotted name, parameter) under every name a parameter has: a tied weight once for each module holding it."""
         for module_name, module in self.named_modules():
             for name, param in module._parameters.items():
-                if id(param) not in seen:
-                    seen.add(id(param))
+                if param is not None:
                     yield (f"{module_name}.{name}" if module_name else name), param
 
     def parameters(self):
@@ -170,19 +215,40 @@ class Module:
         return OrderedDict((name, p.data) for name, p in self.named_parameters())
 
     def load_state_dict(self, state_dict, strict=True):
-        """Copy arrays into the parameters by name; checks everything before changing anything."""
+        """Copy arrays into the parameters by name; checks everything before changing anything.
+
+        A tied weight may come under any of its names (a PyTorch GPT-2's state dict
+        holds its embedding twice, as `transformer.wte.weight` and `lm_head.weight`),
+        and two of them that differ are refused. Returns (missing_keys,
+        unexpected_keys): what strict=False skipped, as PyTorch returns them.
+        """
         who = f"load_state_dict into {type(self).__name__}"
         if not isinstance(state_dict, Mapping):
             raise TypeError(f"{who}: expected a dict of parameter name → array (what state_dict() gives), "
                             f"got {type(state_dict).__name__}")
         for key, value in state_dict.items():
             if not (isinstance(value, Tensor) or backend.device_of(value) is not None):
-                raise TypeError(f"{who}: {key!r} is a {type(value).__name__}, not an array or Tensor")
+                kind = type(value)  # by its full name where that is not Python's own: torch.Tensor, not Tensor
+                kind = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+                raise TypeError(f"{who}: {key!r} is a {kind}, not a NumPy or CuPy "
+                                "array or an autograd Tensor; convert it first (a PyTorch tensor: "
+                                ".detach().cpu().numpy())")
         own = OrderedDict(self.named_parameters())
-        missing = [k for k in own if k not in state_dict]
-        unexpected = [k for k in state_dict if k not in own]
-        wrong = [f"{k}: checkpoint {tuple(state_dict[k].shape)} vs model {own[k].shape}"
-                 for k in own if k in state_dict and tuple(state_dict[k].shape) != own[k].shape]
+        first_name = {id(p): name for name, p in own.items()}
+        names = {name: first_name[id(p)] for name, p in self._every_named_parameter()}  # every name → state_dict()'s
+        given, came_as = {}, {}  # state_dict()'s name → the value, and the key it came under
+        for key, value in state_dict.items():
+            name = names.get(key)
+            if name in given:
+                if not np.array_equal(_host(given[name]), _host(value)):
+                    raise ValueError(f"{who}: {came_as[name]!r} and {key!r} name one tied parameter, but their "
+                                     "values differ; keep one of them")
+            elif name is not None:
+                given[name], came_as[name] = value, key
+        missing = [k for k in own if k not in given]
+        unexpected = [k for k in state_dict if k not in names]
+        wrong = [f"{came_as[k]}: checkpoint {tuple(given[k].shape)} vs model {own[k].shape}"
+                 for k in own if k in given and tuple(given[k].shape) != own[k].shape]
         problems = []
         if strict and missing:
             problems.append(f"missing keys {missing}")
@@ -198,16 +264,16 @@ class Module:
         # Convert every array before assigning any, so a value that cannot be converted changes nothing;
         # copied, because the model must not share memory with the dict it loaded.
         arrays = {}
-        for name, param in own.items():
-            if name in state_dict:
-                try:
-                    arrays[name] = Tensor(state_dict[name], dtype=param.dtype, device=param.device).data.copy()
-                except (TypeError, ValueError):
-                    raise ValueError(f"{who}: {name!r} could not convert from {state_dict[name].dtype} to the "
-                                     f"parameter's {param.dtype}") from None
+        for name, value in given.items():
+            param = own[name]
+            try:
+                arrays[name] = Tensor(value, dtype=param.dtype, device=param.device).data.copy()
+            except (TypeError, ValueError):
+                raise ValueError(f"{who}: {came_as[name]!r} could not convert from {value.dtype} to the "
+                                 f"parameter's {param.dtype}") from None
         for name, array in arrays.items():
             own[name].data = array
-        return self
+        return IncompatibleKeys(missing, unexpected)
 
     def train(self, mode=True):
         if not isinstance(mode, bool):  # train("no") would be truthy: training, where eval was meant
@@ -229,9 +295,19 @@ class Module:
                 param.grad = Tensor(param.grad).to(device).data
         return self
 
-    def zero_grad(self):
+    def requires_grad_(self, requires_grad=True):
+        """Set every parameter's requires_grad (False freezes the module); returns this module."""
         for param in self.parameters():
-            param.grad = None
+            param.requires_grad = requires_grad
+        return self
+
+    def zero_grad(self, set_to_none=True):
+        """Drop every gradient, as PyTorch does by default; set_to_none=False fills them with zeros instead."""
+        for param in self.parameters():
+            if set_to_none or param.grad is None:
+                param.grad = None
+            else:
+                param.grad[...] = 0
 
     def extra_repr(self):
         return ""

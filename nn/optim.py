@@ -104,12 +104,16 @@ class Optimizer:
 
     grad_buffer = None  # a GradBuffer when the optimizer keeps every gradient in one array (AdamW's flat_grads)
 
-    def zero_grad(self):
-        if self.grad_buffer is not None:
-            self.grad_buffer.zero_()
-            return
+    def zero_grad(self, set_to_none=True):
+        """Drop every gradient, as PyTorch does by default; set_to_none=False fills them with zeros instead. With
+        flat_grads the buffer is zeroed and its parameters get their views back either way."""
         for p in self._params():
-            p.grad = None
+            if set_to_none or p.grad is None or self.grad_buffer is not None:
+                p.grad = None
+            else:
+                p.grad[...] = 0
+        if self.grad_buffer is not None:  # a group added since has no view: its gradients were dropped above
+            self.grad_buffer.zero_()
 
     def step(self):
         """Update every parameter that has a gradient; a gradient unlike its parameter updates none."""
@@ -149,10 +153,14 @@ class Optimizer:
 
     def state_dict(self):
         """Hyper-parameters and buffers as plain values and host arrays (parameters by position)."""
-        params = self._params()
+        params, starts = self._params(), [0]
+        for g in self.param_groups:
+            starts.append(starts[-1] + len(g["params"]))
         return {
             "steps": self.steps,
-            "param_groups": [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups],
+            # each group's settings, and its parameters' positions, as PyTorch numbers them
+            "param_groups": [{**{k: v for k, v in g.items() if k != "params"}, "params": list(range(start, end))}
+                             for g, start, end in zip(self.param_groups, starts, starts[1:])],
             "state": {i: {k: _host_copy(v) for k, v in self.state[id(p)].items()}
                       for i, p in enumerate(params) if id(p) in self.state},
         }
@@ -171,18 +179,26 @@ class Optimizer:
             raise ValueError(f"{name}: param_groups must be a list of dicts, got a {type(saved_groups).__name__}")
         if len(saved_groups) != len(self.param_groups):
             raise ValueError(f"{name}: {len(saved_groups)} groups in the checkpoint, {len(self.param_groups)} here")
+        settings = []
         for g, (group, saved) in enumerate(zip(self.param_groups, saved_groups)):
-            if not isinstance(saved, dict) or set(saved) != set(self.defaults):
+            if not isinstance(saved, dict) or set(saved) - {"params"} != set(self.defaults):
                 got = sorted(saved) if isinstance(saved, dict) else f"a {type(saved).__name__}"
                 raise ValueError(f"{name}: group {g} must hold the settings {', '.join(self.defaults)}, got {got}")
-            self._check_group({**group, **saved})  # a checkpoint's hyper-parameters pass the constructor's checks
+            # its parameters' positions (a state dict from before they were saved has none): as many as here
+            count = saved.get("params", group["params"])
+            if not isinstance(count, (list, tuple)) or len(count) != len(group["params"]):
+                got = len(count) if isinstance(count, (list, tuple)) else f"a {type(count).__name__}"
+                raise ValueError(f"{name}: group {g} holds {got} parameters in the state dict but "
+                                 f"{len(group['params'])} here; build the optimizer's groups as the saved run did")
+            settings.append({k: v for k, v in saved.items() if k != "params"})
+            self._check_group({**group, **settings[-1]})  # a checkpoint's hyper-parameters pass the constructor's checks
         if not isinstance(state, dict):
             raise ValueError(f"{name}: state must be a dict of parameter index → buffers, got {type(state).__name__}")
         for i, buffers in state.items():
             if not isinstance(i, numbers.Integral) or isinstance(i, bool) or not 0 <= i < len(params):
                 raise ValueError(f"{name}: state for parameter {i!r}, but there are {len(params)} parameters")
             self._check_state(name, int(i), params[int(i)], buffers)
-        for group, saved in zip(self.param_groups, saved_groups):
+        for group, saved in zip(self.param_groups, settings):
             group.update(saved)
         self.steps = int(state_dict["steps"])
         self.state = {id(params[int(i)]): {k: _param_copy(v, params[int(i)]) for k, v in s.items()}
@@ -247,14 +263,12 @@ class AdamW(Optimizer):
     GradBuffer): zero_grad() zeroes it instead of dropping the gradients, so a
     parameter that backward does not reach is still stepped, with a zero
     gradient. clip_grad_norm_ then reads the buffer in one reduction and
-    leaves its factor for the fused kernel to apply (on a GPU, on the device),
-    and from the first step each parameter's .data and moments are views of
+    scales it in one pass, and from the first step each parameter's .data and moments are views of
     flat arrays too, so that the kernel steps each group in one call (an
     array put in place of a parameter's .data since is copied in).
     """
 
     buffers, counters = ("exp_avg", "exp_avg_sq"), ("step",)
-    _scale = None  # during step(): clip_grad_norm_'s factor, a one-element device array, still to apply
     _flat = None  # with flat_grads, from the first step: the parameters and moments as views of flat arrays
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, flat_grads=False):
@@ -263,17 +277,9 @@ class AdamW(Optimizer):
             self.grad_buffer = GradBuffer(self._params())
 
     def step(self):
-        """As Optimizer.step, each gradient first scaled by clip_grad_norm_'s pending factor (flat_grads); with
-        flat_grads, one kernel call per group where `_step_flat` can."""
-        buffer = self.grad_buffer
-        self._scale = None if buffer is None else buffer.scale
-        try:
-            if not self._step_flat():
-                super().step()
-        finally:
-            self._scale = None
-            if buffer is not None:
-                buffer.scale = None
+        """As Optimizer.step; with flat_grads, one kernel call per group where `_step_flat` can."""
+        if not self._step_flat():
+            super().step()
 
     def _step_flat(self):
         """With flat_grads, each group's parameters updated by one call of the fused kernel over the group's span
@@ -297,8 +303,6 @@ class AdamW(Optimizer):
         if any(len({state["step"] for state in states}) > 1 for states in groups):
             return False
         self.steps += 1
-        xp = backend.xp_for(buffer.device)
-        scale = xp.ones(1, dtype=buffer.flat.dtype) if self._scale is None else self._scale
         start = 0
         for group, states in zip(self.param_groups, groups):
             if not states:  # a group left empty (LoRA freezes every bias and norm: no-decay holds nothing)
@@ -308,7 +312,7 @@ class AdamW(Optimizer):
                 state["step"] += 1
             decay, eps, step_size = self._factors(group, states[0]["step"])
             span = slice(start, end)
-            kernel(buffer.flat[span], scale, decay, *group["betas"], eps, step_size, self._flat.params[span],
+            kernel(buffer.flat[span], decay, *group["betas"], eps, step_size, self._flat.params[span],
                    self._flat.exp_avg[span], self._flat.exp_avg_sq[span])
             start = end
         for p in buffer.params:
@@ -341,11 +345,8 @@ class AdamW(Optimizer):
         decay, eps, step_size = self._factors(group, state["step"])
         kernel = kernels.fused("adamw", p.data)
         if kernel is not None:
-            scale = xp.ones(1, dtype=p.dtype) if self._scale is None else self._scale
-            kernel(grad, scale, decay, beta1, beta2, eps, step_size, p.data, state["exp_avg"], state["exp_avg_sq"])
+            kernel(grad, decay, beta1, beta2, eps, step_size, p.data, state["exp_avg"], state["exp_avg_sq"])
             return
-        if self._scale is not None:  # clipped on the GPU's fused path, stepped on the composed one
-            grad *= self._scale
         for w, g, m, v in backend.pieces(p.data, grad, state["exp_avg"], state["exp_avg_sq"]):
             scratch = xp.subtract(g, m)
             if decay != 1:
@@ -371,8 +372,7 @@ class GradBuffer:
 
     `zero_()` fills the array with zeros and points each parameter's .grad at
     its view; backward then adds into the views in place, as into any
-    existing .grad. `scale` is a clipping factor left on the device by
-    clip_grad_norm_ for the optimizer to apply (None when there is none).
+    existing .grad.
     """
 
     def __init__(self, params):
@@ -389,14 +389,12 @@ class GradBuffer:
             offset += p.size
         self.views = [self.flat[span].reshape(p.shape) for p, span in zip(params, self.spans)]
         self.ids = frozenset(map(id, self.views))
-        self.scale = None
         _buffers.add(self)
 
     def zero_(self):
         self.flat.fill(0)
         for p, view in zip(self.params, self.views):
             p.grad = view
-        self.scale = None
 
 
 class _FlatState:
@@ -439,12 +437,12 @@ def clip_grad_norm_(params, max_norm):
 
     `params` is an iterable of parameters or, as in PyTorch, one parameter.
     When the gradients are exactly the views of an AdamW's flat buffer
-    (flat_grads=True), one fused reduction reads the buffer and the gradients
-    are left as they are, the factor pending in the buffer until the
-    optimizer's fused step applies it. On a GPU two kernels compute the norm
-    and the factor on the device, and the norm comes back as a 0-d device
-    array (no copy to the host, so no wait for the GPU); on the CPU, numba's
-    kernel sums fixed blocks of the buffer, the same bits on any thread count.
+    (flat_grads=True), one fused reduction reads the buffer and one pass
+    scales it. On a GPU two kernels compute the norm and the factor on the
+    device, the buffer is scaled by the factor there, and the norm comes back
+    as a 0-d device array (no copy to the host, so no wait for the GPU); on
+    the CPU, numba's kernel sums fixed blocks of the buffer, the same bits on
+    any thread count.
     """
     check("clip_grad_norm_", "max_norm", max_norm, "(0, inf]")
     if isinstance(params, Tensor):  # iterating a tensor would give its rows, which have no gradients
@@ -456,7 +454,9 @@ def clip_grad_norm_(params, max_norm):
     buffer = next((b for b in _buffers if b.ids == ids), None)
     kernel = None if buffer is None else kernels.fused("grad_norm", buffer.flat)
     if kernel is not None:
-        norm, buffer.scale = kernel(buffer.flat, max_norm)
+        norm, scale = kernel(buffer.flat, max_norm)
+        if buffer.device != "cpu" or not scale[0] >= 1:  # on the CPU a factor of 1 saves the pass; NaN passes on
+            buffer.flat *= scale
         return norm[0]
     xp = backend.xp_for(backend.device_of(grads[0]))
     # A dot product per cache-sized piece (one pass, no temporary), summed in float64 for accuracy;
@@ -466,7 +466,7 @@ def clip_grad_norm_(params, max_norm):
                         for piece in [piece.astype(xp.float32) if piece.dtype.itemsize < 4 else piece]])
     total = math.sqrt(float(squares.sum(dtype=xp.float64)))
     scale = max_norm / (total + 1e-6)
-    if scale < 1:
+    if not scale >= 1:  # a NaN norm makes every gradient NaN, as in PyTorch: none is left looking healthy
         for g in grads:
             g *= scale
     return total
@@ -499,21 +499,29 @@ class WarmupCosineLR:
 
     Constructing it sets the lr of step `last_step + 1`: step 0 for a fresh run,
     or the step a resumed run continues from (as PyTorch's `last_epoch`).
-    `max_lr` and `min_lr` are the first group's (max_lr defaults to its lr);
-    every other group keeps the ratio its lr had to the first's at construction,
-    as PyTorch's schedulers keep each group's own. Every argument is checked
-    here, not at the first step that would trip on it.
+    `max_lr` and `min_lr` are the first group's; a fresh run's max_lr defaults
+    to that group's lr, and a resumed run must give it (its groups' lrs are then
+    the schedule's of some step, not its peak: PyTorch asks for `initial_lr`).
+    Every other group keeps the ratio its lr had to the first's at
+    construction, as PyTorch's schedulers keep each group's own. Every argument
+    is checked here, not at the first step that would trip on it.
     """
 
     def __init__(self, optimizer, warmup_steps, decay_steps, min_lr=0.0, max_lr=None, last_step=-1):
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"WarmupCosineLR: optimizer must be an nn.optim optimizer, got {type(optimizer).__name__}")
-        max_lr = optimizer.param_groups[0]["lr"] if max_lr is None else max_lr
-        _check_schedule("WarmupCosineLR", max_lr, warmup_steps, decay_steps, min_lr)
         check("WarmupCosineLR", "last_step", last_step, "[-1, inf)", integer=True)
+        if max_lr is None and last_step >= 0:
+            raise ValueError(f"WarmupCosineLR: resuming at last_step={last_step} needs max_lr: the optimizer's lr is "
+                             "then the schedule's at some step, not its peak; pass the run's max_lr")
+        first = optimizer.param_groups[0]["lr"]
+        max_lr = first if max_lr is None else max_lr
+        _check_schedule("WarmupCosineLR", max_lr, warmup_steps, decay_steps, min_lr)
+        if not first and any(group["lr"] for group in optimizer.param_groups):
+            raise ValueError("WarmupCosineLR: the first group's lr is 0, so the other groups' lrs have no ratio to it; "
+                             "give the first group the lr of the schedule's peak")
         self.optimizer, self.max_lr = optimizer, max_lr
         self.warmup_steps, self.decay_steps, self.min_lr = warmup_steps, decay_steps, min_lr
-        first = optimizer.param_groups[0]["lr"]
         self.ratios = [group["lr"] / first if first else 1.0 for group in optimizer.param_groups]
         self.last_step = last_step
         self.step()
@@ -522,10 +530,14 @@ class WarmupCosineLR:
         return warmup_cosine(step, self.max_lr, self.warmup_steps, self.decay_steps, self.min_lr)
 
     def step(self):
+        groups = self.optimizer.param_groups
+        if len(groups) != len(self.ratios):  # a group added since has no ratio to the first's lr
+            raise ValueError(f"WarmupCosineLR.step: the optimizer has {len(groups)} parameter groups, the schedule "
+                             f"was built for {len(self.ratios)}; build the schedule after adding every group")
         self.last_step += 1
         lr = self.get_lr(self.last_step)
-        for i, group in enumerate(self.optimizer.param_groups):  # a group added since keeps the first's lr
-            group["lr"] = lr * (self.ratios[i] if i < len(self.ratios) else 1.0)
+        for group, ratio in zip(groups, self.ratios):
+            group["lr"] = lr * ratio
         return lr
 
     def state_dict(self):

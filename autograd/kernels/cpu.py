@@ -733,21 +733,21 @@ def cross_entropy_forward(z, targets, vocab, ignore, out):
 
 
 @_Kernel
-def _adamw(g, scale, decay, beta1, beta2, eps, step_size, w, m, v):
-    """nn.optim.AdamW's update (its docstring has the formula), w, m, v in place, g first scaled by `scale`:
-    m ← m + (1−β₁)(sg − m);  v ← β₂v + (1−β₂)(sg)²;  w ← w·decay + step_size · m / (√v + eps)."""
+def _adamw(g, decay, beta1, beta2, eps, step_size, w, m, v):
+    """nn.optim.AdamW's update (its docstring has the formula), w, m, v in place:
+    m ← m + (1−β₁)(g − m);  v ← β₂v + (1−β₂)g²;  w ← w·decay + step_size · m / (√v + eps)."""
     for i in prange(w.size):
-        sg = g[i] * scale
-        mi = m[i] + (_F32(1) - beta1) * (sg - m[i])
-        vi = beta2 * v[i] + (_F32(1) - beta2) * sg * sg
+        gi = g[i]
+        mi = m[i] + (_F32(1) - beta1) * (gi - m[i])
+        vi = beta2 * v[i] + (_F32(1) - beta2) * gi * gi
         m[i], v[i] = mi, vi
         w[i] = w[i] * decay + step_size * mi / (math.sqrt(vi) + eps)
 
 
-def adamw(g, scale, decay, beta1, beta2, eps, step_size, w, m, v):
-    """The update as kernels/cuda.py's ADAMW takes it: `scale` a one-element array; w, m, v C-contiguous, in place."""
-    _adamw(np.ascontiguousarray(g).reshape(-1), _F32(scale[0]), _F32(decay), _F32(beta1), _F32(beta2), _F32(eps),
-           _F32(step_size), w.reshape(-1), m.reshape(-1), v.reshape(-1))
+def adamw(g, decay, beta1, beta2, eps, step_size, w, m, v):
+    """The update as kernels/cuda.py's ADAMW takes it; w, m, v C-contiguous, in place."""
+    _adamw(np.ascontiguousarray(g).reshape(-1), _F32(decay), _F32(beta1), _F32(beta2), _F32(eps), _F32(step_size),
+           w.reshape(-1), m.reshape(-1), v.reshape(-1))
 
 
 # ---- clip_grad_norm_ -------------------------------------------------------------------
@@ -766,11 +766,12 @@ def _sum_of_squares(x, partial):
 def grad_norm(flat, max_norm):
     """(norm, scale) as kernels/cuda.py's grad_norm gives them, one-element arrays, for one flat C-contiguous
     gradient buffer: the blocks' float32 sums of squares added in float64 (NumPy's pairwise sum, whose order
-    follows their count), scale = min(1, max_norm / (norm + 1e-6))."""
+    follows their count), scale = min(1, max_norm / (norm + 1e-6)), NaN where the norm is."""
     partial = np.empty(-(-flat.size // NORM_BLOCK), dtype=flat.dtype)
     _sum_of_squares(flat, partial)
     norm = math.sqrt(partial.sum(dtype=np.float64))
-    return np.array([norm]), np.array([min(1.0, max_norm / (norm + 1e-6))], dtype=flat.dtype)
+    factor = max_norm / (norm + 1e-6)
+    return np.array([norm]), np.array([1.0 if factor >= 1 else factor], dtype=flat.dtype)  # NaN stays NaN
 
 
 # What kernels.fused(name, array) hands an op on the CPU, with the fewest elements at which it is used: below

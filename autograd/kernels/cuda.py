@@ -37,13 +37,11 @@ GELU_BACKWARD = ("T x, T g", "T dx", """
     dx = g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * c * (T(1) + T(3) * a * x * x));
 """)
 
-# nn.optim.AdamW's update in one pass instead of a dozen (its docstring has the formula; w, m, v in place),
-# the gradient first scaled by clip_grad_norm_'s factor s (a one-element device array, 1 without clipping):
-# m ← m + (1−β₁)(sg − m);  v ← β₂v + (1−β₂)(sg)²;  w ← w·decay + step_size · m / (√v + eps)
-ADAMW = ("T g, raw T scale, T decay, T beta1, T beta2, T eps, T step_size", "T w, T m, T v", """
-    const T sg = g * scale[0];
-    m += (T(1) - beta1) * (sg - m);
-    v = beta2 * v + (T(1) - beta2) * sg * sg;
+# nn.optim.AdamW's update in one pass instead of a dozen (its docstring has the formula; w, m, v in place):
+# m ← m + (1−β₁)(g − m);  v ← β₂v + (1−β₂)g²;  w ← w·decay + step_size · m / (√v + eps)
+ADAMW = ("T g, T decay, T beta1, T beta2, T eps, T step_size", "T w, T m, T v", """
+    m += (T(1) - beta1) * (g - m);
+    v = beta2 * v + (T(1) - beta2) * g * g;
     w = w * decay + step_size * m / (sqrt(v) + eps);
 """)
 
@@ -254,7 +252,7 @@ __global__ void sum_of_squares(const T* x, double* partial, long long n) {
 """
 
 # clip_grad_norm_, second launch (one block): norm = √Σ partials, scale = min(1, max_norm / (norm + 1e-6)),
-# both left on the device for the fused AdamW kernel: no copy to the host.
+# both left on the device, where the buffer is scaled by it: no copy to the host.
 CLIP_SCALE = r"""
 template <typename T>
 __global__ void clip_scale(const double* partial, int blocks, double max_norm, T* norm, T* scale) {
@@ -270,7 +268,7 @@ __global__ void clip_scale(const double* partial, int blocks, double max_norm, T
         if (lane == 0) {
             const double total = sqrt(acc), factor = max_norm / (total + 1e-6);
             norm[0] = T(total);
-            scale[0] = T(factor < 1.0 ? factor : 1.0);
+            scale[0] = T(factor >= 1.0 ? 1.0 : factor);  // a NaN norm gives a NaN scale, as on the host
         }
     }
 }

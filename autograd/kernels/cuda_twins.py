@@ -183,7 +183,7 @@ def grad_norm(flat, max_norm):
     partial = block_sum(acc.reshape(blocks, threads))
     total = np.sqrt(block_sum(thread_strided(partial, threads)[None, :])[0])
     factor = max_norm / (total + 1e-6)
-    return total, min(factor, 1.0)
+    return total, 1.0 if factor >= 1.0 else factor
 
 
 def thread_strided(values, threads):

@@ -657,7 +657,12 @@ def _fit_rows(value, shape):
 def restore_optimizer(optimizer, state_dict, folder):
     """Load a checkpoint's optimizer `state_dict` into `optimizer`, which keeps its own hyper-parameters (the
     options, as the command line may have changed them); a one-line error names the file where it does not fit."""
-    groups = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    groups = state_dict["param_groups"]
+    if isinstance(groups, list) and len(groups) == len(optimizer.param_groups):  # else load_state_dict says so
+        # this run's settings, with the saved parameters' positions (which load_state_dict counts)
+        groups = [{**{k: v for k, v in group.items() if k != "params"},
+                   **({"params": saved["params"]} if isinstance(saved, dict) and "params" in saved else {})}
+                  for group, saved in zip(optimizer.param_groups, groups)]
     params = optimizer._params()
     state = {i: {k: _fit_rows(v, params[i].shape) for k, v in buffers.items()}
              if isinstance(i, int) and 0 <= i < len(params) and isinstance(buffers, dict) else buffers

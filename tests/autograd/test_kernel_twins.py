@@ -160,7 +160,7 @@ def test_twins_use_the_kernels_launch_shapes():
 @pytest.fixture
 def twins_as_kernels(monkeypatch):
     """kernels.fused hands the ops the twins for NumPy arrays: their GPU paths (the hooks in ops.py and
-    nn/optim.py: saved statistics, offsets, in-place writes, deferred scaling) run on the CPU."""
+    nn/optim.py: saved statistics, offsets, in-place writes, the clipped buffer) run on the CPU."""
     from autograd import backend, kernels
 
     def grad_norm(flat, max_norm):
@@ -203,7 +203,7 @@ def test_the_ops_gpu_paths_through_the_twins_train_as_the_composed_ops(twins_as_
     kernels.fused = lambda name, array: None  # monkeypatch restores it after the test
     losses, weights = model_loss_and_grads()
     np.testing.assert_allclose(fused_losses, losses, rtol=1e-10)
-    assert fused_losses[0][1] > 0.05  # clipping did scale (deferred into the step on the GPU path)
+    assert fused_losses[0][1] > 0.05  # clipping did scale (the buffer, in place)
     for name, w in weights.items():
         np.testing.assert_allclose(fused_weights[name], w, rtol=1e-9, atol=1e-12, err_msg=name)
 

@@ -123,8 +123,12 @@ def test_atomic_a_refused_optimizer_changes_no_parameter(make, match):
     (lambda: nn.Linear(2, True), r"Linear: out_features must be a positive integer, got True"),
     (lambda: nn.Embedding(-1, 3), r"Embedding: num_embeddings must be a positive integer, got -1"),
     (lambda: nn.Embedding(4, 2.0), r"Embedding: embedding_dim must be a positive integer, got 2.0"),
-    (lambda: nn.LayerNorm(0), r"LayerNorm: normalized_shape must be a positive integer, got 0"),
-    (lambda: nn.LayerNorm(2.5), r"LayerNorm: normalized_shape must be a positive integer, got 2.5"),
+    (lambda: nn.LayerNorm(0), r"LayerNorm: normalized_shape \(the last axis's size; one axis only\) must be a "
+                              r"positive integer, got 0"),
+    (lambda: nn.LayerNorm(2.5), r"LayerNorm: normalized_shape .* must be a positive integer, got 2.5"),
+    (lambda: nn.LayerNorm((2, 3)), r"LayerNorm: normalized_shape .* must be a positive integer, got \(2, 3\)"),
+    (lambda: nn.GELU(approximate="none"), r"GELU: approximate='none' is not implemented: this GELU is GPT-2's tanh "
+                                          r"approximation; pass approximate='tanh' or leave it out"),
     (lambda: nn.Dropout(2), r"Dropout: p must be a probability in \[0, 1\), got 2"),
     (lambda: nn.Dropout("0.1"), r"Dropout: p must be a probability in \[0, 1\), got '0.1'"),
 ])

@@ -146,6 +146,26 @@ def test_gradients_are_averaged_over_flat_buckets(job, monkeypatch, bucket_bytes
         assert p.grad.shape == p.shape and p.grad.dtype == np.float64
 
 
+def test_a_flat_gradient_buffer_stays_the_gradients_home(job):
+    """With AdamW's flat_grads, the mean is written into the buffer's views, so clipping and the step keep their
+    one-kernel paths (views of a new buffer sent both back to one call per parameter)."""
+    model = model_with_grads(0)
+    grads = [p.grad for p in model.parameters()]
+    opt = nn.optim.AdamW(model.parameters(), flat_grads=True)
+    opt.zero_grad()
+    for p, g in zip(model.parameters(), grads):
+        if g is not None:
+            p.grad += g
+    views = [p.grad for p in model.parameters()]
+    other = [np.random.default_rng(1).standard_normal(p.shape) for p in model.parameters()]
+    dist._connect(FakeMPI(rank=0, other=[np.concatenate([g.ravel() for g in other])]), "cpu", SHARED, IN_PLACE)
+    expected = expected_mean(model, other)
+    dist.all_reduce_gradients(model)
+    for p, view, want in zip(model.parameters(), views, expected):
+        assert p.grad is view
+        np.testing.assert_array_equal(p.grad, want)
+
+
 def test_broadcast_overwrites_parameters_in_place_with_rank_0s(job):
     model = model_with_grads(0)
     root = [np.full(p.shape, float(i)) for i, p in enumerate(model.parameters())]

@@ -75,6 +75,32 @@ def test_reassigning_or_deleting_an_attribute_unregisters_it():
     assert m.children() == [m.drop]
 
 
+def test_reassigning_keeps_the_attribute_in_its_place_as_in_pytorch():
+    layer = nn.Linear(3, 4)
+    layer.weight = Parameter(np.zeros((3, 4), dtype=np.float32))
+    assert list(layer.state_dict()) == ["weight", "bias"]
+    m = Block()
+    m.attn = nn.Linear(3, 3)
+    assert m.children() == [m.attn, m.ln, m.drop]
+
+
+def test_a_registered_name_takes_only_its_own_kind():
+    m = Block()
+    with pytest.raises(TypeError, match=r"Block.attn is a sub-module \(Linear\): assign a Module \(or None\), not a "
+                                        "int"):
+        m.attn = 3
+    assert m.children() == [m.attn, m.ln, m.drop]
+    layer = nn.Linear(3, 4, bias=False)  # the empty slot is the bias's: only a Parameter fills it
+    with pytest.raises(TypeError, match="Linear.bias is a Parameter: assign an nn.Parameter"):
+        layer.bias = ag.Tensor(np.zeros(4, dtype=np.float32))
+    layer.bias = Parameter(np.zeros(4, dtype=np.float32))
+    assert list(layer.state_dict()) == ["weight", "bias"]
+    layer.bias = None
+    assert list(layer.state_dict()) == ["weight"] and layer.bias is None
+    with pytest.raises(TypeError, match="register_parameter: 'scale' must be an nn.Parameter or None, not a Tensor"):
+        layer.register_parameter("scale", ag.Tensor(np.ones(4)))
+
+
 def test_assigning_before_super_init_is_a_clear_error():
     class Forgetful(Module):
         def __init__(self):
@@ -168,6 +194,40 @@ def test_non_strict_load_skips_missing_and_unexpected_keys_but_not_shapes():
     np.testing.assert_array_equal(model.scale.numpy(), source.scale.numpy() * 2)
     with pytest.raises(KeyError, match="mis-shaped"):
         model.load_state_dict({"scale": np.zeros(4)}, strict=False)
+
+
+def test_load_state_dict_returns_what_it_skipped():
+    model = TinyLM()
+    result = model.load_state_dict({"scale": np.ones(3), "extra": np.zeros(1)}, strict=False)
+    assert result.missing_keys == [k for k in model.state_dict() if k != "scale"]
+    assert result.unexpected_keys == ["extra"]
+    assert model.load_state_dict(TinyLM().state_dict()) == ([], [])
+
+
+def test_a_tied_weight_loads_under_either_name_and_both_must_agree():
+    model, source = TinyLM(), TinyLM()
+    state = source.state_dict()
+    torch_style = {**state, "head.weight": state["wte.weight"]}  # PyTorch's state dicts name a tied weight twice
+    assert model.load_state_dict(torch_style) == ([], [])
+    np.testing.assert_array_equal(model.head.weight.numpy(), source.wte.weight.numpy())
+    head_only = {("head.weight" if k == "wte.weight" else k): v for k, v in state.items()}
+    model.load_state_dict(head_only)
+    assert model.head.weight is model.wte.weight
+    before = snapshot(model)
+    with pytest.raises(ValueError, match="'wte.weight' and 'head.weight' name one tied parameter, but their values "
+                                         "differ; keep one of them"):
+        model.load_state_dict({**state, "head.weight": state["wte.weight"] + 1})
+    assert_unchanged(model, before)
+
+
+def test_a_pytorch_tensor_in_a_state_dict_is_named_with_the_fix():
+    class Foreign:  # what a torch.Tensor is to this check: neither an array nor a Tensor
+        pass
+
+    with pytest.raises(TypeError, match=r"'weight' is a .*test_module.*Foreign, not a NumPy or CuPy array or an "
+                                        r"autograd Tensor; convert it first \(a PyTorch tensor: "
+                                        r"\.detach\(\)\.cpu\(\)\.numpy\(\)\)"):
+        nn.Linear(2, 2).load_state_dict({"weight": Foreign(), "bias": np.zeros(2)})
 
 
 def test_load_state_dict_casts_to_the_parameter_dtype():
@@ -353,3 +413,35 @@ def test_an_error_in_forward_leaves_no_scope_behind():
         outer(ag.Tensor(np.ones((1, 2), dtype=np.float32)))
     out = ag.Tensor(np.ones(2, dtype=np.float32), requires_grad=True) * 2
     assert out.op.scope == ""
+
+
+def test_apply_named_children_and_requires_grad_as_in_pytorch():
+    model = TinyLM()
+    seen = []
+    assert model.apply(lambda m: seen.append(type(m).__name__)) is model
+    assert seen == ["Embedding", "Linear", "LayerNorm", "Dropout", "Block", "Linear", "LayerNorm", "Dropout", "Block",
+                    "ModuleList", "Linear", "TinyLM"]  # each sub-module before the module holding it
+    assert [name for name, _ in model.named_children()] == ["wte", "h", "head"]
+    assert model.requires_grad_(False) is model and not any(p.requires_grad for p in model.parameters())
+    model.requires_grad_()
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_zero_grad_drops_the_gradients_or_fills_them_with_zeros():
+    layer = nn.Linear(2, 3)
+    for p in layer.parameters():
+        p.grad = np.ones(p.shape, dtype=np.float32)
+    kept = layer.weight.grad
+    layer.zero_grad(set_to_none=False)
+    assert layer.weight.grad is kept and not kept.any() and not layer.bias.grad.any()
+    layer.zero_grad()
+    assert layer.weight.grad is None and layer.bias.grad is None
+
+
+def test_pytorch_spellings_of_the_layers():
+    norm = nn.LayerNorm((4,))
+    assert norm.weight.shape == (4,)
+    x = ag.Tensor(np.linspace(-3, 3, 8).reshape(2, 4))
+    np.testing.assert_array_equal(nn.GELU(approximate="tanh")(x).numpy(), x.gelu().numpy())
+    blocks = nn.ModuleList([nn.ReLU()]).extend([nn.GELU(), nn.ReLU()])
+    assert [type(m).__name__ for m in blocks] == ["ReLU", "GELU", "ReLU"]

@@ -264,9 +264,29 @@ def test_warmup_cosine_lr_state_round_trip():
 
 def test_warmup_cosine_lr_resumes_from_last_step():
     opt = SGD([param([1.0])], lr=1.0)
-    sched = WarmupCosineLR(opt, warmup_steps=10, decay_steps=110, min_lr=0.1, last_step=59)  # a run resumed at 60
+    sched = WarmupCosineLR(opt, warmup_steps=10, decay_steps=110, min_lr=0.1, max_lr=1.0, last_step=59)  # at 60
     assert sched.last_step == 60 and opt.param_groups[0]["lr"] == pytest.approx(0.55)
     assert sched.step() == warmup_cosine(61, 1.0, 10, 110, 0.1)
+
+
+def test_a_resumed_schedule_asks_for_its_peak():
+    opt = SGD([param([1.0])], lr=0.3)  # as a loaded state dict leaves it: the lr of some step, not the peak
+    with pytest.raises(ValueError, match="resuming at last_step=59 needs max_lr: the optimizer's lr is then the "
+                                         "schedule's at some step, not its peak; pass the run's max_lr"):
+        WarmupCosineLR(opt, warmup_steps=10, decay_steps=110, last_step=59)
+
+
+def test_the_schedule_refuses_groups_it_has_no_ratio_for():
+    opt = SGD([param([1.0])], lr=1.0)
+    sched = WarmupCosineLR(opt, warmup_steps=10, decay_steps=110)
+    opt.add_param_group({"params": [param([2.0])], "lr": 0.5})
+    with pytest.raises(ValueError, match="the optimizer has 2 parameter groups, the schedule was built for 1; build "
+                                         "the schedule after adding every group"):
+        sched.step()
+    assert opt.param_groups[1]["lr"] == 0.5
+    zero_first = SGD([{"params": [param([1.0])], "lr": 0.0}, {"params": [param([2.0])], "lr": 1e-3}], lr=0.1)
+    with pytest.raises(ValueError, match="the first group's lr is 0, so the other groups' lrs have no ratio to it"):
+        WarmupCosineLR(zero_first, warmup_steps=10, decay_steps=110, max_lr=1e-2)
 
 
 # ---- optimizer state ---------------------------------------------------------------------
@@ -522,10 +542,15 @@ def _bad_state_dicts():
         ("groups-none", put(["param_groups"], [None]), "group 0 must hold the settings lr, betas, eps, "
                                                        "weight_decay, got a NoneType"),
         ("group-missing-lr", drop(["param_groups", 0, "lr"]), "group 0 must hold the settings lr, betas, eps, "
-                                                             "weight_decay, got ['betas', 'eps', 'weight_decay']"),
-        ("group-extra", put(["param_groups", 0, "params"], [0, 1]), "group 0 must hold the settings lr, betas, eps, "
-                                                                    "weight_decay, got ['betas', 'eps', 'lr', "
-                                                                    "'params', 'weight_decay']"),
+                                                             "weight_decay, got ['betas', 'eps', 'params', "
+                                                             "'weight_decay']"),
+        ("group-extra", put(["param_groups", 0, "momentum"], 0.9), "group 0 must hold the settings lr, betas, eps, "
+                                                                   "weight_decay, got ['betas', 'eps', 'lr', "
+                                                                   "'momentum', 'params', 'weight_decay']"),
+        # torch refuses a group of another size too: its settings would go to other parameters
+        ("group-size", put(["param_groups", 0, "params"], [0]), "group 0 holds 1 parameters in the state dict but "
+                                                               "2 here; build the optimizer's groups as the saved "
+                                                               "run did"),
         ("group-lr-nan", put(["param_groups", 0, "lr"], float("nan")), None),
         ("group-eps-negative", put(["param_groups", 0, "eps"], -1.0), None),
         ("state-list", put(["state"], [{}]), "state must be a dict of parameter index → buffers, got list"),
@@ -731,3 +756,55 @@ def test_clip_grad_norm_sums_float16_squares_without_overflow():
     p.grad = np.array([300, 400], np.float16)
     assert clip_grad_norm_([p], 1.0) == pytest.approx(500.0)
     np.testing.assert_allclose(p.grad, [0.6, 0.8], rtol=1e-3)
+
+
+def test_flat_zero_grad_clears_a_group_added_later():
+    a = Parameter(np.ones(4, dtype=np.float32))
+    b = Parameter(np.ones(4, dtype=np.float32))
+    opt = AdamW([a], flat_grads=True)
+    opt.add_param_group({"params": [b]})
+    for _ in range(3):
+        opt.zero_grad()
+        (a.sum() + b.sum()).backward()
+        np.testing.assert_array_equal(b.grad, np.ones(4))
+        np.testing.assert_array_equal(a.grad, np.ones(4))
+
+
+def test_an_older_state_dict_without_group_positions_still_loads():
+    saved = AdamW([param([1.0, 2.0], grad=[0.1, -0.2])], lr=0.01)
+    saved.step()
+    state = saved.state_dict()
+    assert state["param_groups"][0]["params"] == [0]
+    del state["param_groups"][0]["params"]
+    opt = AdamW([param([1.0, 2.0], grad=[0.1, -0.2])], lr=0.5)
+    opt.load_state_dict(state)
+    assert opt.param_groups[0]["lr"] == 0.01 and opt.steps == 1
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_a_nan_norm_makes_every_gradient_nan_as_in_pytorch(flat):
+    """Clipping left every other gradient as it was, so only the NaN's own weight broke: a run that looked
+    healthy elsewhere. Both paths scale the gradients in place, as PyTorch's clip_grad_norm_ does."""
+    ps = [Parameter(np.ones(2048, dtype=np.float32)) for _ in range(2)]
+    opt = AdamW(ps, flat_grads=flat)
+    opt.zero_grad()
+    (ps[0].sum() + ps[1].sum()).backward()  # into the flat buffer's views where there is one
+    ps[0].grad[0] = np.nan
+    assert math.isnan(clip_grad_norm_(ps, 1.0))
+    assert all(np.isnan(p.grad).all() for p in ps)
+    opt.step()
+    assert all(np.isnan(p.data).all() for p in ps)
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_optimizer_zero_grad_set_to_none_false_keeps_zeroed_arrays(flat):
+    ps = [param([1.0, 2.0, 3.0]), param([4.0, 5.0])]
+    opt = AdamW(ps, flat_grads=flat)
+    for p in ps:
+        p.grad = np.full(p.shape, 2.0)  # not the buffer's views: a flat zero_grad hands those back
+    opt.zero_grad(set_to_none=False)
+    for i, p in enumerate(ps):
+        np.testing.assert_array_equal(p.grad, np.zeros(p.shape))
+        assert not flat or p.grad is opt.grad_buffer.views[i]
+    opt.zero_grad()
+    assert all((p.grad is None) != flat for p in ps)
