@@ -3,11 +3,15 @@
 gradcheck: for f: inputs → output and a fixed random projection v, the scalar
 L = Σ v ⊙ f(inputs) has ∂L/∂x = VJP(v). The engine computes that with one
 backward(); the check estimates each component as
-(L(x + εeᵢ) − L(x − εeᵢ)) / 2ε, which has error O(ε²). Use float64 inputs:
-in float32 the rounding error of L swamps any ε small enough. On a mismatch
-it raises with a table of the worst entries: input, index, analytic, numeric,
-error; with `picture=PATH` it also draws, for each input that failed, the
-analytic gradient, the numeric one and their difference as three heatmaps
+Σ v ⊙ (f(x + εeᵢ) − f(x − εeᵢ)) / 2ε, which has error O(ε²). Each output
+element is differenced before the projection (as torch.autograd.gradcheck
+differences each one): an element that xᵢ does not reach then contributes
+exactly 0, where differencing L itself would put L's rounding, about
+max|f|·2⁻⁵²/ε, on every component however small its true value. Use float64
+inputs: in float32 the rounding error of f swamps any ε small enough. On a
+mismatch it raises with a table of the worst entries: input, index, analytic,
+numeric, error; with `picture=PATH` it also draws, for each input that failed,
+the analytic gradient, the numeric one and their difference as three heatmaps
 (autograd/heatmaps.py), where a wrong row or a swapped block shows at a glance.
 
 jacobian: the full matrix ∂f/∂x, one backward() per output element. The ops
@@ -26,24 +30,28 @@ class GradcheckError(AssertionError):
     pass
 
 
-def _projected(fn, inputs, v):
-    out = fn(*inputs)
-    return float((backend.to_host(out.data).astype(np.float64) * v).sum())
+def _output(fn, inputs):
+    return backend.to_host(fn(*inputs).data).astype(np.float64)
 
 
 def _finite_differences(fn, inputs, t, v, eps):
-    """∂L/∂t by central differences, perturbing t's data in place one entry at a time."""
+    """∂L/∂t by central differences of each output element, projected on v, one entry of t at a time."""
     numeric = np.zeros(t.shape)
-    t.data = backend.xp_for(t.device).ascontiguousarray(t.data)
-    flat = t.data.reshape(-1)  # a view: perturbing it perturbs the input
-    for i in range(flat.size):
-        original = flat[i].item()
-        flat[i] = original + eps
-        plus = _projected(fn, inputs, v)
-        flat[i] = original - eps
-        minus = _projected(fn, inputs, v)
-        flat[i] = original
-        numeric.reshape(-1)[i] = (plus - minus) / (2 * eps)
+    original = t._data
+    # Nudge a copy, not the caller's array (it may be shared, read-only or broadcast), and set the slot rather
+    # than .data, whose setter would count the swap as a change and refuse backward through graphs that saved t.
+    t._data = original.copy()
+    try:
+        for index in np.ndindex(t.shape):
+            value = original[index].item()
+            t._data[index] = value + eps
+            plus = _output(fn, inputs)
+            t._data[index] = value - eps
+            minus = _output(fn, inputs)
+            t._data[index] = value
+            numeric[index] = float((v * (plus - minus)).sum()) / (2 * eps)
+    finally:
+        t._data = original
     return numeric
 
 
@@ -76,6 +84,8 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0, picture=None):
     numeric gradient and difference as heatmaps; the error names the file.
     Each checked input's `.grad` is left holding what backward() gave for the
     check's random projection of fn's output (what was there before is dropped).
+    The inputs' arrays are left as they were, the same objects with the same
+    values, even when fn raises: the entries are nudged in a copy.
     """
     inputs = list(inputs)
     checked = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
@@ -103,8 +113,8 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0, picture=None):
                 continue
             failed_inputs.append(f"input {position} (shape {t.shape})")
             drawn.append((position, analytic, numeric))
-            for index in zip(*np.nonzero(bad)):
-                failures.append((position, index, analytic[index], numeric[index], error[index]))
+            failures += [(position, index, analytic[index], numeric[index], error[index])
+                         for index in np.ndindex(bad.shape) if bad[index]]
     if failures:
         drawing = "" if picture is None else "\n" + _draw_failures(drawn, picture)
         raise GradcheckError(f"gradcheck: backward() disagrees with finite differences for "

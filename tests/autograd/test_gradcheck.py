@@ -93,6 +93,81 @@ def test_passing_check_returns_true_and_leaves_inputs_unchanged():
     np.testing.assert_array_equal(x.data, data)
 
 
+def test_a_failing_0d_input_gets_its_table_and_picture(tmp_path):
+    x = Tensor(np.array(1.5), requires_grad=True)
+    v = np.random.default_rng(0).standard_normal(())
+    path = tmp_path / "mismatch.png"
+    with pytest.raises(ag.GradcheckError, match=f"picture: {path}") as info:
+        ag.gradcheck(lambda t: WrongSquare.apply(t), [x], picture=path)
+    assert "input 0 (shape ())" in str(info.value).splitlines()[0]
+    [row] = table_rows(str(info.value))
+    assert row[:2] == (0, "[]")
+    np.testing.assert_allclose(row[2:4], [3 * 1.5 * v, 2 * 1.5 * v], rtol=1e-6)
+    assert path.read_bytes().startswith(PNG)
+
+
+def test_inputs_keep_their_arrays_shape_and_sharing():
+    scalar = Tensor(np.array(0.5), requires_grad=True)
+    base = np.arange(12.0).reshape(3, 4)
+    strided = Tensor(base[:, ::2], requires_grad=True)  # a view of base, not contiguous
+    broadcast = Tensor(np.broadcast_to(np.array([1.0, -2.0]), (3, 2)), requires_grad=True)  # read-only
+    arrays = [t.data for t in (scalar, strided, broadcast)]
+    assert ag.gradcheck(lambda a, b, c: (a * b).tanh() * c, [scalar, strided, broadcast]) is True
+    assert all(t.data is array for t, array in zip((scalar, strided, broadcast), arrays))
+    assert scalar.shape == () and np.shares_memory(strided.data, base)
+    np.testing.assert_array_equal(base, np.arange(12.0).reshape(3, 4))
+
+
+def test_inputs_are_restored_when_fn_raises_while_an_entry_is_nudged():
+    data = np.array([1.0, 2.0])
+    x = Tensor(data.copy(), requires_grad=True)
+    calls = []
+
+    def fails_on_the_first_nudge(t):
+        calls.append(None)
+        if len(calls) == 2:  # call 1 is the analytic pass, call 2 sees x[0] + ε
+            raise RuntimeError("fn failed")
+        return t * 2.0
+
+    with pytest.raises(RuntimeError, match="fn failed"):
+        ag.gradcheck(fails_on_the_first_nudge, [x])
+    np.testing.assert_array_equal(x.data, data)
+
+
+class Exp10(ag.Function):
+    """e^(10x), whose outputs span many magnitudes, with its VJP 10·e^(10x)·g scaled by `factor` and with
+    `offset` added at index 0: factor 1, offset 0 is right."""
+
+    def forward(self, x, factor=1.0, offset=0.0):
+        self.factor, self.offset = factor, offset
+        self.save(np.exp(10 * x))
+        return self.saved[0]
+
+    def backward(self, g):
+        grad = 10 * self.saved[0] * g * self.factor
+        grad[0] += self.offset
+        return grad
+
+
+def test_a_right_vjp_passes_when_the_outputs_span_many_magnitudes():
+    # Differencing Σ v ⊙ f as one number put its rounding, ≈ e²⁰·2⁻⁵²/ε ≈ 0.1, on entries worth 10⁻⁸.
+    for seed in range(20):
+        x = np.random.default_rng(seed).standard_normal(6)
+        assert ag.gradcheck(lambda t: (10 * t).exp(), [Tensor(x, requires_grad=True)]) is True
+    assert ag.gradcheck(lambda t: Exp10.apply(t), [Tensor(np.linspace(-2, 2, 6), requires_grad=True)]) is True
+
+
+@pytest.mark.parametrize("factor, offset, failing", [(1 + 1e-3, 0.0, ["[5]", "[4]", "[3]", "[2]"]),
+                                                     (1.0, 1e-4, ["[0]"])])
+def test_a_slightly_wrong_vjp_fails_when_the_outputs_span_many_magnitudes(factor, offset, failing):
+    # x = −2 … 2: true entries from 10e⁻²⁰·v₀ ≈ 10⁻⁸ up to 10e²⁰·v₅ ≈ 10⁹. 0.1 % too large fails the four
+    # entries where 0.1 % exceeds atol; 10⁻⁴ added at the 10⁻⁸ entry fails that entry alone.
+    x = Tensor(np.linspace(-2, 2, 6), requires_grad=True)
+    with pytest.raises(ag.GradcheckError) as info:
+        ag.gradcheck(lambda t: Exp10.apply(t, factor=factor, offset=offset), [x])
+    assert [r[1] for r in table_rows(str(info.value))] == failing
+
+
 def test_jacobian_of_softmax_is_diag_p_minus_p_p_transpose():
     # Lesson 000: z = (2, 1, 0), p = e^z / Σe^z; ∂pᵢ/∂zⱼ = pᵢ(δᵢⱼ − pⱼ)
     z = np.array([2.0, 1.0, 0.0])
