@@ -9,7 +9,8 @@ import numbers
 import numpy as np
 
 from . import backend, ops
-from .tensor import Tensor, ShapeError, _as_array, _axis, float_alike, get_default_dtype, is_grad_enabled
+from .tensor import (Tensor, ShapeError, _as_array, _axis, _check_in_range, _check_ints, float_alike,
+                     get_default_dtype, is_grad_enabled)
 
 
 def _tensor(x, like=None):
@@ -36,7 +37,10 @@ def concat(tensors, axis=0):
     if not tensors:
         raise ValueError("concat: needs at least one tensor")
     ref = next((t for t in tensors if isinstance(t, Tensor)), None)
-    return ops.Concat.apply(*float_alike([_tensor(t, ref) for t in tensors]), axis=axis)
+    tensors = float_alike([_tensor(t, ref) for t in tensors])
+    _check_ints("concat", "axis", axis)
+    _check_in_range("concat", tensors[0].shape, (axis,))  # an existing axis: Concat reads its length
+    return ops.Concat.apply(*tensors, axis=axis)
 
 
 def stack(tensors, axis=0):
@@ -111,11 +115,17 @@ def cross_entropy(logits, targets, ignore_index=None, reduction="mean", classes=
 
     `classes`: only the first `classes` columns are classes (a padded
     vocabulary); the others get no probability and no gradient.
-    `reuse_logits`: on a GPU the kernel may write the gradient over the
-    logits' array, which must not be read again (a training step's).
+    `reuse_logits`: the fused kernel (a GPU's, or on the CPU numba's for
+    float32 from 16K logits) may write the gradient over the logits' array,
+    which must then not be read again, by the caller or by the op that made
+    it: a training step's logits from a product, not from an op that keeps
+    its output for backward (exp, tanh, sigmoid).
     """
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    if logits.ndim == 0:
+        raise ShapeError("cross_entropy: logits of shape () have no axis of classes; give them one, the last, "
+                         "e.g. logits of shape (N, C) with targets of shape (N,)")
     targets = _constant(targets, logits.device, "cross_entropy", "iu", "targets (class ids)")
     if targets.shape != logits.shape[:-1]:
         raise ShapeError(
@@ -141,6 +151,9 @@ def _check_ids_below(op, what, ids, limit, meaning):
 
 def embedding(weight, ids):
     """Rows of `weight` (V, C) picked by integer `ids` of any shape: shape (*ids.shape, C)."""
+    if weight.ndim != 2:
+        raise ShapeError(f"embedding: weight must be a table of shape (V, C), one row of C features per id, got "
+                         f"shape {weight.shape}; reshape it to (V, C)")
     ids = _constant(ids, weight.device, "embedding", "iu", "ids (token ids)")
     _check_ids_below("embedding", "ids", ids, weight.shape[0], "the table's rows")
     return ops.Embedding.apply(weight, ids=ids)
@@ -148,10 +161,16 @@ def embedding(weight, ids):
 
 def layer_norm(x, weight, bias=None, eps=1e-5):
     """Normalise the last axis to zero mean and unit variance, then scale by `weight` and shift by `bias`."""
+    if x.ndim == 0:
+        raise ShapeError("layer_norm: the input has shape (), no axis of features to normalise (the last axis); "
+                         "give it one, e.g. x.reshape(1, -1)")
     features = x.shape[-1]
     if not isinstance(weight, Tensor):
         raise TypeError(f"layer_norm: weight must be a Tensor of shape ({features},), got {type(weight).__name__}; "
                         f"for no scaling pass ones, Tensor(numpy.ones({features}, numpy.float32))")
+    if bias is not None and not isinstance(bias, Tensor):
+        raise TypeError(f"layer_norm: bias must be a Tensor of shape ({features},) or None, got "
+                        f"{type(bias).__name__}; wrap it, Tensor(bias), or pass None for no shift")
     for name, p in (("weight", weight), ("bias", bias)):
         if p is not None and p.shape != (features,):
             raise ShapeError(f"layer_norm: {name} has shape {p.shape} but the input's last axis has "
@@ -176,7 +195,7 @@ def scaled_dot_product_attention(q, k, v, causal=True, dropout_p=0.0):
     (Tk − Tq + i)-th position, so it sees the keys up to and including it.
     `dropout_p` drops attention weights (pass 0 when not training).
     """
-    if (q.ndim < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]
+    if (min(q.ndim, k.ndim, v.ndim) < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]
             or q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]):
         raise ShapeError(f"scaled_dot_product_attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit; "
                          "expected (B, H, Tq, D), (B, H, Tk, D), (B, H, Tk, Dv)")
@@ -266,6 +285,9 @@ def arange(start, stop=None, step=1, dtype=None, device="cpu"):
     """numpy.arange: integers from integer arguments, the default float dtype otherwise."""
     if stop is None:
         start, stop = 0, start
+    if step == 0:
+        raise ValueError(f"arange: step must be nonzero, got step={step!r} from {start!r} to {stop!r}; a step of 0 "
+                         "never reaches stop")
     if dtype is None and any(isinstance(a, float) for a in (start, stop, step)):
         dtype = get_default_dtype()
     xp = backend.xp_for(device)

@@ -39,6 +39,13 @@ def _output(op, inputs, out):
     """saved_in_graph of an op that saved its output z alone (exp, sqrt, tanh, sigmoid, softmax's p)."""
     return (out,)
 
+
+def _rows(x):
+    """x as a matrix: its last axis kept, the others flattened into rows. The rows are counted, not left to
+    reshape's −1, which NumPy cannot infer beside an axis of length 0 ((2, 0) is 2 rows of nothing)."""
+    return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
+
+
 # ---- elementwise arithmetic --------------------------------------------------
 
 
@@ -170,7 +177,7 @@ class MatMul(Function):
         # rows @ matrix (the LM head): the CPU's product split over the threads, on a's rows flattened
         self.matmul = kernels.fused("matmul", b) if a.ndim >= 2 and b.ndim == 2 else None
         if self.matmul is not None:
-            return self.matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[1])
+            return self.matmul(_rows(a), b).reshape(*a.shape[:-1], b.shape[1])
         return a @ b
 
     def saved_in_graph(self, inputs, out):
@@ -190,7 +197,7 @@ class MatMul(Function):
         da = db = None
         if self.needs_grad[0]:
             if self.matmul is not None:
-                da = self.matmul(g.reshape(-1, g.shape[-1]), b2.T).reshape(a.shape)
+                da = self.matmul(_rows(g), b2.T).reshape(a.shape)
             else:
                 da = g @ b2.swapaxes(-1, -2)
             if a.ndim == 1:
@@ -198,7 +205,7 @@ class MatMul(Function):
         if self.needs_grad[1]:
             if b2.ndim == 2:
                 # One GEMM over every row of the batch instead of a stack of products summed afterwards.
-                a_rows, g_rows = a2.reshape(-1, a2.shape[-1]), g.reshape(-1, g.shape[-1])
+                a_rows, g_rows = _rows(a2), _rows(g)
                 layout = getattr(b2, "flags", None)  # a tensor (create_graph) has no layout to stream
                 if layout is not None and layout.f_contiguous and not layout.c_contiguous:
                     # b is a transposed view (the tied LM head's wteᵀ): dB built transposed is contiguous
@@ -232,7 +239,7 @@ class Linear(Function):
 
     def forward(self, x, weight, bias=None):
         self.save(x, weight)
-        rows = x.reshape(-1, x.shape[-1])
+        rows = _rows(x)
         # the CPU's product, split over the threads (the bias added by each); chosen by the weight's size, as a
         # token's x is one small row
         split = kernels.fused("matmul", weight)
@@ -251,9 +258,9 @@ class Linear(Function):
 
     def backward(self, g):
         x, weight = self.saved
-        rows = g.reshape(-1, g.shape[-1])  # (rows, out)
+        rows = _rows(g)  # (rows, out)
         dx = self.matmul(rows, weight.T).reshape(x.shape) if self.needs_grad[0] else None
-        dweight = self.matmul(x.reshape(-1, x.shape[-1]).T, rows) if self.needs_grad[1] else None
+        dweight = self.matmul(_rows(x).T, rows) if self.needs_grad[1] else None
         if len(self.needs_grad) == 2:
             return dx, dweight
         if not self.needs_grad[2]:
@@ -523,7 +530,11 @@ class GetItem(Function):
 
     def forward(self, x, key, advanced):
         self.key, self.advanced = key, advanced
-        return x[key]
+        try:
+            return x[key]
+        except IndexError as exc:
+            raise IndexError(f"getitem: {exc} (tensor of shape {x.shape}); an index along an axis of length n lies "
+                             f"in [-n, n), and at most {x.ndim} axes can be indexed (None and ... aside)") from None
 
     def saved_in_graph(self, inputs, out):
         self.advanced = True  # a tensor is never written in place: every key's scatter-add is the op AddAt
@@ -690,6 +701,12 @@ def _softmax(xp, x, axis, mask=None, out=None):
     nothing visible gives p = 0 and lse = 0 instead of NaNs. p is written into
     `out` when given (x itself, when the caller owns x), else into a new array.
     """
+    if x.ndim == 0:  # one number, p = 1 (as in PyTorch): as one row, since NumPy reduces a 0-d array to a scalar
+        p, lse = _softmax(xp, x.reshape(1), axis, None if mask is None else mask.reshape(1))
+        return p.reshape(()), lse.reshape(())
+    if not x.size:  # nothing to normalise, and no maximum over an axis of length 0 to subtract (NumPy has none)
+        p = xp.exp(x, out=xp.empty_like(x))  # empty; out= refuses an integer x, as the exp below does
+        return p, xp.full(x.sum(axis=axis, keepdims=True).shape, -xp.inf, dtype=x.dtype)  # log Σ over nothing
     if mask is not None:
         x = xp.add(x, _mask_bias(xp, mask, x.dtype), out=out)
         out = x
@@ -769,7 +786,7 @@ class CrossEntropy(Function):
     def forward(self, logits, targets, ignore_index=None, reduction="mean", classes=None, reuse_logits=False):
         xp = self.xp
         vocab = logits.shape[-1]
-        z = logits.reshape(-1, vocab)
+        z = _rows(logits)
         t = targets.reshape(-1)
         valid = None if ignore_index is None else t != ignore_index
         count = len(t) if valid is None else xp.maximum(valid.sum(dtype=z.dtype), 1)  # stays on the device
@@ -799,7 +816,7 @@ class CrossEntropy(Function):
     def saved_in_graph(self, inputs, out):
         """p = softmax(z) as a tensor of the graph, for the composed rule (the kernel's p − y is an array)."""
         self.fused = False
-        z, classes = inputs[0].reshape(-1, self.shape[-1]), self.params["classes"]
+        z, classes = _rows(inputs[0]), self.params["classes"]
         t, ignore_index = self.params["targets"].reshape(-1), self.params["ignore_index"]
         valid = None if ignore_index is None else t != ignore_index  # as forward's composed path reads them
         if valid is not None:
@@ -840,7 +857,7 @@ class Embedding(Function):
         return weight[ids]
 
     def backward(self, g):
-        rows = g.reshape(-1, self.weight_shape[-1])
+        rows = _rows(g)
         kernel = kernels.fused("embedding_backward", rows)
         if kernel is not None:  # the CPU's: one pass adding each row of g into its id's row
             return kernel(self.ids.reshape(-1), rows, self.weight_shape[0])
@@ -907,8 +924,8 @@ class LayerNorm(Function):
             return tuple(d if need else None for d, need in zip(grads, self.needs_grad))
         n = xhat.shape[-1]
         gxhat = g * xhat
-        dweight = gxhat.reshape(-1, n).sum(axis=0) if self.needs_grad[1] else None
-        dbias = g.reshape(-1, n).sum(axis=0) if len(self.needs_grad) == 3 and self.needs_grad[2] else None
+        dweight = _rows(gxhat).sum(axis=0) if self.needs_grad[1] else None
+        dbias = _rows(g).sum(axis=0) if len(self.needs_grad) == 3 and self.needs_grad[2] else None
         if not self.needs_grad[0]:
             return (None, dweight, dbias)[:len(self.needs_grad)]
         # Row sums of ĝ = g ⊙ γ and of ĝ ⊙ x̂ as matrix-vector products with γ: ĝ itself is built once, for dx
@@ -977,7 +994,9 @@ class ScaledDotProductAttention(Function):
     def forward(self, q, k, v, mask=None, dropout_p=0.0, causal=False):
         """`causal`: `mask` is the causal one, query i seeing keys up to i + Tk − Tq (the GPU kernel's own)."""
         self.scale, self.mask = 1.0 / math.sqrt(q.shape[-1]), mask
-        kernel = kernels.fused("attention_softmax_forward", q) if mask is None or causal else None
+        # no keys (Tk = 0): the composed path's O = 0, where the GPU's launchers count rows as size // Tk
+        kernel = (kernels.fused("attention_softmax_forward", q) if (mask is None or causal) and k.shape[-2]
+                  else None)
         self.kernels = None if kernel is None else (kernel, kernels.fused("attention_softmax_backward", q))
         if kernel is not None:
             # query i sees keys 0 … i + offset: Tk − Tq with the causal mask, all Tk without one

@@ -19,7 +19,9 @@ a graph of their own, which can be differentiated again.
 import collections
 import contextlib
 import math
+import numbers
 import operator
+import re
 import types
 import warnings
 
@@ -39,6 +41,9 @@ _grad_only = False  # True while ag.grad walks a graph: it returns the gradients
 _SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 FLOAT_KINDS = "f"
 DATA_KINDS = "fiub"  # floats, integers (token ids), booleans (masks)
+# NumPy's ValueErrors that are about shapes (broadcasting, reshape, axes), as against its other refusals (an integer
+# to a negative power): the words every such message of NumPy's and CuPy's holds
+_SHAPE_PROBLEM = re.compile("shape|broadcast|dimension|axis|axes|size")
 
 
 class ShapeError(ValueError):
@@ -199,6 +204,12 @@ class Function:
             if cls.runs_user_code:  # the user's function's own error, as it raised it
                 raise
             shapes = ", ".join(str(t.shape) for t in inputs)
+            if not _SHAPE_PROBLEM.search(str(exc)):
+                kinds = [t._data.dtype for t in inputs]
+                fix = ("" if all(k.kind in FLOAT_KINDS for k in kinds)
+                       else "; integers compute as integers here: convert with .astype('float32') first")
+                raise ValueError(f"{cls.__name__}: {exc} (input shapes {shapes}, dtypes "
+                                 f"{', '.join(map(str, kinds))}){fix}") from None
             fix = ("; broadcasting needs each trailing axis equal or 1 (reshape, or index with None to add an "
                    "axis)") if "broadcast" in str(exc) else ""
             raise ShapeError(f"{cls.__name__}: {exc} (input shapes {shapes}){fix}") from None
@@ -297,13 +308,15 @@ def _check_fits(data, dtype):
                          f"{info.min} to {info.max}; use a wider dtype, or round or clip the data first")
 
 
-def float_alike(tensors):
+def float_alike(tensors, floating=False):
     """`tensors` as one op's operands: where floats meet integers or bools, those take the widest float's dtype, as
-    in PyTorch (int64 + float32 is float32, where NumPy would make float64); otherwise as they are."""
+    in PyTorch (int64 + float32 is float32, where NumPy would make float64); otherwise as they are. `floating`: the
+    op computes in floating point whatever it is given (division, exp, log, sqrt, tanh, sigmoid), so operands
+    with no float among them take the default float dtype, as in PyTorch (int64 / int64 is float32, not float64)."""
     floats = [t._data.dtype for t in tensors if t._data.dtype.kind in FLOAT_KINDS]
-    if not floats or len(floats) == len(tensors):
+    if len(floats) == len(tensors) or not (floats or floating):
         return tensors
-    dtype = max(floats, key=lambda d: d.itemsize)
+    dtype = max(floats, key=lambda d: d.itemsize) if floats else _default_dtype
     return [t if t._data.dtype.kind in FLOAT_KINDS else t.astype(dtype) for t in tensors]
 
 
@@ -316,7 +329,19 @@ def _axis(op, axis, dim, default=None):
         if axis != default:
             raise TypeError(f"{op}: give axis or dim (PyTorch's name for it), not both")
         axis = dim
-    return tuple(axis) if isinstance(axis, list) else axis
+    axis = tuple(axis) if isinstance(axis, list) else axis
+    if axis is not None:
+        _check_ints(op, "axis", axis)
+    return axis
+
+
+def _check_ints(op, what, given):
+    """Refuse `given` (an int or a tuple of them) if it holds anything but ints, Python's or NumPy's (not bools):
+    NumPy's own refusal of 1.0 names no op."""
+    for value in given if isinstance(given, tuple) else (given,):
+        if type(value) is not int and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+            raise TypeError(f"{op}: {what} must be given as ints, got {given!r}; "
+                            "write whole numbers as ints (1, not 1.0)")
 
 
 def _keepdims(op, keepdims, keepdim):
@@ -530,22 +555,28 @@ class Tensor:
                 return Tensor(other, dtype=self.data.dtype, device=self.device)
         return Tensor(other, device=self.device)
 
-    def _pair(self, other):
-        """(self, other) as an op's two operands: `other` lifted, then float_alike's rule."""
-        return float_alike((self, self._lift(other)))
+    def _binary(self, op, other, reflected=False, floating=False):
+        """op(self, other), or op(other, self) if `reflected`: `other` lifted, then float_alike's rule."""
+        try:
+            other = self._lift(other)
+        except TypeError:  # Tensor's own refusal would name Tensor, not the operator the user wrote
+            raise TypeError(f"{op.__name__}: cannot compute with a {type(other).__name__} operand; use a Tensor, "
+                            "a number, or a list or array of numbers") from None
+        pair = float_alike((self, other), floating)
+        return op.apply(*(pair[::-1] if reflected else pair))
 
-    def __add__(self, other): return _ops.Add.apply(*self._pair(other))
-    def __radd__(self, other): return _ops.Add.apply(*self._pair(other)[::-1])
-    def __sub__(self, other): return _ops.Sub.apply(*self._pair(other))
-    def __rsub__(self, other): return _ops.Sub.apply(*self._pair(other)[::-1])
-    def __mul__(self, other): return _ops.Mul.apply(*self._pair(other))
-    def __rmul__(self, other): return _ops.Mul.apply(*self._pair(other)[::-1])
-    def __truediv__(self, other): return _ops.Div.apply(*self._pair(other))
-    def __rtruediv__(self, other): return _ops.Div.apply(*self._pair(other)[::-1])
-    def __pow__(self, other): return _ops.Pow.apply(*self._pair(other))
-    def __rpow__(self, other): return _ops.Pow.apply(*self._pair(other)[::-1])
-    def __matmul__(self, other): return _ops.MatMul.apply(*self._pair(other))
-    def __rmatmul__(self, other): return _ops.MatMul.apply(*self._pair(other)[::-1])
+    def __add__(self, other): return self._binary(_ops.Add, other)
+    def __radd__(self, other): return self._binary(_ops.Add, other, reflected=True)
+    def __sub__(self, other): return self._binary(_ops.Sub, other)
+    def __rsub__(self, other): return self._binary(_ops.Sub, other, reflected=True)
+    def __mul__(self, other): return self._binary(_ops.Mul, other)
+    def __rmul__(self, other): return self._binary(_ops.Mul, other, reflected=True)
+    def __truediv__(self, other): return self._binary(_ops.Div, other, floating=True)
+    def __rtruediv__(self, other): return self._binary(_ops.Div, other, reflected=True, floating=True)
+    def __pow__(self, other): return self._binary(_ops.Pow, other)
+    def __rpow__(self, other): return self._binary(_ops.Pow, other, reflected=True)
+    def __matmul__(self, other): return self._binary(_ops.MatMul, other)
+    def __rmatmul__(self, other): return self._binary(_ops.MatMul, other, reflected=True)
     def __neg__(self): return _ops.Neg.apply(self)
 
     def _compare(self, other, op):
@@ -611,7 +642,7 @@ class Tensor:
         """
         keepdims = _keepdims("max", keepdims, keepdim)
         if dim is None:
-            return _ops.Max.apply(self, axis=axis, keepdims=keepdims)
+            return _ops.Max.apply(self, axis=_axis("max", axis, None), keepdims=keepdims)
         if axis is not None:
             raise TypeError("max: give axis or dim (PyTorch's name for it), not both")
         if not isinstance(dim, int):
@@ -633,11 +664,11 @@ class Tensor:
         return Tensor._make(backend.xp_for(self.device).asarray(reduce(axis=axis, keepdims=keepdims)),
                             self.device, False, None)
 
-    def exp(self): return _ops.Exp.apply(self)
-    def log(self): return _ops.Log.apply(self)
-    def sqrt(self): return _ops.Sqrt.apply(self)
-    def tanh(self): return _ops.Tanh.apply(self)
-    def sigmoid(self): return _ops.Sigmoid.apply(self)
+    def exp(self): return _ops.Exp.apply(*float_alike([self], floating=True))
+    def log(self): return _ops.Log.apply(*float_alike([self], floating=True))
+    def sqrt(self): return _ops.Sqrt.apply(*float_alike([self], floating=True))
+    def tanh(self): return _ops.Tanh.apply(*float_alike([self], floating=True))
+    def sigmoid(self): return _ops.Sigmoid.apply(*float_alike([self], floating=True))
     def relu(self): return _ops.ReLU.apply(self)
     def gelu(self): return _ops.GELU.apply(self)
 
@@ -648,8 +679,9 @@ class Tensor:
         return _ops.LogSoftmax.apply(self, axis=_axis("log_softmax", axis, dim, -1))
 
     def reshape(self, *shape):
-        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        return _ops.Reshape.apply(self, shape=tuple(shape))
+        shape = tuple(shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
+        _check_ints("reshape", "shape", shape)
+        return _ops.Reshape.apply(self, shape=shape)
 
     def view(self, *shape):
         """PyTorch's name for reshape. Tensors here change only through .data, which a reshape shares
@@ -657,17 +689,20 @@ class Tensor:
         return self.reshape(*shape)
 
     def transpose(self, *axes):
-        axes = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
-        return _ops.Transpose.apply(self, axes=tuple(axes) if axes else None)
+        axes = tuple(axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes)
+        _check_ints("transpose", "axes", axes)
+        return _ops.Transpose.apply(self, axes=axes or None)
 
     def swapaxes(self, axis1, axis2):
         """The two axes exchanged (NumPy's swapaxes; PyTorch's transpose(d0, d1))."""
+        _check_ints("swapaxes", "axes", (axis1, axis2))
+        _check_in_range("swapaxes", self.shape, (axis1, axis2))
         axes = list(range(self.ndim))
         axes[axis1], axes[axis2] = axes[axis2], axes[axis1]
         return _ops.Transpose.apply(self, axes=tuple(axes))
 
     def __getitem__(self, key):
-        key, advanced = _index_key(key, self.device)
+        key, advanced = _index_key(key, self._data.shape, self.device)
         return _ops.GetItem.apply(self, key=key, advanced=advanced)
 
 
@@ -858,11 +893,16 @@ def _count(shape, axis, op):
     if axis is None:
         return int(np.prod(shape))
     axes = (axis,) if isinstance(axis, int) else axis
+    _check_in_range(op, shape, axes)
+    return int(np.prod([shape[a] for a in axes]))
+
+
+def _check_in_range(op, shape, axes):
+    """Refuse an int of `axes` that names no axis of `shape` (they run from −ndim to ndim − 1)."""
     for a in axes:
         if not -len(shape) <= a < len(shape):
-            raise ShapeError(f"{op}: axis {a} is out of range for shape {shape}; its axes are "
-                             f"{-len(shape)} to {len(shape) - 1}")
-    return int(np.prod([shape[a] for a in axes]))
+            there = f"its axes are {-len(shape)} to {len(shape) - 1}" if shape else "a 0-d tensor has no axes"
+            raise ShapeError(f"{op}: axis {a} is out of range for shape {shape}; {there}")
 
 
 def _numpy_arrays(value):
@@ -877,19 +917,43 @@ def _numpy_arrays(value):
     return value
 
 
-def _index_key(key, device):
-    """Indexing keys as backend arrays; reports whether any is an integer array (advanced indexing)."""
-    parts = key if isinstance(key, tuple) else (key,)
-    out, advanced = [], False
-    for part in parts:
+def _index_key(key, shape, device):
+    """Indexing keys for a tensor of `shape` as backend arrays, a boolean mask as the integer arrays of its
+    positions; reports whether any is an array (advanced indexing)."""
+    parts, advanced = [], False
+    for part in key if isinstance(key, tuple) else (key,):
         if isinstance(part, (Tensor, list, np.ndarray)) or backend.device_of(part) is not None:
-            part, _ = _as_array(part, None, device)
-            if part.dtype.kind == "b":
-                out.extend(part.nonzero())
-                advanced = True
-                continue
-            if part.dtype.kind not in "iu":
-                raise IndexError(f"getitem: index arrays must be integer or bool, got {part.dtype}")
-            advanced = True
+            array, _ = _as_array(part, None, device)
+            if isinstance(part, list) and not array.size:  # picks nothing: an integer index, as in NumPy (not the
+                array = array.astype("int64")              # default float of a list of no numbers)
+            if array.dtype.kind not in "iub":
+                raise IndexError(f"getitem: index arrays must be integer or bool, got {array.dtype}")
+            part, advanced = array, True
+        parts.append(part)
+    if not advanced:  # no mask to check against the axes it covers
+        return tuple(parts), False
+    out, axis = [], 0
+    for part in parts:
+        if part is Ellipsis:
+            axis += len(shape) - sum(map(_axes_indexed, parts))
+        elif getattr(part, "ndim", 0) and part.dtype.kind == "b":
+            # a mask must be the shape of the axes it covers: nonzero() of one that is not gives positions that
+            # pick the wrong elements, silently
+            if part.shape != shape[axis:axis + part.ndim]:
+                raise IndexError(
+                    f"getitem: a boolean mask of shape {part.shape} must have the shape of the axes it indexes, "
+                    f"{shape[axis:axis + part.ndim]} (from axis {axis} of shape {shape}); make the mask that shape")
+            out.extend(part.nonzero())
+            axis += part.ndim
+            continue
         out.append(part)
+        axis += _axes_indexed(part)
     return tuple(out), advanced
+
+
+def _axes_indexed(part):
+    """How many of the tensor's axes a part of an indexing key indexes: a boolean mask as many as it has (a 0-d
+    one, True or False, adds an axis, of length 1 or 0, as None adds one), None and `...` none here, others one."""
+    if part is None or part is Ellipsis or isinstance(part, bool):
+        return 0
+    return part.ndim if getattr(part, "dtype", None) is not None and part.dtype.kind == "b" else 1

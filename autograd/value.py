@@ -100,6 +100,14 @@ class Value:
     def __rsub__(self, other): return Constant(other) - self
     def __rtruediv__(self, other): return Constant(other) / self
 
+    def __rpow__(self, base):  # base ** x = e^(x ln base), so ∂out/∂x = base^x · ln base
+        if not isinstance(base, (int, float)):
+            return NotImplemented
+        if base <= 0:
+            raise ValueError(f"{base} ** Value: the derivative in the exponent, {base} ** x · ln {base}, is not a "
+                             "real number for a base ≤ 0; use a positive base")
+        return (self * math.log(base)).exp()
+
     def topological_order(self):
         """Every Value below self, each before the Values it was computed from (self first): the order
         backward visits them, node for node the order `autograd.topological_order` gives a Tensor's graph."""

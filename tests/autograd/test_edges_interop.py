@@ -1,6 +1,7 @@
 """The engine at the edges against PyTorch itself (torch 2.13, CPU): powers with a zero base or exponent,
-variance without degrees of freedom, means of nothing, truth values and Python numbers, integer data that
-does not fit, constant operands' dtypes, the dim=/keepdim= spellings, and the one settled difference
+variance without degrees of freedom, means of nothing, softmax, matmul and attention of one number or over no
+numbers, truth values and Python numbers, integer data that does not fit, constant operands' dtypes, integer
+operands of floating-point ops, the dim=/keepdim= spellings, and the one settled difference
 (cross-entropy whose every target is ignored). Each case runs through both engines in float64."""
 import math
 import warnings
@@ -250,6 +251,63 @@ def test_softmax_with_dim(name, dim):
 @pytest.mark.parametrize("shape", [(24,), (4, 6), (-1, 2), (2, 3, -1)])
 def test_view_as_torch(shape):
     assert_same(*both(lambda t: t.view(*shape) * 2.0, X))
+
+
+# ---- one number, or none ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape, axis", [((), -1), ((), 0), ((3, 0), -1), ((3, 0), 0), ((0, 3), -1)], ids=str)
+def test_softmax_of_one_number_or_over_none_as_pytorch(name, shape, axis):
+    data = np.linspace(-1, 1, math.prod(shape)).reshape(shape) + 0.5
+    ours, theirs = both(lambda t: getattr(t, name)(axis), data)
+    assert ours[0].shape == shape
+    assert_same(ours, theirs)
+    if shape == ():
+        assert ours[0] == (1.0 if name == "softmax" else 0.0)
+    assert ag.gradcheck(lambda t: getattr(t, name)(axis) * 3.0, [Tensor(data, requires_grad=True)])
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((2, 0), (0, 4)), ((3, 2, 0), (0, 4)), ((2, 0), (3, 0, 4)),
+                                              ((0,), (0, 4)), ((0,), (0,)), ((2, 3), (3, 0))], ids=str)
+def test_matmul_with_an_axis_of_length_0_as_pytorch(a_shape, b_shape):
+    rng = np.random.default_rng(0)
+    ours, theirs = both(lambda a, b: a @ b, rng.normal(size=a_shape), rng.normal(size=b_shape))
+    assert_same(ours, theirs)
+    assert [g.shape for g in ours[1]] == [a_shape, b_shape]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_over_no_keys_is_zeros_as_pytorch(causal):
+    q = np.random.default_rng(0).normal(size=(2, 3, 5, 4))
+    ours = [Tensor(a, requires_grad=True) for a in (q, np.zeros((2, 3, 0, 4)), np.zeros((2, 3, 0, 6)))]
+    theirs = [torch.tensor(t.data, requires_grad=True) for t in ours]
+    out = ag.scaled_dot_product_attention(*ours, causal=causal)
+    ref = torch.nn.functional.scaled_dot_product_attention(*theirs, is_causal=causal)
+    (out * 2.0).sum().backward()
+    (ref * 2.0).sum().backward()
+    np.testing.assert_array_equal(out.numpy(), np.zeros((2, 3, 5, 6)))
+    np.testing.assert_array_equal(out.numpy(), ref.detach().numpy())
+    for t, r in zip(ours, theirs):
+        np.testing.assert_array_equal(t.grad, r.grad.numpy())
+
+
+@pytest.mark.parametrize("op", [lambda a, b: a / b, lambda a, b: a / 2, lambda a, b: 3 / b, lambda a, b: a.exp(),
+                                lambda a, b: b.sqrt(), lambda a, b: a.tanh(), lambda a, b: b.log(),
+                                lambda a, b: a.sigmoid()], ids=["div", "div_number", "rdiv", "exp", "sqrt", "tanh",
+                                                                "log", "sigmoid"])
+def test_integer_operands_of_a_floating_point_op_give_pytorchs_default_float(op):
+    a, b = [1, -2, 0], [2, 2, 4]
+    out, ref = op(Tensor(a), Tensor(b)), op(torch.tensor(a), torch.tensor(b))
+    assert out.dtype == np.float32 and ref.dtype == torch.float32
+    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-6)  # float32 both: each library's own exp
+    assert op(Tensor([True, False]), Tensor([True, True])).dtype == np.float32
+
+
+def test_integer_operands_of_a_floating_point_op_follow_the_default_dtype(float64_default):
+    assert (Tensor([1, 2]) / Tensor([2, 2])).dtype == np.float64
+    assert Tensor([1, 2]).exp().dtype == np.float64
+    assert (Tensor([1, 2]) * 2).dtype == (Tensor([1, 2]) ** 2).dtype == np.int64  # as in PyTorch: no division
 
 
 # ---- the settled difference ---------------------------------------------------------------------------------------

@@ -348,3 +348,100 @@ def test_max_over_a_nonempty_axis_of_an_empty_tensor_is_empty_and_over_an_empty_
     assert x.grad.shape == (0, 3)
     with pytest.raises(ShapeError, match=r"max: no maximum over an axis of length 0 \(shape \(0, 3\), axis 0\)"):
         x.max(axis=0)
+
+
+@pytest.mark.parametrize("mask, covered", [
+    (np.array([True, False]), "(4,) (from axis 0 of shape (4, 3))"),          # shorter than its axis
+    (np.array([True] * 5), "(4,) (from axis 0 of shape (4, 3))"),            # longer
+    (np.array([[True, False, True]]), "(4, 3) (from axis 0 of shape (4, 3))"),  # a row where the rows are 4
+], ids=["short", "long", "row"])
+def test_a_boolean_mask_must_have_the_shape_of_the_axes_it_indexes(mask, covered):
+    x = Tensor(np.arange(12.0).reshape(4, 3))
+    with pytest.raises(IndexError) as info:
+        x[mask]
+    assert _message(info) == (f"getitem: a boolean mask of shape {mask.shape} must have the shape of the axes it "
+                              f"indexes, {covered}; make the mask that shape")
+    with pytest.raises(IndexError, match=r"mask of shape \(2,\) .* indexes, \(3,\) \(from axis 1 of shape \(4, 3\)\)"):
+        x[..., np.array([True, False])]
+
+
+@pytest.mark.parametrize("key", [5, [0, 5], (0, 0, 0)], ids=["int", "list", "too_many"])
+def test_an_index_out_of_bounds_names_getitem_the_shape_and_the_fix(key):
+    with pytest.raises(IndexError) as info:
+        Tensor(np.ones((4, 3)))[key]
+    assert re.fullmatch(r"getitem: .* \(tensor of shape \(4, 3\)\); an index along an axis of length n lies in "
+                        r"\[-n, n\), and at most 2 axes can be indexed \(None and \.\.\. aside\)", _message(info))
+
+
+def test_an_integer_to_a_negative_power_is_a_value_error_not_a_shape_error():
+    with pytest.raises(ValueError) as info:
+        Tensor([1, 2]) ** -1
+    assert type(info.value) is ValueError
+    assert _message(info) == ("Pow: Integers to negative integer powers are not allowed. (input shapes (2,), (), "
+                              "dtypes int64, int64); integers compute as integers here: convert with "
+                              ".astype('float32') first")
+    with pytest.raises(ShapeError, match="Pow: operands could not be broadcast"):  # shapes stay a ShapeError
+        Tensor([1.0, 2.0]) ** Tensor([1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda x: x.swapaxes(0, 5), "swapaxes: axis 5 is out of range for shape (4, 3); its axes are -2 to 1"),
+    (lambda x: x.swapaxes(0, -3), "swapaxes: axis -3 is out of range for shape (4, 3); its axes are -2 to 1"),
+    (lambda x: ag.concat([x, x], 2), "concat: axis 2 is out of range for shape (4, 3); its axes are -2 to 1"),
+    (lambda x: ag.concat([Tensor(1.0)]), "concat: axis 0 is out of range for shape (); a 0-d tensor has no axes"),
+    (lambda x: ag.cross_entropy(Tensor(1.0, requires_grad=True), np.array(0)),
+     "cross_entropy: logits of shape () have no axis of classes; give them one, the last, e.g. logits of shape "
+     "(N, C) with targets of shape (N,)"),
+    (lambda x: ag.layer_norm(Tensor(1.0), Tensor(np.ones(()))),
+     "layer_norm: the input has shape (), no axis of features to normalise (the last axis); give it one, "
+     "e.g. x.reshape(1, -1)"),
+    (lambda x: ag.scaled_dot_product_attention(Tensor(np.ones((1, 2, 3, 4))), Tensor(np.ones(4)), Tensor(np.ones(4))),
+     "scaled_dot_product_attention: q (1, 2, 3, 4), k (4,), v (4,) do not fit; expected (B, H, Tq, D), "
+     "(B, H, Tk, D), (B, H, Tk, Dv)"),
+    (lambda x: ag.embedding(Tensor(np.ones(5), requires_grad=True), np.array([1, 2])),
+     "embedding: weight must be a table of shape (V, C), one row of C features per id, got shape (5,); "
+     "reshape it to (V, C)"),
+], ids=["swapaxes", "swapaxes_negative", "concat", "concat_0d", "cross_entropy_0d", "layer_norm_0d",
+        "attention_1d", "embedding_1d"])
+def test_shapes_that_name_no_axis_or_the_wrong_rank_are_refused_in_one_line(call, message):
+    with pytest.raises(ShapeError) as info:
+        call(Tensor(np.ones((4, 3))))
+    assert _message(info) == message
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda x: x.sum(axis=1.0), "sum: axis must be given as ints, got 1.0"),
+    (lambda x: x.max(axis=[0, 1.0]), "max: axis must be given as ints, got (0, 1.0)"),
+    (lambda x: x.softmax(axis=1.5), "softmax: axis must be given as ints, got 1.5"),
+    (lambda x: ag.log_softmax(x, dim=1.0), "log_softmax: axis must be given as ints, got 1.0"),
+    (lambda x: x.transpose(0, 1.0), "transpose: axes must be given as ints, got (0, 1.0)"),
+    (lambda x: x.swapaxes(0, True), "swapaxes: axes must be given as ints, got (0, True)"),
+    (lambda x: x.reshape(3.0, 4), "reshape: shape must be given as ints, got (3.0, 4)"),
+    (lambda x: ag.concat([x, x], axis=0.0), "concat: axis must be given as ints, got 0.0"),
+], ids=["sum", "max", "softmax", "log_softmax", "transpose", "swapaxes", "reshape", "concat"])
+def test_axes_and_sizes_that_are_not_ints_name_the_op(call, message):
+    with pytest.raises(TypeError) as info:
+        call(Tensor(np.ones((4, 3))))
+    assert _message(info) == message + "; write whole numbers as ints (1, not 1.0)"
+
+
+def test_an_operand_that_holds_no_numbers_names_the_operator():
+    x = Tensor([1.0, 2.0])
+    for call, op in ((lambda: x + None, "Add"), (lambda: None * x, "Mul"), (lambda: x / "2", "Div")):
+        with pytest.raises(TypeError) as info:
+            call()
+        assert _message(info).startswith(f"{op}: cannot compute with a ")
+        assert _message(info).endswith(" operand; use a Tensor, a number, or a list or array of numbers")
+
+
+def test_arange_refuses_a_step_of_0():
+    with pytest.raises(ValueError) as info:
+        ag.arange(0, 1, 0)
+    assert _message(info) == "arange: step must be nonzero, got step=0 from 0 to 1; a step of 0 never reaches stop"
+
+
+def test_layer_norm_bias_that_is_not_a_tensor_is_refused_like_the_weight():
+    with pytest.raises(TypeError) as info:
+        ag.layer_norm(Tensor(np.ones((2, 3))), Tensor(np.ones(3)), np.ones(3))
+    assert _message(info) == ("layer_norm: bias must be a Tensor of shape (3,) or None, got ndarray; wrap it, "
+                              "Tensor(bias), or pass None for no shift")

@@ -26,6 +26,17 @@ def test_linear_shape_errors_name_the_op_and_shapes(rng):
         ag.linear(rand(rng, 2, 4), rand(rng, 4, 5), rand(rng, 4))
 
 
+@pytest.mark.parametrize("x_shape", [(2, 0), (2, 3, 0)], ids=str)
+def test_linear_with_no_input_features_is_its_bias(rng, x_shape):
+    x, w, b = rand(rng, *x_shape), rand(rng, 0, 4), rand(rng, 4)
+    y = ag.linear(x, w, b)
+    np.testing.assert_array_equal(y.data, np.broadcast_to(b.data, (*x_shape[:-1], 4)))
+    y.sum().backward()
+    assert x.grad.shape == x_shape and w.grad.shape == (0, 4)
+    np.testing.assert_array_equal(b.grad, np.full(4, np.prod(x_shape[:-1])))
+    check(lambda *t: ag.linear(*t), x, w, b)
+
+
 def attention_reference(q, k, v, causal, drop=None):
     scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
     if causal:
@@ -64,6 +75,17 @@ def test_attention_rejects_bad_dropout():
     x = leaf(np.ones((1, 1, 2, 2)))
     with pytest.raises(ValueError, match="dropout_p must lie in"):
         ag.scaled_dot_product_attention(x, x, x, dropout_p=1.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])  # float32 of this size: the CPU kernels' own path
+def test_attention_over_no_keys_is_zeros(dtype):
+    q = Tensor(np.ones((2, 3, 300, 64), dtype), requires_grad=True)
+    k, v = (Tensor(np.ones((2, 3, 0, d), dtype), requires_grad=True) for d in (64, 32))
+    out = ag.scaled_dot_product_attention(q, k, v)
+    np.testing.assert_array_equal(out.data, np.zeros((2, 3, 300, 32), dtype))
+    out.sum().backward()
+    np.testing.assert_array_equal(q.grad, np.zeros(q.shape, dtype))
+    assert k.grad.shape == k.shape and v.grad.shape == v.shape
 
 
 def test_adopted_grad_is_not_shared_with_a_leaf_reached_through_another_path():

@@ -318,6 +318,29 @@ def test_getitem_with_integer_tensor_index(rng):
     check(lambda t: t[Tensor([True, False, True, True])], x)
 
 
+@pytest.mark.parametrize("key, shape", [([], (0, 4)), ((slice(None), []), (3, 0)), ([[]], (1, 0, 4))], ids=str)
+def test_getitem_with_an_empty_list_picks_nothing_as_numpy(rng, key, shape):
+    x = rand(rng, 3, 4)
+    out = x[key]
+    assert out.shape == x.data[key].shape == shape
+    out.sum().backward()
+    np.testing.assert_array_equal(x.grad, np.zeros((3, 4)))
+    check(lambda t: t[key], x)
+
+
+@pytest.mark.parametrize("truth", [True, False])
+@pytest.mark.parametrize("shape", [(), (3, 4)], ids=str)
+def test_getitem_with_a_0d_mask_adds_an_axis_as_numpy(rng, shape, truth):
+    x, mask = rand(rng, *shape), np.array(truth)
+    out = x[mask]
+    assert out.shape == ((1,) if truth else (0,)) + shape
+    np.testing.assert_array_equal(out.data, x.data[mask])
+    check(lambda t: t[mask] * 2.0, x)
+    y = rand(rng, 2, 3)  # beside other parts of a key
+    np.testing.assert_array_equal(y[0, mask, 1:].data, y.data[0, mask, 1:])
+    check(lambda t: t[0, mask, 1:] * 2.0, y)
+
+
 def test_getitem_repeated_indices_scatter_add():
     x = leaf([10.0, 20.0, 30.0])
     x[[0, 0, 2, 0]].sum().backward()

@@ -83,6 +83,7 @@ UNARY_CASES = [
     ("rsub", lambda v: 2 - v, 4.0, -2.0, -1.0),
     ("rmul", lambda v: 2 * v, 4.0, 8.0, 2.0),
     ("rdiv", lambda v: 2 / v, 4.0, 0.5, -2 / 16),                         # −2/x²
+    ("rpow", lambda v: 2 ** v, 1.5, 2 ** 1.5, 2 ** 1.5 * math.log(2)),    # (aˣ)' = aˣ ln a
     ("add_const", lambda v: v + 2, 4.0, 6.0, 1.0),
     ("sub_const", lambda v: v - 2, 4.0, 2.0, 1.0),
     ("mul_const", lambda v: v * 2, 4.0, 8.0, 2.0),
@@ -310,3 +311,23 @@ def test_the_zeroth_power_has_derivative_zero_even_at_zero():
     y = x ** 0
     y.backward()
     assert (y.data, x.grad) == (1.0, 0.0)
+
+
+def test_a_number_to_a_value_power_has_its_second_derivative_too():
+    x = Value(1.5)
+    y = 3 ** x
+    y.backward(create_graph=True)
+    first, x.grad = x.grad, 0.0
+    assert first.data == approx(3 ** 1.5 * math.log(3))
+    first.backward()
+    assert x.grad == approx(3 ** 1.5 * math.log(3) ** 2)  # (aˣ)'' = aˣ (ln a)²
+    h = 1e-4
+    assert abs(x.grad - (3 ** (1.5 + h) - 2 * 3 ** 1.5 + 3 ** (1.5 - h)) / h ** 2) < 1e-6  # finite differences
+
+
+@pytest.mark.parametrize("base", [0, -2.0])
+def test_a_number_to_a_value_power_refuses_a_base_with_no_real_logarithm(base):
+    with pytest.raises(ValueError) as info:
+        base ** Value(1.0)
+    assert str(info.value) == (f"{base} ** Value: the derivative in the exponent, {base} ** x · ln {base}, is not a "
+                               "real number for a base ≤ 0; use a positive base")
