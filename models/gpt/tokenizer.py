@@ -28,6 +28,7 @@ numba packages (the byte-level encoding runs compiled, in bpe_kernels.py);
 import heapq
 import importlib.util
 import json
+import numbers
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ GPT2_SPLIT_PATTERN = (
     r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 )
 END_OF_TEXT = "<|endoftext|>"
+_SURROGATES = regex.compile("[\ud800-\udfff]")
 
 # Lesson 1's corpus: word → how often it occurs.
 LESSON_CORPUS = {"机器学习": 5, "深度学习": 3, "学习": 2, "机器人": 2, "深度": 1}
@@ -67,6 +69,16 @@ def _check_text(tokenizer, text, method="encode"):
     if not isinstance(text, str):
         raise TypeError(f"{type(tokenizer).__name__}.{method}: text must be a str, got {type(text).__name__}"
                         + ("; decode the bytes first, e.g. text.decode('utf-8')" if isinstance(text, bytes) else ""))
+
+
+def _token_ids(tokenizer, ids):
+    """`ids` as a list of ints, once each is an integer: a lookup would take True or 1.0 as id 1."""
+    ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+    for i in ids:
+        if type(i) is not int and (isinstance(i, bool) or not isinstance(i, numbers.Integral)):
+            raise TypeError(f"{type(tokenizer).__name__}.decode: ids must be integers, got {i!r} "
+                            f"({type(i).__name__})")
+    return ids
 
 
 def _check_kind(description, cls):
@@ -130,7 +142,7 @@ class CharTokenizer:
             ) from None
 
     def decode(self, ids):
-        ids = list(ids)
+        ids = _token_ids(self, ids)
         if ids and (min(ids) < 0 or max(ids) >= self.vocab_size):
             bad = next(i for i in ids if not 0 <= i < self.vocab_size)
             raise ValueError(
@@ -290,8 +302,13 @@ class _ByteLevelBPE:
     def _ordinary_ids(self, text):
         """The ids of `text` as plain text (no special tokens), as an array."""
         kernels = _bpe_kernels()
+        try:
+            raw = text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (a str cut out of UTF-16) has no UTF-8: U+FFFD, as in tiktoken
+            text = _SURROGATES.sub("\ufffd", text)
+            raw = text.encode("utf-8")
         if self.pattern == GPT2_SPLIT_PATTERN:
-            data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+            data = np.frombuffer(raw, dtype=np.uint8)
             ends = kernels.gpt2_chunk_ends(data, kernels.character_classes())
         else:
             # another pattern's chunks may skip characters: the chunks, not the text, are encoded
@@ -320,7 +337,7 @@ class _ByteLevelBPE:
         """Ids → the raw bytes they stand for (a token may hold part of a character)."""
         token_bytes = self._token_bytes
         try:
-            return b"".join([token_bytes[i] for i in ids])
+            return b"".join([token_bytes[i] for i in _token_ids(self, ids)])
         except KeyError as missing:
             raise ValueError(
                 f"{type(self).__name__}.decode: {missing.args[0]!r} is not a token id of this vocabulary "

@@ -241,7 +241,9 @@ def check_combinations(args):
     if args.init_from and not args.resume:  # refused from its config.json, before the weights and the text load
         config = Path(args.init_from) / checkpoint.CONFIG_FILE
         positions = hf_checkpoint.config_fields(read_json(config))["block_size"] if config.is_file() else None
-        if isinstance(positions, int) and args.block_size > positions:
+        if isinstance(positions, int) and args.block_size > positions and "block_size" not in args.given:
+            args.block_size = positions  # the default's 64 tokens were chosen for the main job's model, not this one
+        elif isinstance(positions, int) and args.block_size > positions:
             raise ValueError(f"--block-size {args.block_size} exceeds the {positions} positions of the model in "
                              f"--init-from {args.init_from}; use --block-size {positions} or less")
     if not args.init_from and not args.resume and args.n_embd % args.n_head:
@@ -556,13 +558,22 @@ def check_finite(loss, run, optimizer, out_dir):
                          "or try a smaller --lr or a --grad-clip")
 
 
+def flops_per_token(model, block_size):
+    """A training step's FLOPs per token: 2 a weight for the forward, 2 for the input's gradient and 2 for the
+    weight's own where it trains (PaLM's 6N; LoRA's frozen base computes no weight gradient), and attention's
+    products over `block_size` positions."""
+    cfg = model.config
+    weights = 4 * model.num_parameters() + 2 * model.num_parameters(trainable=True)
+    return weights + 12 * cfg.n_layer * cfg.n_embd * block_size
+
+
 class Progress:
     """What a run prints as it goes: the model and data, a progress bar with tokens/s and MFU, the speed at the end."""
 
     def __init__(self, args, world, model, data, run):
         cfg, n_params = model.config, model.num_parameters()
         self.tokens_per_iter = run.layout.rows * args.block_size
-        self.flops_per_iter = (6 * n_params + 12 * cfg.n_layer * cfg.n_embd * args.block_size) * self.tokens_per_iter
+        self.flops_per_iter = flops_per_token(model, args.block_size) * self.tokens_per_iter
         peak_source = self.settle_peak(args, world, run)
         self.world, self.device, self.measured = world, args.device, "peak_tflops" not in args.given
         self.peak = args.peak_tflops * 1e12 * world.size  # the job's: every process's

@@ -567,3 +567,22 @@ def test_gpt2_matches_transformers(gpt2):
         ids = gpt2.encode(text)
         assert ids == reference.encode(text), text
         assert gpt2.decode(ids) == reference.decode(ids, clean_up_tokenization_spaces=False)
+
+
+def test_a_lone_surrogate_encodes_as_u_fffd_as_in_tiktoken():
+    """A str cut out of UTF-16 may hold half a pair, which UTF-8 cannot: it raised UnicodeEncodeError from inside
+    the encoder, where tiktoken gives the replacement character's id."""
+    tokenizer = GPT2Tokenizer()
+    assert tokenizer.encode("a\udfffb") == tokenizer.encode("a\ufffdb") == [64, 4210, 65]
+    assert tokenizer.encode_array("x\ud800").tolist() == tokenizer.encode_ordinary("x\ufffd")
+
+
+@pytest.mark.parametrize("make", [lambda: GPT2Tokenizer(), lambda: CharTokenizer("to be or not")])
+def test_decode_takes_integer_ids_only(make):
+    """A lookup by dict or list took True as id 1 and 31373.0 as 31373: a float id is a bug upstream, said here."""
+    tokenizer = make()
+    name = type(tokenizer).__name__
+    assert tokenizer.decode(np.array([1, 2])) == tokenizer.decode([1, 2]) == tokenizer.decode([np.int64(1), 2])
+    for bad, shown in ((True, "True (bool)"), (1.0, "1.0 (float)")):
+        with pytest.raises(TypeError, match=regex.escape(f"{name}.decode: ids must be integers, got {shown}")):
+            tokenizer.decode([0, bad])

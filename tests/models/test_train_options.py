@@ -247,6 +247,18 @@ def test_fine_tuning_a_char_model_on_text_with_new_characters_says_what_can_be_d
     assert not (tmp_path / "tuned").exists()
 
 
+def test_init_from_without_block_size_takes_the_models_own_context(tmp_path, capsys):
+    """The default --block-size, 64, is the main job's: a model of 32 positions was refused for an option the user
+    never gave."""
+    root = random_gpt2_folder(tmp_path, "to be or not to be " * 20, n_layer=1)
+    code = train.main(["--init-from", str(root / "base"), "--data", str(root / "text.txt"), "--max-iters", "1",
+                       "--eval-iters", "1", "--batch-size", "2", "--sample-tokens", "0", "--no-progress",
+                       "--out-dir", str(tmp_path / "o")])
+    assert code in (0, None)
+    assert "block 32," in capsys.readouterr().out
+    assert json.loads((tmp_path / "o" / "config.json").read_text())["n_positions"] == 32
+
+
 def test_a_block_size_beyond_the_init_from_models_positions_is_refused_at_parse_time(tmp_path, capsys, monkeypatch):
     """It was refused only after the weights and the text had loaded (3.7 s for GPT-2 small), with no fix named."""
     base = random_gpt2_folder(tmp_path, "to be or not to be " * 20, n_layer=1) / "base"
@@ -256,3 +268,17 @@ def test_a_block_size_beyond_the_init_from_models_positions_is_refused_at_parse_
     assert exit_info.value.code == 2
     assert capsys.readouterr().err == (f"python -m models.train: error: --block-size 64 exceeds the 32 positions of "
                                        f"the model in --init-from {base}; use --block-size 32 or less (see --help)\n")
+
+
+def test_mfu_counts_no_weight_gradient_for_a_frozen_base():
+    """A LoRA run counted 6N FLOPs a token, its frozen weights' gradients included: about 1.5 times its work, so
+    the log said "mfu n/a (faster than the peak measured)" of a peak that was right."""
+    import nn
+    from models.gpt.gpt2 import GPT, GPTConfig
+    model = GPT(GPTConfig(vocab_size=65, block_size=32, n_layer=2, n_head=2, n_embd=16))
+    n, attention = model.num_parameters(), 12 * 2 * 16 * 32
+    assert train.flops_per_token(model, 32) == 6 * n + attention
+    nn.lora(model, 2, 4, ["c_attn"])
+    adapters = model.num_parameters(trainable=True)
+    assert adapters == 2 * (16 * 2 + 2 * 48)
+    assert train.flops_per_token(model, 32) == 4 * model.num_parameters() + 2 * adapters + attention
