@@ -71,10 +71,11 @@ def generator(peer, shape, prompt, device):
 
 def main(argv=None):
     parser = alone.parser("python -m benchmarks.generate", __doc__.splitlines()[0], PEERS)
-    parser.add_argument("--model", choices=sorted(MODELS), default="char")
+    parser.add_argument("--model", choices=sorted(MODELS), default="char",
+                        help="the shape, random weights: the main job's (char) or GPT-2 small (gpt2)")
     parser.add_argument("--new-tokens", type=int, help="tokens to generate (default: 63 for char, 256 for gpt2)")
     parser.add_argument("--repeats", type=alone.COUNT, help="timed generations per process (default: 20 char, 2 gpt2)")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where every peer generates")
     parser.set_defaults(peers=DEFAULT_PEERS)
     args = parser.parse_args(argv)
     shape, prompt_len, new_tokens, repeats = MODELS[args.model]

@@ -27,9 +27,10 @@ SHAPES = {"gpt2-small": GPT2_SMALL, "shakespeare-char": SHAKESPEARE_CHAR}
 def main(argv=None):
     parser = alone.parser("python -m benchmarks.gpt2", __doc__.splitlines()[0], PEERS, rounds=2)
     parser.add_argument("--steps", type=alone.COUNT, default=5, help="timed runs of each workload per process")
-    parser.add_argument("--batch", type=alone.COUNT, default=1)
-    parser.add_argument("--seq", type=alone.COUNT, default=128)
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--batch", type=alone.COUNT, default=1, help="sequences per step")
+    parser.add_argument("--seq", type=alone.COUNT, default=128,
+                        help="tokens per sequence, at most the model's block size")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where every peer trains")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="gpt2-small", help="the model")
     args = parser.parse_args(argv)
     shape = SHAPES[args.shape]

@@ -153,11 +153,13 @@ def kernels():
 def main(argv=None):
     parser = Parser("python -m benchmarks.gpu", __doc__.splitlines()[0])
     parser.add_argument("--steps", type=alone.COUNT, default=10, help="timed training steps per process")
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq", type=int, default=1024)
-    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=8, help="sequences per training step")
+    parser.add_argument("--seq", type=int, default=1024, help="tokens per sequence in the training step")
+    parser.add_argument("--new-tokens", type=int, default=256, help="tokens to generate in (2)")
     parser.add_argument("--rounds", type=alone.COUNT, default=2, help="fresh processes per peer")
-    parser.add_argument("--peak-tflops", type=float, default=None, help="default: measured TF32 matmul rate")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="the GPU's peak in TFLOP/s, the yardstick of model-FLOPs utilisation "
+                             "(default: none, measured: the TF32 matmul rate)")
     args = parser.parse_args(argv)
     try:
         peak = args.peak_tflops * 1e12 if args.peak_tflops else peak_flops()

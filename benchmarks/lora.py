@@ -93,7 +93,7 @@ def torch_step():
 
 
 def main(argv=None):
-    parser = alone.parser("python -m benchmarks.lora", __doc__.splitlines()[0], PEERS, rounds=1)
+    parser = alone.parser("python -m benchmarks.lora", __doc__.split("\n\n")[0], PEERS, rounds=1)
     parser.add_argument("--steps", type=alone.COUNT, default=2, help="timed steps per process")
     args = parser.parse_args(argv)
     if args.peer:

@@ -76,7 +76,8 @@ def main(argv=None):
     p.add_argument("--mb", type=int, default=256, help="corpus size in MB")
     p.add_argument("--workers", default="1,2", help="the --workers counts to prepare with, comma-separated")
     p.add_argument("--rounds", type=alone.COUNT, default=1, help="prepares per --workers count, the counts alternating")
-    p.add_argument("--tokenizer", choices=["char", "gpt2"], default="char")
+    p.add_argument("--tokenizer", choices=["char", "gpt2"], default="char",
+                   help="characters (the main job's model) or GPT-2's byte-level BPE")
     p.add_argument("--steps", default="prepare,train", help="prepare, train, or both")
     p.add_argument("--iters", type=interval(int, "[2, inf)"), default=50, help="training iterations on the prepared shards")
     p.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it (default: a temporary one)")

@@ -53,7 +53,7 @@ def measure(peer, repeats):
 
 
 def main(argv=None):
-    p = alone.parser("benchmarks.products", __doc__.split("\n")[0], PEERS, rounds=4)
+    p = alone.parser("python -m benchmarks.products", __doc__.splitlines()[0], PEERS, rounds=4)
     p.add_argument("--repeats", type=alone.COUNT, default=50, help="timed runs of the twelve products per process")
     args = p.parse_args(argv)
     if args.peer:

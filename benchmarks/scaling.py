@@ -11,7 +11,6 @@ rank included). Three set-ups, alternated over R rounds, medians reported:
 1 process with 1 BLAS thread, `mpiexec -n 2` with 1 thread per rank, and, for
 comparison, 1 process with 2 threads. Prints; asserts nothing.
 """
-import argparse
 import os
 import re
 import shutil
@@ -22,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks import alone
-from models.cli import interval
+from models.cli import Parser, interval
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 1.6
@@ -51,8 +50,8 @@ def run(ranks, threads, max_iters, out_dir):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=alone.COUNT, default=3)
+    p = Parser("python -m benchmarks.scaling", __doc__.splitlines()[0])
+    p.add_argument("--rounds", type=alone.COUNT, default=3, help="runs of each set-up, the three in turn every round")
     p.add_argument("--max-iters", type=interval(int, "[2, inf)"), default=150,
                    help="training iterations per run (the first is not timed: 2 at least)")
     args = p.parse_args(argv)

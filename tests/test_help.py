@@ -1,6 +1,8 @@
 """Every command's --help: a whole description, a text for every option, and no default shown for a required one."""
 import argparse
 import importlib
+import os
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +11,8 @@ from models.cli import Parser
 COMMANDS = ["models.train", "models.sample", "models.prepare", "models.eval", "models.export_merged",
             "models.troubleshoot", "models.gpt2_params", "models.bigram", "models.tiny", "models.moons",
             "models.neuron", "models.softmax", "models.tokenizer", "viz.graph", "viz.trace"]
+BENCHMARKS = ["anomaly", "contention", "cpu_kernels", "generate", "gpt2", "gpu", "lora", "main_job", "overhead",
+              "prepare", "products", "scaling", "tokenizer", "train_step", "value_vs_micrograd"]
 
 
 class _Built(Exception):
@@ -16,11 +20,12 @@ class _Built(Exception):
 
 
 def parser_of(command, monkeypatch):
-    """The Parser that `command`'s main() builds, caught before it parses anything."""
+    """The Parser that `command`'s main() builds, caught before it parses anything (argparse's own parser too,
+    so that a command built on it fails its test rather than running)."""
     def caught(self, *args, **kwargs):
         raise _Built(self)
 
-    monkeypatch.setattr(Parser, "parse_known_args", caught)
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", caught)
     with pytest.raises(_Built) as built:
         importlib.import_module(command).main([])
     return built.value.args[0]
@@ -49,3 +54,18 @@ def test_grad_clip_says_what_it_bounds(monkeypatch):
 def test_export_merged_describes_itself_whole(monkeypatch):
     description = parser_of("models.export_merged", monkeypatch).description
     assert description.endswith("that transformers loads."), description
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_benchmark_help_texts(name, monkeypatch):
+    monkeypatch.setenv("CUPY_TF32", os.environ.get("CUPY_TF32", "1"))  # benchmarks.gpu sets it as it is imported
+    parser = parser_of(f"benchmarks.{name}", monkeypatch)
+    assert isinstance(parser, Parser), type(parser)  # its HelpFormatter shows every default
+    assert parser.prog == f"python -m benchmarks.{name}", parser.prog
+    assert parser.description.rstrip().endswith((".", ")")), parser.description  # not cut mid-sentence
+    silent = [action.option_strings or action.dest for action in parser._actions if not action.help]
+    assert silent == [], f"benchmarks.{name}: options without a help text: {silent}"
+    for action in parser._actions:
+        shown = parser._get_formatter()._format_action(action)
+        assert shown.count("(default") <= 1, shown
+        assert os.getcwd() not in shown and str(Path(__file__).resolve().parents[1]) not in shown, shown
