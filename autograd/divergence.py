@@ -425,7 +425,8 @@ def _against_reference(made, root, sa, run_a, reference, drift32, scale, recorde
         drift = max(drift32[key] * coarse / _rounding(np.float32), coarse * scale[key])
         c = _comparison("forward", step, k, made, d, d / scale[key] if scale[key] else 0.0, drift,
                         d > DRIFT_FACTOR * drift)
-        c.output = f"{name}'s output"
+        # the module compared, not the scope of its last op (a block's MLP ends in its c_proj's Linear)
+        c.scope, c.output = name, f"{name}'s output"
         rows["forward"].append(c)
     return _report(sa.describe(), "reference arrays", rows, root, made)
 

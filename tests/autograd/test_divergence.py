@@ -116,6 +116,21 @@ def test_reference_arrays_are_compared_with_each_modules_output():
     assert parts.rows["backward"] == [] and "references hold forward values only" in str(parts)
 
 
+def test_a_reference_heading_names_the_module_compared_not_its_last_ops_scope():
+    """A module whose last op is a sub-module's (a block's MLP ends in c_proj) was named by that sub-module, whose
+    own reference agreed."""
+    table = Tensor(np.random.default_rng(0).standard_normal((6, 6)).astype(np.float32), requires_grad=True)
+
+    def fn():
+        with ag.name_scope("mlp"), ag.name_scope("mlp.c_proj"):
+            h = ag.embedding(table, IDS).tanh()
+        return ag.cross_entropy(h, TARGETS)
+    out = fn().op.inputs[0].data
+    parts = ag.diverge(fn, reference={"mlp.c_proj": out.copy(), "mlp": out * 1.001})
+    assert (parts.forward.scope, parts.forward.output) == ("mlp", "mlp's output")
+    assert "the runs part first at #2 Tanh in mlp (step 2 of 2" in str(parts)
+
+
 def test_a_reference_for_a_module_the_graph_lacks_is_refused_by_name():
     with pytest.raises(KeyError, match="no module named 'transformer.h.0' .* include embed, head"):
         ag.diverge(small_model(), reference={"transformer.h.0": np.zeros(3)})
