@@ -344,8 +344,9 @@ class Sigmoid(Function):
     saved_in_graph = _output
 
     def forward(self, x):
-        # tanh form: never overflows, unlike exp(−x) for very negative x
-        z = 0.5 * (self.xp.tanh(0.5 * x) + 1)
+        xp = self.xp
+        e = xp.exp(-xp.abs(x))  # never overflows; ½(tanh(x/2) + 1) would cancel for x ≪ 0 (σ(−40) came out 0)
+        z = xp.where(x >= 0, 1 / (1 + e), e / (1 + e))
         self.save(z)
         return z
 

@@ -17,6 +17,7 @@ gives d²y/dx² = −2y(1 − y²).
 """
 import functools
 import math
+import numbers
 from collections import namedtuple
 
 # What made a Value, read as a Tensor's op is: its name, its local derivatives (the rule), and `d`, those
@@ -34,14 +35,30 @@ POW_RULE = "∂out/∂x = k·x^(k−1)"
 
 @functools.lru_cache(maxsize=128, typed=True)  # one Op per exponent: no new objects per x ** k for the collector
 def _power(k):
-    return Op(f"**{k}", POW_RULE, lambda out: (k * out.a ** (k - 1),))
+    return Op(f"**{k}", POW_RULE, lambda out: (k * _derivative_power(out.a, k - 1),) if k else (0.0,))
+
+
+def _derivative_power(x, k):
+    """x ** k as a node of create_graph's derivative graph, where x ** (k + 1) was allowed: at x = 0 with
+    0 < k < 1 it is 0 and its own derivative infinite (x^1.5's second derivative at 0, as PyTorch gives it),
+    where `**` refuses to start from such a point."""
+    if x.data == 0 and 0 < k < 1:
+        return _result(0.0, _power(k), x, math.inf)
+    return x ** k
+
+
+def _number(who, x):
+    """`x` as a float, once it is a real number: float() would take '1.5', and a Value would hold a str's value."""
+    if type(x) is not float and (isinstance(x, (str, bytes)) or not isinstance(x, numbers.Real)):
+        raise TypeError(f"{who} takes a real number, got {type(x).__name__} {x!r}")
+    return float(x)
 
 
 class Value:
     __slots__ = ("data", "grad", "op", "a", "da", "b", "db", "name")
 
     def __init__(self, data, name=None, label=None):  # a leaf; an op's result comes from `_result`
-        self.data = float(data)
+        self.data = _number("Value", data)
         self.grad = 0.0
         self.op = None           # the Op that made it (None for a leaf)
         self.a = self.b = None   # its inputs: first, second (None where it has fewer)
@@ -53,7 +70,9 @@ class Value:
     local_grads = property(lambda self: (self.da, self.db)[:len(self.inputs)])  # ∂self/∂input for each input
 
     def __repr__(self):
-        return f"Value(data={self.data:.6g}, grad={self.grad:.6g})"
+        grad = self.grad  # a Value itself after backward(create_graph=True)
+        grad = f"Value(data={grad.data:.6g})" if isinstance(grad, Value) else f"{grad:.6g}"
+        return f"Value(data={self.data:.6g}, grad={grad})"
 
     def __add__(self, other):  # ∂out/∂self = 1, ∂out/∂other = 1
         other = other if isinstance(other, Value) else Constant(other)
@@ -64,19 +83,28 @@ class Value:
         return _result(self.data * other.data, MUL, self, other.data, other, self.data)
 
     def __pow__(self, k):  # ∂out/∂self = k · self^(k−1)
-        if not isinstance(k, (int, float)):
+        if isinstance(k, bool) or not isinstance(k, numbers.Real):
             raise TypeError(f"Value ** takes a number as exponent, got {type(k).__name__}; "
                             f"for x ** y with y a Value write (y * x.log()).exp()")
+        k = int(k) if isinstance(k, numbers.Integral) else float(k)  # NumPy's numbers as Python's
         if self.data < 0 and not float(k).is_integer() or self.data == 0 and k < 1 and k != 0:
             raise ValueError(f"Value ** {k}: at {self.data}, x ** {k} or its derivative {k} · x ** {k - 1} is not "
                              "a real number (a negative base's fractional power, or a division by 0)")
-        return _result(float(self.data ** k), _power(k), self, k * self.data ** (k - 1) if k else 0.0)
+        try:
+            return _result(float(self.data ** k), _power(k), self, k * self.data ** (k - 1) if k else 0.0)
+        except OverflowError:
+            raise OverflowError(f"Value ** {k}: {self.data:g} ** {k} is beyond a float's range") from None
 
     def exp(self):  # (eˣ)' = eˣ
-        e = math.exp(self.data)
+        try:
+            e = math.exp(self.data)
+        except OverflowError:
+            raise OverflowError(f"Value.exp: e ** {self.data:g} is beyond a float's range (x ≤ 709.78)") from None
         return _result(e, EXP, self, e)
 
     def log(self):  # (ln x)' = 1/x
+        if not self.data > 0:
+            raise ValueError(f"Value.log: the log of {self.data:g} is not a real number; x must be > 0")
         return _result(math.log(self.data), LOG, self, 1 / self.data)
 
     def tanh(self):  # tanh' = 1 − tanh²
@@ -84,24 +112,29 @@ class Value:
         return _result(t, TANH, self, 1 - t * t)
 
     def sigmoid(self):  # σ' = σ(1 − σ)
-        s = 0.5 * (math.tanh(0.5 * self.data) + 1)  # 1/(1+e^−x) without overflow
+        e = math.exp(-abs(self.data))  # never overflows; 1 − e or e/(1 + e) would cancel for x ≪ 0, this does not
+        s = 1 / (1 + e) if self.data >= 0 else e / (1 + e)
         return _result(s, SIGMOID, self, s * (1 - s))
 
-    def relu(self):  # 1 where x > 0, else 0
-        if self.data > 0:
-            return _result(self.data, RELU, self, 1.0)
-        return _result(0.0, RELU, self, 0.0)
+    def relu(self):  # 1 where x > 0, else 0; NaN passes on, as in PyTorch
+        x = self.data
+        return _result(0.0 if x <= 0 else x, RELU, self, 1.0 if x > 0 else 0.0)
 
     __radd__ = __add__  # other + self is self + other, and other · self is self · other
     __rmul__ = __mul__
     def __neg__(self): return self * -1
     def __sub__(self, other): return self + (-other)
-    def __truediv__(self, other): return self * other ** -1
     def __rsub__(self, other): return Constant(other) - self
     def __rtruediv__(self, other): return Constant(other) / self
 
+    def __truediv__(self, other):
+        other = other if isinstance(other, Value) else Constant(other)
+        if other.data == 0:
+            raise ZeroDivisionError(f"Value /: division of {self.data:g} by 0")
+        return self * other ** -1
+
     def __rpow__(self, base):  # base ** x = e^(x ln base), so ∂out/∂x = base^x · ln base
-        if not isinstance(base, (int, float)):
+        if isinstance(base, bool) or not isinstance(base, numbers.Real):
             return NotImplemented
         if base <= 0:
             raise ValueError(f"{base} ** Value: the derivative in the exponent, {base} ** x · ln {base}, is not a "
@@ -141,14 +174,15 @@ class Value:
         for v in order:
             if v.op is not None:
                 v.grad = 0.0
+        one = Value(1.0) if create_graph else 1.0
+        # the root's own gradient, 1: added to what a leaf holds (x.backward() twice gives 2, as in PyTorch)
+        self.grad = self.grad + one if self.op is None and (isinstance(self.grad, Value) or self.grad) else one
         if create_graph:
-            self.grad = Value(1.0)
             for v in order:  # the loop below, in Values: each local derivative × grad is a node of the graph
                 for x, d in zip(v.inputs, v.op.d(v) if v.op is not None else ()):
                     term = v.grad if d == 1 else d * v.grad  # an Add's 1 adds no node
                     x.grad = x.grad + term if isinstance(x.grad, Value) or x.grad else term
             return
-        self.grad = 1.0
         for v in order:  # every consumer of v comes before v: its grad is complete
             if v.a is not None:
                 v.a.grad += v.da * v.grad

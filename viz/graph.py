@@ -147,8 +147,8 @@ def grad_rows(node, grad, word="grad"):
     a tensor's values when it has at most SMALL elements ('grad [0.5, -1]', a line per row), its norm
     otherwise ('grad norm = 2.5'). `word` stands where 'grad' does (the trace page writes how many
     parts of a sum have arrived there)."""
-    if isinstance(node, Value):
-        return [f"{word} {grad:.4f}"]
+    if isinstance(node, Value):  # a Value's grad is a Value itself after backward(create_graph=True)
+        return [f"{word} {grad.data if isinstance(grad, Value) else grad:.4f}"]
     if node.data.size <= SMALL:
         return _values_rows(word, grad)
     return [f"{word} norm = {number(norm(grad))}"]

@@ -1,6 +1,7 @@
 """Value, the scalar engine: every op's result and derivative checked against numbers derived by hand."""
 import math
 
+import numpy as np
 import pytest
 
 from autograd import Tensor, Value, topological_order
@@ -331,3 +332,70 @@ def test_a_number_to_a_value_power_refuses_a_base_with_no_real_logarithm(base):
         base ** Value(1.0)
     assert str(info.value) == (f"{base} ** Value: the derivative in the exponent, {base} ** x · ln {base}, is not a "
                                "real number for a base ≤ 0; use a positive base")
+
+
+def test_a_str_is_not_a_number():
+    """float() would take '1.5': Value('1.5') and Value(1) + '2' computed with the strings' values."""
+    for make in (lambda: Value("1.5"), lambda: Value(1) + "2", lambda: "2" * Value(3), lambda: Value(1j)):
+        with pytest.raises(TypeError, match="Value takes a real number, got"):
+            make()
+    assert (Value(3) ** np.int64(2)).data == 9.0 and (Value(1) + np.float32(0.5)).data == 1.5
+
+
+def test_a_leafs_own_backward_adds_one_as_pytorch_does():
+    x = Value(2.0)
+    x.backward()
+    x.backward()
+    assert x.grad == 2.0
+    y = Value(2.0)
+    (y * y).backward()
+    y.backward()
+    assert y.grad == 5.0
+
+
+def test_repr_after_create_graph_shows_the_grads_value():
+    x = Value(0.5)
+    x.tanh().backward(create_graph=True)
+    assert repr(x) == f"Value(data=0.5, grad=Value(data={1 - math.tanh(0.5) ** 2:.6g}))"
+
+
+def test_relu_passes_nan_on_and_sigmoid_keeps_its_digits_far_below_zero():
+    assert math.isnan(Value(float("nan")).relu().data)
+    for x in (-20.0, -37.0, -40.0, 3.0):
+        s = Value(x).sigmoid()
+        exact = 1 / (1 + math.exp(-x))
+        assert s.data == pytest.approx(exact, rel=1e-15)
+        assert s.da == pytest.approx(exact * (1 - exact), rel=1e-15)
+
+
+def test_second_derivatives_start_at_zero_where_the_first_does():
+    x = Value(0.0)
+    (x ** 0).backward(create_graph=True)
+    assert x.grad.data == 0.0
+    y = Value(0.0)
+    (y ** 1.5).backward(create_graph=True)
+    g = y.grad
+    assert g.data == 0.0
+    y.grad = 0.0
+    g.backward()
+    assert y.grad == math.inf  # 0.75 · 0^−½, as PyTorch gives it
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: Value(0.0).log(), ValueError, "Value.log: the log of 0 is not a real number; x must be > 0"),
+    (lambda: Value(1000.0).exp(), OverflowError, "Value.exp: e \\*\\* 1000 is beyond a float's range"),
+    (lambda: Value(1e200) ** 2, OverflowError, "Value \\*\\* 2: 1e\\+200 \\*\\* 2 is beyond a float's range"),
+    (lambda: Value(1.0) / 0, ZeroDivisionError, "Value /: division of 1 by 0"),
+])
+def test_math_errors_name_the_value_op(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+def test_tensor_sigmoid_keeps_its_digits_far_below_zero_as_value_does():
+    x = Tensor(np.array([-40.0, -30.0, 0.0, 30.0]), requires_grad=True)
+    z = x.sigmoid()
+    exact = 1 / (1 + np.exp(-x.numpy()))
+    np.testing.assert_allclose(z.numpy(), exact, rtol=1e-15)
+    z.sum().backward()
+    np.testing.assert_allclose(x.grad, exact * (1 - exact), rtol=1e-14)

@@ -533,3 +533,12 @@ def test_cli_double_draws_the_gradients_own_graph(tmp_path):
     assert "no grad yet" not in text
     assert vg.main(["models.neuron", "--double", "--no-backward", "--out", str(tmp_path / "n.svg")]) == 0
     assert "no grad yet" not in svg_text(tmp_path / "n.svg")[1]  # a Value's box shows its grad, 0 before
+
+
+def test_a_values_grad_that_is_a_value_is_drawn_by_its_number():
+    """After backward(create_graph=True) a Value's grad is a Value, which '{:.4f}' refused: draw() raised."""
+    from autograd import Value
+    from viz.graph import grad_rows
+    x = Value(0.5)
+    x.tanh().backward(create_graph=True)
+    assert grad_rows(x, x.grad) == ["grad 0.7864"]
