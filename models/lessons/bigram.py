@@ -2,7 +2,7 @@
 
 What this file promises:
 
-* The lesson's exact set-up: its 36-character corpus, the vocabulary of distinct
+* The lesson's exact set-up: its 37-character corpus, the vocabulary of distinct
   characters in order of first appearance (V = 15), the 36 (current, next) pairs,
   E ∈ ℝ^{V×d} ~ N(0, 1) then W_U ∈ ℝ^{d×V} ~ N(0, 0.1²) from
   `np.random.default_rng(0)`, float64, full-batch `nn.optim.SGD` with lr 1.0 on

@@ -49,7 +49,7 @@ def tanh_derivatives(x):
 
 
 def demo_loss():
-    """The neuron's output o = tanh(n) = 0.7071067811865476, a Value whose graph viz draws."""
+    """The neuron's output o = tanh(n) = 0.7071067811865477 (≈ 1/√2), a Value whose graph viz draws."""
     return neuron()["o"]
 
 

@@ -18,7 +18,7 @@ What this file promises:
   its history: (step, backward passes so far, loss). A pass is one backward:
   a gradient's, or a Hessian-vector product's through the gradient's graph.
 * The default run: gradient descent with the lesson's lr 1.0 for 500 steps ends
-  at 0.6557 (the lesson's figure), 0.0027 above the counting bound 0.6530;
+  at 0.6557 (the lesson's figure), 0.0026 above the counting bound 0.6530;
   Newton-CG is below that after 15 steps and 0.0002 above the bound after 20.
   Per pass of backward, descent leads at first and Newton near the minimum.
 * `demo_loss()`: the bigram's own step-0 loss, so `python -m viz.graph models.newton
