@@ -179,17 +179,23 @@ class Optimizer:
             raise ValueError(f"{name}: param_groups must be a list of dicts, got a {type(saved_groups).__name__}")
         if len(saved_groups) != len(self.param_groups):
             raise ValueError(f"{name}: {len(saved_groups)} groups in the checkpoint, {len(self.param_groups)} here")
-        settings = []
+        settings, start = [], 0
         for g, (group, saved) in enumerate(zip(self.param_groups, saved_groups)):
             if not isinstance(saved, dict) or set(saved) - {"params"} != set(self.defaults):
                 got = sorted(saved) if isinstance(saved, dict) else f"a {type(saved).__name__}"
                 raise ValueError(f"{name}: group {g} must hold the settings {', '.join(self.defaults)}, got {got}")
-            # its parameters' positions (a state dict from before they were saved has none): as many as here
-            count = saved.get("params", group["params"])
-            if not isinstance(count, (list, tuple)) or len(count) != len(group["params"]):
-                got = len(count) if isinstance(count, (list, tuple)) else f"a {type(count).__name__}"
+            # its parameters' positions, the ones this optimizer gives them (a state dict from before they were
+            # saved has none)
+            here = list(range(start, start + len(group["params"])))
+            start += len(here)
+            given = saved.get("params", here)
+            if not isinstance(given, (list, tuple)) or len(given) != len(here):
+                got = len(given) if isinstance(given, (list, tuple)) else f"a {type(given).__name__}"
                 raise ValueError(f"{name}: group {g} holds {got} parameters in the state dict but "
-                                 f"{len(group['params'])} here; build the optimizer's groups as the saved run did")
+                                 f"{len(here)} here; build the optimizer's groups as the saved run did")
+            if any(type(i) is not int or i != j for i, j in zip(given, here)):
+                raise ValueError(f"{name}: group {g} holds the parameters numbered {_positions(given)} in the state "
+                                 f"dict but {_positions(here)} here; build the optimizer's groups as the saved run did")
             settings.append({k: v for k, v in saved.items() if k != "params"})
             self._check_group({**group, **settings[-1]})  # a checkpoint's hyper-parameters pass the constructor's checks
         if not isinstance(state, dict):
@@ -221,6 +227,16 @@ class Optimizer:
             elif value.dtype.kind != "f":  # a float buffer of another precision is cast to the parameter's
                 raise ValueError(f"{name}: {key} of parameter {i} is {value.dtype}; it must be floating point, "
                                  f"like the parameter ({p.dtype})")
+
+
+def _positions(numbers):
+    """A group's parameter positions in a line: a run as its ends, anything else as its first few."""
+    numbers = list(numbers)
+    if not numbers:
+        return "none"
+    if all(type(i) is int for i in numbers) and numbers == list(range(numbers[0], numbers[0] + len(numbers))):
+        return f"{numbers[0]} to {numbers[-1]}"
+    return repr(numbers[:8])[:-1] + (", …]" if len(numbers) > 8 else "]")
 
 
 class SGD(Optimizer):

@@ -100,7 +100,8 @@ def make_parser():
                    help="the adapters' scale: their update is B·A·alpha/r")
     g.add_argument("--lora-targets", default="c_attn", type=names_list, metavar="NAMES",
                    help="comma-separated names of the Linear layers to adapt (c_attn, c_proj, c_fc)")
-    g.add_argument("--checkpoint-blocks", action="store_true",
+    # --no-…: a resumed run that had it may turn it off (a saved option is the run's until the command line says)
+    g.add_argument("--checkpoint-blocks", action=argparse.BooleanOptionalAction, default=False,
                    help="keep only each block's input and recompute its activations in backward (ag.checkpoint): "
                         "less memory for about a third more time; the same numbers bit for bit")
     g = p.add_argument_group("optimisation")
@@ -126,7 +127,7 @@ def make_parser():
     g.add_argument("--eval-only", action="store_true",
                    help="estimate train and val loss of the checkpoint in --out-dir (or of --init-from) once, "
                         "print them and exit, writing nothing")
-    g.add_argument("--always-save", action="store_true",
+    g.add_argument("--always-save", action=argparse.BooleanOptionalAction, default=False,
                    help="save at every evaluation, not only when the val loss improves on the checkpoint's")
     g.add_argument("--out-dir", type=output_folder, default="out", help="the checkpoint folder")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out-dir")
@@ -470,7 +471,8 @@ def evaluate_only(args, world):
     with world.together():
         model, tokenizer, data, optimizer, run = start(args, world)
     losses = estimate_loss(model, data, run.layout, args, world, run.iter)
-    source = args.init_from or f"the checkpoint in {args.out_dir} (iteration {run.iter})"
+    # a checkpoint's saved options hold its own --init-from: that names the base, not what was evaluated
+    source = f"the checkpoint in {args.out_dir} (iteration {run.iter})" if args.resume else args.init_from
     print(f"eval-only: {source}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f} "
           f"({args.eval_iters} batches of {run.layout.rows} x {args.block_size} tokens per split)")
 

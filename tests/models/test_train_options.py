@@ -282,3 +282,24 @@ def test_mfu_counts_no_weight_gradient_for_a_frozen_base():
     adapters = model.num_parameters(trainable=True)
     assert adapters == 2 * (16 * 2 + 2 * 48)
     assert train.flops_per_token(model, 32) == 4 * model.num_parameters() + 2 * adapters + attention
+
+
+def test_eval_only_of_a_fine_tuned_checkpoint_names_the_checkpoint_not_its_base(tmp_path, capsys):
+    """The checkpoint's saved options hold its --init-from, and the line named that base for the tuned weights."""
+    root = random_gpt2_folder(tmp_path, "to be or not to be " * 20, n_layer=1)
+    tuned = tmp_path / "tuned"
+    assert train.main(["--init-from", str(root / "base"), "--data", str(root / "text.txt"), "--max-iters", "2",
+                       "--eval-iters", "1", "--batch-size", "2", "--sample-tokens", "0", "--no-progress",
+                       "--always-save", "--out-dir", str(tuned)]) == 0
+    capsys.readouterr()
+    assert train.main(["--eval-only", "--out-dir", str(tuned)]) == 0
+    assert capsys.readouterr().out.startswith(f"eval-only: the checkpoint in {tuned} (iteration 2): train loss ")
+
+
+def test_a_saved_switch_can_be_turned_off_on_resume(tmp_path, capsys):
+    folder = tmp_path / "o"
+    assert run(capsys, "--max-iters", "2", "--always-save", "--checkpoint-blocks", "--out-dir", str(folder))[0] == 0
+    assert options(folder)["always_save"] and options(folder)["checkpoint_blocks"]
+    assert train.main(["--resume", "--max-iters", "4", "--no-always-save", "--no-checkpoint-blocks", "--out-dir",
+                       str(folder)]) == 0
+    assert not options(folder)["always_save"] and not options(folder)["checkpoint_blocks"]

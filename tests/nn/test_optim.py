@@ -551,6 +551,13 @@ def _bad_state_dicts():
         ("group-size", put(["param_groups", 0, "params"], [0]), "group 0 holds 1 parameters in the state dict but "
                                                                "2 here; build the optimizer's groups as the saved "
                                                                "run did"),
+        ("group-order", put(["param_groups", 0, "params"], [1, 0]), "group 0 holds the parameters numbered [1, 0] in "
+                                                                   "the state dict but 0 to 1 here; build the "
+                                                                   "optimizer's groups as the saved run did"),
+        ("group-bool", put(["param_groups", 0, "params"], [False, 1]), "group 0 holds the parameters numbered "
+                                                                      "[False, 1] in the state dict but 0 to 1 "
+                                                                      "here; build the optimizer's groups as the "
+                                                                      "saved run did"),
         ("group-lr-nan", put(["param_groups", 0, "lr"], float("nan")), None),
         ("group-eps-negative", put(["param_groups", 0, "eps"], -1.0), None),
         ("state-list", put(["state"], [{}]), "state must be a dict of parameter index → buffers, got list"),
