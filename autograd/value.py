@@ -47,18 +47,14 @@ def _derivative_power(x, k):
     return x ** k
 
 
-def _number(who, x):
-    """`x` as a float, once it is a real number: float() would take '1.5', and a Value would hold a str's value."""
-    if type(x) is not float and (isinstance(x, (str, bytes)) or not isinstance(x, numbers.Real)):
-        raise TypeError(f"{who} takes a real number, got {type(x).__name__} {x!r}")
-    return float(x)
-
-
 class Value:
     __slots__ = ("data", "grad", "op", "a", "da", "b", "db", "name")
 
     def __init__(self, data, name=None, label=None):  # a leaf; an op's result comes from `_result`
-        self.data = _number("Value", data)
+        # a real number (Python's or NumPy's), checked: float() would take '1.5', and x + '2' would add 2
+        if type(data) not in (float, int) and (isinstance(data, (str, bytes)) or not isinstance(data, numbers.Real)):
+            raise TypeError(f"Value takes a real number, got {type(data).__name__} {data!r}")
+        self.data = float(data)
         self.grad = 0.0
         self.op = None           # the Op that made it (None for a leaf)
         self.a = self.b = None   # its inputs: first, second (None where it has fewer)
