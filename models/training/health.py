@@ -1,6 +1,6 @@
 """Is training healthy? Every N iterations, the checks people make by hand, as records, a picture and warnings.
 
-    health = Health(model, interval=50, out_dir="out", max_norm=1.0)
+    health = Health(model, interval=50, out_dir="out", max_norm=1.0, start=it0)  # it0: 0, or a resumed run's
     ... backward ...
     health.after_backward(it, x)      # gradients final, before clipping; x: the batch's token ids
     ... clip, optimizer.step() ...
@@ -8,8 +8,8 @@
     health.close()                    # out/health.png
 
 What a record (one line of out/health.jsonl) holds:
-- per parameter: the gradient's norm, the weight's norm, and log10 ‖Δw‖/‖w‖,
-  the update this step made relative to the weight;
+- per parameter: the gradient's norm, the weight's norm, the norm of the
+  update this step made, ‖Δw‖, and log10 ‖Δw‖/‖w‖ (null where ‖Δw‖ or ‖w‖ is 0);
 - per block (`Block`s of models/gpt/gpt2.py): the mean and std of its output
   (the residual stream), the fraction of GELU's inputs below −3 (GELU is
   flat there: those units pass almost no gradient), and each head's mean
@@ -22,9 +22,15 @@ only on a health iteration, read from the graph it records: the ops know
 their module (`op.scope`). The normal forward is untouched, and with
 interval 0 nothing here runs at all. `RULES` are checked after each record;
 a rule that holds at every record across `WINDOW` iterations (the first
-`WINDOW` for a rule about the start, any later ones for its twin about the
-rest of the run) prints one warning naming the layer and the likely cause
-(once per layer and rule).
+`WINDOW` from iteration 0 for a rule about the start, any later ones for its
+twin about the rest of the run) prints one warning naming the layer and the
+likely cause (once per layer and rule).
+
+A resumed run (`start` > 0) continues the report of the run it resumes: it
+keeps the records of health.jsonl before `start` (those after it are of
+iterations it makes again) and the warnings they gave, so it prints what the
+uninterrupted run would have printed from `start` on, and its picture covers
+the whole run.
 """
 import json
 import math
@@ -64,11 +70,18 @@ class Rule:
         return x is not None and (x > self.limit if self.above else x < self.limit)
 
 
+def log10_update(figures):
+    """A parameter's log10 ‖Δw‖/‖w‖ in a record; −inf where the step left it as it was (no gradient reached it, or
+    the update is below float32's resolution beside the weight): the smallest update of all. None where it has
+    none (a weight of 0 that moved, a NaN)."""
+    return -math.inf if figures.get("update_norm") == 0 else figures["log10_update_ratio"]  # (older runs' lack it)
+
+
 RULES = (
-    Rule("update too large", "param", lambda p: p["log10_update_ratio"], True, -1.0, "update/weight 10^{:.1f}",
+    Rule("update too large", "param", log10_update, True, -1.0, "update/weight 10^{:.1f}",
          "the learning rate is likely too high",
          "Karpathy, Building makemore part 3 (2022): ~10^-3 is healthy; the default run peaks near 10^-1.3"),
-    Rule("update too small", "param", lambda p: p["log10_update_ratio"], False, -5.0, "update/weight 10^{:.1f}",
+    Rule("update too small", "param", log10_update, False, -5.0, "update/weight 10^{:.1f}",
          "the learning rate is likely too low, or the layer gets no gradient",
          "Karpathy, Building makemore part 3 (2022): ~10^-3 is healthy, far below it the layer barely learns"),
     Rule("GELU saturated", "block", lambda b: b.get("gelu_below_-3"), True, 0.05, "{:.0%} of GELU inputs below -3",
@@ -96,6 +109,19 @@ def _norm(array):
 
 def _finite_or_none(x):
     return x if math.isfinite(x) else None
+
+
+def _record(line, params, blocks, after):
+    """The record on `line` of health.jsonl, if it is one of a run of this model (its trainable `params`, its
+    `blocks`) at an iteration after `after`; else None (a damaged line, or another model's)."""
+    try:
+        record = json.loads(line)
+        if (type(record["iter"]) is int and record["iter"] > after and set(record["params"]) == params
+                and set(record["blocks"]) == blocks):
+            return record
+    except (ValueError, TypeError, KeyError, RecursionError):  # not JSON, not an object, a field missing
+        pass
+    return None
 
 
 def attention_entropy(q, k):
@@ -146,9 +172,12 @@ def activations(model, idx):
 
 
 class Health:
-    """The health report of one run (see the module's docstring); interval 0 makes every method a no-op."""
+    """The health report of one run (see the module's docstring); interval 0 makes every method a no-op.
 
-    def __init__(self, model, interval, out_dir, max_norm=0.0, rows=None, say=print, window=WINDOW):
+    `start`: the iteration this run starts at; a resumed run's (above 0) continues the report in `out_dir`.
+    """
+
+    def __init__(self, model, interval, out_dir, max_norm=0.0, rows=None, say=print, window=WINDOW, start=0):
         self.model, self.interval, self.max_norm, self.rows, self.say = model, interval, max_norm, rows, say
         self.path = out_dir / JSONL_FILE if interval else None
         self.plot_path = out_dir / PLOT_FILE if interval else None
@@ -157,7 +186,39 @@ class Health:
         self.window_records = max(2, window // interval + 1) if interval else 0
         if interval:
             out_dir.mkdir(parents=True, exist_ok=True)  # before the first checkpoint makes it
-            self.path.write_text("")
+            history, lines = self._history(start) if start else ([], [])
+            with atomic_path(self.path) as tmp:  # a crash leaves the history whole, never cut short
+                tmp.write_text("".join(lines), encoding="utf-8")
+            for record in history:  # the warnings the resumed run gave: each layer and rule warns once per run
+                self.records.append(record)
+                self.warnings()
+
+    def _history(self, start):
+        """The records of health.jsonl before iteration `start`, and their lines: the run this one resumes.
+
+        Its records from `start` on are of iterations this run makes again (the
+        checkpoint it resumes is older than they are), and a last line without
+        its newline is an append that a crash cut short, from after the checkpoint.
+        """
+        records, lines = [], []
+        if not self.path.is_file():
+            return records, lines
+        params = {name for name, p in self.model.named_parameters() if p.requires_grad}
+        blocks = {name for name, m in self.model.named_modules() if isinstance(m, Block)}
+        with open(self.path, encoding="utf-8", errors="replace") as f:
+            for number, line in enumerate(f, 1):
+                if not line.endswith("\n"):  # cut short by a crash
+                    break
+                record = _record(line, params, blocks, after=records[-1]["iter"] if records else -1)
+                if record is None:
+                    self.say(f"health: line {number} of {self.path} is not a record of this model's run: the report "
+                             f"keeps the {len(records)} before it")
+                    break
+                if record["iter"] >= start:
+                    break
+                records.append(record)
+                lines.append(line)
+        return records, lines
 
     def due(self, it):
         return bool(self.interval) and it % self.interval == 0
@@ -186,6 +247,7 @@ class Health:
             if name in self._before:
                 figures = record["params"][name]
                 step, weight = _norm(p.data - self._before[name]), figures["weight_norm"]
+                figures["update_norm"] = _finite_or_none(step)
                 figures["log10_update_ratio"] = (_finite_or_none(math.log10(step / weight))
                                                  if step > 0 and weight > 0 else None)
         self._before = None
@@ -204,8 +266,8 @@ class Health:
             return []
         span = recent[-1]["iter"] - recent[0]["iter"]
         lines = []
+        first = recent[0]["iter"] == 0  # the run's start (a run resumed without its history never sees it)
         for rule in RULES:
-            first = len(self.records) == self.window_records
             if rule.when == "start" and not first or rule.when == "later" and first:
                 continue
             kind = "params" if rule.applies == "param" else "blocks"
@@ -215,8 +277,9 @@ class Health:
                     continue
                 if all(rule.holds(r[kind][layer]) for r in recent):
                     self.warned.add((rule.name, layer))
-                    lines.append(f"health: {layer_name(layer)}: {rule.says.format(rule.figure(figures))} for {span} "
-                                 f"iterations: {rule.cause}")
+                    x = rule.figure(figures)  # −inf: log10_update's update of 0
+                    said = "update/weight 0 (the step changed no value)" if x == -math.inf else rule.says.format(x)
+                    lines.append(f"health: {layer_name(layer)}: {said} for {span} iterations: {rule.cause}")
         return lines
 
     def close(self):
@@ -268,8 +331,9 @@ def layer_name(name):
 
 
 def plot(path, records):
-    """Six panels over iterations: update ratio (with the 10^-3 guide), gradient norm, the global norm and
-    clipping, each block's output std, GELU's near-dead fraction and the lowest head entropy."""
+    """Six panels over iterations: update ratio (with the 10^-3 guide; an update of 0 on a line of its own below
+    the rest), gradient norm, the global norm and clipping, each block's output std, GELU's near-dead fraction and
+    the lowest head entropy."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -296,10 +360,20 @@ def plot(path, records):
 
     fig, axes = plt.subplots(2, 3, figsize=(16, 8.5), dpi=100)
     ax = axes[0, 0]
+    ratios = {n: [log10_update(r["params"][n]) for r in records] for n in weights}
+    drawn = [x for xs in ratios.values() for x in xs if x is not None and x > -math.inf]
+    floor = math.floor(min(drawn + [RULES[1].limit])) - 1  # log10 0 is −inf: drawn here, below every ratio
     for n in weights:
-        ax.plot(its, series("params", n, "log10_update_ratio"), label=layer_name(n), **style(n))
+        ax.plot(its, [np.nan if x is None else max(x, floor) for x in ratios[n]], label=layer_name(n), **style(n))
     ax.axhline(-3, color="black", linewidth=1.5, linestyle="--", label="10^-3 guide")
     ax.axhline(RULES[0].limit, color="#d62728", linewidth=1, linestyle=":", label="warning")
+    unchanged = any(x == -math.inf for xs in ratios.values() for x in xs)
+    if unchanged or min(drawn, default=0) < RULES[1].limit:  # the low warning, where a line goes below it
+        ax.axhline(RULES[1].limit, color="#d62728", linewidth=1, linestyle=":")
+    if unchanged:
+        ax.axhline(floor, color="grey", linewidth=4, alpha=0.3, label="no update (Δw = 0)")
+        ticks = [t for t in ax.get_yticks() if floor < t <= ax.get_ylim()[1]]
+        ax.set_yticks([*ticks, floor], [*ax.yaxis.get_major_formatter().format_ticks(ticks), "Δw = 0"])
     ax.set_title("update / weight, log10 ‖Δw‖/‖w‖")
     ax = axes[0, 1]
     for n in weights:

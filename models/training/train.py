@@ -342,7 +342,7 @@ def train(args, world):
                                        args.min_lr, max_lr=args.lr, last_step=run.iter - 1)
     resumed_at = run.iter if args.resume else None  # that evaluation is the checkpoint's own
     monitor = health.Health(model, args.health_interval if world.is_root else 0, out_dir, args.grad_clip,
-                            args.batch_size, progress.say)
+                            args.batch_size, progress.say, start=run.iter)  # a resumed run continues the report
     anomaly = anomaly_mode(args, run)
     for it in range(run.iter, args.max_iters + 1):
         if (it % args.eval_interval == 0 or it == args.max_iters) and it != resumed_at:

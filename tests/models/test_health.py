@@ -157,6 +157,144 @@ def test_gelu_saturation_later_in_the_run_gets_a_warning_of_its_own(model, tmp_p
         "learn: the learning rate may be too high, or the MLP has more units than the task uses"]
 
 
+def train_steps(model, monitor, optimizer, iterations, cut=()):
+    """Steps of `optimizer` on the batch, recorded by `monitor`; the parameters named in `cut` get a gradient of 0
+    (as a layer that no path from the loss reaches)."""
+    x, y = batch()
+    named = dict(model.named_parameters())
+    for it in iterations:
+        optimizer.zero_grad()
+        model(ag.Tensor(x), ag.Tensor(y))[1].backward()
+        for name in cut:
+            named[name].grad[...] = 0
+        monitor.after_backward(it, x)
+        optimizer.step()
+        monitor.after_step(it)
+
+
+def too_small(layers):
+    return [f"health: {layer}: update/weight 0 (the step changed no value) for 2 iterations: the learning rate is "
+            "likely too low, or the layer gets no gradient" for layer in layers]
+
+
+def test_a_weight_that_never_changes_is_warned_about_as_the_smallest_update(model, tmp_path):
+    lines = []
+    monitor = health.Health(model, 1, tmp_path, say=lines.append, window=2)
+    train_steps(model, monitor, nn.optim.SGD(model.parameters(), lr=0.0), range(3))
+    assert lines == too_small(["wte", "wpe"] + [f"h.{i}.{layer}" for i in range(2)
+                                               for layer in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")])
+    figures = monitor.records[-1]["params"]["transformer.h.1.mlp.c_fc.weight"]
+    assert figures["update_norm"] == 0.0 and figures["log10_update_ratio"] is None and figures["weight_norm"] > 0
+    monitor.close()  # the picture draws an update of 0 on a line of its own
+    assert (tmp_path / "health.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_layer_that_gets_no_gradient_is_warned_about_and_the_others_are_not(model, tmp_path):
+    lines = []
+    monitor = health.Health(model, 1, tmp_path, say=lines.append, window=2)
+    optimizer = nn.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.0)  # ratios near 10^-2
+    train_steps(model, monitor, optimizer, range(3), cut=["transformer.h.1.mlp.c_fc.weight"])
+    assert lines == too_small(["h.1.mlp.c_fc"])
+    assert [r["params"]["transformer.h.1.mlp.c_fc.weight"]["update_norm"] for r in monitor.records] == [0.0] * 3
+
+
+def test_frozen_weights_are_not_recorded_nor_warned_about(model, tmp_path):
+    nn.lora(model, 2, 4, ["c_attn"])  # every other weight frozen, as a LoRA run's base
+    lines = []
+    monitor = health.Health(model, 1, tmp_path, say=lines.append, window=2)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    train_steps(model, monitor, nn.optim.SGD(trainable, lr=0.0), range(3))
+    adapters = [f"h.{i}.attn.c_attn.lora_{ab}" for i in range(2) for ab in "AB"]
+    assert sorted(map(health.layer_name, monitor.records[-1]["params"])) == adapters
+    assert sorted(lines) == too_small(adapters)  # the adapters, which do not learn at lr 0; no frozen weight
+
+
+def model_record(model, it, gelu=0.0, entropy=2.0):
+    """A record of `model`'s run at iteration `it`: a healthy update, and its blocks' GELU and lowest head figures."""
+    params = {name: {"grad_norm": 1.0, "weight_norm": 1.0, "update_norm": 1e-3, "log10_update_ratio": -3.0}
+              for name, _ in model.named_parameters()}
+    blocks = {f"transformer.h.{i}": {"mean": 0.0, "std": 1.0, "gelu_below_-3": gelu,
+                                     "attention_entropy": [2.0, entropy]} for i in range(2)}
+    return {"iter": it, "grad_norm": 1.0, "max_norm": 0.0, "clipped": False, "params": params, "blocks": blocks}
+
+
+def judge(monitor, records):
+    """The warnings `monitor` gives at each of `records`, in turn."""
+    said = []
+    for record in records:
+        monitor.records.append(record)
+        said.append(monitor.warnings())
+    return said
+
+
+def test_a_resumed_run_keeps_the_history_before_its_start_and_warns_as_the_uninterrupted_run(model, tmp_path):
+    # GELU saturated from the start (0-50), the attention collapsed later (75-125), GELU near-dead again (125-175)
+    records = [model_record(model, it, gelu=0.2 if it <= 50 or it >= 125 else 0.0, entropy=0.05 if 75 <= it <= 125
+                            else 2.0) for it in range(0, 200, 25)]
+    straight = judge(health.Health(model, 25, tmp_path / "straight"), records)
+    assert straight[2] == [f"health: h.{i}: 20% of GELU inputs below -3 for 50 iterations: the initialisation is "
+                           "likely too large: the pre-activations are too wide" for i in range(2)]
+    assert [len(s) for s in straight] == [0, 0, 2, 0, 0, 2, 0, 0]  # near-dead: the start's warning said so
+    # the run went on to 125 (and a crash cut its last line short), but its checkpoint is at iteration 75
+    out_dir = tmp_path / "resumed"
+    out_dir.mkdir()
+    (out_dir / "health.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[:6]) + '{"iter": 15')
+    lines = []
+    resumed = health.Health(model, 25, out_dir, say=lines.append, start=75)
+    assert [r["iter"] for r in resumed.records] == [0, 25, 50] and lines == []
+    assert [json.loads(line)["iter"] for line in (out_dir / "health.jsonl").read_text().splitlines()] == [0, 25, 50]
+    assert judge(resumed, records[3:]) == straight[3:]
+
+
+def test_a_run_resumed_without_its_history_has_no_start_to_judge(model, tmp_path):
+    records = [model_record(model, it, gelu=0.2) for it in range(75, 150, 25)]
+    resumed = health.Health(model, 25, tmp_path, start=75)
+    assert judge(resumed, records)[-1] == [
+        f"health: h.{i}: 20% of GELU inputs below -3 for 50 iterations: units sit where GELU is flat and barely "
+        "learn: the learning rate may be too high, or the MLP has more units than the task uses" for i in range(2)]
+
+
+def test_a_resumed_run_keeps_the_history_before_a_damaged_line_and_says_so(model, tmp_path):
+    lines = [json.dumps(model_record(model, 0)), "not a record", json.dumps(model_record(model, 50))]
+    (tmp_path / "health.jsonl").write_text("\n".join(lines) + "\n")
+    said = []
+    resumed = health.Health(model, 25, tmp_path, say=said.append, start=75)
+    assert [r["iter"] for r in resumed.records] == [0]
+    assert said == [f"health: line 2 of {tmp_path / 'health.jsonl'} is not a record of this model's run: the report "
+                    "keeps the 1 before it"]
+    assert (tmp_path / "health.jsonl").read_text() == lines[0] + "\n"
+
+
+def test_a_fresh_run_starts_the_report_afresh(model, tmp_path):
+    (tmp_path / "health.jsonl").write_text(json.dumps(model_record(model, 0)) + "\n")
+    assert health.Health(model, 25, tmp_path).records == []
+    assert (tmp_path / "health.jsonl").read_text() == ""
+
+
+def test_train_cli_resumed_continues_the_report_as_the_uninterrupted_run(tmp_path, capsys):
+    """The records and the warnings of a run resumed at 60 are the uninterrupted run's; those that a run which went
+    on past its checkpoint wrote after it are replaced."""
+    hot = ["--lr", "0.1", "--eval-interval", "30", "--always-save", "--lr-decay-iters", "200", "--sample-tokens",
+           "0", "--health-interval", "10"]
+
+    def warned(*argv):
+        assert train.main([*TINY, *hot, *argv]) == 0
+        return [line for line in capsys.readouterr().out.splitlines() if line.startswith("health: ")]
+
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    straight_warned = warned("--max-iters", "110", "--out-dir", str(straight))
+    assert straight_warned  # the learning rate is high enough to warn (here: GELU near-dead, after iteration 60)
+    split_warned = warned("--max-iters", "60", "--out-dir", str(split))
+    later = [line for line in (straight / "health.jsonl").read_text().splitlines(keepends=True)
+             if json.loads(line)["iter"] >= 60]
+    with open(split / "health.jsonl", "a") as f:  # as a run that went on past its checkpoint at 60 left it
+        f.write("".join(later) + later[0][:40])
+    assert split_warned + warned("--resume", "--max-iters", "110", "--out-dir", str(split)) == straight_warned
+    records = (split / "health.jsonl").read_text()
+    assert [json.loads(line)["iter"] for line in records.splitlines()] == list(range(0, 110, 10))
+    assert records == (straight / "health.jsonl").read_text()
+
+
 def test_train_cli_writes_the_report_at_the_interval(tmp_path, capsys):
     code = train.main([*TINY, "--max-iters", "10", "--out-dir", str(tmp_path), "--health-interval", "4"])
     out, err = capsys.readouterr()
