@@ -25,7 +25,7 @@ from .functional import (concat, stack, split, where, softmax, log_softmax, cros
                          zeros, ones, randn, rand, arange)
 from .gradcheck import gradcheck, GradcheckError, jacobian
 from .higher import grad, hvp, hessian
-from .anomaly import detect_anomaly, AnomalyError
+from .anomaly import detect_anomaly, AnomalyError, is_anomaly_enabled
 from .divergence import diverge
 
 __all__ = [
@@ -38,5 +38,5 @@ __all__ = [
     "zeros", "ones", "randn", "rand", "arange",
     "gradcheck", "GradcheckError", "topological_order", "backward_steps", "root_grad", "jacobian",
     "grad", "hvp", "hessian",
-    "detect_anomaly", "AnomalyError", "diverge",
+    "detect_anomaly", "AnomalyError", "is_anomaly_enabled", "diverge",
 ]

@@ -13,7 +13,16 @@ checked ops (a leaf: a parameter the optimizer wrote, or the data).
 
 Off, it costs the engine one test of a module global per op and per VJP
 (`autograd.tensor._anomaly is not None`) and nothing else. On, every op's
-output and every VJP's gradients are scanned once (`isfinite`).
+output, every VJP's gradients and every sum of gradients (for a tensor that
+several ops use, and in a `.grad` that adds up over backward() calls: finite
+parts can overflow) are scanned once (`isfinite`).
+
+A backward step is one op of that pass, as viz.trace numbers it. A
+checkpoint's backward runs a pass of its recompute inside the outer pass: an
+anomaly inside the checkpointed function is reported at its step of that
+inner pass (whose root is the function's output), one outside it at its step
+of the outer pass. Under create_graph a VJP recorded as ops is checked as the
+VJP it is, not as the forward of the ops it is written with.
 
 Two things a caller may add, since autograd knows nothing above it:
 `where` (text the message carries, or a function giving it, e.g. models.train's
@@ -47,7 +56,7 @@ class Anomaly:
     """Where the first non-finite value appeared.
 
     phase       "forward" or "backward".
-    op          the Function (its class, `rule`, `input_names`).
+    op          the Function (its class, `rule`, `input_names`); None for a sum into a .grad, which no op makes.
     scope       the module that recorded it ("" outside any).
     output      forward: the op's result; backward: the tensor whose op's VJP ran.
     culprit     which value first went non-finite: "output", or an input's or a gradient's name.
@@ -90,6 +99,46 @@ def _finite(array):
     return array.dtype.kind != "f" or bool(backend.xp_for(backend.device_of(array) or "cpu").isfinite(array).all())
 
 
+def _called(t):
+    """How a report names a tensor: its name, else the op that made it, else its shape."""
+    if t.name:
+        return t.name
+    if t.op is not None:
+        return f"{t.op.name}'s output" + (f" in {t.op.scope}" if t.op.scope else "")
+    return f"the leaf of shape {t.shape}"
+
+
+def _data(v):
+    """A gradient's array: under create_graph the engine's gradients are Tensors."""
+    return v.data if isinstance(v, _tensor.Tensor) else v
+
+
+def _marks(parts, total):
+    """Report lines for a sum that is NaN/inf: each (what, value) summed, then the sum, the first non-finite marked."""
+    bad = next((what for what, v in parts if not _finite(v)), None)
+    lines = [f"{what}: {summary(v)}" + ("  ← first non-finite: it came in so" if what == bad else "")
+             for what, v in parts]
+    mark = "" if bad else f"  ← first non-finite: every part is finite, the sum overflowed {total.dtype}"
+    return lines + [f"sum: {summary(total)}{mark}"]
+
+
+def is_anomaly_enabled():
+    """Whether a detect_anomaly is active (as torch.is_anomaly_enabled): code that skips work no op needs, such as
+    a module's name scope under no_grad, does it after all, for the report."""
+    return _tensor._anomaly is not None
+
+
+@contextlib.contextmanager
+def paused():
+    """No op checked inside: detect_anomaly's own drawing, and a gradient that backward computes as ops of the
+    graph (create_graph), which it checks as a whole, as it checks an array VJP's."""
+    previous, _tensor._anomaly = _tensor._anomaly, None
+    try:
+        yield
+    finally:
+        _tensor._anomaly = previous
+
+
 def _origin(t):
     """What a non-finite input is, for the line that says where it came from."""
     if getattr(t, "why", None):
@@ -116,8 +165,6 @@ class detect_anomaly(contextlib.ContextDecorator):
                             f"got {type(pictures).__name__}; e.g. viz.anomaly.pictures('out')")
         self.pictures, self.where = pictures, where
         self._previous = []  # a stack: a decorated function may call itself
-        self._root = self._root_grad = None
-        self._step = 0
 
     def __enter__(self):
         self._previous.append(_tensor._anomaly)
@@ -146,35 +193,27 @@ class detect_anomaly(contextlib.ContextDecorator):
         self._raise(anomaly, f"forward of {op.name} {what}", lines)
 
     def begin_backward(self, root, grad, free):
-        """A backward pass starts: check its gradient; whether to free the graph as it goes (not for pictures)."""
-        self._root, self._root_grad, self._step = root, grad, 0
+        """A backward pass starts: check its gradient. Returns the pass's checks (`_Pass`) and whether to free the
+        graph as it goes (not for pictures)."""
         if not _finite(grad):
             name = f"{root.op.name}'s output" if root.op is not None else "the root"
             anomaly = Anomaly("backward", root.op, root.op.scope if root.op else "", root, "the starting gradient",
                               root=root, root_grad=grad, grad=grad, where=self._where())
             self._raise(anomaly, f"backward from {name} starts from a non-finite gradient",
                         [f"grad: {summary(grad)}"])
-        return free and self.pictures is None
+        return _Pass(self, root, grad), free and self.pictures is None
 
-    def check_backward(self, t, g, input_grads):
-        self._step += 1
-        if all(pg is None or _finite(pg) for pg in input_grads):
-            return
-        op = t.op
-        names = op.input_labels(len(op.inputs))
-        bad = next(name for name, pg in zip(names, input_grads) if pg is not None and not _finite(pg))
-        anomaly = Anomaly("backward", op, op.scope, t, f"the gradient for {bad}", step=self._step, root=self._root,
-                          root_grad=self._root_grad, grad=g, where=self._where())
-        g_finite = _finite(g)
-        lines = [f"incoming gradient g: {summary(g)}"
-                 + ("" if g_finite else "  ← first non-finite: the ops before it summed to NaN/inf")]
-        for name, x, pg in zip(names, op.inputs, input_grads):
-            lines.append(f"input {name}: {summary(x.data)}")
-            if pg is not None:
-                mark = "  ← first non-finite" + (": g and the inputs are finite" if g_finite else "") if name == bad else ""
-                lines.append(f"  gradient for {name}: {summary(pg)}{mark}")
-        self._raise(anomaly, f"backward of {op.name} (step {self._step} of backward) returned NaN/inf "
-                             f"as the gradient for {bad}", lines)
+    def add_to_grad(self, t, g):
+        """t.grad + g, the gradient a backward() adds into what earlier ones left in t.grad, checked before t keeps
+        it: two finite parts can overflow. Added unchecked: under create_graph the sum is an op of the graph."""
+        with paused():
+            total = t.grad + g
+        if not _finite(_data(total)):
+            anomaly = Anomaly("backward", None, "", t, "its .grad", grad=_data(g), where=self._where())
+            lines = _marks([(".grad before", _data(t.grad)), ("this backward's gradient", _data(g))], _data(total))
+            self._raise(anomaly, f"backward() added the gradient for {_called(t)} into its .grad and got NaN/inf "
+                                 "(.grad sums every backward() until it is cleared: opt.zero_grad())", lines)
+        return total
 
     def _where(self):
         return self.where() if callable(self.where) else self.where
@@ -186,18 +225,64 @@ class detect_anomaly(contextlib.ContextDecorator):
             head.append(f"op: {op.name}, rule {op.rule or '(none declared)'}")
             scope = anomaly.scope or "(none: the top module's own forward, or outside any module)"
             head.append(f"module: {scope}")
-        if self.pictures is not None:
+        if self.pictures is not None and op is not None:  # a picture is of the graph around an op
             anomaly.files = self._draw(anomaly)
         tail = [f"{what}: {path}" for what, path in anomaly.files.items()]
         raise AnomalyError("\n  ".join(head + lines + tail), anomaly) from None
 
     def _draw(self, anomaly):
         """The caller's pictures, drawn with the check off (drawing may run ops, and a trace reruns backward)."""
-        previous, _tensor._anomaly = _tensor._anomaly, None
         try:
-            with np.errstate(all="ignore"):
+            with paused(), np.errstate(all="ignore"):
                 return dict(self.pictures(anomaly))
         except Exception as exc:  # a picture that fails must not hide the anomaly it was drawing
             return {"pictures": f"not written ({type(exc).__name__}: {exc})"}
-        finally:
-            _tensor._anomaly = previous
+
+
+class _Pass:
+    """One backward pass under check: where it started, for the report and the trace page, and how many ops'
+    gradients each tensor's sum holds. Each pass has its own: a checkpoint's backward runs a pass of its recompute
+    inside the outer one, whose reports must still name the outer root and count the outer steps."""
+
+    def __init__(self, detector, root, grad):
+        self.detector, self.root, self.root_grad = detector, root, grad
+        self.parts = {}  # id(tensor): how many ops' gradients its sum holds, once more than one
+
+    def _raise(self, t, culprit, step, g, headline, lines):
+        anomaly = Anomaly("backward", t.op, t.op.scope, t, culprit, step=step, root=self.root,
+                          root_grad=self.root_grad, grad=g, where=self.detector._where())
+        self.detector._raise(anomaly, headline, lines)
+
+    def check(self, t, g, input_grads, step):
+        """The VJP of t's op, step `step` of this pass, gave `input_grads` for the incoming gradient `g`."""
+        if all(pg is None or _finite(pg) for pg in input_grads):
+            return
+        op = t.op
+        names = op.input_labels(len(op.inputs))
+        bad = next(name for name, pg in zip(names, input_grads) if pg is not None and not _finite(pg))
+        g_finite = _finite(g)
+        lines = [f"incoming gradient g: {summary(g)}"
+                 + ("" if g_finite else "  ← first non-finite: the ops before it summed to NaN/inf")]
+        for name, x, pg in zip(names, op.inputs, input_grads):
+            lines.append(f"input {name}: {summary(x.data)}")
+            if pg is not None:
+                mark = "  ← first non-finite" + (": g and the inputs are finite" if g_finite else "") if name == bad else ""
+                lines.append(f"  gradient for {name}: {summary(pg)}{mark}")
+        self._raise(t, f"the gradient for {bad}", step, g, f"backward of {op.name} (step {step} of backward) "
+                                                           f"returned NaN/inf as the gradient for {bad}", lines)
+
+    def add(self, x, previous, pg, t, g, step):
+        """previous + pg: the gradient for x summed so far, plus what t's op (step `step`) sends it, checked, since
+        finite parts can overflow. Added unchecked: under create_graph the sum is an op of the graph."""
+        with paused():
+            total = previous + pg
+        n = self.parts[id(x)] = self.parts.get(id(x), 1) + 1
+        if _finite(_data(total)):
+            return total
+        op = t.op
+        slot = next(name for name, i in zip(op.input_labels(len(op.inputs)), op.inputs) if i is x)
+        before = f"gradient so far, from {n - 1} op" + ("s" if n > 2 else "")
+        lines = _marks([(before, _data(previous)), (f"gradient for {slot} from {op.name}", _data(pg))], _data(total))
+        self._raise(t, f"the summed gradient for {_called(x)}", step, _data(g),
+                    f"backward summed the gradients for {_called(x)} from {n} ops to NaN/inf at step {step} of "
+                    f"backward, adding {op.name}'s for its input {slot}", lines)

@@ -98,7 +98,10 @@ def to_device(array, device):
 
 
 def to_host(array):
-    """A NumPy array: the one place device data is copied back to the host."""
+    """A NumPy array: the one place device data is copied back to the host. A NumPy scalar, which NumPy's ops on
+    0-d arrays return (a 0-d gradient, say), becomes a 0-d array."""
+    if isinstance(array, numpy.generic):
+        return numpy.asarray(array)
     return array if isinstance(array, numpy.ndarray) else _cupy.asnumpy(array)
 
 

@@ -21,7 +21,7 @@ place (x[key] += g), the rule calls `_add_at`, an op of its own on tensors.
 import math
 
 from . import backend, kernels, tensor
-from .tensor import Function, ShapeError, Tensor, _scopes, enable_grad, name_scope, no_grad
+from .tensor import Function, ShapeError, Tensor, enable_grad, no_grad
 
 
 def _constants_only(op, inputs, out):
@@ -1107,8 +1107,7 @@ class Checkpoint(Function):
     def forward(self, *xs, fn, device, n_inputs):
         self.fn, self.device, self.n_inputs, self.rng = fn, device, n_inputs, backend.snapshot_rng(device)
         self.host_rngs = backend.snapshot_host_rngs()  # user code draws from these too
-        # under no_grad a module records no scope of its own: the block's name is what anomaly mode reports
-        with no_grad(), name_scope(getattr(fn, "_scope_name", "") or (_scopes[-1] if _scopes else "")):
+        with no_grad():  # a module in fn enters its name scope all the same under anomaly mode, which reports it
             out = fn(*[Tensor(x) for x in xs[:n_inputs]])  # the rest are params fn reads itself
         if not isinstance(out, Tensor):
             raise TypeError(f"checkpoint: fn must return one Tensor, got {type(out).__name__}")

@@ -534,7 +534,10 @@ class Tensor:
         if create_graph:
             for t, g, _ in backward_steps(self, _higher.root_tensor(self, grad, "backward"), free, True):
                 if t._op is None or t._retains_grad:
-                    t.grad = g if t.grad is None else t.grad + g
+                    if t.grad is None:
+                        t.grad = g
+                    else:
+                        t.grad = t.grad + g if _anomaly is None else _anomaly.add_to_grad(t, g)
             return
         grad = root_grad(self, grad, "backward")
         adopted = {id(grad)}  # the caller may hold `grad`: never adopt it as a .grad
@@ -774,14 +777,15 @@ def backward_steps(root, grad, free=True, create_graph=False):
     in place, and sends nothing (its `sent` is empty). With `create_graph`, `grad` and every gradient are Tensors: each VJP is recorded
     as ops of the graph (higher.vjp_in_graph), so the gradients can be differentiated again.
     """
+    checks = None  # detect_anomaly's checks of this pass: its own, as a checkpoint's backward runs a pass inside it
     if _anomaly is not None:
-        free = _anomaly.begin_backward(root, grad.data if create_graph else grad, free)
+        checks, free = _anomaly.begin_backward(root, grad.data if create_graph else grad, free)
     grads = {id(root): grad}
     # Where nothing reads an op's own VJP (`sent`: viz.trace and divergence walk with free=False), a running sum
     # that this walk made is added into in place: these tensors' ids
-    in_place, owned = free and not create_graph and _anomaly is None, set()
+    in_place, owned = free and not create_graph and checks is None, set()
     order = topological_order(root)
-    ran = 0  # ops whose VJP has run: the step a recorded VJP's ops are named after
+    ran = 0  # ops whose VJP has run: the step a recorded VJP's ops are named after, and anomaly mode reports
     for i in range(len(order)):
         t, order[i] = order[i], None  # hold no reference: a used activation can be freed during backward
         g = grads.pop(id(t), None)
@@ -796,8 +800,8 @@ def backward_steps(root, grad, free=True, create_graph=False):
                     "call the first backward(retain_graph=True) to go through it twice")
             if op.changes != _changes:
                 _refuse_changed(op, t)
+            ran += 1
             if create_graph:
-                ran += 1
                 input_grads = _higher.vjp_in_graph(op, t, g, ran)
             elif op.backward_into is not None and id(op.inputs[0]) in owned:
                 op.backward_into(g, grads[id(op.inputs[0])])
@@ -807,8 +811,8 @@ def backward_steps(root, grad, free=True, create_graph=False):
                 input_grads = op.backward(g)
                 if not isinstance(input_grads, tuple):
                     input_grads = (input_grads,)
-            if _anomaly is not None:
-                _anomaly.check_backward(t, *(_higher.arrays(g, input_grads) if create_graph else (g, input_grads)))
+            if checks is not None:
+                checks.check(t, *(_higher.arrays(g, input_grads) if create_graph else (g, input_grads)), ran)
             for x, pg in zip(op.inputs, input_grads):
                 if pg is None or not x._requires_grad:
                     sent.append((x, None, None))
@@ -825,6 +829,8 @@ def backward_steps(root, grad, free=True, create_graph=False):
                         owned.add(id(x))
                 elif id(x) in owned:
                     previous += pg
+                elif checks is not None:
+                    grads[id(x)] = checks.add(x, previous, pg, t, g, ran)
                 else:
                     grads[id(x)] = total = previous + pg
                     if in_place and total.ndim:  # a 0-d sum is NumPy's scalar, which cannot be added into
@@ -855,10 +861,12 @@ def _refuse_changed(op, out):
 
 def _accumulate(t, g, adopted):
     """Add `g` into `t.grad`, which must never share memory with another tensor's grad."""
-    if t.grad is not None:
-        t.grad += g
-    else:
+    if t.grad is None:
         t.grad = own_gradient(g, t, adopted)
+    elif _anomaly is not None:  # the sum checked before .grad holds it: two finite parts can overflow
+        t.grad[...] = _anomaly.add_to_grad(t, g)
+    else:
+        t.grad += g
 
 
 def own_gradient(g, t, adopted):

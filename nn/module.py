@@ -113,7 +113,9 @@ class Module:
         if not _running and not self._scope_name and self._named_at != _tree_version:
             self._name_tree()  # a root (a sub-module called alone keeps the names its root gave it)
             object.__setattr__(self, "_named_at", _tree_version)
-        if not ag.is_grad_enabled():  # nothing is recorded, so no op needs to know which module made it
+        # nothing is recorded, so no op needs to know which module made it; but anomaly mode names the module
+        # where an op made a NaN, recorded or not
+        if not ag.is_grad_enabled() and not ag.is_anomaly_enabled():
             return self.forward(*args, **kwargs)
         if _running and _running[-1][1] is None:
             _catch_frame(_running[-1])

@@ -32,8 +32,9 @@ GRADED = {
                            "correct: diag(p) − ppᵀ matches ag.hessian, whatever the target"),
 }
 NO_GRAD = "no grad yet"  # what viz.graph writes in a box drawn before backward
-# Notebooks whose pictures show a forward pass on purpose, and what each must show instead of gradients.
-FORWARD_PICTURES = {"troubleshoot.ipynb": "#d62728"}  # detect_anomaly stopped the forward: viz.graph.HIGHLIGHT
+# Notebooks whose pictures show a backward pass that detect_anomaly stopped, and what each must show: the culprit's
+# highlight (viz.graph.HIGHLIGHT), where the pass stopped (viz.anomaly.grad_lines) and never "backward not run"
+STOPPED_PICTURES = {"troubleshoot.ipynb": ("#d62728", "no grad yet: backward stopped at step ")}
 
 
 def test_every_lesson_has_its_notebook():
@@ -56,8 +57,11 @@ def outputs_of(notebook):
 
 def check_pictures(name, pictures):
     """Each picture is drawn after backward: no box waits for a gradient, and gradients are shown."""
-    if name in FORWARD_PICTURES:
-        assert all(FORWARD_PICTURES[name] in svg for svg in pictures), f"{name}: a picture lacks its highlight"
+    if name in STOPPED_PICTURES:
+        marks = STOPPED_PICTURES[name]
+        for i, svg in enumerate(pictures, 1):
+            assert all(mark in svg for mark in marks), f"{name}: picture {i} lacks one of {marks}"
+            assert "backward not run" not in svg, f"{name}: picture {i} says backward did not run, though it stopped"
         return
     for i, svg in enumerate(pictures, 1):
         assert NO_GRAD not in svg, f"{name}: picture {i} was drawn before backward ({NO_GRAD!r} in a box)"

@@ -40,7 +40,7 @@ def pictures(directory, depth=3):
         where = f" in {anomaly.scope}" if anomaly.scope else ""
         step = f", step {anomaly.step} of backward" if anomaly.step else ""
         title = f"{anomaly.phase} anomaly: {anomaly.op.name}{where}{step} (red border); {anomaly.culprit} went non-finite"
-        graph = draw(anomaly.output, depth=depth, title=title, highlight=(anomaly.op,), grads=_stopped(anomaly))
+        graph = draw(anomaly.output, depth=depth, title=title, highlight=(anomaly.op,), grads=grad_lines(anomaly))
         if shutil.which("dot") is None:
             path = directory / f"{GRAPH_FILE}.dot"
             with atomic_path(path) as tmp:  # never a half-written picture
@@ -59,9 +59,10 @@ def pictures(directory, depth=3):
     return write
 
 
-def _stopped(anomaly):
-    """For a backward anomaly, each box's gradient line: the pass stopped at the culprit, so below it no gradient
-    has arrived yet (not "backward not run"), and into the culprit came `anomaly.grad`. None for a forward one."""
+def grad_lines(anomaly):
+    """draw's `grads` for the graph around an anomaly: for a backward one, each box's gradient line (the pass stopped
+    at the culprit, so below it no gradient has arrived yet, not "backward not run", and into the culprit came
+    `anomaly.grad`); None for a forward one, whose boxes have no gradient to show."""
     if anomaly.phase != "backward":
         return None
     came = f"g into {anomaly.op.name}: {summary(anomaly.grad)}" if anomaly.grad is not None else None

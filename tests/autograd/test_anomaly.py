@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import autograd as ag
+import nn
 from autograd import Function, Tensor
 from autograd import tensor as engine
 
@@ -167,3 +168,116 @@ def test_a_summary_writes_its_counts_with_thousands_separators():
     a[:2] = 1.0
     a[2:1202] = np.inf
     assert summary(a) == "shape (5574,) float32, min 1, max inf, 4,372 NaN, 1,200 inf"
+
+
+def test_a_0d_gradient_is_summarised_like_any_other():
+    """A 0-d VJP returns a NumPy scalar, not an array: the report still summarises it."""
+    x = Tensor(np.zeros((), np.float32), requires_grad=True)
+    with pytest.raises(ag.AnomalyError) as caught, np.errstate(divide="ignore"), ag.detect_anomaly():
+        x.sqrt().backward()
+    lines = str(caught.value).splitlines()
+    assert lines[0] == "detect_anomaly: backward of Sqrt (step 1 of backward) returned NaN/inf as the gradient for x"
+    assert lines[-1] == ("    gradient for x: shape () float32, min inf, max inf, 0 NaN, 1 inf  ← first non-finite: "
+                         "g and the inputs are finite")
+
+
+class Twice(nn.Module):
+    def forward(self, t):
+        return t * 2.0
+
+
+class CheckpointedAfterSqrt(nn.Module):
+    """sqrt(x) (its VJP inf at 0), then a checkpointed module, whose backward runs a pass of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = Twice()
+
+    def forward(self, x):
+        return ag.checkpoint(self.inner, x.sqrt())
+
+
+def test_a_checkpoints_inner_backward_leaves_the_outer_pass_its_root_and_steps():
+    x = Tensor(np.array([1.0, 0.0, 2.0], np.float32), requires_grad=True)
+    loss = (CheckpointedAfterSqrt()(x) * 3.0 + 1.0).sum()
+    with pytest.raises(ag.AnomalyError) as caught, np.errstate(divide="ignore"), ag.detect_anomaly():
+        loss.backward()
+    # Sum, Add, Mul, Checkpoint (its recompute's Mul a pass of its own), then Sqrt: the fifth step
+    assert str(caught.value).splitlines()[0] == ("detect_anomaly: backward of Sqrt (step 5 of backward) returned "
+                                                 "NaN/inf as the gradient for x")
+    anomaly = caught.value.anomaly
+    assert anomaly.step == 5 and anomaly.root is loss and anomaly.root_grad.shape == ()
+
+
+def test_under_no_grad_the_module_that_made_the_nan_is_named():
+    class Log(nn.Module):
+        def forward(self, t):
+            scopes.append(list(engine._scopes))
+            return t.log()
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Log()
+
+        def forward(self, t):
+            return self.inner(t)
+
+    scopes, model, x = [], Outer(), Tensor(np.array([1.0, 0.0], np.float32))
+    with ag.no_grad(), np.errstate(divide="ignore"):
+        model(x)  # off: no scope entered, the no_grad speed-up
+        with pytest.raises(ag.AnomalyError) as caught, ag.detect_anomaly():
+            model(x)
+    assert scopes == [[], ["", "inner"]]
+    assert "\n  module: inner\n" in str(caught.value) and caught.value.anomaly.scope == "inner"
+
+
+def test_under_create_graph_a_vjps_nan_is_the_same_backward_anomaly():
+    x = Tensor(np.array([1.0, 0.0, 2.0], np.float32), requires_grad=True)
+    loss = (x.sqrt() * 3.0).sum()
+    with pytest.raises(ag.AnomalyError) as caught, np.errstate(divide="ignore"), ag.detect_anomaly():
+        loss.backward(create_graph=True)  # the VJP g/(2√x) recorded as ops: Div makes the inf
+    lines = str(caught.value).splitlines()
+    assert lines[0] == "detect_anomaly: backward of Sqrt (step 3 of backward) returned NaN/inf as the gradient for x"
+    assert lines[-1].endswith(", 0 NaN, 1 inf  ← first non-finite: g and the inputs are finite")
+    anomaly = caught.value.anomaly
+    assert (anomaly.phase, anomaly.op.name, anomaly.step, anomaly.root) == ("backward", "Sqrt", 3, loss)
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_finite_gradients_that_sum_to_inf_are_named(create_graph):
+    x = Tensor(np.array([1e-30], np.float32), requires_grad=True)
+    x.name = "x"
+    loss = (x * 2e38).sum() + (x * 2e38).sum()
+    with pytest.raises(ag.AnomalyError) as caught, np.errstate(over="ignore"), ag.detect_anomaly():
+        loss.backward(create_graph=create_graph)
+    lines = str(caught.value).splitlines()
+    # Add, Sum, Mul (x's first 2e38), Sum, Mul (its second): the fifth step
+    assert lines == [
+        "detect_anomaly: backward summed the gradients for x from 2 ops to NaN/inf at step 5 of backward, adding "
+        "Mul's for its input x",
+        "  op: Mul, rule dx = g·y, dy = g·x",
+        "  module: (none: the top module's own forward, or outside any module)",
+        "  gradient so far, from 1 op: shape (1,) float32, min 2e+38, max 2e+38, 0 NaN, 0 inf",
+        "  gradient for x from Mul: shape (1,) float32, min 2e+38, max 2e+38, 0 NaN, 0 inf",
+        "  sum: shape (1,) float32, min inf, max inf, 0 NaN, 1 inf  ← first non-finite: every part is finite, the "
+        "sum overflowed float32"]
+    anomaly = caught.value.anomaly
+    assert (anomaly.step, anomaly.culprit, anomaly.root) == (5, "the summed gradient for x", loss)
+    assert x.grad is None
+
+
+def test_a_grad_that_overflows_as_backward_adds_into_it_is_named_and_kept():
+    x = Tensor(np.array([1e-30], np.float32), requires_grad=True)
+    x.name = "x"
+    (x * 3e38).sum().backward()
+    with pytest.raises(ag.AnomalyError) as caught, np.errstate(over="ignore"), ag.detect_anomaly():
+        (x * 3e38).sum().backward()
+    assert str(caught.value).splitlines() == [
+        "detect_anomaly: backward() added the gradient for x into its .grad and got NaN/inf (.grad sums every "
+        "backward() until it is cleared: opt.zero_grad())",
+        "  .grad before: shape (1,) float32, min 3e+38, max 3e+38, 0 NaN, 0 inf",
+        "  this backward's gradient: shape (1,) float32, min 3e+38, max 3e+38, 0 NaN, 0 inf",
+        "  sum: shape (1,) float32, min inf, max inf, 0 NaN, 1 inf  ← first non-finite: every part is finite, the "
+        "sum overflowed float32"]
+    assert x.grad.tolist() == [np.float32(3e38)]  # checked before it was written

@@ -56,3 +56,24 @@ def test_without_dot_it_writes_the_source_and_says_so(tmp_path, monkeypatch):
     assert str(caught.value).endswith(
         f"\n  graph source (install Graphviz's dot to render it): {tmp_path / 'anomaly_graph.dot'}")
     assert (tmp_path / "anomaly_graph.dot").read_text().startswith("digraph backward")
+
+
+@needs_dot
+def test_after_a_checkpoint_the_trace_page_walks_the_whole_pass_to_the_culprit(tmp_path):
+    """A checkpoint's backward runs a pass of its recompute inside the outer one: the page is still the outer pass's."""
+    import nn
+
+    class Twice(nn.Module):
+        def forward(self, t):
+            return t * 2.0
+
+    x = Tensor(np.array([1.0, 0.0, 2.0], dtype=np.float32), requires_grad=True)
+    loss = (ag.checkpoint(Twice(), x.sqrt()) * 3.0 + 1.0).sum()
+    with pytest.raises(ag.AnomalyError) as caught, ag.detect_anomaly(pictures=pictures(tmp_path)):
+        loss.backward()
+    assert "backward of Sqrt (step 5 of backward)" in str(caught.value)
+    assert "trace page: " in str(caught.value) and "not written" not in str(caught.value)
+    page = (tmp_path / "anomaly_trace.html").read_text()
+    data = json.loads(re.search(r'<script id="trace-data" type="application/json">(.*?)</script>', page, re.S).group(1))
+    assert data["start"] == 5
+    assert [s["name"] for s in data["steps"]] == ["Sum", "Add", "Mul", "Checkpoint", "Sqrt"]
