@@ -53,9 +53,12 @@ def emit(peer, result):
     """Print a peer's result as the one JSON line `run` reads, with the process's peak resident memory.
 
     Refuses a result measured beside the other engine: our peers must not have
-    loaded PyTorch, the others must not have loaded our engine.
+    loaded PyTorch, the others not our engine's kernels (numba, whose threads
+    would spin beside PyTorch's). The autograd package itself runs nothing at
+    import, and every peer imports it: the options' `type=` checks are
+    models.cli's, whose interval rule is autograd.intervals.
     """
-    other = "torch" if peer.startswith("ours") else "autograd"
+    other = "torch" if peer.startswith("ours") else "numba"
     if other in sys.modules:
         raise RuntimeError(f"peer {peer!r} loaded {other!r}: each peer must run alone in its process")
     print(json.dumps({**result, "peak_rss_mb": peak_rss_mb()}), flush=True)

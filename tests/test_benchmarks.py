@@ -74,3 +74,23 @@ def test_a_sequence_longer_than_the_models_context_is_refused_at_parse_time(caps
         importlib.import_module("benchmarks.gpt2").main(["--shape", "shakespeare-char", "--seq", "300"])
     assert exit_.value.code == 2
     assert "--seq 300 exceeds shakespeare-char's block size 256" in capsys.readouterr().err
+
+
+def test_each_engines_peer_runs_alone_in_its_process():
+    """alone.COUNT's interval check imports the autograd package in every peer, and the PyTorch peer refused to
+    run beside it: benchmarks.train_step, contention and main_job stopped at their first PyTorch round."""
+    import subprocess
+    import sys
+    pytest.importorskip("torch")
+    done = subprocess.run([sys.executable, "-m", "benchmarks.train_step", "--peers", "torch,ours", "--rounds", "1",
+                           "--steps", "1", "--threads", "1"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "\n  torch " in done.stdout and "\n  ours " in done.stdout
+
+
+def test_a_peer_measured_beside_the_other_engines_machinery_is_refused(monkeypatch):
+    import sys
+    from benchmarks import alone
+    monkeypatch.setitem(sys.modules, "numba", sys.modules.get("numba", object()))
+    with pytest.raises(RuntimeError, match="peer 'torch' loaded 'numba': each peer must run alone in its process"):
+        alone.emit("torch", {})
