@@ -10,6 +10,7 @@ program calls it or creates an optimizer (the training and sampling commands do)
 import contextlib
 import copy
 import ctypes
+import numbers
 import os
 import random
 
@@ -226,7 +227,10 @@ if switches.read("AUTOGRAD_KEEP_FREED_MEMORY") == "1":
 def manual_seed(seed):
     """Seed the random generators of every device (dropout, randn, init)."""
     global _seed
-    _seed = seed
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2 ** 128:
+        raise ValueError(f"manual_seed: a seed is an integer from 0 up (NumPy's generators take no negative "
+                         f"one), got {seed!r}")
+    _seed = int(seed)
     _generators.clear()
 
 

@@ -224,7 +224,7 @@ def linear(x, weight, bias=None):
 # ---- constructors ---------------------------------------------------------------------
 
 
-def checkpoint(fn, *inputs, params=()):
+def checkpoint(fn, *inputs, params=None):
     """fn(*inputs) without keeping fn's activations: backward recomputes them (ops.Checkpoint), bit for bit.
 
     `fn` takes the input Tensors and returns one Tensor; the parameters it reads
@@ -236,6 +236,7 @@ def checkpoint(fn, *inputs, params=()):
     or one of `params`, the parameters fn reads that do (a frozen model's LoRA
     adapters behind inputs that need none): else backward could not reach fn.
     """
+    params = () if params is None else tuple(params)
     if not inputs or not all(isinstance(x, Tensor) for x in (*inputs, *params)):
         raise TypeError("checkpoint: pass fn and the Tensors it takes, e.g. checkpoint(block, x)")
     if not is_grad_enabled():
@@ -271,14 +272,25 @@ def ones(*shape, dtype=None, device="cpu", requires_grad=False):
     return _made("ones", backend.xp_for(device).ones, shape, dtype, requires_grad)
 
 
+def _sampled(who, sample, shape, dtype, requires_grad):
+    """A tensor of samples from a generator's `sample`, which draws float32 or float64 only: float16 is drawn in
+    float32 and rounded."""
+    dtype = np.dtype(dtype) if dtype is not None else get_default_dtype()
+    if dtype.kind != "f":
+        raise TypeError(f"{who}: draws floating-point numbers, got dtype {dtype}; ask for float32 or float64 "
+                        "(and .astype the result for integers)")
+    drawn = sample(_shape(who, shape), dtype=dtype if dtype.itemsize >= 4 else "float32")
+    return Tensor(drawn.astype(dtype, copy=False), requires_grad=requires_grad)
+
+
 def randn(*shape, dtype=None, device="cpu", requires_grad=False):
     """Standard normal samples from the device's seeded generator (`autograd.manual_seed`)."""
-    return _made("randn", backend.generator(device).standard_normal, shape, dtype, requires_grad)
+    return _sampled("randn", backend.generator(device).standard_normal, shape, dtype, requires_grad)
 
 
 def rand(*shape, dtype=None, device="cpu", requires_grad=False):
     """Uniform samples in [0, 1) from the device's seeded generator."""
-    return _made("rand", backend.generator(device).random, shape, dtype, requires_grad)
+    return _sampled("rand", backend.generator(device).random, shape, dtype, requires_grad)
 
 
 def arange(start, stop=None, step=1, dtype=None, device="cpu"):

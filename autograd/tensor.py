@@ -22,6 +22,7 @@ import math
 import numbers
 import operator
 import re
+import threading
 import types
 import warnings
 
@@ -32,7 +33,15 @@ from .intervals import check
 from .switches import SwitchError
 
 _default_dtype = np.dtype(np.float32)
-_grad_enabled = True
+
+
+class _GradMode(threading.local):
+    """Whether ops record, each thread's own (as in PyTorch): one thread's no_grad() must not stop another's
+    recording, nor leave it off where two threads' no_grad() overlap."""
+    enabled = True
+
+
+_grad_mode = _GradMode()
 _scopes = []  # dotted names of the modules whose forward is running, innermost last
 _anomaly = None  # the active detect_anomaly (autograd/anomaly.py), checking every op; None: no check at all
 _changes = 0  # how many times a tensor's array was changed in place (Tensor.mark_changed); each op notes it
@@ -64,35 +73,33 @@ def get_default_dtype():
 
 
 def is_grad_enabled():
-    return _grad_enabled
+    return _grad_mode.enabled
 
 
 class no_grad(contextlib.ContextDecorator):
-    """Record nothing: inside it ops make plain leaf tensors and save nothing for backward."""
+    """Record nothing: inside it ops make plain leaf tensors and save nothing for backward (in this thread)."""
 
     def __init__(self):
-        self._previous = []  # a stack: one `@no_grad()` instance is re-entered by recursive calls
+        self._previous = threading.local()  # a stack per thread: a `@no_grad()` instance is re-entered by
+        # recursive calls, and by other threads
 
     def __enter__(self):
-        global _grad_enabled
-        self._previous.append(_grad_enabled)
-        _grad_enabled = False
+        self._previous.__dict__.setdefault("modes", []).append(_grad_mode.enabled)
+        _grad_mode.enabled = False
 
     def __exit__(self, *exc):
-        global _grad_enabled
-        _grad_enabled = self._previous.pop()
+        _grad_mode.enabled = self._previous.modes.pop()
 
 
 @contextlib.contextmanager
 def enable_grad():
     """Record again inside no_grad() (PyTorch's enable_grad): for work that builds a graph whatever the caller's
     mode, such as a backward that recomputes its forward (Checkpoint) or records its own VJPs (create_graph)."""
-    global _grad_enabled
-    previous, _grad_enabled = _grad_enabled, True
+    previous, _grad_mode.enabled = _grad_mode.enabled, True
     try:
         yield
     finally:
-        _grad_enabled = previous
+        _grad_mode.enabled = previous
 
 
 @contextlib.contextmanager
@@ -189,7 +196,7 @@ class Function:
                     f"({', '.join(i.device for i in inputs)}); move them with .to({device!r}) first")
         op = cls()
         op.xp = backend.xp_for(device)
-        op.needs_grad = tuple(t._requires_grad for t in inputs) if _grad_enabled else (False,) * len(inputs)
+        op.needs_grad = tuple(t._requires_grad for t in inputs) if _grad_mode.enabled else (False,) * len(inputs)
         try:
             out = op.forward(*[t._data for t in inputs], **params)
         except (ShapeError, SwitchError):
@@ -244,6 +251,15 @@ class Function:
 
     def __repr__(self):
         return f"<{self.name}: {self.rule}>"
+
+    def __copy__(self):  # the higher-order rule works on a shallow copy of the op (autograd/higher.py)
+        twin = object.__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        return twin
+
+    def __reduce__(self):  # pickle and deepcopy: its module (xp) and saved arrays belong to the process that ran it
+        raise TypeError(f"pickle: {self.name} is an op of a recorded graph, which is never pickled or deep-copied; "
+                        "pickle or copy t.detach() (the values without the graph), or the leaves")
 
 
 def _as_array(data, dtype, device):
@@ -469,6 +485,15 @@ class Tensor:
     def __int__(self):
         return int(self._one("int"))
 
+    def __index__(self):  # [10, 20][t]: an integer tensor of one element, as in PyTorch
+        if self.data.dtype.kind not in "iu":
+            raise TypeError(f"index: only an integer tensor can index, this one is {self.data.dtype}")
+        return int(self._one("index"))
+
+    def __format__(self, spec):
+        """f"{loss:.4f}": a 0-d tensor formats as its number, as in PyTorch; any other only without a spec."""
+        return format(self.item(), spec) if self.ndim == 0 else object.__format__(self, spec)
+
     def __bool__(self):
         """As in PyTorch: one element is true when nonzero; for any other size the question is ambiguous."""
         if self.data.size != 1:
@@ -498,7 +523,7 @@ class Tensor:
             return self
         backend.check_device(device)
         backend.xp_for(device)
-        if not self.requires_grad or not _grad_enabled:
+        if not self.requires_grad or not _grad_mode.enabled:
             return Tensor._make(backend.to_device(self.data, device), device, False, None)
         return _ops.ToDevice.apply(self, device=device)
 
@@ -589,7 +614,8 @@ class Tensor:
             result = op(self.data, other)
         except ValueError as exc:
             raise ShapeError(f"{op.__name__}: {str(exc).strip()}; broadcasting needs each trailing axis equal or 1") from None
-        return Tensor._make(result, self.device, False, None)
+        # asarray: NumPy compares 0-d arrays into a scalar, and .data must be an array
+        return Tensor._make(backend.xp_for(self.device).asarray(result), self.device, False, None)
 
     def __lt__(self, other): return self._compare(other, operator.lt)
     def __le__(self, other): return self._compare(other, operator.le)
@@ -652,7 +678,8 @@ class Tensor:
             raise TypeError(f"max: dim must be one int, as in torch.max, got {dim!r}; "
                             "for the maximum over several axes use max(axis=(...))")
         values = _ops.Max.apply(self, axis=dim, keepdims=keepdims)
-        indices = backend.xp_for(self.device).argmax(self.data, axis=dim, keepdims=keepdims)
+        xp = backend.xp_for(self.device)
+        indices = xp.asarray(xp.argmax(self.data, axis=dim, keepdims=keepdims))  # an array even from a 1-d tensor
         return MaxResult(values, Tensor._make(indices, self.device, False, None))
 
     def any(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
@@ -664,6 +691,8 @@ class Tensor:
         return self._truth(self.data.all, _axis("all", axis, dim), _keepdims("all", keepdims, keepdim))
 
     def _truth(self, reduce, axis, keepdims):
+        if axis is not None:
+            _check_in_range(reduce.__name__, self.shape, axis if isinstance(axis, tuple) else (axis,))
         return Tensor._make(backend.xp_for(self.device).asarray(reduce(axis=axis, keepdims=keepdims)),
                             self.device, False, None)
 
@@ -845,13 +874,18 @@ def _refuse_changed(op, out):
     """Refuse to run `op`'s backward if an array it reads there, one it saved or (for an op that recomputes,
     Checkpoint) an input's, was changed in place since its forward ran (Tensor.mark_changed): the VJP would mix
     the values the forward saw with the new ones. An array put in place of a tensor's (`t.data = new`) leaves
-    the saved one as it was."""
+    the saved one as it was. An op that runs its function again (Checkpoint) refuses any change since: the
+    function may read tensors that are not its inputs (the weights a block closes over)."""
+    where = f" in {op.scope}" if op.scope else ""
+    if op.runs_user_code:
+        raise RuntimeError(
+            f"backward: {op.name}{where}: a tensor was changed after the forward (an optimizer's step, `.data -= "
+            "...` or `.data = ...`), and this backward runs the function again, which would read the new values; "
+            "call backward() before opt.step(), or run the forward again")
     saved = [a for a in op.saved if backend.device_of(a) is not None]
     xp = backend.xp_for(out.device)
     for label, x in [*zip(op.input_labels(len(op.inputs)), op.inputs), ("its output", out)]:
-        if x._version > op.changes and (op.runs_user_code and x is not out
-                                        or any(xp.may_share_memory(a, x._data) for a in saved)):
-            where = f" in {op.scope}" if op.scope else ""
+        if x._version > op.changes and any(xp.may_share_memory(a, x._data) for a in saved):
             name = f" '{x.name}'" if x.name else ""
             raise RuntimeError(
                 f"backward: {op.name}{where}: {label}{name} (shape {x.shape}) was changed in place after the "
@@ -861,6 +895,13 @@ def _refuse_changed(op, out):
 
 def _accumulate(t, g, adopted):
     """Add `g` into `t.grad`, which must never share memory with another tensor's grad."""
+    grad = t.grad
+    if grad is not None and (backend.device_of(grad) != t.device or grad.shape != t.shape or grad.dtype != t.dtype):
+        what = (f"a {type(grad).__name__}" if backend.device_of(grad) is None
+                else f"of shape {grad.shape}, {grad.dtype}, on {backend.device_of(grad)}")
+        raise RuntimeError(f"backward: the .grad already on {t.name or 'a tensor'} (shape {t.shape}, {t.dtype}, on "
+                           f"{t.device}) is {what}, so this gradient cannot be added to it; set .grad to None "
+                           "first (zero_grad), or assign an array of the tensor's shape, dtype and device")
     if t.grad is None:
         t.grad = own_gradient(g, t, adopted)
     elif _anomaly is not None:  # the sum checked before .grad holds it: two finite parts can overflow

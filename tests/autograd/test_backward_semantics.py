@@ -260,7 +260,20 @@ def test_a_checkpointed_block_refuses_an_input_changed_before_its_recompute():
     x = leaf([3.0, 4.0])
     y = ag.checkpoint(lambda x, w: (x * w).tanh(), x, w).sum()
     w.mark_changed()
-    with pytest.raises(RuntimeError, match=r"Checkpoint: .* was changed in place"):
+    with pytest.raises(RuntimeError, match=r"Checkpoint: a tensor was changed after the forward"):
+        y.backward()
+
+
+def test_a_checkpoint_refuses_a_weight_it_closes_over_changed_before_its_recompute():
+    """A weight the function reads but is not given as an input recomputed with its new values: x.grad was the
+    new weight's, [2, 2], where the forward saw [1, 1]."""
+    w = leaf([1.0, 1.0])
+    x = leaf([1.0, 2.0])
+    y = ag.checkpoint(lambda t: t * w, x).sum()
+    w.data = w.data + 1
+    with pytest.raises(RuntimeError, match=r"Checkpoint: a tensor was changed after the forward \(an optimizer's "
+                                           r"step, `.data -= ...` or `.data = ...`\), and this backward runs the "
+                                           r"function again"):
         y.backward()
 
 
@@ -440,3 +453,42 @@ def test_astype_gradient_flows_back_in_the_original_dtype():
     to_int = leaf([1.7, -2.2]).astype(np.int64)
     assert to_int.dtype == np.int64 and not to_int.requires_grad
     np.testing.assert_array_equal(to_int.data, [1, -2])
+
+
+def test_checkpoint_takes_params_none_as_its_signature_says():
+    x = leaf([1.0, 2.0])
+    y = ag.checkpoint(lambda t: (t * t).sum(), x, params=None)
+    y.backward()
+    np.testing.assert_array_equal(x.grad, [2.0, 4.0])
+
+
+def test_a_grad_that_does_not_fit_its_tensor_is_named_before_anything_is_added():
+    x = leaf([1.0, 2.0])
+    x.grad = np.zeros(5, dtype=x.dtype)
+    with pytest.raises(RuntimeError, match=r"backward: the \.grad already on a tensor \(shape \(2,\), float\w+, on cpu\) "
+                                           r"is of shape \(5,\), float\w+, on cpu, so this gradient cannot be added"):
+        (x * 2).sum().backward()
+
+
+def test_grad_mode_is_each_threads_own():
+    """One process-wide flag: two threads' overlapping no_grad() left recording off for good, and a thread's ops
+    recorded nothing while another was inside no_grad()."""
+    import threading
+    entered, leave = threading.Event(), threading.Event()
+    seen = {}
+
+    def other():
+        with ag.no_grad():
+            entered.set()
+            leave.wait(10)
+        seen["after"] = ag.is_grad_enabled()
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    entered.wait(10)
+    x = leaf([1.0])
+    assert ag.is_grad_enabled() and (x * 2).requires_grad  # the other thread's no_grad is its own
+    with ag.no_grad():
+        leave.set()
+        worker.join(10)
+    assert ag.is_grad_enabled() and seen["after"]

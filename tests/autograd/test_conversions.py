@@ -402,3 +402,42 @@ def test_mean_and_var_of_ordinary_inputs_keep_their_arithmetic(rng):
     assert np.array_equal(x.mean(1).numpy(), a.sum(axis=1) * np.float32(1 / 5))
     centred = a - a.sum(axis=0, keepdims=True) * np.float32(1 / 4)
     assert np.array_equal(x.var(0, ddof=1).numpy(), (centred * centred).sum(axis=0) * np.float32(1 / 3))
+
+
+def test_comparisons_and_max_indices_hold_arrays_even_at_0_d():
+    assert isinstance((Tensor(1.0) > 0).data, np.ndarray)
+    assert isinstance(Tensor([1.0, 5.0, 3.0]).max(dim=0).indices.data, np.ndarray)
+
+
+def test_a_0_d_tensor_formats_as_its_number_and_an_integer_one_indexes():
+    assert f"{Tensor(1.5):.3f}" == "1.500" and f"{Tensor([1.0, 2.0])}" == str(Tensor([1.0, 2.0]))
+    assert [10, 20][Tensor(np.array(1))] == 20
+    with pytest.raises(TypeError, match="index: only an integer tensor can index, this one is float32"):
+        [10, 20][Tensor(1.0)]
+
+
+def test_a_recorded_graph_is_not_pickled_and_says_what_is():
+    import copy
+    import pickle
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    y = x * 2
+    for save in (pickle.dumps, copy.deepcopy):
+        with pytest.raises(TypeError, match=r"pickle: Mul is an op of a recorded graph, .*pickle or copy t\.detach\(\)"):
+            save(y)
+    assert pickle.loads(pickle.dumps(y.detach())).tolist() == [2.0, 4.0]
+
+
+def test_random_draws_in_float16_and_seeds_checked_when_given():
+    assert ag.randn(3, dtype="float16").dtype == np.float16 and ag.rand(2, dtype="float16").dtype == np.float16
+    with pytest.raises(TypeError, match="randn: draws floating-point numbers, got dtype int64"):
+        ag.randn(2, dtype="int64")
+    for bad in (-1, 1.5, "a", True):
+        with pytest.raises(ValueError, match="manual_seed: a seed is an integer from 0 up"):
+            ag.manual_seed(bad)
+    ag.manual_seed(0)
+
+
+def test_any_and_all_name_an_axis_out_of_range():
+    from autograd import ShapeError
+    with pytest.raises(ShapeError, match=r"any: axis 3 is out of range for shape \(1, 2\)"):
+        Tensor([[1, 0]]).any(axis=3)
