@@ -103,6 +103,7 @@ class StaticDecoder:
         self.params = zeros(kernels.PARAMS, dtype=np.float64)
         self.out = zeros(B, config.block_size + 1, dtype=np.int32)  # token n is written at out[:, n]
         self.x, self.h, self.att = zeros(B, C), zeros(B, C), zeros(B, C)
+        # logits cover the real vocabulary alone: lm_head scores wte's first V rows, never a padded vocabulary's rest
         self.qkv, self.fc, self.logits = zeros(B, 3 * C), zeros(B, 4 * C), zeros(B, V)
         no_bias = {width: zeros(width) for width in (C, 3 * C, 4 * C)}  # bias=False: the kernels add zeros
 

@@ -249,7 +249,8 @@ __global__ void attention(const real* qkv, real* kc, real* vc, const int* pos, r
     }
 }
 
-// logits[b, v] = x[b] . wte[v]: a warp per vocabulary row, lanes over the features, for ROWS rows at once.
+// logits[b, v] = x[b] . wte[v] for v < V, logits (B, V): a warp per vocabulary row, lanes over the features, for
+// ROWS rows at once. wte may have more rows than V (a padded vocabulary: zero rows no token samples): never read.
 __global__ void lm_head(const real* x, const real* wte, real* logits, int B, int V, int C) {
     const int lane = threadIdx.x & 31, v = blockIdx.x * LM_HEAD_WARPS + (threadIdx.x >> 5), b0 = blockIdx.y * ROWS;
     if (v >= V) return;
@@ -269,11 +270,12 @@ __global__ void lm_head(const real* x, const real* wte, real* logits, int B, int
 // The token after position pos for row b = blockIdx.x, into token[b] and out[b, pos + 1].
 // params: temperature, top_k (0: off), top_p, the Philox key's two words. Greedy when temperature == 0 or
 // top_k == 1: the first index of the largest logit. Otherwise, as models/gpt/sampling.py orders it:
-// x = logit / temperature; top-k keeps the keys >= the k-th largest (found bit by bit: ties all stay);
-// e = exp(x - max) over the kept; top-p keeps the tokens whose likelier mass (ties ordered by id) is below
-// top_p of the kept mass: the keys above K2 (the largest key whose mass at or above it reaches top_p) and the
-// first ties at K2; then u = Philox(counter = (pos + 1, b, 0, 0)) in [0, 1) times the kept mass, and the first
-// kept token whose running mass in id order passes u (thread t runs over its chunk of the vocabulary).
+// top-k keeps the keys >= the k-th largest (found bit by bit: ties all stay); e = exp((logit - max) / temperature)
+// over the kept (the largest logit taken off before the division: a tiny temperature runs to exp(-inf) = 0, never
+// to inf - inf); top-p keeps the tokens whose likelier mass (ties ordered by id) is below top_p of the kept mass:
+// the keys above K2 (the largest key whose mass at or above it reaches top_p) and the first ties at K2; then
+// u = Philox(counter = (pos + 1, b, 0, 0)) in [0, 1) times the kept mass, and the first kept token whose running
+// mass in id order passes u (thread t runs over its chunk of the vocabulary).
 __global__ void sample(const real* logits, const double* params, const int* pos, int* token, int* out,
                        int V, int out_len) {
     __shared__ double dscratch[33];
@@ -303,11 +305,11 @@ __global__ void sample(const real* logits, const double* params, const int* pos,
             }
         }
         double m = NEG_INF;
-        for (int v = threadIdx.x; v < V; v += blockDim.x) m = max(m, (double)l[v] / temperature);
+        for (int v = threadIdx.x; v < V; v += blockDim.x) m = max(m, (double)l[v]);
         m = block_max(m, dscratch);
         double mass = 0;
         for (int v = threadIdx.x; v < V; v += blockDim.x)
-            if (order_key(l[v]) >= kth) mass += exp((double)l[v] / temperature - m);
+            if (order_key(l[v]) >= kth) mass += exp(((double)l[v] - m) / temperature);
         const double kept_mass = block_sum(mass, dscratch), target = top_p * kept_mass;
         order_t k2 = kth;
         int keep_tied = 0;
@@ -319,7 +321,7 @@ __global__ void sample(const real* logits, const double* params, const int* pos,
                 double above = 0;
                 for (int v = threadIdx.x; v < V; v += blockDim.x) {
                     const order_t key = order_key(l[v]);
-                    if (key >= kth && key >= cand) above += exp((double)l[v] / temperature - m);
+                    if (key >= kth && key >= cand) above += exp(((double)l[v] - m) / temperature);
                 }
                 if (block_sum(above, dscratch) >= target) k2 = cand;
             }
@@ -327,8 +329,8 @@ __global__ void sample(const real* logits, const double* params, const int* pos,
             int tied = 0;
             for (int v = threadIdx.x; v < V; v += blockDim.x) {
                 const order_t key = order_key(l[v]);
-                if (key > k2) above += exp((double)l[v] / temperature - m);
-                if (key == k2) { tied++; tied_e = exp((double)l[v] / temperature - m); }
+                if (key > k2) above += exp(((double)l[v] - m) / temperature);
+                if (key == k2) { tied++; tied_e = exp(((double)l[v] - m) / temperature); }
             }
             above = block_sum(above, dscratch);
             tied = block_sum(tied, iscratch);  // its barriers also publish tied_e
@@ -343,7 +345,7 @@ __global__ void sample(const real* logits, const double* params, const int* pos,
         for (int v = lo; v < hi; v++) {
             const order_t key = order_key(l[v]);
             const bool kept = key >= kth && (!nucleus || key > k2 || (key == k2 && tied_rank++ < keep_tied));
-            if (kept) chunk_mass += exp((double)l[v] / temperature - m);
+            if (kept) chunk_mass += exp(((double)l[v] - m) / temperature);
         }
         double run = block_exclusive_scan(chunk_mass, dscratch, &total);
         const uint4 r = philox4x32(make_uint4((unsigned int)next, blockIdx.x, 0u, 0u),
@@ -355,7 +357,7 @@ __global__ void sample(const real* logits, const double* params, const int* pos,
             const order_t key = order_key(l[v]);
             const bool kept = key >= kth && (!nucleus || key > k2 || (key == k2 && tied_rank++ < keep_tied));
             if (!kept) continue;
-            run += exp((double)l[v] / temperature - m);
+            run += exp(((double)l[v] - m) / temperature);
             last = v;
             if (run > u && first == V) first = v;
         }
@@ -473,7 +475,8 @@ class NumpyKernels:
         y[...] = out.reshape(B, C)
 
     def lm_head(self, x, wte, logits):
-        logits[...] = x @ wte.T
+        """Only wte's first V rows, logits (B, V): a padded vocabulary's extra rows are never scored."""
+        logits[...] = x @ wte[:logits.shape[1]].T
 
     def sample(self, logits, params, pos, token, out):
         token[...] = sample_rows(logits, params, pos[0] + 1)
@@ -512,8 +515,9 @@ def kept_tokens(logits, temperature, top_k, top_p):
     kth = np.zeros((B, 1), keys.dtype)
     if 0 < top_k < V:
         kth = _largest_key(keys, lambda cand: (keys >= cand).sum(axis=1, keepdims=True) >= top_k)
-    x = logits.astype(np.float64) / temperature
-    e = np.exp(x - x.max(axis=1, keepdims=True))
+    x = logits.astype(np.float64)
+    with np.errstate(over="ignore"):  # the max first, then the division: a tiny temperature runs to -inf, not inf - inf
+        e = np.exp((x - x.max(axis=1, keepdims=True)) / temperature)
     kept = keys >= kth
     if top_p < 1:
         target = top_p * np.where(kept, e, 0).sum(axis=1, keepdims=True)
@@ -561,7 +565,8 @@ class CudaKernels:
                      shared_mem=(T + ATTENTION_THREADS) * keys.itemsize)
 
     def lm_head(self, x, wte, logits):
-        (B, C), V = x.shape, wte.shape[0]
+        (B, C), V = x.shape, logits.shape[1]  # the real vocabulary: wte may hold padding rows past it
+        assert wte.shape[0] >= V, (wte.shape, logits.shape)
         self._launch("lm_head", (-(-V // LM_HEAD_WARPS), -(-B // ROWS)), x, wte, logits, B, V, C)
 
     def sample(self, logits, params, pos, token, out):

@@ -72,14 +72,14 @@ def test_the_kept_tokens_are_sampling_pys(top_k, top_p, ties):
         logits = np.round(logits)  # many equal logits: ties at the k-th value and at the top-p edge
     temperature = 0.7
     kept, e = dk.kept_tokens(logits, temperature, top_k, top_p)
-    x = logits / temperature
+    x = (logits - logits.max(axis=1, keepdims=True)) / temperature  # sampling.py's order: the max off, then divide
     expected = top_k_mask(x, top_k) if 0 < top_k < 40 else np.ones_like(kept)
-    probs = np.where(expected, np.exp(x - x.max(axis=1, keepdims=True)), 0)
+    probs = np.where(expected, np.exp(x), 0)
     probs /= probs.sum(axis=1, keepdims=True)
     if top_p < 1:
         expected &= top_p_mask(probs, top_p)
     np.testing.assert_array_equal(kept, expected)
-    np.testing.assert_allclose(e, np.exp(x - x.max(axis=1, keepdims=True)), rtol=1e-15)
+    np.testing.assert_allclose(e, np.exp(x), rtol=1e-15)
 
 
 def test_the_sampler_draws_from_the_filtered_softmax():
@@ -101,6 +101,21 @@ def test_greedy_sampling_is_the_first_largest_logit():
     logits = np.array([[0.0, 3.0, 3.0, 1.0], [5.0, -1.0, 5.0, 5.0]])
     for params in ([0, 0, 1.0, 1, 2], [1.0, 1, 1.0, 1, 2]):  # temperature 0, or top_k 1
         np.testing.assert_array_equal(dk.sample_rows(logits, np.array(params), 1), [1, 0])
+
+
+@pytest.mark.parametrize("temperature", [1e-310, 5e-324, 1e-300])
+def test_a_tiny_temperature_draws_from_the_largest_logits(temperature):
+    """The max comes off before the division: logits / 1e-310 would overflow to inf, and inf - inf is NaN."""
+    logits = np.tile([[0.5, 3.0, -2.0, 3.0, 1.0, -7.0]], (400, 1))  # a tie at the top: ids 1 and 3
+    for top_k, top_p in ((0, 1.0), (4, 1.0), (0, 0.9), (3, 0.999)):
+        kept, e = dk.kept_tokens(logits, temperature, top_k, top_p)
+        assert np.isfinite(e).all()
+        np.testing.assert_array_equal(e[0], [0, 1, 0, 1, 0, 0])
+        picks = dk.sample_rows(logits, np.array([temperature, top_k, top_p, 11, 22]), position=5)
+        assert set(picks) == {1, 3}  # the tied largest logits share the draws (top-p keeps both: each 1/2)
+    for dtype in (np.float32, np.float64):  # the float32 logits a float32 model's head writes, too
+        picks = dk.sample_rows(logits.astype(dtype), np.array([temperature, 0, 1.0, 3, 4]), position=2)
+        assert set(picks) == {1, 3}
 
 
 def test_order_key_orders_as_the_floats():
@@ -131,6 +146,10 @@ def test_layer_norm_matvec_and_lm_head_twins_match_the_ops():
     np.testing.assert_allclose(out, residual + plain, rtol=1e-12, atol=1e-12)
     wte, logits = rng.standard_normal((13, 37)), np.empty((3, 13))
     k.lm_head(x, wte, logits)
+    np.testing.assert_allclose(logits, x @ wte.T, rtol=1e-12)
+    padded = np.concatenate([wte, rng.standard_normal((51, 37))])  # a vocabulary padded to 64 rows: 13 scored
+    logits = np.full((3, 13), np.nan)
+    k.lm_head(x, padded, logits)
     np.testing.assert_allclose(logits, x @ wte.T, rtol=1e-12)
 
 
@@ -175,6 +194,25 @@ def test_a_model_without_biases(monkeypatch):
     m = model(bias=False)
     assert generate(m, [[1, 2]], 8, "static", monkeypatch, temperature=0) == \
         generate(m, [[1, 2]], 8, "dynamic", monkeypatch, temperature=0)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_padded_vocabulary_decodes_its_real_tokens_alone(dtype, monkeypatch):
+    """wte has padded_vocab_size rows (pad_vocab_to=64, as --device cuda and --pad-vocab make); the logits and the
+    sampled ids cover vocab_size alone."""
+    m = model(dtype=dtype, vocab_size=13, pad_vocab_to=64)
+    assert m.transformer.wte.weight.shape[0] == 64
+    wte = m.transformer.wte.weight.data
+    wte[13:] = 50 * wte[:13].sum(axis=0)  # padding rows the head would rank first were they scored
+    prompts = np.random.default_rng(1).integers(0, 13, size=(2, 3))
+    static = generate(m, prompts, 10, "static", monkeypatch, temperature=0)
+    np.testing.assert_array_equal(static, generate(m, prompts, 10, "dynamic", monkeypatch, temperature=0))
+    np.testing.assert_array_equal(static, m.generate(prompts, 10, temperature=0, use_cache=False))
+    for options in (dict(temperature=1.0), dict(temperature=5.0, top_k=40, top_p=0.99), dict(temperature=1e-310)):
+        ag.manual_seed(4)
+        sampled = generate(m, prompts, 10, "static", monkeypatch, **options)
+        assert sampled.shape == (2, 13) and sampled.min() >= 0 and sampled.max() < 13
+    np.testing.assert_array_equal(sampled, static)  # a tiny temperature is greedy (no ties here)
 
 
 def test_sampling_is_reproducible_keyed_by_the_seed_and_fresh_per_call(monkeypatch):
