@@ -12,14 +12,17 @@ in memory (models/training/shards.py describes the folder it writes).
   are written as their tokens come, so memory holds a few sections, whatever
   the corpus or the shard size.
 * --workers N tokenizes sections in N processes, each reading its sections'
-  bytes itself (the parent only hashes them); the sections' ids come back in
-  order, so the output is byte for byte the same for any N.
+  bytes itself; the sections' ids come back in order, so the output is byte for
+  byte the same for any N.
 * The validation split is held out by document: with at least 1/--val-fraction
-  files, every (1/f)-th file in sorted order; with fewer, the tail of each file
-  (its last fraction f of bytes, from a line or word boundary on). With GPT-2's
-  tokenizer every file ends with <|endoftext|>, and a literal <|endoftext|> in
-  the text separates documents as well.
-* A character vocabulary is the set of the corpus's characters (a first pass).
+  files, floor(n·f) of the n files in sorted order, spread evenly (the i-th
+  when floor((i+1)·f) > floor(i·f): every tenth for 0.1); with fewer, the tail of
+  each file (its last fraction f of bytes, from a line or word boundary on).
+  With GPT-2's tokenizer every file ends with <|endoftext|>, and a literal
+  <|endoftext|> in the text separates documents as well.
+* A first pass reads every file once before anything is written: it hashes it,
+  checks that it is UTF-8, and gathers a character vocabulary's characters. A
+  file whose size or mtime changed by the end is refused (its shards removed).
 * It is safe to interrupt: every shard appears whole (models.io.atomic_path),
   and after each one the progress so far goes into prepare_progress.json; the
   same command again checks the finished shards and goes on from there. meta.json
@@ -29,6 +32,7 @@ import argparse
 import codecs
 import hashlib
 import json
+import math
 import mmap
 import os
 import re
@@ -37,6 +41,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -172,6 +177,10 @@ def next_cut(f, start, end, window=1 << 16):
     return end
 
 
+# A val tail this long with no cut in it is a file without line breaks (one huge line), not a corpus too small.
+UNCUT_TAIL = 1024
+
+
 def tail_start(path, size, val_fraction):
     """Where the validation tail of the file at `path` starts: the first cut at or after its last fraction."""
     with open(path, "rb") as f:
@@ -181,9 +190,9 @@ def tail_start(path, size, val_fraction):
 def plan_parts(files, val_fraction):
     """Every file's parts in order, and how the split was made ("file" or "tail")."""
     sizes = [path.stat().st_size for path in files]
-    if val_fraction and len(files) >= round(1 / val_fraction):
-        every = round(1 / val_fraction)
-        return [Part(path, 0, size, "val" if i % every == every - 1 else "train", True)
+    f = Fraction(repr(val_fraction))  # exact: 0.1 is a tenth, so every tenth file
+    if len(files) * f >= 1:
+        return [Part(path, 0, size, "val" if (i + 1) * f // 1 > i * f // 1 else "train", True)
                 for i, (path, size) in enumerate(zip(files, sizes))], "file"
     parts = []
     for path, size in zip(files, sizes):
@@ -239,32 +248,33 @@ def read_text(section):
                          f"{section.start + exc.start}); convert it first, e.g. `iconv -t utf-8`") from None
 
 
-def hashed(sections, hashes):
-    """The sections, each one's bytes hashed into its file's hasher as it passes."""
-    for section in sections:
-        hashes[section.part.path].update(read_bytes(section))
-        yield section
-
-
-def read_characters(files, progress):
-    """Every character of the files (a first pass, for a character vocabulary).
+def first_pass(files, progress, characters):
+    """Every file read once, before anything is written: its SHA-256 (by path), and every character of the files
+    when `characters` (for a character vocabulary); a file that is not UTF-8 is refused here, not midway.
 
     The code points are counted with NumPy: about four times faster than a set of the text's characters.
     """
-    codes = set()
+    codes, hashes = set(), {}
     for path in files:
-        decoder = codecs.getincrementaldecoder("utf-8")()
+        decoder, hasher, at = codecs.getincrementaldecoder("utf-8")(), hashlib.sha256(), 0
         with open(path, "rb") as f:
-            while raw := f.read(1 << 20):
+            while True:
+                raw = f.read(1 << 20)
+                pending = len(decoder.getstate()[0])
                 try:
-                    text = decoder.decode(raw)
+                    text = decoder.decode(raw, final=not raw)
                 except UnicodeDecodeError as exc:
-                    raise ValueError(f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x}); "
-                                     "convert it first, e.g. `iconv -t utf-8`") from None
-                if text:
+                    raise ValueError(f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                                     f"{at - pending + exc.start}); convert it first, e.g. `iconv -t utf-8`") from None
+                if not raw:
+                    break
+                hasher.update(raw)
+                if text and characters:
                     codes.update(np.flatnonzero(np.bincount(np.frombuffer(text.encode("utf-32-le"), "<u4"))).tolist())
+                at += len(raw)
                 progress(len(raw))
-    return "".join(map(chr, codes))
+        hashes[path] = hasher
+    return hashes, "".join(map(chr, codes))
 
 
 class SectionEncoder:
@@ -437,15 +447,22 @@ def prepare(args):
     started = time.perf_counter()
     out = Path(args.out)
     files = find_sources(args.inputs, args.pattern)
+    plan = planned(args, files)  # before any byte is read: a file that differs from it at the end is refused
     parts, split_by = plan_parts(files, args.val_fraction)
-    total_bytes = sum(path.stat().st_size for path in files)
+    total_bytes = sum(source["bytes"] for source in plan["sources"])
     if not total_bytes:
         raise ValueError(f"{', '.join(map(str, files))}: no text (0 bytes), so nothing to prepare")
     for split in SPLITS if args.val_fraction else SPLITS[:1]:  # models.train refuses a split with no tokens
         if not any(part.end > part.start for part in parts if part.split == split):
+            uncut = max((p for p in parts if p.split == "train"), key=lambda p: p.end - p.start)
+            tail = uncut.end - int(uncut.end * (1 - args.val_fraction))
+            if split == "val" and split_by == "tail" and tail >= UNCUT_TAIL:
+                raise ValueError(f"{uncut.path}: its last {args.val_fraction:.0%} ({tail:,} bytes) has no line "
+                                 "break or space between words to cut a val split at; break its lines, give "
+                                 f"{math.ceil(1 / Fraction(repr(args.val_fraction)))} or more files (a val split "
+                                 "by file), or --val-fraction 0 for none")
             raise ValueError(f"the corpus ({total_bytes:,} bytes) is too small to hold out a {split} split with "
                              f"--val-fraction {args.val_fraction:g}; give more text, or --val-fraction 0 for none")
-    plan = planned(args, files)
     if (out / META_FILE).is_file():
         meta = read_json(out / META_FILE)
         if meta.get("plan") != plan:
@@ -459,16 +476,14 @@ def prepare(args):
     if saved is not None and saved.get("plan") != plan:
         raise ValueError(f"{out} holds an unfinished preparation of other files or options; "
                          "choose another --out, or delete it first")
+    bar = Bar(total_bytes, "reading", not shows_progress(args.no_progress))
+    hashes, characters = first_pass(files, bar.advance, args.tokenizer == "char")
+    bar.close()
     out.mkdir(parents=True, exist_ok=True)
     for debris in out.glob(".*.tmp-*"):  # what atomic_path leaves of a killed write
         debris.unlink()
 
-    if args.tokenizer == "char":
-        bar = Bar(total_bytes, "characters", not shows_progress(args.no_progress))
-        tokenizer = CharTokenizer(read_characters(files, bar.advance) or "\n")
-        bar.close()
-    else:
-        tokenizer = GPT2Tokenizer()
+    tokenizer = CharTokenizer(characters or "\n") if args.tokenizer == "char" else GPT2Tokenizer()
     description, dtype = tokenizer.to_dict(), token_dtype(tokenizer.vocab_size)
     # A saved progress counts sections: it holds for the same cuts of the same sections only.
     sectioning = {"section_kb": args.section_kb, "cuts": CUTS}
@@ -486,9 +501,14 @@ def prepare(args):
     def new_tokens():
         return sum(w.new_tokens for w in writers.values())
 
-    hashes = {path: hashlib.sha256() for path in files}
     bar = Bar(total_bytes, "tokenizing", not shows_progress(args.no_progress))
-    tasks = hashed(sections(parts, args.section_kb * 1024), hashes)
+    tasks = sections(parts, args.section_kb * 1024)
+    def changed_sources():
+        """The first file whose size or mtime is no longer the plan's, else None."""
+        now = planned(args, files)["sources"]
+        return next((path for path, was, is_ in zip(files, plan["sources"], now) if was != is_), None)
+
+    changed = None
     try:
         slot_tokens = args.section_kb * 1024 + (1 << 16)  # a section's ids, unless no cut came near its size
         with Encoders(SectionEncoder(tokenizer, dtype), args.workers, slot_tokens) as encode:
@@ -497,10 +517,22 @@ def prepare(args):
                     save_progress()
                 bar.advance(section.end - section.start)
                 bar.tokens(new_tokens())
-    except BaseException:
+        changed = changed_sources()
+        if changed:
+            raise ValueError(changed)
+    except BaseException as exc:
         for writer in writers.values():
             writer.abandon()
-        raise
+        # A text changed midway fails the encoder too (a character not in the vocabulary): say why.
+        changed = changed or (changed_sources() if isinstance(exc, ValueError) else None)
+        if not changed:
+            raise
+        # The shards hold neither the old text nor the new: none is kept, nor a progress to go on from.
+        progress_path.unlink(missing_ok=True)
+        for shard in own_shards(out):
+            shard.unlink()
+        raise ValueError(f"{changed} changed while being read (its size or mtime); no shard was kept: "
+                         "prepare again once nothing writes to it") from None
     for writer in writers.values():
         writer.finish()
     bar.close()
@@ -512,18 +544,24 @@ def prepare(args):
             "splits": {split: {"tokens": w.tokens, "shards": [{k: shard[k] for k in ("name", "tokens", "crc32")}
                                                               for shard in w.done]}
                        for split, w in writers.items()},
-            "sources": [{"path": str(path), "bytes": path.stat().st_size, "sha256": hashes[path].hexdigest()}
-                        for path in files],
+            "sources": [{"path": str(path), "bytes": source["bytes"], "sha256": hashes[path].hexdigest()}
+                        for path, source in zip(files, plan["sources"])],
             "bytes": total_bytes, "plan": plan}
     write_json(out / META_FILE, meta)
     progress_path.unlink(missing_ok=True)
     listed = {shard["name"] for w in writers.values() for shard in w.done}
-    for stale in (p for split in SPLITS for p in out.glob(f"{split}_*.bin") if p.name not in listed):
-        stale.unlink()
+    for stale in own_shards(out):
+        if stale.name not in listed:
+            stale.unlink()
     seconds = time.perf_counter() - started
     note = f"; went on after {resumed} finished shard{'s' * (resumed != 1)}" if resumed else ""
     return (f"prepared {out}: " + describe(meta) + f"; {seconds:.1f} s, {total_bytes / 1e6 / seconds:.1f} MB/s, "
             f"{new_tokens() / seconds:,.0f} tokens/s" + note)
+
+
+def own_shards(out):
+    """The files in `out` named as prepare names its shards (shard_name: train_000000.bin...), and no others."""
+    return [p for p in out.iterdir() if re.fullmatch(rf"(?:{'|'.join(SPLITS)})_[0-9]{{6,}}\.bin", p.name)]
 
 
 def planned(args, files=None):

@@ -1,5 +1,6 @@
 """models.prepare → models.train --data DIR → models.eval: the shard format, the same output for any number of
 workers, interruptions that never leave a shard that looks whole, and one-line errors for damaged folders."""
+import hashlib
 import io
 import json
 import os
@@ -265,6 +266,101 @@ def test_a_corpus_training_could_not_use_is_refused_before_any_folder_is_made(tm
     code, _, err = run_prepare(capsys, str(tmp_path / "t.txt"), "--out", str(out), "--tokenizer", "char")
     assert code == 1 and message in err and err.count("\n") == 1
     assert not (tmp_path / "data").exists()
+
+
+def test_a_tail_with_no_cut_is_named_as_such_not_as_a_corpus_too_small(tmp_path, capsys):
+    (tmp_path / "one.txt").write_text("x" * 300_000)
+    code, _, err = run_prepare(capsys, str(tmp_path / "one.txt"), "--out", str(tmp_path / "out"), "--tokenizer",
+                               "char")
+    assert code == 1 and err.count("\n") == 1 and "too small" not in err
+    assert f"{tmp_path / 'one.txt'}: its last 10% (30,000 bytes) has no line break or space between words" in err
+    assert "break its lines, give 10 or more files (a val split by file), or --val-fraction 0 for none" in err
+
+
+@pytest.mark.parametrize("files, fraction, val_files", [(1, 0.9, None), (1, 0.6, None), (5, 0.6, 3), (4, 0.5, 2),
+                                                        (12, 0.1, 1), (20, 0.1, 2), (9, 0.1, None)])
+def test_the_val_split_follows_any_fraction_the_option_accepts(tmp_path, capsys, files, fraction, val_files):
+    """Above about 0.67 even one file went whole to val ("too small to hold out a train split"), and 0.6 held out
+    every other file: floor(n·f) files now, spread evenly, or each file's tail while n·f < 1."""
+    folder = write_corpus(tmp_path / "c", files=files, lines=200)
+    code, _, err = run_prepare(capsys, str(folder), "--out", str(tmp_path / "out"), "--tokenizer", "char",
+                               "--val-fraction", str(fraction))
+    assert code == 0, err
+    split = PreparedData(tmp_path / "out").meta["split"]
+    if val_files is None:
+        assert split["by"] == "tail" and len(split["val"]) == files
+        for held_out in split["val"]:
+            size = Path(held_out["path"]).stat().st_size
+            assert 1 - fraction - 0.02 < held_out["from_byte"] / size < 1 - fraction + 0.02
+    else:
+        assert split["by"] == "file" and len(split["val"]) == val_files
+        if fraction == 0.1:  # every tenth file, as before
+            names = sorted(folder.rglob("*.txt"))
+            assert [v["path"] for v in split["val"]] == [str(names[9 + 10 * i]) for i in range(val_files)]
+
+
+def test_only_its_own_shards_are_removed_from_out(tmp_path, corpus, capsys):
+    """The clean-up of stale shards once removed every train_*.bin and val_*.bin: a user's files too."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("train_backup.bin", "val_old.bin", "train_1.bin", "notes.txt"):
+        (out / name).write_text("mine\n")
+    (out / "train_000007.bin").write_bytes(b"stale")  # a shard name: a leftover of an earlier preparation
+    assert run_prepare(capsys, str(corpus), "--out", str(out), "--tokenizer", "char")[0] == 0
+    names = {p.name for p in out.iterdir()}
+    assert {"train_backup.bin", "val_old.bin", "train_1.bin", "notes.txt"} <= names
+    assert "train_000007.bin" not in names
+    assert all((out / name).read_text() == "mine\n" for name in ("train_backup.bin", "val_old.bin", "train_1.bin"))
+
+
+@pytest.mark.parametrize("how", ["append", "rewrite"])
+def test_a_file_that_changes_while_it_is_read_is_refused_and_nothing_kept(tmp_path, capsys, monkeypatch, how):
+    """An append once finished with exit 0: meta.json's bytes from the new size, its SHA-256 and tokens the old."""
+    text = "".join(f"line {i} of the text\n" for i in range(4000))
+    source = tmp_path / "a.txt"
+    source.write_text(text)
+    read_text, calls = prepare.read_text, []
+
+    def changing(section):
+        calls.append(section)
+        if len(calls) == 2:
+            if how == "append":
+                with open(source, "a") as f:
+                    f.write("APPENDED " * 1000)
+            else:  # the same size, other characters (and a later mtime)
+                source.write_text(text.upper())
+                os.utime(source, ns=(time.time_ns(), time.time_ns() + 10 ** 9))
+        return read_text(section)
+
+    monkeypatch.setattr(prepare, "read_text", changing)
+    argv = [str(source), "--out", str(tmp_path / "out"), "--workers", "1", "--section-kb", "8", "--shard-tokens",
+            "5000", "--tokenizer", "char"]
+    code, _, err = run_prepare(capsys, *argv)
+    assert code == 1 and err == (f"prepare: error: {source} changed while being read (its size or mtime); no shard "
+                                 "was kept: prepare again once nothing writes to it\n")
+    assert not (tmp_path / "out").exists()  # nor a progress, nor a shard: nothing to mistake for a preparation
+    monkeypatch.setattr(prepare, "read_text", read_text)
+    assert run_prepare(capsys, *argv)[0] == 0
+    meta = PreparedData(tmp_path / "out").meta
+    assert meta["sources"][0]["bytes"] == source.stat().st_size
+    assert meta["sources"][0]["sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
+
+
+def test_gpt2_refuses_a_file_that_is_not_utf8_before_writing_a_shard(tmp_path, capsys):
+    """It once wrote the earlier files' shards first, and a rerun after the fix refused the unfinished folder."""
+    folder = write_corpus(tmp_path / "c", files=3, lines=200)
+    bad = sorted(folder.rglob("*.txt"))[-1]
+    good = bad.read_bytes()
+    bad.write_bytes(good + b"ok\n\xff bad\n")
+    argv = [str(folder), "--out", str(tmp_path / "out"), "--workers", "1", "--shard-tokens", "100",
+            "--tokenizer", "gpt2"]
+    code, _, err = run_prepare(capsys, *argv)
+    assert code == 1 and err.count("\n") == 1
+    assert f"{bad} is not UTF-8 text (byte 0xff at offset {len(good) + 3})" in err
+    assert not (tmp_path / "out").exists()
+    bad.write_bytes(good)
+    code, _, err = run_prepare(capsys, *argv)
+    assert code == 0, err
 
 
 def test_a_rerun_with_other_sections_starts_afresh_and_ends_the_same(tmp_path, corpus, capsys, monkeypatch):
