@@ -6,6 +6,7 @@ gptgrad_tokenizer.json says how to tokenise) or any Hugging Face GPT-2 folder
 --prompt's text or the whole of --prompt-file's (nanoGPT's FILE:path).
 """
 
+import os
 import sys
 
 import autograd as ag
@@ -39,10 +40,10 @@ def parse_args(argv=None):
                    help="where the model runs (cuda: the GPU, through CuPy)")
     p.add_argument("--no-cache", action="store_true", help="recompute the whole prefix for every token")
     args = p.parse_args(argv)
-    try:
-        args.prompt.encode("utf-8")
-    except UnicodeEncodeError as exc:  # bytes of another encoding, which Python keeps as lone surrogates
-        p.error(f"--prompt holds bytes that are not UTF-8 (at character {exc.start}); pass UTF-8 text, or put "
+    try:  # argv's own bytes, as UTF-8: under a locale that is not (LC_ALL=C), Python keeps them as surrogates
+        args.prompt = os.fsencode(args.prompt).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        p.error(f"--prompt holds bytes that are not UTF-8 (at byte {exc.start}); pass UTF-8 text, or put "
                 "the text in a file and convert it (iconv -t utf-8) for --prompt-file")
     try:
         sampling.check_fits_memory(1, 1 + args.max_new_tokens, "--max-new-tokens")
@@ -54,12 +55,17 @@ def parse_args(argv=None):
 def main(argv=None):
     ag.keep_freed_memory()  # each token reuses freed arrays rather than faulting in fresh pages (see its docstring)
     args = parse_args(argv)
+    # a character the output's encoding lacks (PYTHONIOENCODING=ascii) is written escaped, not an error after the
+    # work is done
+    if hasattr(sys.stdout, "reconfigure"):  # a text file's; a stand-in (io.StringIO) encodes nothing
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
+        text = args.prompt if args.prompt_file is None else load_text(args.prompt_file)  # before the model loads
         model, tokenizer = checkpoint.load_model(args.checkpoint)
-        text = args.prompt if args.prompt_file is None else load_text(args.prompt_file)
         prompt = tokenizer.encode(text)
         if not prompt:
-            raise ValueError("the prompt is empty after tokenisation; pass --prompt TEXT")
+            given = "--prompt" if args.prompt_file is None else f"--prompt-file {args.prompt_file}"
+            raise ValueError(f"the prompt ({given}) is empty after tokenisation; give it some text")
         model.to(args.device).eval()
         ag.manual_seed(args.seed)
         idx = ag.Tensor([prompt], device=args.device)
@@ -69,6 +75,9 @@ def main(argv=None):
             if args.num_samples > 1:
                 print(f"--- sample {i + 1} ---")
             print(tokenizer.decode(out.numpy()[0].tolist()))
+    except BrokenPipeError:  # `| head`: the reader has gone, and so has anyone to tell
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 0
     except (ValueError, OSError) as exc:
         print(f"sample: error: {exc}", file=sys.stderr)
         return 1

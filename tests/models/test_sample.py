@@ -1,4 +1,7 @@
 """python -m models.sample: every option checked before the model loads, every failure one line."""
+import os
+import sys
+
 import pytest
 
 from models.training import sample, train
@@ -46,7 +49,7 @@ def test_edge_values_sample(trained, capsys):
 
 
 @pytest.mark.parametrize("prompt, message", [
-    ("", "the prompt is empty after tokenisation; pass --prompt TEXT"),
+    ("", "the prompt (--prompt) is empty after tokenisation; give it some text"),
     ("a€", "CharTokenizer.encode: character '€' (U+20AC, first at index 1) is not in this tokenizer's "),
     ("a€", "the characters of the text it was built from: leave it out (a prompt), or build the tokenizer"),
 ])
@@ -122,5 +125,22 @@ def test_a_prompt_of_bytes_that_are_not_utf8_is_refused_at_parse_time(capsys):
         sample.main(["no-such-folder", "--prompt", "ab\udcff"])
     assert exit_.value.code == 2
     assert capsys.readouterr().err == ("python -m models.sample: error: --prompt holds bytes that are not UTF-8 (at "
-                                       "character 2); pass UTF-8 text, or put the text in a file and convert it "
+                                       "byte 2); pass UTF-8 text, or put the text in a file and convert it "
                                        "(iconv -t utf-8) for --prompt-file (see --help)\n")
+
+
+def test_a_utf8_prompt_under_the_c_locale_and_a_closed_pipe(trained, tmp_path):
+    """Under LC_ALL=C (no UTF-8 mode) Python keeps argv's UTF-8 bytes as surrogates, which were refused as "not
+    UTF-8"; an ASCII stdout failed on the first non-ASCII character after the work was done; `| head` closing the
+    pipe was an error."""
+    import subprocess
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "ascii"}
+    done = subprocess.run([sys.executable, "-m", "models.sample", str(trained), "--prompt", "a é".encode(),
+                           "--max-new-tokens", "0"], env=env, capture_output=True)
+    assert done.returncode in (0, 1), done.stderr
+    assert b"not UTF-8" not in done.stderr
+    reader = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.buffer.read(1)"], stdin=subprocess.PIPE)
+    done = subprocess.run([sys.executable, "-m", "models.sample", str(trained), "--prompt", "a", "--num-samples",
+                           "200", "--max-new-tokens", "50"], stdout=reader.stdin, stderr=subprocess.PIPE)
+    reader.wait(60)
+    assert done.returncode == 0 and done.stderr == b""
