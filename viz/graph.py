@@ -113,13 +113,17 @@ class _Picture:
 
     def __init__(self):
         self.nodes = {}
-        self.edges = {}  # (from, to) -> edge attributes, in insertion order
+        self.edges = {}  # (from, to, slot) -> edge attributes, in insertion order
         self.rep = {}  # a drawn node's key -> the box it folded into (collapse), where it did
 
-    def edge(self, a, b, attrs):
-        """Add a → b once; when folding merges a no-gradient edge with a gradient one, the gradient wins."""
-        if a != b and ((a, b) not in self.edges or not attrs and self.edges[(a, b)] is _NO_GRAD_EDGE):
-            self.edges[(a, b)] = attrs
+    def edge(self, a, b, attrs, slot=0):
+        """Add a → b once per slot; when folding merges a no-gradient edge with a gradient one, the gradient wins.
+
+        slot: which input of an op the arrow reaches; an op that reads a tensor twice (x*x) sends it two parts
+        of its gradient, so it gets an arrow for each (slot 1 is x's second read), each with its own label."""
+        key = (a, b, slot)
+        if a != b and (key not in self.edges or not attrs and self.edges[key] is _NO_GRAD_EDGE):
+            self.edges[key] = attrs
 
 
 def _values_rows(word, array):
@@ -332,11 +336,13 @@ def _expanded(walk, grads=None):
         out = walk.output_of[id(op)]
         pic.nodes[okey[id(op)]] = _op_node(op, walk)
         pic.edge(tkey[id(out)], okey[id(op)], {})
+        reads = Counter()  # how often the op has read each input so far: a repeated input gets its own arrow
         for x, role in zip(out.inputs, _edge_labels(op, len(out.inputs))):
             attrs = dict(_NO_GRAD_EDGE) if not x.requires_grad else {}
             if role:
                 attrs.update(label=role, fontsize="10", fontcolor=OP[1])
-            pic.edge(okey[id(op)], tkey[id(x)], attrs)
+            pic.edge(okey[id(op)], tkey[id(x)], attrs, reads[id(x)])
+            reads[id(x)] += 1
         for i, (name, array) in enumerate(_constants(op)):
             key = f"{okey[id(op)]}c{i}"
             pic.nodes[key] = _constant_node(name, array, op.scope)
@@ -422,8 +428,9 @@ def _collapsed(walk, pic, tkey, okey, collapse):
             folded.nodes[key] = node
     for m, c in contents.items():
         folded.nodes[keys[m]] = _module_node(m, c, walk)
-    for (a, b), attrs in pic.edges.items():
-        folded.edge(rep.get(a, a), rep.get(b, b), attrs)
+    for (a, b, slot), attrs in pic.edges.items():
+        ra, rb = rep.get(a, a), rep.get(b, b)
+        folded.edge(ra, rb, attrs, slot if (ra, rb) == (a, b) else 0)  # arrows into a module box fold into one
     folded.rep = rep
     return folded
 
@@ -467,7 +474,7 @@ def _limit_depth(pic, root_key, depth):
     hops = {root_key: 0}
     queue = deque([root_key])
     out = {}
-    for a, b in pic.edges:
+    for a, b, _ in pic.edges:
         out.setdefault(a, []).append(b)
     while queue:  # 0-1 breadth-first search: entering an op (or module) costs one hop
         a = queue.popleft()
@@ -482,9 +489,9 @@ def _limit_depth(pic, root_key, depth):
     for key in pic.nodes:
         if key in keep:
             kept.nodes[key] = pic.nodes[key]
-    for (a, b), attrs in pic.edges.items():
+    for (a, b, slot), attrs in pic.edges.items():
         if a in keep and b in keep:
-            kept.edge(a, b, attrs)
+            kept.edge(a, b, attrs, slot)
     for a in list(kept.nodes):
         cut = [b for b in out.get(a, ()) if b not in keep]
         if cut:
@@ -565,7 +572,7 @@ def _emit(pic, graph):
                 fill(sub, child)
 
     fill(graph, "")
-    for (a, b), attrs in pic.edges.items():
+    for (a, b, _), attrs in pic.edges.items():
         graph.edge(a, b, **attrs)
 
 
@@ -613,8 +620,10 @@ def draw_value(root, title=None, grads=None):
         pic.nodes[op] = _Node("op", f"<{text}>", {"shape": "box", "style": "rounded,filled", "fillcolor": OP[0],
                                                   "color": OP[1]}, legend={"value op"})
         pic.edge(key[id(v)], op, {})
+        reads = Counter()  # a*a reads a twice: two arrows, one per local gradient, so the labels add up to its grad
         for x, local in zip(v.inputs, v.local_grads):
-            pic.edge(op, key[id(x)], {"label": f"× {local:.4g}", "fontsize": "10", "fontcolor": OP[1]})
+            pic.edge(op, key[id(x)], {"label": f"× {local:.4g}", "fontsize": "10", "fontcolor": OP[1]}, reads[id(x)])
+            reads[id(x)] += 1
     graph = _digraph(title)
     graph.node("legend", label=_legend(set().union(*(n.legend for n in pic.nodes.values()))),
                shape="plaintext", margin="0")
@@ -642,9 +651,21 @@ def draw(tensor, collapse=False, depth=None, title=None, grads=None, highlight=(
     Reads the graph only. Call it before backward(), or after backward(retain_graph=True):
     a plain backward() frees the graph, and only its last op can then be drawn.
     """
+    # checked before anything is drawn: a bare tensor or a '2' would otherwise fail deep inside with no hint
+    if isinstance(highlight, (str, bytes)) or not isinstance(highlight, (tuple, list, set, frozenset)):
+        raise TypeError(f"draw: highlight must be a tuple of ops or tensors, got {type(highlight).__name__}; "
+                        "for one, pass highlight=(t,)")
+    if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool)):
+        raise TypeError(f"draw: depth must be an int (op hops from the loss) or None, got {depth!r}")
     if isinstance(tensor, Value):
         if flow is not None or flow_to is not None:
             raise TypeError("draw: flow= and flow_to= are for a Tensor's graph, not a Value's")
+        # a Value graph has no modules to fold and is drawn whole: refuse rather than silently ignore
+        used = [n for n, v in (("collapse", collapse), ("depth", depth), ("highlight", highlight))
+                if v is not False and v is not None and v != ()]
+        if used:
+            raise TypeError(f"draw: {', '.join(f'{n}=' for n in used)} are for a Tensor's graph, not a Value's; "
+                            "drop them")
         return draw_value(tensor, title, grads)
     _graphviz()
     if collapse is not True and collapse is not False and (not isinstance(collapse, int) or collapse < 1):
@@ -678,7 +699,7 @@ def _show_shares(pic, walk, flow, tkey, okey, flow_to):
     """Write each part's share on the arrow that brings it (arrows folded into one add their shares), each
     block's split on its arrow into its input, and the path to `flow_to` in red; the legend rows it needs."""
     def drawn(a, b):
-        edge = (pic.rep.get(a, a), pic.rep.get(b, b))
+        edge = (pic.rep.get(a, a), pic.rep.get(b, b), 0)  # Flow gives a repeated input one part: its first arrow
         return edge if edge[0] != edge[1] and edge in pic.edges else None
 
     summed = {}
@@ -833,6 +854,13 @@ def main(argv=None):
     if args.flow is not None and isinstance(loss, Value):
         print(f"viz.graph: error: --flow draws a tensor graph's shares; {name}.demo_loss() is a Value "
               "(viz.trace's page shows each part of its sums)", file=sys.stderr)
+        return 1
+    # the loss's kind is known only once the module has run; a Value graph has no modules and no depth limit
+    value_only = [o for o, v in (("--collapse", args.collapse), ("--collapse-depth", args.collapse_depth),
+                                 ("--depth", args.depth)) if v not in (False, None)]
+    if value_only and isinstance(loss, Value):
+        print(f"viz.graph: error: {', '.join(value_only)} fold or cut a tensor graph; {name}.demo_loss() is a "
+              "Value, whose graph is drawn whole: drop them", file=sys.stderr)
         return 1
     try:
         flow_to = _named(loss, args.flow) if args.flow else None

@@ -204,9 +204,9 @@ OPS = {case.name: case for case in (
     OpCase("layer_norm", "∂yᵢ/∂xⱼ = γᵢ/σ · (δᵢⱼ − 1/n − x̂ᵢx̂ⱼ/n) (each row alone)", (2, 4),
            "x: (n,) or (rows, n); γ and β are drawn with the seed", ops.LayerNorm, _make_layer_norm,
            _layer_norm_closed),
-    OpCase("gelu", "diag(s + x·s(1 − s)·2u′), s = σ(2u)", (6,), "x, any shape", ops.GELU,
+    OpCase("gelu", "diag(s + x·s(1 − s)·2u′), s = σ(2u)", (6,), "x: 1 to 3 axes", ops.GELU,
            _make_elementwise("gelu"), _gelu_closed, ndim=(1, 2, 3)),
-    OpCase("tanh", "diag(1 − z²)", (6,), "x, any shape", ops.Tanh, _make_elementwise("tanh"), _tanh_closed,
+    OpCase("tanh", "diag(1 − z²)", (6,), "x: 1 to 3 axes", ops.Tanh, _make_elementwise("tanh"), _tanh_closed,
            ndim=(1, 2, 3)),
     OpCase("embedding", "∂z[k,c]/∂W[v,c′] = 1[idsₖ = v]·1[c = c′]", (5, 3),
            "W, the table (rows, width); 4 ids are drawn with the seed, the first repeated",
@@ -326,7 +326,7 @@ def _shape(text):
 
 
 def main(argv=None):
-    from models.cli import Parser, output_file  # here, not at the top: draw() needs nothing from models
+    from models.cli import SEEDS, Parser, interval, output_file  # here, not at the top: draw() needs nothing from models
     cases = "; ".join(f"{c.name}: {c.what} (default {','.join(map(str, c.shape))})" for c in OPS.values())
     p = Parser("python -m viz.jacobian", "Draw an op's local Jacobian (ag.jacobian) as a heatmap beside the closed "
                                          "form its docstring states, computed from the op's saved values.",
@@ -334,7 +334,7 @@ def main(argv=None):
     p.add_argument("op", choices=list(OPS), help="the op to draw")
     p.add_argument("--shape", type=_shape, help="the input's shape, sizes separated by commas "
                                                 "(default: the op's own, listed below)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the input and of the op's other arguments")
+    p.add_argument("--seed", type=interval(int, SEEDS), default=0, help="seed of the input and of the op's other arguments")
     p.add_argument("--out", type=output_file, help="output file, .png, .svg or .pdf "
                                                    "(default: jacobian_<op>.png in the current directory)")
     args = p.parse_args(argv)
@@ -342,12 +342,13 @@ def main(argv=None):
     if args.shape is not None and len(args.shape) not in case.ndim:
         p.error(f"--shape {','.join(map(str, args.shape))}: {args.op} takes {case.what}")
     out = Path(args.out or f"jacobian_{args.op}.png")
-    if out.suffix not in (".png", ".svg", ".pdf"):
+    fmt = out.suffix.lower()[1:]  # x.PNG is a PNG, as viz.graph reads it
+    if fmt not in ("png", "svg", "pdf"):
         p.error(f"--out {out}: the picture is written as .png, .svg or .pdf")
     drawn = picture(args.op, args.shape, args.seed)
     try:
         with atomic_path(out) as tmp:  # whole or not at all
-            drawn.figure.savefig(tmp, format=out.suffix[1:])
+            drawn.figure.savefig(tmp, format=fmt)
     except OSError as exc:
         print(f"viz.jacobian: error: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
         return 1

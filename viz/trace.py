@@ -264,6 +264,8 @@ def main(argv=None):
     if args.decimals > MAX_DECIMALS:
         p.error(f"--decimals must be at most {MAX_DECIMALS} (past that, a float64's 17 significant digits "
                 f"are used up), got {args.decimals}")
+    if args.html and Path(args.html).suffix.lower() not in (".html", ".htm"):  # HTML in x.png opens nowhere
+        p.error(f"--html {args.html}: the page is HTML; name it with .html or .htm")
     if args.html and shutil.which("dot") is None:
         p.error(f"--html draws the graph, which needs Graphviz's `dot`: {INSTALL_DOT}")
     name, loss = demo_loss_of(args.module)

@@ -29,6 +29,7 @@ can be copied and shared.
 """
 import html
 import json
+import re
 import shutil
 
 from autograd import Value
@@ -160,8 +161,10 @@ def write_page(steps, path, title, max_values=16, decimals=6, start=1):
     # each box drawn with room for the widest gradient text it will show; the script writes each step's over it
     svg = draw(steps.root, grads=_widest(gradient_states(steps))).pipe(format="svg").decode("utf-8")
     svg = svg[svg.index("<svg"):]  # drop the XML prolog and DOCTYPE: the SVG goes inline (the title sits above it)
-    page = PAGE.replace("{{title}}", html.escape(title)).replace("{{svg}}", svg).replace(
-        "{{data}}", json.dumps(data, ensure_ascii=False).replace("</", "<\\/"))
+    fill = {"title": html.escape(title), "svg": svg,
+            "data": json.dumps(data, ensure_ascii=False).replace("</", "<\\/")}
+    # one pass: a name holding "{{data}}" lands in the title and the SVG, and must not be filled in there
+    page = re.sub(r"\{\{(title|svg|data)\}\}", lambda m: fill[m.group(1)], PAGE)
     with atomic_path(path) as tmp:  # all or nothing: never a half-written page
         tmp.write_text(page, encoding="utf-8")
 
@@ -225,7 +228,8 @@ const total = trace.steps.length + 1;  // views: the steps, then the leaves' gra
 let current = 0;
 const nodes = {}, edges = {};
 for (const g of document.querySelectorAll("#graph g.node")) nodes[g.querySelector("title").textContent] = g;
-for (const g of document.querySelectorAll("#graph g.edge")) edges[g.querySelector("title").textContent] = g;
+// x*x draws two arrows op->x with one title: keep them all, so that a step lights both
+for (const g of document.querySelectorAll("#graph g.edge")) (edges[g.querySelector("title").textContent] ||= []).push(g);
 
 // A box's gradient is its last lines of text, drawn wide enough for the widest text it will hold; they are
 // rewritten at every step, centred on the box (dot placed them left-aligned for the text it was given).
@@ -322,7 +326,7 @@ function show(i) {
   }
   const s = trace.steps[current];
   mark(s.op, "current"); mark(s.output, "incoming");
-  if (edges[`${s.output}->${s.op}`]) edges[`${s.output}->${s.op}`].classList.add("active");
+  for (const g of edges[`${s.output}->${s.op}`] || []) g.classList.add("active");
   let out = "";
   for (const inp of s.inputs) {
     const notes = [inp.role, inp.part && inp.part[1] > 1
@@ -330,7 +334,7 @@ function show(i) {
     const name = inp.d + (notes.some(Boolean) ? ` (${notes.filter(Boolean).join(", ")})` : "");
     if (inp.grad) { mark(inp.key, "outgoing"); out += block(name, inp.grad); }
     else out += `<div class="muted">${esc(inp.label)}: ${esc(inp.reason)}</div>`;
-    if (edges[`${s.op}->${inp.key}`]) edges[`${s.op}->${inp.key}`].classList.add("active");
+    for (const g of edges[`${s.op}->${inp.key}`] || []) g.classList.add("active");
   }
   const summed = s.contributions > 1 ? ` (sum of ${s.contributions} contributions)` : "";
   panel.innerHTML =

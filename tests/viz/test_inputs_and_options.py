@@ -1,0 +1,109 @@
+"""The viz tools on what they were given: an input read twice gets an arrow per read, a name is shown as it is
+(placeholders included), and an option a tool cannot honour is refused in one line, not ignored or a traceback."""
+import json
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+pytest.importorskip("graphviz", reason='the Python package graphviz is not installed: pip install -e ".[viz]"')
+
+import autograd as ag  # noqa: E402
+from autograd import Tensor, Value  # noqa: E402
+from viz import diverge as vd, graph as vg, jacobian as vj, trace as vt  # noqa: E402
+from viz.trace_page import write_page  # noqa: E402
+
+
+def arrows(source):
+    return re.findall(r"^\s*(\w+) -> (\w+)(?: \[(.*)\])?$", source, re.M)
+
+
+def test_a_value_read_twice_gets_an_arrow_per_read():
+    a = Value(3.0, name="a")
+    b = a * a
+    b.backward()
+    into_a = [attrs for x, y, attrs in arrows(vg.draw(b).source) if y == "v1"]
+    assert len(into_a) == 2 and all("× 3" in attrs for attrs in into_a)  # 3 + 3 = a.grad, 6
+
+
+def test_a_tensor_read_twice_gets_both_roles_drawn():
+    t = Tensor(np.ones(3), requires_grad=True)
+    source = vg.draw((t * t).sum()).source
+    labels = sorted(attrs for x, y, attrs in arrows(source) if y == "t1")
+    assert [re.search(r"label=(\w+)", a).group(1) for a in labels] == ["x", "y"]
+    # folding and cutting keep the graph drawable with the two arrows
+    vg.draw((t * t).sum(), collapse=True, depth=1)
+
+
+def test_placeholders_in_a_name_are_not_filled_in(tmp_path):
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz's `dot` is not installed (apt-get install graphviz)")
+    x = Tensor(np.ones(2), requires_grad=True)
+    x.name = "{{data}}{{svg}}"
+    loss = (x * 2.0).sum()
+    out = tmp_path / "p.html"
+    write_page(vt.trace(loss), out, "{{svg}} {{data}}")
+    page = out.read_text(encoding="utf-8")
+    assert page.count('<script id="trace-data"') == 1 and page.count("<svg") == 1
+    data = re.search(r'<script id="trace-data" type="application/json">(.*?)</script>', page, re.S).group(1)
+    json.loads(data)
+    assert "{{data}}{{svg}}" in page  # the name itself, shown as it is
+
+
+def test_value_graphs_refuse_depth_collapse_and_highlight():
+    v = Value(2.0) * Value(3.0)
+    for kw in ({"depth": 1}, {"collapse": True}, {"collapse": 2}, {"highlight": (v,)}):
+        with pytest.raises(TypeError, match=r"draw: \w+= are for a Tensor's graph, not a Value's; drop them"):
+            vg.draw(v, **kw)
+
+
+@pytest.mark.parametrize("flag", [["--depth", "1"], ["--collapse"], ["--collapse-depth", "2"]])
+def test_the_cli_refuses_value_graph_options(flag, tmp_path, capsys):
+    assert vg.main(["models.neuron", "--out", str(tmp_path / "n.dot"), *flag]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a Value, whose graph is drawn whole: drop them" in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_jacobian_seed_out_of_range_is_refused_at_parse_time(capsys):
+    with pytest.raises(SystemExit):
+        vj.main(["softmax", "--seed", "-1"])
+    assert "--seed: must be in [0, 4294967295], got -1" in capsys.readouterr().err
+
+
+def test_jacobian_shape_message_says_what_is_accepted(capsys):
+    with pytest.raises(SystemExit):
+        vj.main(["tanh", "--shape", "1,1,1,1"])
+    err = capsys.readouterr().err
+    assert "tanh takes x: 1 to 3 axes" in err and "any shape" not in err
+
+
+def test_jacobian_suffix_is_case_insensitive(tmp_path, capsys):
+    out = tmp_path / "j.PNG"
+    assert vj.main(["tanh", "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_diverge_refuses_a_value_module_in_one_line(capsys, tmp_path):
+    assert vd.main(["models.neuron", "--out", str(tmp_path / "n.svg")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "diverge compares Tensor graphs" in err and ".sum()" not in err
+
+
+@pytest.mark.parametrize("name", ["x.png", "x.HTML.txt"])
+def test_trace_html_needs_an_html_suffix(name, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        vt.main(["models.tiny", "--html", str(tmp_path / name)])
+    assert "name it with .html or .htm" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_draw_checks_highlight_and_depth_types():
+    t = Tensor(np.ones(3), requires_grad=True)
+    loss = (t * 2.0).sum()
+    with pytest.raises(TypeError, match=r"draw: highlight must be a tuple .*pass highlight=\(t,\)"):
+        vg.draw(loss, highlight=t)
+    with pytest.raises(TypeError, match=r"draw: depth must be an int .* got '2'"):
+        vg.draw(loss, depth="2")
+    vg.draw(loss, highlight=[t], depth=1)
