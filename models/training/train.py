@@ -56,6 +56,12 @@ from nn import distributed as dist
 
 POSITIVE, COUNT = interval(int, "[1, inf)"), interval(int, "[0, inf)")
 
+
+def positive_or_none(text):
+    """A `type=` function: POSITIVE's integer, or "none" for the option's default (which a resumed run's saved
+    value would otherwise replace)."""
+    return None if text == "none" else POSITIVE(text)
+
 # nanoGPT's config/train_shakespeare_char.py: its "baby GPT" for one GPU (minutes there, hours on a CPU).
 SHAKESPEARE_CHAR = {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "dropout": 0.2, "batch_size": 64,
                     "grad_accum": 1, "lr": 1e-3, "max_iters": 5000, "lr_decay_iters": 5000, "min_lr": 1e-4,
@@ -112,8 +118,9 @@ def make_parser():
     g.add_argument("--lr", type=interval(float, "(0, inf)"), default=2e-3, help="peak learning rate")
     g.add_argument("--min-lr", type=interval(float, "[0, inf)"), default=1e-4, help="learning rate after the decay")
     g.add_argument("--warmup-iters", type=COUNT, default=100, help="steps of linear warm-up to --lr")
-    g.add_argument("--lr-decay-iters", type=POSITIVE, default=None,
-                   help="the step where the cosine decay reaches --min-lr (default: none, --max-iters)")
+    g.add_argument("--lr-decay-iters", type=positive_or_none, default=None,
+                   help="the step where the cosine decay reaches --min-lr; 'none' gives a resumed run this default "
+                        "back (default: none, --max-iters)")
     g.add_argument("--weight-decay", type=interval(float, "[0, inf)"), default=0.1,
                    help="AdamW's decoupled weight decay, of the matrices only")
     g.add_argument("--beta1", type=interval(float, "[0, 1)"), default=0.9, help="AdamW's first-moment decay")

@@ -303,3 +303,14 @@ def test_a_saved_switch_can_be_turned_off_on_resume(tmp_path, capsys):
     assert train.main(["--resume", "--max-iters", "4", "--no-always-save", "--no-checkpoint-blocks", "--out-dir",
                        str(folder)]) == 0
     assert not options(folder)["always_save"] and not options(folder)["checkpoint_blocks"]
+
+
+def test_a_saved_lr_decay_iters_can_be_given_back_its_default_on_resume(tmp_path, capsys):
+    folder = tmp_path / "o"
+    assert run(capsys, "--max-iters", "2", "--lr-decay-iters", "50", "--out-dir", str(folder))[0] == 0
+    assert options(folder)["lr_decay_iters"] == 50
+    assert train.main(["--resume", "--max-iters", "4", "--lr-decay-iters", "none", "--always-save", "--out-dir",
+                       str(folder)]) == 0
+    assert options(folder)["lr_decay_iters"] is None
+    with pytest.raises(SystemExit):
+        train.main(["--lr-decay-iters", "0", "--out-dir", str(tmp_path / "p")])
