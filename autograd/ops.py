@@ -1125,6 +1125,22 @@ class Checkpoint(Function):
         with backend.replaying(self.device, self.rng), backend.replaying_host(self.host_rngs), enable_grad():
             out = self.fn(*leaves)
         if out.requires_grad:
+            if self.changes != tensor._changes:  # a tensor changed since the forward: did fn read it?
+                self._refuse_changed_reads(out)
             out.backward(g)  # fn's parameters (params= among them) accumulate their own gradients here
         return (*(leaf.grad if need else None for leaf, need in zip(leaves, self.needs_grad)),
                 *(None,) * (len(self.inputs) - n))
+
+    def _refuse_changed_reads(self, out):
+        """Refuse a recompute that read a tensor changed since the forward, an input or not (a weight fn closes
+        over, after an optimizer step): the recomputed gradients would be the new values'. The recorded graph
+        names every tensor fn read."""
+        for t in tensor.topological_order(out):
+            for x in t.op.inputs if t.op is not None else ():
+                if x._version > self.changes:
+                    where = f" in {self.scope}" if self.scope else ""
+                    raise RuntimeError(
+                        f"backward: {self.name}{where}: {f'{x.name!r}' if x.name else 'a tensor'} (shape {x.shape}), "
+                        "which fn reads, was changed after the forward (an optimizer's step, or `.data -= ...`), so "
+                        "the recompute would use its new values; call backward() before opt.step(), or run the "
+                        "forward again")

@@ -874,18 +874,14 @@ def _refuse_changed(op, out):
     """Refuse to run `op`'s backward if an array it reads there, one it saved or (for an op that recomputes,
     Checkpoint) an input's, was changed in place since its forward ran (Tensor.mark_changed): the VJP would mix
     the values the forward saw with the new ones. An array put in place of a tensor's (`t.data = new`) leaves
-    the saved one as it was. An op that runs its function again (Checkpoint) refuses any change since: the
-    function may read tensors that are not its inputs (the weights a block closes over)."""
-    where = f" in {op.scope}" if op.scope else ""
-    if op.runs_user_code:
-        raise RuntimeError(
-            f"backward: {op.name}{where}: a tensor was changed after the forward (an optimizer's step, `.data -= "
-            "...` or `.data = ...`), and this backward runs the function again, which would read the new values; "
-            "call backward() before opt.step(), or run the forward again")
+    the saved one as it was. (A Checkpoint also checks the tensors its function reads that are not its inputs, the
+    weights a block closes over, when it runs the function again: Checkpoint.backward.)"""
     saved = [a for a in op.saved if backend.device_of(a) is not None]
     xp = backend.xp_for(out.device)
     for label, x in [*zip(op.input_labels(len(op.inputs)), op.inputs), ("its output", out)]:
-        if x._version > op.changes and any(xp.may_share_memory(a, x._data) for a in saved):
+        if x._version > op.changes and (op.runs_user_code and x is not out
+                                        or any(xp.may_share_memory(a, x._data) for a in saved)):
+            where = f" in {op.scope}" if op.scope else ""
             name = f" '{x.name}'" if x.name else ""
             raise RuntimeError(
                 f"backward: {op.name}{where}: {label}{name} (shape {x.shape}) was changed in place after the "

@@ -51,10 +51,13 @@ class Value:
     __slots__ = ("data", "grad", "op", "a", "da", "b", "db", "name")
 
     def __init__(self, data, name=None, label=None):  # a leaf; an op's result comes from `_result`
-        # a real number (Python's or NumPy's), checked: float() would take '1.5', and x + '2' would add 2
-        if type(data) not in (float, int) and (isinstance(data, (str, bytes)) or not isinstance(data, numbers.Real)):
-            raise TypeError(f"Value takes a real number, got {type(data).__name__} {data!r}")
-        self.data = float(data)
+        # a real number, NumPy's included (a 0-d array too): float() alone would take '1.5', and x + '2' would add 2
+        try:
+            if isinstance(data, (str, bytes)):
+                raise TypeError
+            self.data = float(data)
+        except (TypeError, ValueError):
+            raise TypeError(f"Value takes a real number, got {type(data).__name__} {data!r}") from None
         self.grad = 0.0
         self.op = None           # the Op that made it (None for a leaf)
         self.a = self.b = None   # its inputs: first, second (None where it has fewer)

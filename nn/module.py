@@ -242,7 +242,7 @@ class Module:
         for key, value in state_dict.items():
             name = names.get(key)
             if name in given:
-                if not np.array_equal(_host(given[name]), _host(value)):
+                if not np.array_equal(_host(given[name]), _host(value), equal_nan=True):  # a diverged run's NaNs
                     raise ValueError(f"{who}: {came_as[name]!r} and {key!r} name one tied parameter, but their "
                                      "values differ; keep one of them")
             elif name is not None:

@@ -399,3 +399,7 @@ def test_tensor_sigmoid_keeps_its_digits_far_below_zero_as_value_does():
     np.testing.assert_allclose(z.numpy(), exact, rtol=1e-15)
     z.sum().backward()
     np.testing.assert_allclose(x.grad, exact * (1 - exact), rtol=1e-14)
+
+
+def test_a_0_d_array_is_a_number():
+    assert Value(np.array(2.0)).data == 2.0 and Value(Tensor(3.0)).data == 3.0

@@ -445,3 +445,13 @@ def test_pytorch_spellings_of_the_layers():
     np.testing.assert_array_equal(nn.GELU(approximate="tanh")(x).numpy(), x.gelu().numpy())
     blocks = nn.ModuleList([nn.ReLU()]).extend([nn.GELU(), nn.ReLU()])
     assert [type(m).__name__ for m in blocks] == ["ReLU", "GELU", "ReLU"]
+
+
+def test_tied_names_with_the_same_nans_load():
+    """A diverged run's tied weight holds NaNs under both names: equal values, which NaN != NaN refused."""
+    model = TinyLM()
+    state = model.state_dict()
+    wte = state["wte.weight"].copy()
+    wte[0, 0] = np.nan
+    model.load_state_dict({**state, "wte.weight": wte, "head.weight": wte.copy()})
+    assert np.isnan(model.head.weight.numpy()[0, 0])
