@@ -892,15 +892,16 @@ def _refuse_changed(op, out):
 def _accumulate(t, g, adopted):
     """Add `g` into `t.grad`, which must never share memory with another tensor's grad."""
     grad = t.grad
-    if grad is not None and (backend.device_of(grad) != t.device or grad.shape != t.shape or grad.dtype != t.dtype):
-        what = (f"a {type(grad).__name__}" if backend.device_of(grad) is None
-                else f"of shape {grad.shape}, {grad.dtype}, on {backend.device_of(grad)}")
+    if grad is None:
+        t.grad = own_gradient(g, t, adopted)
+        return
+    device = backend.device_of(grad)
+    if device != t.device or grad.shape != t.shape or grad.dtype != t.dtype:
+        what = f"a {type(grad).__name__}" if device is None else f"of shape {grad.shape}, {grad.dtype}, on {device}"
         raise RuntimeError(f"backward: the .grad already on {t.name or 'a tensor'} (shape {t.shape}, {t.dtype}, on "
                            f"{t.device}) is {what}, so this gradient cannot be added to it; set .grad to None "
                            "first (zero_grad), or assign an array of the tensor's shape, dtype and device")
-    if t.grad is None:
-        t.grad = own_gradient(g, t, adopted)
-    elif _anomaly is not None:  # the sum checked before .grad holds it: two finite parts can overflow
+    if _anomaly is not None:  # the sum checked before .grad holds it: two finite parts can overflow
         t.grad[...] = _anomaly.add_to_grad(t, g)
     else:
         t.grad += g

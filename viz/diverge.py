@@ -137,17 +137,12 @@ def main(argv=None):
         print(f"error: {exc}", file=sys.stderr)
         return 1
     name, demo = demo_of(args.module)
-    first = [demo()]  # run once here to know the loss's kind; diverge's own first call gets this result back
-    if isinstance(first[0], Value):
+    if isinstance(demo(), Value):  # a forward more, to know the loss's kind: a demo is small
         print(f"viz.diverge: error: diverge compares Tensor graphs (ops with fused and composed forms, float32 and "
               f"float64); {name}.demo_loss() is a chapter-one Value, which it does not support", file=sys.stderr)
         return 1
-
-    def once_then_demo():
-        return first.pop() if first else demo()
-
     try:
-        report = engine.diverge(once_then_demo, [], a=args.a, b=None if reference is not None else args.b, reference=reference)
+        report = engine.diverge(demo, [], a=args.a, b=None if reference is not None else args.b, reference=reference)
     except (TypeError, ValueError, KeyError) as exc:  # a graph diverge cannot compare: the reason, in one line
         print(f"viz.diverge: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 1

@@ -508,7 +508,6 @@ def prepare(args):
         now = planned(args, files)["sources"]
         return next((path for path, was, is_ in zip(files, plan["sources"], now) if was != is_), None)
 
-    changed = None
     try:
         slot_tokens = args.section_kb * 1024 + (1 << 16)  # a section's ids, unless no cut came near its size
         with Encoders(SectionEncoder(tokenizer, dtype), args.workers, slot_tokens) as encode:
@@ -518,21 +517,22 @@ def prepare(args):
                 bar.advance(section.end - section.start)
                 bar.tokens(new_tokens())
         changed = changed_sources()
-        if changed:
-            raise ValueError(changed)
     except BaseException as exc:
+        # a text changed midway fails the encoder too (a character not in the vocabulary): said below
+        changed = changed_sources() if isinstance(exc, ValueError) else None
+        if changed is None:
+            for writer in writers.values():
+                writer.abandon()
+            raise
+    if changed is not None:
         for writer in writers.values():
             writer.abandon()
-        # A text changed midway fails the encoder too (a character not in the vocabulary): say why.
-        changed = changed or (changed_sources() if isinstance(exc, ValueError) else None)
-        if not changed:
-            raise
         # The shards hold neither the old text nor the new: none is kept, nor a progress to go on from.
         progress_path.unlink(missing_ok=True)
         for shard in own_shards(out):
             shard.unlink()
         raise ValueError(f"{changed} changed while being read (its size or mtime); no shard was kept: "
-                         "prepare again once nothing writes to it") from None
+                         "prepare again once nothing writes to it")
     for writer in writers.values():
         writer.finish()
     bar.close()
