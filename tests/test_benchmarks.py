@@ -59,7 +59,7 @@ def test_the_idle_ratio_compares_each_round_s_two_peers_not_the_pooled_steps(cap
 @pytest.mark.parametrize("module, argv", [
     ("train_step", ["--steps", "0"]), ("overhead", ["--repeats", "0"]), ("overhead", ["--rounds", "0"]),
     ("cpu_kernels", ["--repeats", "0"]), ("scaling", ["--max-iters", "1"]), ("prepare", ["--iters", "1"]),
-    ("gpt2", ["--seq", "0"]),
+    ("gpt2", ["--seq", "0"]), ("step_profile", ["--top", "0"]),
 ])
 def test_a_count_no_median_can_come_from_is_refused_at_parse_time(module, argv, capsys):
     """--steps 0 once ended in statistics.StatisticsError after the processes had run."""
@@ -86,6 +86,24 @@ def test_each_engines_peer_runs_alone_in_its_process():
                            "--steps", "1", "--threads", "1"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "\n  torch " in done.stdout and "\n  ours " in done.stdout
+
+
+def test_the_step_profile_times_every_op_and_leaves_the_rest_outside_them():
+    """Our peer's parts are every op's forward and backward and the optimizer's calls; with the rest of the step
+    ("outside the ops") they add up to the step."""
+    import json
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "benchmarks.step_profile", "--peer", "ours", "--steps", "2"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    parts = result["parts"]
+    for name in ("Linear.forward", "Linear.backward", "ScaledDotProductAttention.backward", "LayerNorm.forward",
+                 "AdamW.step", "AdamW.zero_grad", "clip_grad_norm_"):
+        assert parts[name] > 0, name
+    assert parts["Linear.backward"] > parts["Linear.forward"]  # two products against one
+    assert sum(parts.values()) == pytest.approx(result["step_s"], rel=1e-9)
 
 
 def test_a_peer_measured_beside_the_other_engines_machinery_is_refused(monkeypatch):

@@ -12,7 +12,7 @@ COMMANDS = ["models.train", "models.sample", "models.prepare", "models.eval", "m
             "models.troubleshoot", "models.gpt2_params", "models.bigram", "models.tiny", "models.moons",
             "models.neuron", "models.softmax", "models.tokenizer", "viz.graph", "viz.trace"]
 BENCHMARKS = ["anomaly", "contention", "cpu_kernels", "generate", "gpt2", "gpu", "lora", "main_job", "overhead",
-              "prepare", "products", "scaling", "tokenizer", "train_step", "value_vs_micrograd"]
+              "prepare", "products", "scaling", "step_profile", "tokenizer", "train_step", "value_vs_micrograd"]
 
 
 class _Built(Exception):
