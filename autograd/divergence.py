@@ -328,6 +328,9 @@ def diverge(fn, inputs=(), a=None, b=None, reference=None):
     sa, sb = setting(a, "a"), setting(b, "b")
     if reference is not None and b is not None:
         raise TypeError(f"{WHO}: give setting b or reference arrays, not both (the references stand for run b)")
+    if reference is not None and not reference:  # else the report would say "not compared" as if all were well
+        raise ValueError(f"{WHO}: the reference holds no arrays; give {{module name: its output array}}, "
+                         "e.g. {'transformer.h.0': ...}")
     root = fn(*inputs)
     if not isinstance(root, Tensor) or not root.requires_grad or root.size != 1:
         raise TypeError(f"{WHO}: fn must return a scalar Tensor that requires grad (a loss), got "
@@ -343,6 +346,10 @@ def diverge(fn, inputs=(), a=None, b=None, reference=None):
     run_a = _Stored()
     broken = _run(sa, fn, inputs, made, root, run_a)
     if reference is not None:
+        if broken is not None:  # the references are matched to the recorded graph's modules, op by op
+            raise ValueError(f"{WHO}: setting a's function leaves the recorded graph at op #{broken[0] + 1} "
+                             f"({broken[1]}), so its modules' outputs cannot be matched with the references; "
+                             "compare the references with a run of fn's own graph (a dict setting, or None)")
         return _against_reference(made, root, sa, run_a, reference, drift32.difference, scale, recorded)
     against = _Against(run_a)
     broken_b = _run(sb, fn, inputs, made, root, against)
@@ -353,8 +360,6 @@ def diverge(fn, inputs=(), a=None, b=None, reference=None):
     # a second implementation whose graph leaves the recorded one is compared up to that op, and not backward
     order = {"forward": list(range(len(made) if broken is None else broken[0])),
              "backward": [k for phase, k in truth.arrays if phase == "backward"] if broken is None else []}
-    if broken is not None:
-        rows["forward"].append(_comparison("forward", broken[0] + 1, broken[0], made, note=broken[1]))
     for phase, ks in order.items():
         for step, k in enumerate(ks, 1):
             key = (phase, k)
@@ -362,6 +367,8 @@ def diverge(fn, inputs=(), a=None, b=None, reference=None):
             d = against.difference[key]
             rows[phase].append(_comparison(phase, step, k, made, d, d / scale[key] if scale[key] else 0.0, drift,
                                            d > DRIFT_FACTOR * drift))
+    if broken is not None:  # after the ops compared before it, so that one of them that parts comes first
+        rows["forward"].append(_comparison("forward", broken[0] + 1, broken[0], made, note=broken[1]))
     return _report(sa.describe(), sb.describe(), rows, root, made)
 
 
@@ -442,8 +449,11 @@ def summary(report, phase):
     parting = getattr(report, phase)
     what = "values" if phase == "forward" else "gradients"
     if not comparisons:
-        return [f"{phase}: not compared ({'references hold forward values only' if phase == 'backward' else 'no op'})"
-                ], []
+        broken = next((c for c in report.rows["forward"] if c.note), None)
+        why = ("no op" if phase == "forward" else
+               f"the graphs differ at #{broken.index}, so backward's steps cannot be matched" if broken else
+               "references hold forward values only")
+        return [f"{phase}: not compared ({why})"], []
     if parting is None:
         first = report.first_difference[phase]
         if first is None:

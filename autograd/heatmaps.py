@@ -1,9 +1,9 @@
 """Matrices drawn as heatmaps: the one place autograd draws, for gradcheck(picture=) and viz.jacobian.
 
 `figure(rows, title, notes)` lays out rows of `Panel`s, each a matrix drawn
-with a diverging colour map centred at 0 (blue below, red above, white at 0)
-and its axes labelled, with lines of text under them; it returns a `Picture`,
-a matplotlib Figure that Jupyter shows inline and `savefig` writes as PNG,
+with a diverging colour map centred at 0 (blue below, red above, white at 0;
+NaN and ±inf black, off the scale) and its axes labelled, with lines of text
+under them; it returns a `Picture`, a matplotlib Figure that Jupyter shows inline and `savefig` writes as PNG,
 SVG or PDF. Panels of one `group` share their colour scale, so that two
 matrices meant to be equal look equal.
 
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 COLOUR_MAP = "RdBu_r"
+NOT_FINITE = "black"  # NaN and ±inf: outside the colour scale, and unlike any colour on it
 LABELLED_TICKS = 16  # up to this many rows or columns every index is labelled; beyond, about this many
 ANNOTATED = 64  # a matrix of at most this many cells shows each value in its cell
 
@@ -70,9 +71,10 @@ def _ticks(axis_labels, count):
 
 
 def _limit(matrices):
-    """The colour scale's half-width: the largest magnitude among `matrices` (1 where all are 0)."""
-    largest = max((float(np.nanmax(np.abs(m))) if m.size else 0.0) for m in matrices)
-    return largest if largest > 0 and np.isfinite(largest) else 1.0
+    """The colour scale's half-width: the largest finite magnitude among `matrices` (1 where all are 0 or not
+    finite); an inf does not set it, or every finite value would be drawn as 0."""
+    largest = max((float(np.abs(m[np.isfinite(m)]).max(initial=0.0)) for m in matrices), default=0.0)
+    return largest if largest > 0 else 1.0
 
 
 def _picture_class():
@@ -92,9 +94,13 @@ def _picture_class():
 def figure(rows, title="", notes=()):
     """A `Picture` of rows of `Panel`s, `title` above and `notes` (lines of text) below; each panel's size grows
     with its matrix, within bounds, with room for the values where they are written in the cells."""
+    from matplotlib import colormaps
     from matplotlib.colors import TwoSlopeNorm
 
     rows = [list(row) for row in rows]
+    colours = colormaps[COLOUR_MAP].with_extremes(bad=NOT_FINITE)
+    if any(not np.isfinite(p.matrix).all() for row in rows for p in row):
+        notes = [*notes, f"{NOT_FINITE}: nan or ±inf, outside the colour scale"]
     ncols = max(len(row) for row in rows)
     annotated = all(p.matrix.size <= ANNOTATED for row in rows for p in row)
     cell = 0.55 if annotated else 0.3  # inches
@@ -113,7 +119,7 @@ def figure(rows, title="", notes=()):
         for c, p in enumerate(row):
             ax = picture.add_subplot(grid[r, c])
             m = limits[p.group]
-            image = ax.imshow(p.matrix, cmap=COLOUR_MAP, norm=TwoSlopeNorm(0.0, -m, m), aspect="auto",
+            image = ax.imshow(p.matrix, cmap=colours, norm=TwoSlopeNorm(0.0, -m, m), aspect="auto",
                               interpolation="nearest")
             picture.colorbar(image, ax=ax, shrink=0.9)
             ax.set_title(p.title, fontsize=10)
@@ -127,7 +133,7 @@ def figure(rows, title="", notes=()):
             if annotated:
                 for (i, j), value in np.ndenumerate(p.matrix):
                     ax.text(j, i, f"{value:.2g}" if value else "0", ha="center", va="center", fontsize=6.5,
-                            color="white" if abs(value) > 0.6 * m else "#1f1f1f")
+                            color="white" if not abs(value) <= 0.6 * m else "#1f1f1f")  # light on NOT_FINITE too
     if title:
         picture.suptitle(title, fontsize=11)
     if notes:  # a figure-level label, so that the layout makes room for every line

@@ -70,9 +70,13 @@ def parse_setting_or_reference(text):
     path = input_file(text)
     try:
         with np.load(path) as arrays:
-            return References((name, arrays[name]) for name in arrays.files)
+            references = References((name, arrays[name]) for name in arrays.files)
     except (OSError, ValueError) as exc:
         raise argparse.ArgumentTypeError(f"{text}: not a .npz file of arrays ({exc})") from None
+    if not references:
+        raise argparse.ArgumentTypeError(f"{text} holds no arrays; save each module's output by its name, "
+                                         "e.g. np.savez(path, **{'transformer.h.0': array})")
+    return references
 
 
 def _table(report):

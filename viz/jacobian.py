@@ -144,9 +144,19 @@ def _make_softmax(shape, rng):
 
 
 def _make_masked_softmax(shape, rng):
-    """A causal mask over the last two axes (query i sees keys 0 … i), as attention's."""
+    """A causal mask over the last two axes, as attention's: the last query sees every key, so query i sees
+    keys 0 … i + (keys − queries)."""
     mask = np.tril(np.ones(shape[-2:], dtype=bool), k=shape[-1] - shape[-2])
     return rng.standard_normal(shape), lambda x: ag.softmax(x, mask=mask)
+
+
+def _causal_note(op):
+    """The mask drawn, in words: which keys query i sees, for any number of queries and keys."""
+    queries, keys = op.params["mask"].shape
+    offset = keys - queries
+    sees = "keys 0 … i" + (f" + {offset}" if offset > 0 else f" − {-offset}" if offset < 0 else "")
+    blind = f"; queries 0 … {-offset - 1} see none, p = 0" if offset < 0 else ""
+    return f"mask: query i sees {sees}{blind}; a hidden key has p = 0, so its row and column of J are 0"
 
 
 def _make_log_softmax(shape, rng):
@@ -171,10 +181,18 @@ def _make_elementwise(method):
 
 
 def _make_embedding(shape, rng):
-    """Four ids into a table W of `shape`, the first repeated last: its row of W is read twice."""
+    """Four ids into a table W of `shape`, the first repeated last: its row of W is read at least twice."""
     ids = rng.integers(0, shape[0], size=4)
     ids[-1] = ids[0]
     return rng.standard_normal(shape), lambda w: ag.embedding(w, ids)
+
+
+def _repeated_row_note(op):
+    """The first id's row, read as often as the ids repeat it (a table of few rows draws it more than twice)."""
+    ids = op.ids.ravel()
+    count = int((ids == ids[0]).sum())
+    read, rows = ("twice", "both rows") if count == 2 else (f"{count} times", f"those {count} rows")
+    return f"ids = {ids.tolist()}: row {ids[0]} of W is read {read}, so the VJP adds {rows} of g into it (a scatter-add)"
 
 
 def _make_matmul(shape, rng):
@@ -193,8 +211,7 @@ OPS = {case.name: case for case in (
            ops.Softmax, _make_softmax, _softmax_closed),
     OpCase("masked_softmax", "diag(p) − ppᵀ with p = 0 where masked (causal)", (4, 4),
            "z, the scores (queries, keys), causally masked", ops.Softmax, _make_masked_softmax, _softmax_closed,
-           ndim=(2,), note=lambda op: "mask: query i sees keys 0 … i; a hidden key has p = 0, so its row and "
-                                      "column of J are 0"),
+           ndim=(2,), note=_causal_note),
     OpCase("log_softmax", "∂y/∂z = I − 1pᵀ (each row alone)", (5,), "z: (n,) or (rows, n)",
            ops.LogSoftmax, _make_log_softmax, _log_softmax_closed),
     OpCase("cross_entropy", "∂Lᵢ/∂zᵢ = pᵢ − onehot(yᵢ) (reduction='none')", (3, 5),
@@ -211,8 +228,7 @@ OPS = {case.name: case for case in (
     OpCase("embedding", "∂z[k,c]/∂W[v,c′] = 1[idsₖ = v]·1[c = c′]", (5, 3),
            "W, the table (rows, width); 4 ids are drawn with the seed, the first repeated",
            ops.Embedding, _make_embedding, _embedding_closed, ndim=(2,),
-           note=lambda op: f"ids = {op.ids.tolist()}: row {op.ids[0]} of W is read twice, so the VJP adds both "
-                           "rows of g into it (a scatter-add)"),
+           note=_repeated_row_note),
     OpCase("matmul", "∂Z[i,l]/∂A[j,c] = δᵢⱼ·B[c,l]  (I ⊗ Bᵀ)", (2, 3),
            "A (rows, inner) of Z = A @ B; B (inner, 2) is drawn with the seed", ops.MatMul, _make_matmul,
            _matmul_closed, ndim=(2,)),
@@ -283,7 +299,7 @@ def _picture(fn, x, closed, closed_title, title, rng, rule=None, note=None):
     if rule:
         notes += textwrap.wrap(rule, 96, initial_indent="  ", subsequent_indent="    ")
     if note is not None:
-        notes.append(note(out))
+        notes += textwrap.wrap(note(out), 90, subsequent_indent="  ")  # the narrowest picture holds 90
     panels = _panels(jacobian, out.shape, x.shape, closed, closed_title)
     return JacobianPicture(figure([panels], title, notes), jacobian, closed, difference, vjp)
 

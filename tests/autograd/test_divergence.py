@@ -101,6 +101,32 @@ def test_a_second_implementation_is_matched_op_by_op():
     assert other.rows["backward"] == []
 
 
+def test_an_op_that_parts_before_the_graphs_differ_is_named_first():
+    """The place where a second implementation's graph leaves the recorded one was listed before the ops
+    compared up to it, so it was named as where the runs part though an op before it had already parted."""
+    x = Tensor(np.linspace(-1, 1, 8).astype(np.float32), requires_grad=True)
+    report = ag.diverge(lambda t: (t * 2.0).tanh().sum(), [x], a=lambda t: (t * 2.001).sigmoid().sum())
+    assert (report.forward.op, report.forward.index, report.forward.note) == ("Mul", 1, "")
+    assert report.first_difference["forward"] is report.forward
+    assert [(c.index, c.parts, bool(c.note)) for c in report.rows["forward"]] == [(1, True, False), (2, True, True)]
+    text = str(report)
+    assert "forward: the runs part first at #1 Mul" in text
+    assert "backward: not compared (the graphs differ at #2, so backward's steps cannot be matched)" in text
+
+
+def test_reference_arrays_against_a_function_whose_graph_differs_are_refused_by_place():
+    fn = small_model()
+    out = fn().op.inputs[0].data  # head's output
+
+    def other():
+        with ag.name_scope("embed"):
+            x = ag.embedding(Tensor(np.ones((6, 4), np.float32), requires_grad=True), IDS)
+        return x.sigmoid().sum()
+    with pytest.raises(ValueError, match=r"setting a's function leaves the recorded graph at op #2 \(the graphs "
+                                         r"differ here: one runs MatMul \(2, 3, 6\), the other Sigmoid"):
+        ag.diverge(fn, a=other, reference={"head": out})
+
+
 def test_reference_arrays_are_compared_with_each_modules_output():
     fn = small_model()
     captured = {}
@@ -134,6 +160,12 @@ def test_a_reference_heading_names_the_module_compared_not_its_last_ops_scope():
 def test_a_reference_for_a_module_the_graph_lacks_is_refused_by_name():
     with pytest.raises(KeyError, match="no module named 'transformer.h.0' .* include embed, head"):
         ag.diverge(small_model(), reference={"transformer.h.0": np.zeros(3)})
+
+
+def test_an_empty_reference_is_refused_not_reported_as_compared():
+    """{} was taken as references and the report said "forward: not compared (no op)", as if fn had no ops."""
+    with pytest.raises(ValueError, match="the reference holds no arrays; give {module name: its output array}"):
+        ag.diverge(small_model(), reference={})
 
 
 @pytest.mark.parametrize("a, error, message", [

@@ -219,6 +219,22 @@ def test_gradcheck_draws_analytic_numeric_and_their_difference_on_a_failure(tmp_
     np.testing.assert_allclose(difference, x * v, atol=1e-6)
 
 
+def test_a_heatmap_scales_to_its_finite_values_and_draws_nan_and_inf_apart():
+    """An inf set the scale to ±1, so every finite value was drawn as 0; NaN and inf were drawn white, as 0 is,
+    and an inf's value was written white on white."""
+    m = np.array([[1e-3, -2e-3, np.inf], [3e-3, np.nan, -1e-3]])
+    picture = heatmaps.figure([[heatmaps.Panel("m", m)]])
+    image = next(ax.images[0] for ax in picture.axes if ax.images)
+    assert (image.norm.vmin, image.norm.vmax) == (-3e-3, 3e-3)
+    rgba = image.to_rgba(image.get_array())
+    black = (0.0, 0.0, 0.0, 1.0)
+    assert tuple(rgba[0, 2]) == tuple(rgba[1, 1]) == black
+    assert tuple(rgba[1, 0]) == tuple(image.cmap(1.0))  # 3e-3, the largest finite value, at the top of the scale
+    written = {t.get_text(): t.get_color() for ax in picture.axes for t in ax.texts}
+    assert written["inf"] == written["nan"] == "white"
+    assert "black: nan or ±inf, outside the colour scale" in picture._supxlabel.get_text()
+
+
 def test_gradcheck_reports_the_mismatch_when_the_picture_cannot_be_written(tmp_path):
     path = tmp_path / "no" / "such" / "folder" / "p.png"
     with pytest.raises(ag.GradcheckError, match="picture: not written"):

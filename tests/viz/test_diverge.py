@@ -51,9 +51,12 @@ def test_settings_are_words_joined_by_commas(setting, parsed):
     (["models.tiny", "--a", "threads=0", "--b", "cpu"], "threads=N takes a positive whole number"),
     (["models.tiny", "--a"], "argument --a: expected one argument"),
     (["models.tiny", "--a", "fused", "--b", "missing.npz"], "missing.npz"),
+    (["models.tiny", "--b", "empty.npz"], "empty.npz holds no arrays; save each module's output by its name"),
     (["models.tiny", "--format", "svg", "--out", "parts.png"], "--format svg but --out parts.png names a .png file"),
 ])
-def test_bad_settings_are_refused_before_any_work(argv, message, capsys):
+def test_bad_settings_are_refused_before_any_work(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    np.savez("empty.npz")
     with pytest.raises(SystemExit) as exit_info:
         vd.main(argv)
     assert exit_info.value.code == 2

@@ -44,6 +44,35 @@ def test_embeddings_jacobian_is_its_scatter_pattern_with_the_repeated_row_read_t
     np.testing.assert_array_equal(drawn.closed, drawn.jacobian)
 
 
+@pytest.mark.parametrize("shape, sees", [
+    ((4, 4), "query i sees keys 0 … i;"),
+    ((2, 4), "query i sees keys 0 … i + 2;"),
+    ((4, 2), "query i sees keys 0 … i − 2; queries 0 … 1 see none, p = 0;"),
+])
+def test_the_causal_masks_note_says_which_keys_each_query_sees(shape, sees):
+    """The note said "query i sees keys 0 … i" whatever the shape; the mask lets the last query see every key."""
+    drawn = vj.picture("masked_softmax", shape=shape)
+    queries, keys = shape
+    j = drawn.jacobian.reshape(queries, keys, queries, keys)
+    for i in range(queries):  # J's rows are nonzero at the keys query i sees (all 0 where it sees one or none)
+        seen = i + keys - queries
+        assert [k for k in range(keys) if j[i, k].any()] == (list(range(seen + 1)) if seen >= 1 else [])
+    assert f"mask: {sees}" in drawn.figure._supxlabel.get_text()
+
+
+@pytest.mark.parametrize("shape, row, reads, read", [
+    ((5, 3), 4, 2, "row 4 of W is read twice, so the VJP adds both rows of g into it"),
+    ((2, 1), 1, 4, "row 1 of W is read 4 times, so the VJP adds those 4 rows of g into it"),
+])
+def test_the_embeddings_note_counts_the_reads_of_the_repeated_row(shape, row, reads, read):
+    """The note said "read twice" however often the ids repeat the row: a table of 2 rows reads one 4 times."""
+    drawn = vj.picture("embedding", shape=shape)
+    rows, width = shape
+    j = drawn.jacobian.reshape(4, width, rows, width)
+    assert j[0, 0, row, 0] == 1 and j[:, :, row, :].sum() == reads * width  # the first id's row, read `reads` times
+    assert read in " ".join(line.strip() for line in drawn.figure._supxlabel.get_text().splitlines())
+
+
 def test_a_shape_of_the_users_changes_the_matrix():
     drawn = vj.picture("layer_norm", shape=(3, 2), seed=1)
     assert drawn.jacobian.shape == (3, 2, 3, 2)
