@@ -8,8 +8,12 @@ A front door is a file in models/ of two lines, `front_door(__name__, "models.tr
 - run (`python -m models.train`), it installs the one-line Ctrl-C first (the
   imports that follow take most of a command's start-up, see interrupts.py) and
   then runs the real module's main(); a library (models.gpt2) says it is one.
+  Output piped to a reader that stops early (`| head`) ends the command quietly,
+  not with a BrokenPipeError traceback.
 """
 import importlib
+import os
+import select
 import sys
 
 from models.interrupts import exit_quietly_on_interrupt
@@ -25,5 +29,23 @@ def front_door(name, real):
             sys.exit(f"{real.rpartition('.')[2]}: error: {exc}")
         if not hasattr(module, "main"):
             sys.exit(f"{real} is a library with no command line: import it (see its docstring)")
-        sys.exit(module.main())
+        try:
+            code = module.main()
+            sys.stdout.flush()  # here, where a closed pipe can be caught, rather than at exit
+        except BrokenPipeError:
+            if not _reader_gone(sys.stdout):  # another pipe broke (a worker's): a real error
+                raise
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left for exit to flush
+            code = 0
+        sys.exit(code)
     sys.modules[name] = importlib.import_module(real)
+
+
+def _reader_gone(stream):
+    """Whether `stream` is a pipe whose reader has closed it (`| head` read its lines): it polls as an error."""
+    try:
+        poll = select.poll()
+        poll.register(stream.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), or no descriptor behind the stream
+        return False

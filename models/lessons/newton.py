@@ -79,9 +79,9 @@ def newton(model, cur, nxt, steps=20, cg_iterations=20, damping=1.0, on_step=Non
     """Damped Newton-CG; returns [(step, passes, loss)], one row per step and one after the last.
 
     Each step: g = ∇L with its graph (one pass); CG on (H + λI) p = −g (a pass per H v); one more H p for the
-    reduction the quadratic model predicts, −(g·p + ½ pᵀHp), which the new loss is compared with: λ falls by
-    ⅔ when it came true (ratio above ¾), rises by 1.5 when it did not (below ¼), and a step that raised the
-    loss is undone.
+    reduction the quadratic model predicts, −(g·p + ½ pᵀHp), which the new loss is compared with: λ is
+    multiplied by ⅔ when it came true (ratio above ¾) and by 1.5 when it did not (below ¼), and a step that
+    raised the loss is undone.
     """
     params = model.parameters()
     history, passes = [], 0

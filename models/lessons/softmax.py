@@ -38,12 +38,14 @@ def main(argv=None):
 
     z = np.array(args.z)
     p, jacobian, formula = softmax_jacobian(z)
-    shift = z.max() if z.max() > 50 else 0.0  # e^z overflows past about 709; subtracting max z leaves p the same
+    # e^z overflows past z ≈ 709 and underflows to 0 below about −745 (0 / 0 is no p): subtracting max z leaves p
+    # the same and puts the largest e^z at 1
+    shift = z.max() if abs(z.max()) > 50 else 0.0
     e = np.exp(z - shift)
     names = [f"z{j}" for j in range(len(z))]
     rows = [f"p{i}" for i in range(len(z))]
     section("softmax 的雅可比", f"lesson 000: ∂p/∂z for z = ({', '.join(f'{v:g}' for v in z)})")
-    shifted = f" (z shifted by {shift:g}: the same p, no overflow)" if shift else ""
+    shifted = f" (z shifted by {shift:g}: the same p, its largest e^z now 1)" if shift else ""
     print(f"  p = e^z / Σ e^z = ({', '.join(fixed(v) for v in e)}) / {fixed(e.sum())}{shifted}")
     print(f"    = ({', '.join(fixed(v) for v in p)})")
     print("\n  the engine: ag.jacobian(ag.softmax, z), one backward() per output p_i")

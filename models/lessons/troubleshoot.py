@@ -235,6 +235,11 @@ def main(argv=None):
                         "under the system's temporary folder, never the current one: a lesson is no project)")
     args = p.parse_args(argv)
     out_dir = Path(args.out_dir) if args.out_dir else Path(tempfile.mkdtemp(prefix="gptgrad-troubleshoot-"))
+    try:  # now, not when failure 2 writes there half a minute later: a --out-dir that cannot be a folder says so
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        p.error(f"--out-dir {args.out_dir}: cannot make that folder "
+                f"({'a file is there' if out_dir.exists() else exc.strerror or exc})")
     section("failure 1", "a learning rate 30× too high, and a loss in two ops: the loss goes NaN")
     lr_too_high()
     section("failure 2", "an initialisation 10× too large: GELU saturates, attention sharpens")

@@ -1,6 +1,7 @@
 """models/ is three packages (lessons, gpt, training) and front doors: each short name is the real module itself."""
 import ast
 import importlib
+import os
 import re
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import models
+from models import doors
 
 MODELS = Path(models.__file__).resolve().parent
 FAMILIES = sorted(p.parent.name for p in MODELS.glob("*/__init__.py"))
@@ -74,6 +76,30 @@ def test_python_dash_m_through_a_front_door_runs_the_real_main(door):
         return
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"usage: python -m {door}"), result.stdout[:200]
+
+
+@pytest.mark.parametrize("door", ["models.neuron", "models.softmax"])
+def test_output_to_a_reader_that_has_gone_ends_quietly(door):
+    """`python -m models.tiny | head` stops reading early; the lesson stops without a BrokenPipeError traceback
+    (or, its output still buffered, Python's "Exception ignored" at exit). Here the reader is gone from the start."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run([sys.executable, "-m", door], stdout=write, stderr=subprocess.PIPE, text=True,
+                                cwd=MODELS.parent, timeout=120)
+    finally:
+        os.close(write)
+    assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_still_an_error(monkeypatch):
+    def main():
+        raise BrokenPipeError(32, "Broken pipe")  # a worker's pipe, say: stdout itself is fine
+    monkeypatch.setitem(sys.modules, "fake_command", type(sys)("fake_command"))
+    sys.modules["fake_command"].main = main
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # front_door installs the Ctrl-C hook
+    with pytest.raises(BrokenPipeError):
+        doors.front_door("__main__", "fake_command")
 
 
 def test_python_dash_m_runs_a_command_to_its_end():

@@ -63,6 +63,16 @@ def test_softmax_command_takes_other_logits_and_refuses_bad_ones():
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--z" in bad.stderr
 
 
+def test_softmax_command_writes_no_zero_over_zero_for_very_negative_logits():
+    # e^−800 underflows to 0: unshifted, the line read (0.000000, 0.000000) / 0.000000 = (0.731059, 0.268941)
+    result = run("models.softmax", "--z", "-800", "-801")
+    assert result.returncode == 0, result.stderr
+    e = math.exp(-1)
+    assert (f"p = e^z / Σ e^z = (1.000000, {e:.6f}) / {1 + e:.6f} (z shifted by -800: the same p, its largest e^z "
+            "now 1)") in result.stdout
+    assert f"= ({1 / (1 + e):.6f}, {e / (1 + e):.6f})" in result.stdout  # (0.731059, 0.268941)
+
+
 @pytest.fixture(scope="module")
 def bigram_output():
     result = run("models.bigram")

@@ -111,3 +111,14 @@ def test_the_lesson_writes_into_a_temporary_folder_not_the_current_one(tmp_path,
     out_dir.rmdir()
     assert troubleshoot.main(["--out-dir", "mine"]) == 0
     assert given[1] == Path("mine")
+
+
+def test_an_out_dir_that_cannot_be_a_folder_is_refused_before_the_lesson_runs(tmp_path, monkeypatch, capsys):
+    (tmp_path / "notes").write_text("a file")
+    monkeypatch.setattr(troubleshoot, "lr_too_high", lambda: pytest.fail("ran the lesson before checking --out-dir"))
+    for given, why in ((tmp_path / "notes", "a file is there"), (tmp_path / "notes" / "sub", "Not a directory")):
+        with pytest.raises(SystemExit) as exit_:
+            troubleshoot.main(["--out-dir", str(given)])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert err.endswith(f"error: --out-dir {given}: cannot make that folder ({why}) (see --help)\n"), err
