@@ -323,8 +323,9 @@ def _dtype_of(s, recorded):
 def diverge(fn, inputs=(), a=None, b=None, reference=None):
     """Run fn(*inputs) and its backward under settings `a` and `b` (or `a` against `reference` arrays) and
     report the first op, forward then backward, where the runs part beyond the drift a float64 run of the same
-    graph predicts (see the module's docstring). Returns a DivergeReport; print it for the table."""
-    inputs = list(inputs)
+    graph predicts (see the module's docstring). Returns a DivergeReport; print it for the table. `inputs` is the
+    Tensor fn takes, or a sequence of fn's arguments."""
+    inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)  # list() would split one tensor into its rows
     sa, sb = setting(a, "a"), setting(b, "b")
     if reference is not None and b is not None:
         raise TypeError(f"{WHO}: give setting b or reference arrays, not both (the references stand for run b)")

@@ -218,7 +218,9 @@ def linear(x, weight, bias=None):
     if bias is not None and bias.shape != (weight.shape[1],):
         raise ShapeError(f"linear: bias has shape {bias.shape}, expected ({weight.shape[1]},)")
     inputs = (x, weight) if bias is None else (x, weight, bias)
-    return ops.Linear.apply(*float_alike(inputs))
+    if all(isinstance(t, Tensor) for t in inputs):  # else Linear.apply names the input that is not one
+        inputs = float_alike(inputs)
+    return ops.Linear.apply(*inputs)
 
 
 # ---- constructors ---------------------------------------------------------------------

@@ -77,6 +77,8 @@ def _failure_table(failures, atol, rtol):
 def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0, picture=None):
     """True if backward() matches finite differences for every input that requires grad; raises otherwise.
 
+    `inputs` is the Tensor fn takes, or a sequence of fn's arguments (as in torch.autograd.gradcheck).
+
     The error lists the worst entries: which input, the index in it, the
     gradient backward() gave (analytic), the finite-difference estimate
     (numeric) and their absolute difference. `picture`: a path (.png, .svg or
@@ -87,7 +89,7 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0, picture=None):
     The inputs' arrays are left as they were, the same objects with the same
     values, even when fn raises: the entries are nudged in a copy.
     """
-    inputs = list(inputs)
+    inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)  # list() would split one tensor into its rows
     checked = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
     if not checked:
         raise ValueError("gradcheck: no input requires grad; pass Tensors with requires_grad=True")

@@ -188,12 +188,10 @@ class Function:
 
     @classmethod
     def apply(cls, *inputs, **params):
-        device = inputs[0].device
+        device = getattr(inputs[0], "device", None)
         for t in inputs:
-            if t.device != device:
-                raise RuntimeError(
-                    f"{cls.__name__}: inputs are on different devices "
-                    f"({', '.join(i.device for i in inputs)}); move them with .to({device!r}) first")
+            if not isinstance(t, Tensor) or t.device != device:
+                _refuse_inputs(cls.__name__, inputs)
         op = cls()
         op.xp = backend.xp_for(device)
         op.needs_grad = tuple(t._requires_grad for t in inputs) if _grad_mode.enabled else (False,) * len(inputs)
@@ -260,6 +258,15 @@ class Function:
     def __reduce__(self):  # pickle and deepcopy: its module (xp) and saved arrays belong to the process that ran it
         raise TypeError(f"pickle: {self.name} is an op of a recorded graph, which is never pickled or deep-copied; "
                         "pickle or copy t.detach() (the values without the graph), or the leaves")
+
+
+def _refuse_inputs(op, inputs):
+    """The error for an op's inputs that are not all Tensors on one device."""
+    for i, t in enumerate(inputs):
+        if not isinstance(t, Tensor):  # a NumPy array has a .device too: it would fail further on, in no op's words
+            raise TypeError(f"{op}: input {i} is a {type(t).__name__}, not a Tensor; wrap it first, Tensor(x)")
+    raise RuntimeError(f"{op}: inputs are on different devices ({', '.join(t.device for t in inputs)}); move them "
+                       f"with .to({inputs[0].device!r}) first")
 
 
 def _as_array(data, dtype, device):
@@ -572,15 +579,19 @@ class Tensor:
 
     def _lift(self, other):
         """A constant operand as a Tensor; Python numbers and lists take this tensor's float dtype, as in
-        PyTorch (`float32 + [1, 2]` stays float32). NumPy arrays keep their dtype and NumPy's promotion."""
+        PyTorch (`float32 + [1, 2]` stays float32), and a Python int that an integer tensor's dtype holds takes
+        that dtype, as in NumPy and PyTorch (`int32 + 1` stays int32; one it cannot hold widens the result rather
+        than wrap). NumPy arrays keep their dtype and NumPy's promotion."""
         if isinstance(other, Tensor):
             return other
-        if self.data.dtype.kind in FLOAT_KINDS:
+        dtype = self.data.dtype
+        if dtype.kind in FLOAT_KINDS:
             if isinstance(other, (int, float)):
-                return Tensor._make(backend.xp_for(self.device).asarray(other, dtype=self.data.dtype),
-                                    self.device, False, None)
+                return Tensor._make(backend.xp_for(self.device).asarray(other, dtype=dtype), self.device, False, None)
             if isinstance(other, (list, tuple)):
-                return Tensor(other, dtype=self.data.dtype, device=self.device)
+                return Tensor(other, dtype=dtype, device=self.device)
+        elif dtype.kind in "iu" and isinstance(other, int) and np.iinfo(dtype).min <= other <= np.iinfo(dtype).max:
+            return Tensor._make(backend.xp_for(self.device).asarray(other, dtype=dtype), self.device, False, None)
         return Tensor(other, device=self.device)
 
     def _binary(self, op, other, reflected=False, floating=False):

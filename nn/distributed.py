@@ -227,6 +227,7 @@ def broadcast_parameters(module, root=0):
         _timed(_collectives.broadcast, flat, root)
         for p, piece in _pieces(flat, bucket):
             p.data[...] = piece
+            p.mark_changed()  # a graph recorded before holds the old values: its backward must refuse
 
 
 def all_reduce_gradients(module):

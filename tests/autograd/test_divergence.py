@@ -92,6 +92,12 @@ def test_a_float64_graph_expects_float64s_rounding():
     assert "the runs agree to the bit at all 3 ops" in str(report)
 
 
+def test_one_tensor_given_as_the_inputs_is_fns_one_argument():
+    x = Tensor(np.linspace(-2, 2, 6).reshape(2, 3), requires_grad=True)  # list() made its two rows two arguments
+    report = ag.diverge(lambda t: (t * t).tanh().sum(), x, a={"fused": True}, b={"fused": False})
+    assert "the runs agree to the bit at all 3 ops" in str(report)
+
+
 def test_a_second_implementation_is_matched_op_by_op():
     x = Tensor(np.linspace(-1, 1, 8).astype(np.float32), requires_grad=True)
     report = ag.diverge(lambda t: (t * 2.0).tanh().sum(), [x], a=lambda t: (t * 2.001).tanh().sum())

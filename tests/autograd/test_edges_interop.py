@@ -210,6 +210,21 @@ def test_a_python_operand_gives_pytorchs_result_dtype(dtype, operand):
     np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
 
 
+@pytest.mark.parametrize("dtype", ["int32", "int16", "uint8"])
+@pytest.mark.parametrize("op", [lambda t: t + 3, lambda t: 3 - t, lambda t: t * 2, lambda t: t ** 2])
+def test_a_python_int_keeps_an_integer_tensors_dtype_as_in_pytorch(dtype, op):
+    ours = op(Tensor(np.array([1, 2, 5], dtype=dtype)))
+    theirs = op(torch.tensor([1, 2, 5], dtype=getattr(torch, dtype)))  # uint8's 3 − 5 wraps to 254 in both
+    assert str(ours.dtype) == str(theirs.dtype).removeprefix("torch.") == dtype
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+def test_a_python_int_that_an_integer_tensors_dtype_cannot_hold_widens_it_rather_than_wrap():
+    out = Tensor(np.array([1, 2], dtype=np.uint8)) + 300
+    assert out.dtype == np.int64
+    np.testing.assert_array_equal(out.numpy(), [301, 302])
+
+
 # ---- PyTorch's spellings ------------------------------------------------------------------------------------------
 
 X = np.random.default_rng(1).integers(0, 4, size=(2, 3, 4)).astype(np.float64)  # many ties

@@ -445,3 +445,17 @@ def test_layer_norm_bias_that_is_not_a_tensor_is_refused_like_the_weight():
         ag.layer_norm(Tensor(np.ones((2, 3))), Tensor(np.ones(3)), np.ones(3))
     assert _message(info) == ("layer_norm: bias must be a Tensor of shape (3,) or None, got ndarray; wrap it, "
                               "Tensor(bias), or pass None for no shift")
+
+
+@pytest.mark.parametrize("call, op", [
+    (lambda a: ag.softmax(a), "Softmax"), (lambda a: ag.log_softmax(a), "LogSoftmax"),
+    (lambda a: ag.cross_entropy(a, np.array([0, 1])), "CrossEntropy"), (lambda a: ag.dropout(a, 0.5), "Dropout"),
+    (lambda a: ag.layer_norm(a, Tensor(np.ones(3, np.float32))), "LayerNorm"),
+    (lambda a: ag.linear(a, Tensor(np.ones((3, 2), np.float32))), "Linear"),
+    (lambda a: nn.Linear(3, 2)(a), "Linear"),
+])
+def test_an_array_where_an_op_takes_a_tensor_names_the_op_and_the_fix(call, op):
+    # a NumPy array has a .device as a Tensor does: it got as far as an AttributeError inside the op
+    with pytest.raises(TypeError) as info:
+        call(np.ones((2, 3), np.float32))
+    assert _message(info) == f"{op}: input 0 is a ndarray, not a Tensor; wrap it first, Tensor(x)"

@@ -93,6 +93,15 @@ def test_passing_check_returns_true_and_leaves_inputs_unchanged():
     np.testing.assert_array_equal(x.data, data)
 
 
+def test_one_tensor_given_as_the_inputs_is_checked_as_fns_one_argument():
+    # as torch.autograd.gradcheck takes it; list() made its rows the inputs: fn(row) was checked against the rows'
+    # missing .grad, a false "backward() disagrees" for a right VJP (a 3-row tensor gave fn three arguments)
+    x = Tensor(np.array([[0.3, -1.2, 2.0]]), requires_grad=True)
+    assert ag.gradcheck(lambda t: (t * t).sum(axis=1), x) is True
+    v = np.random.default_rng(0).standard_normal(1)  # the check's projection of fn's one output
+    np.testing.assert_allclose(x.grad, 2 * v * x.data, rtol=1e-12)
+
+
 def test_a_failing_0d_input_gets_its_table_and_picture(tmp_path):
     x = Tensor(np.array(1.5), requires_grad=True)
     v = np.random.default_rng(0).standard_normal(())

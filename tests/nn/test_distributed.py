@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import nn
+from autograd import Tensor
 from nn import distributed as dist
 
 IN_PLACE = object()
@@ -175,6 +176,16 @@ def test_broadcast_overwrites_parameters_in_place_with_rank_0s(job):
     for p, array, want in zip(model.parameters(), arrays, root):
         assert p.data is array  # in place: an optimizer holding the arrays keeps seeing the model's
         np.testing.assert_array_equal(p.data, want)
+
+
+def test_broadcast_is_a_change_in_place_that_a_graph_recorded_before_it_refuses(job):
+    model = model_with_grads(0)
+    loss = (model(Tensor(np.ones((1, 3)))) ** 2).sum()  # saves the weights' old values for its backward
+    root = np.concatenate([np.full(p.size, 2.0) for p in model.parameters()])
+    dist._connect(FakeMPI(rank=1, other=[root]), "cpu", SHARED, IN_PLACE)
+    dist.broadcast_parameters(model)
+    with pytest.raises(RuntimeError, match="was changed in place after the forward that saved it"):
+        loss.backward()  # else the gradient would mix rank 1's old weights with rank 0's
 
 
 def test_host_values_sum_over_ranks(job):
