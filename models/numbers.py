@@ -1,8 +1,9 @@
 """How the lesson commands (and viz's text) print numbers and tables.
 
-A number has fixed decimals, but a nonzero below TINY (1e-4) is written in
-scientific notation, so that a tiny value never reads as zero: `is_tiny` and
-`fixed` are that rule, the one copy of it. A table labels its rows and columns
+A number has fixed decimals, but a nonzero below TINY (1e-4), or below one unit
+of the last decimal shown when that is larger, is written in scientific
+notation, so that a tiny value never reads as zero: `is_tiny` and `fixed` are
+that rule, the one copy of it. A table labels its rows and columns
 and keeps CJK labels aligned.
 """
 import math
@@ -14,9 +15,10 @@ import numpy as np
 TINY = 1e-4  # a nonzero value smaller than this is written 1.23e-05
 
 
-def is_tiny(values):
-    """Whether each value is nonzero and smaller than TINY in size (a number, or elementwise for an array)."""
-    return (values != 0) & (np.abs(values) < TINY)
+def is_tiny(values, decimals=6):
+    """Whether each value is nonzero and smaller in size than TINY, or than 10^−decimals, which `decimals` places
+    would show as 0 (a number, or elementwise for an array)."""
+    return (values != 0) & (np.abs(values) < max(TINY, 10.0 ** -decimals))
 
 
 def fixed(value, decimals=6):
@@ -26,7 +28,7 @@ def fixed(value, decimals=6):
         return "-inf" if value < 0 else "inf"
     if value == 0:
         return f"{0.0:.{decimals}f}"
-    if is_tiny(value):
+    if is_tiny(value, decimals):
         return f"{value:.2e}"
     return f"{value:.{decimals}f}"
 

@@ -35,13 +35,13 @@ def number(x, digits=4):
 
 def values_text(array, decimals=6):
     """An array's values in NumPy's layout (one line per row): `decimals` places, but 1.23e-05 for a nonzero
-    value below 1e-4 (the lesson commands' rule, models.numbers), so that tiny never reads as zero; integers as
-    integers."""
+    value below 1e-4 or below what `decimals` places show (the lesson commands' rule, models.numbers), so that
+    tiny never reads as zero; integers as integers."""
     a = host(array)
     if a.dtype.kind in "iub":
         return str(a.astype(np.int64).item()) if a.ndim == 0 else np.array2string(a.astype(np.int64), separator=", ")
     a = a.astype(np.float64) + 0.0  # + 0.0 turns −0.0 into 0.0
-    tiny = is_tiny(a)
+    tiny = is_tiny(a, decimals)
     if a.ndim == 0:
         if tiny:
             return fixed(a, decimals)
@@ -49,7 +49,7 @@ def values_text(array, decimals=6):
         return np.format_float_positional(float(a), precision=decimals, unique=True, trim=".").rstrip(".") \
             if float(a) != int(a) else f"{float(a):.1f}"
     if tiny.any():
-        width = decimals + 3
+        width = max(len(fixed(x, decimals)) for x in a.ravel())  # 1.23e-05 is wider than 0.12: one column width
         return np.array2string(a, separator=", ", max_line_width=100, threshold=10**9, formatter={
             "float_kind": lambda x: fixed(x, decimals).rjust(width)})
     a = np.round(a, decimals) + 0.0

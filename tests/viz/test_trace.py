@@ -300,9 +300,17 @@ def test_log_softmax_step_shows_p_the_probabilities_it_saved():
 
 
 def test_values_below_1e_4_print_in_scientific_notation():
-    assert vt.values_text(np.array([0.5, 3e-11, 0.0])) == "[ 0.500000,  3.00e-11,  0.000000]"
+    assert vt.values_text(np.array([0.5, 3e-11, 0.0])) == "[0.500000, 3.00e-11, 0.000000]"
     assert vt.values_text(np.array(2.5e-7)) == "2.50e-07"
     assert vt.values_text(np.array([4, 1])) == "[4, 1]"
+
+
+def test_fewer_decimals_write_what_they_would_round_to_zero_in_scientific_notation_in_aligned_columns():
+    """With --decimals 2, 0.003 (above 1e-4) printed as 0.00, and the cells beside a tiny one were narrower."""
+    text = vt.values_text(np.array([[0.003, 0.5], [-12.25, -1e-6]]), decimals=2)
+    assert text == "[[ 3.00e-03,      0.50],\n [   -12.25, -1.00e-06]]"
+    assert vt.values_text(np.array(0.003), decimals=2) == "3.00e-03"
+    assert (fixed(0.003, 2), fixed(0.003, 4), fixed(0.01, 2)) == ("3.00e-03", "0.0030", "0.01")
 
 
 def test_each_value_is_written_as_the_lesson_commands_write_it():
