@@ -21,7 +21,7 @@ softmax's diag(p) − ppᵀ, on inputs of a few elements.
 import numpy as np
 
 from . import backend
-from .tensor import Tensor, no_grad
+from .tensor import Tensor, enable_grad, no_grad
 
 WORST_SHOWN = 5
 
@@ -154,7 +154,8 @@ def jacobian(fn, x):
     if leaf.size > 1024:
         raise ValueError(f"jacobian: x has {leaf.size} elements; the full matrix is for small teaching inputs "
                          "(≤ 1024), use backward() for a vector-Jacobian product instead")
-    out = fn(leaf)
+    with enable_grad():  # inside no_grad() (an evaluation loop) too: unrecorded, every entry would read 0
+        out = fn(leaf)
     if not isinstance(out, Tensor):
         raise TypeError(f"jacobian: fn must return a Tensor, got {type(out).__name__}")
     xp = backend.xp_for(out.device)

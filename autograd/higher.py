@@ -16,13 +16,14 @@ its kernel; an op that cannot say what its VJP reads (Checkpoint, an op
 defined elsewhere without `saved_in_graph`) raises, naming itself, rather
 than return a second derivative that treats its arrays as constants.
 """
+import contextlib
 import copy
 import functools
 
 from . import anomaly, backend, functional, ops
 from . import tensor as _tensor
 from .gradcheck import jacobian
-from .tensor import Tensor, _as_array, enable_grad, name_scope, root_grad
+from .tensor import Function, Tensor, _as_array, enable_grad, name_scope, root_grad
 
 
 class Namespace:
@@ -137,20 +138,41 @@ def _tensors(xs, what):
     return xs
 
 
+class Outputs(Function):
+    """The root of one backward from several outputs: z = 0, whose VJP hands each output its own gradient,
+    doutᵢ = vᵢ (grad's grad_outputs), whatever g.
+
+    The vᵢ are a setting, not inputs: the walk starts from every output and never enters the graph behind a vᵢ.
+    As inputs (a root Σᵢ Σ outᵢ ⊙ vᵢ) they would be differentiated too, which adds outᵢ into the gradient of
+    an input that vᵢ depends on, and frees vᵢ's graph. Under create_graph the vᵢ are Tensors, so the gradients
+    returned still depend on them.
+    """
+
+    rule = "doutᵢ = vᵢ"
+    input_names = ("out",)
+
+    def forward(self, *outs, seeds):
+        self.seeds = seeds
+        return self.xp.zeros((), dtype=outs[0].dtype)
+
+    def saved_in_graph(self, inputs, out):
+        return ()  # the vᵢ are Tensors already under create_graph
+
+    def backward(self, g):
+        return tuple(self.seeds)
+
+
 def _root(outputs, grad_outputs, create_graph):
-    """One root and its gradient for a backward from several outputs: Σᵢ Σ(outputᵢ ⊙ vᵢ), whose gradient with
-    respect to outputᵢ is vᵢ exactly (1 · vᵢ), seeded with 1."""
+    """The root a backward from `outputs` starts from, its gradient, and each output's (its entry of
+    grad_outputs, checked): one output is its own root; several join under an Outputs."""
+    seeds = [root_tensor(out, v, "grad") if create_graph else root_grad(out, _data(v), "grad")
+             for out, v in zip(outputs, grad_outputs)]
     if len(outputs) == 1:
-        out, v = outputs[0], grad_outputs[0]
-        return out, root_tensor(out, v, "grad") if create_graph else root_grad(out, _data(v), "grad")
-    with enable_grad():
-        total = None
-        for out, v in zip(outputs, grad_outputs):
-            seed = root_tensor(out, v, "grad")
-            part = (out * seed).sum()
-            total = part if total is None else total + part
-    one = backend.xp_for(total.device).ones_like(total.data)
-    return total, Tensor._make(one, total.device, False, None) if create_graph else one
+        return outputs[0], seeds[0], seeds
+    with enable_grad():  # the root must require grad, whatever the caller's mode
+        root = Outputs.apply(*outputs, seeds=seeds)
+    one = backend.xp_for(root.device).ones_like(root.data)
+    return root, Tensor._make(one, root.device, False, None) if create_graph else one, seeds
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
@@ -177,18 +199,19 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
         if not x.requires_grad:
             raise RuntimeError(f"grad: input {i} does not require grad, so no gradient is defined for it; "
                                "make it with requires_grad=True")
-    root, seed = _root(outputs, grad_outputs, create_graph)
     free = not (create_graph if retain_graph is None else retain_graph)
     wanted = {}
     for i, x in enumerate(inputs):
         wanted.setdefault(id(x), []).append(i)
-    found, adopted = [None] * len(inputs), {id(seed)}  # the caller may hold the seed (grad_outputs)
     outer, _tensor._grad_only = _tensor._grad_only, True
     try:
-        for t, g, _ in _tensor.backward_steps(root, seed, free, create_graph):
-            for i in wanted.get(id(t), ()):
-                found[i] = g if create_graph else Tensor._make(_tensor.own_gradient(g, t, adopted), t.device, False,
-                                                               None)
+        with enable_grad() if create_graph else contextlib.nullcontext():  # recorded under no_grad() too
+            root, seed, seeds = _root(outputs, grad_outputs, create_graph)
+            found, adopted = [None] * len(inputs), {id(v) for v in seeds}  # the caller may hold them (grad_outputs)
+            for t, g, _ in _tensor.backward_steps(root, seed, free, create_graph):
+                for i in wanted.get(id(t), ()):
+                    found[i] = g if create_graph else Tensor._make(_tensor.own_gradient(g, t, adopted), t.device,
+                                                                   False, None)
     finally:
         _tensor._grad_only = outer
     missing = [i for i, g in enumerate(found) if g is None]
@@ -218,10 +241,11 @@ def hvp(fn, inputs, v):
     for u, x in zip(vs, xs):
         if u.shape != x.shape:
             raise ValueError(f"hvp: v has shape {u.shape} but its input has shape {x.shape}")
-    out = _scalar(fn(*xs), "hvp")
-    terms = [(g * u).sum() for g, u in zip(grad(out, xs, create_graph=True, allow_unused=True), vs)
-             if g is not None and g.requires_grad]  # a gradient without a graph is constant: its H v is 0
-    products = grad(sum(terms[1:], terms[0]), xs, allow_unused=True) if terms else [None] * len(xs)
+    with enable_grad():  # fn and its gradient recorded inside no_grad() too, as PyTorch's hvp records them
+        out = _scalar(fn(*xs), "hvp")
+        terms = [(g * u).sum() for g, u in zip(grad(out, xs, create_graph=True, allow_unused=True), vs)
+                 if g is not None and g.requires_grad]  # a gradient without a graph is constant: its H v is 0
+        products = grad(sum(terms[1:], terms[0]), xs, allow_unused=True) if terms else [None] * len(xs)
     products = [p if p is not None else namespace(x.device).zeros(x.shape, x.dtype) for p, x in zip(products, xs)]
     return out.detach(), products[0] if single else tuple(products)
 
@@ -237,7 +261,8 @@ def hessian(fn, x):
     """The Hessian H[i..., j...] = ∂²fn(x)/∂x[i...]∂x[j...], as a host float64 array of shape x.shape + x.shape.
 
     The Jacobian of the gradient: g = ∇fn with create_graph=True, then one backward per element of g
-    (ag.jacobian), as torch.autograd.functional.hessian gives it; for a few elements, for teaching.
+    (ag.jacobian, which records fn inside no_grad() too), as torch.autograd.functional.hessian gives it; for a
+    few elements, for teaching.
     """
     def gradient(t):
         (g,) = grad(_scalar(fn(t), "hessian"), t, create_graph=True, allow_unused=True)

@@ -147,8 +147,10 @@ class Pow(Function):
         dx = dy = None
         with backend.quiet_division(x):  # 0 · inf and ln 0 are computed below, then replaced
             if self.needs_grad[0]:
-                # where y = 0, z = 1 for every x, so dx = 0, also at x = 0 where y x^(y−1) is 0 · inf (as PyTorch)
-                dx = self.xp.where(y == 0, 0, g * y * x ** (y - 1))
+                # where y = 0, z = 1 for every x, so dx = 0, also at x = 0 where y x^(y−1) is 0 · inf (as PyTorch);
+                # there the exponent is 0, not −1, so that no x^(−1) = inf is computed: under create_graph the
+                # branch where did not pick is differentiated too, and its 0 · inf made (x ** 0)'' NaN at x = 0
+                dx = self.xp.where(y == 0, 0, g * y * x ** (y - 1 + (y == 0)))
             if self.needs_grad[1]:
                 # where x = 0 and y ≥ 0, dy = 0 as in PyTorch (z ln x → 0 as x → 0 for y > 0), not 0 · ln 0 = NaN
                 dy = self.xp.where(self.xp.logical_and(x == 0, y >= 0), 0, g * z * self.xp.log(x))
@@ -434,7 +436,7 @@ class GELU(Function):
 
 def _reduced_axes(ndim, axis):
     """The axes a reduction over `axis` (None, an int or a tuple) combines, as non-negative ints."""
-    if axis is None:
+    if axis is None or ndim == 0:  # a 0-d array has no axis to combine: NumPy takes its axis 0 (or −1) as none
         return tuple(range(ndim))
     return tuple(sorted({a % ndim for a in ((axis,) if isinstance(axis, int) else axis)}))
 
@@ -816,8 +818,16 @@ class CrossEntropy(Function):
 
     def saved_in_graph(self, inputs, out):
         """p = softmax(z) as a tensor of the graph, for the composed rule (the kernel's p − y is an array)."""
+        logits = inputs[0]
+        if self.fused and backend.xp_for(logits.device).may_share_memory(self.saved[0], logits.data):
+            # reuse_logits: the kernel wrote p − y over z, and a softmax of that would be a wrong p, silently
+            raise RuntimeError(
+                f"cross_entropy: with reuse_logits=True the fused kernel wrote its gradient over the logits (shape "
+                f"{logits.shape}, {logits.dtype}), so their values are gone and this loss cannot be differentiated "
+                "twice (create_graph=True); pass reuse_logits=False (a GPT: return_logits=True) where you need a "
+                "second derivative")
         self.fused = False
-        z, classes = _rows(inputs[0]), self.params["classes"]
+        z, classes = _rows(logits), self.params["classes"]
         t, ignore_index = self.params["targets"].reshape(-1), self.params["ignore_index"]
         valid = None if ignore_index is None else t != ignore_index  # as forward's composed path reads them
         if valid is not None:

@@ -564,12 +564,13 @@ class Tensor:
         """
         free = not (create_graph if retain_graph is None else retain_graph)
         if create_graph:
-            for t, g, _ in backward_steps(self, _higher.root_tensor(self, grad, "backward"), free, True):
-                if t._op is None or t._retains_grad:
-                    if t.grad is None:
-                        t.grad = g
-                    else:
-                        t.grad = t.grad + g if _anomaly is None else _anomaly.add_to_grad(t, g)
+            with enable_grad():  # recorded under no_grad() too: see backward_steps
+                for t, g, _ in backward_steps(self, _higher.root_tensor(self, grad, "backward"), free, True):
+                    if t._op is None or t._retains_grad:
+                        if t.grad is None:
+                            t.grad = g
+                        else:
+                            t.grad = t.grad + g if _anomaly is None else _anomaly.add_to_grad(t, g)
             return
         grad = root_grad(self, grad, "backward")
         adopted = {id(grad)}  # the caller may hold `grad`: never adopt it as a .grad
@@ -815,7 +816,10 @@ def backward_steps(root, grad, free=True, create_graph=False):
     pictures, kept until the graph goes, so the pictures can show the whole pass),
     and an op with backward_into adds its VJP into its input's gradient so far,
     in place, and sends nothing (its `sent` is empty). With `create_graph`, `grad` and every gradient are Tensors: each VJP is recorded
-    as ops of the graph (higher.vjp_in_graph), so the gradients can be differentiated again.
+    as ops of the graph (higher.vjp_in_graph), so the gradients can be differentiated again. The walk's own sums (a
+    tensor's parts, a part summed back over broadcast axes) are ops too, recorded only while grad mode is on: run
+    it inside enable_grad(), as backward and ag.grad do (PyTorch's engine records under no_grad() too), else a
+    gradient of several parts comes out without their graph.
     """
     checks = None  # detect_anomaly's checks of this pass: its own, as a checkpoint's backward runs a pass inside it
     if _anomaly is not None:

@@ -81,6 +81,49 @@ def test_grad_of_a_non_leaf_and_of_several_outputs(rng):
     np.testing.assert_allclose(both.data, ga.data + gb.data, rtol=1e-14)
 
 
+def test_grad_of_several_outputs_takes_their_grad_outputs_as_given_not_as_more_to_differentiate(rng):
+    # v = 3x depends on x: the gradient is Σᵢ Jᵢᵀ v = (2 + eˣ) 3x, as torch.autograd.grad gives it; a root
+    # Σᵢ Σ yᵢ ⊙ v with v an input of it added ∂/∂v's y₁ + y₂ = 2x + eˣ into x's gradient, and freed v's graph
+    x0 = rng.uniform(-1, 1, 2)
+    for create_graph in (False, True):
+        x = leaf(x0)
+        v = x * 3.0
+        (g,) = ag.grad([x * 2.0, x.exp()], x, grad_outputs=[v, v], create_graph=create_graph)
+        np.testing.assert_allclose(g.data, (2 + np.exp(x0)) * 3 * x0, rtol=1e-14)
+        if create_graph:  # differentiated through v's graph as well: ∂/∂x Σ (2 + eˣ) 3x = 3 (2 + eˣ) + 3x eˣ
+            (h,) = ag.grad(g.sum(), x)
+            np.testing.assert_allclose(h.data, 3 * (2 + np.exp(x0)) + 3 * x0 * np.exp(x0), rtol=1e-14)
+        else:
+            v.sum().backward()  # v's graph is the caller's: neither walked nor freed
+            np.testing.assert_array_equal(x.grad, [3.0, 3.0])
+    seed = np.array([1.0, 1.0])  # an output's own gradient is a copy of its grad_output, as for one output
+    y = x * 1.0
+    gy, _ = ag.grad([y, x.exp().sum()], [y, x], grad_outputs=[seed, None])
+    gy.data += 1.0
+    np.testing.assert_array_equal(seed, [1.0, 1.0])
+
+
+def test_create_graph_inside_no_grad_still_records_every_part_of_a_gradient(rng):
+    # x reaches the loss three ways, once broadcast: its gradient is the parts' sum, the broadcast one summed back
+    # over an axis. Those sums are ops of the gradient's graph too, recorded inside no_grad() as in PyTorch; they
+    # were not, and the gradient came out without a graph
+    x0 = rng.uniform(-1, 1, 3)
+    t = np.tanh(x0)
+    for how in ("grad", "backward"):
+        x = leaf(x0)
+        y = (x.exp() + x.tanh()).sum() + (x * leaf([[1.0], [2.0]], requires_grad=False)).sum()
+        with ag.no_grad():
+            if how == "grad":
+                (g,) = ag.grad(y, x, create_graph=True)
+            else:
+                y.backward(create_graph=True)
+                g = x.grad
+            assert not ag.is_grad_enabled()
+        np.testing.assert_allclose(g.data, np.exp(x0) + 1 - t ** 2 + 3, rtol=1e-14)
+        (h,) = ag.grad(g.sum(), x)
+        np.testing.assert_allclose(h.data, np.exp(x0) - 2 * t * (1 - t ** 2), rtol=1e-14)
+
+
 def test_grad_outputs_that_require_grad_give_a_jacobian_vector_product(rng):
     # u = Jᵀv for y = A x; ∂⟨u, w⟩/∂v = J w: a JVP from two VJPs
     a, x = rng.standard_normal((3, 4)), rand(rng, 4)
@@ -174,6 +217,23 @@ def test_hessian_matches_torch_and_hvp(rng):
     v = rng.standard_normal((2, 3))
     _, hv = ag.hvp(fn, Tensor(x), v)
     np.testing.assert_allclose(hv.data, np.tensordot(h, v, axes=2), rtol=1e-10, atol=1e-13)
+
+
+def test_hvp_hessian_and_jacobian_record_fn_inside_no_grad_too(rng):
+    # as torch.autograd.functional's: an evaluation loop's no_grad() gave jacobian zeros, hvp and hessian an error
+    x0 = rng.uniform(-1, 1, 3)
+    with ag.no_grad():
+        value, hv = ag.hvp(lambda t: (t ** 3).sum(), x0, np.ones(3))
+        _, (hx, hy) = ag.hvp(lambda t, u: (t * t * u).sum(), (x0, x0 + 1), (np.ones(3), np.ones(3)))
+        h = ag.hessian(lambda t: (t ** 3).sum(), x0)
+        j = ag.jacobian(lambda t: t.tanh(), x0)
+        assert not ag.is_grad_enabled()
+    assert value.item() == pytest.approx((x0 ** 3).sum(), rel=1e-14)
+    np.testing.assert_allclose(hv.data, 6 * x0, rtol=1e-14)
+    np.testing.assert_allclose(hx.data, 2 * (x0 + 1) + 2 * x0, rtol=1e-14)  # [[2u, 2x], [2x, 0]] (1, 1)
+    np.testing.assert_allclose(hy.data, 2 * x0, rtol=1e-14)
+    np.testing.assert_allclose(h, np.diag(6 * x0), rtol=1e-14)
+    np.testing.assert_allclose(j, np.diag(1 - np.tanh(x0) ** 2), rtol=1e-14)
 
 
 def test_the_hessian_of_softmax_cross_entropy_is_diag_p_minus_p_p_transposed():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import autograd as ag
-from autograd import Function, Tensor, backend, kernels, ops
+from autograd import Function, Tensor, backend, higher, kernels, ops
 from autograd.kernels import cuda_twins
 
 
@@ -74,6 +74,7 @@ EXAMPLES = {
     # Tk ≤ 4D keeps P; a longer context keeps the log-sum-exps alone; dropout keeps its mask
     ops.ScaledDotProductAttention: [lambda: attention(3, 3, 2, dropout_p=0.5), lambda: attention(2, 9, 2)],
     ops.Checkpoint: [lambda: ag.checkpoint(lambda h: h.tanh(), leaf(3))],
+    higher.Outputs: [lambda: higher.Outputs.apply(leaf(2), leaf(2, 3), seeds=[np.ones(2), np.ones((2, 3))])],
 }
 
 

@@ -6,6 +6,7 @@ Each case is L = Σ v ⊙ f(x)³ for an op f: then ∂L/∂x = Jᵀ(3v ⊙ f²),
 VJP recorded as ops (J does not depend on g, but it carries it) and its dependence on what the op saved. The
 second derivative checked is that of S = Σᵢ ⟨wᵢ, ∂L/∂xᵢ⟩ for fixed random wᵢ: H w, one double backward.
 """
+import re
 import zlib
 
 import numpy as np
@@ -163,6 +164,14 @@ CASES = [
     ("where", lambda rng: [rand(rng, 2, 3), rand(rng, 3)], lambda a, b: ag.where(MASK[:2, :3], a * b, b.exp()),
      lambda a, b: torch.where(torch.tensor(MASK[:2, :3]), a * b, b.exp())),
     ("to-device", lambda rng: [rand(rng, 3)], lambda x: ops.ToDevice.apply(x.exp(), device="cpu"), torch.exp),
+    # 0-d: the reductions their VJPs make over axis −1 of nothing (NumPy's and PyTorch's axis of a 0-d array)
+    ("softmax-0d", lambda rng: [rand(rng)], lambda x: x.softmax() * x, lambda t: torch.softmax(t, -1) * t),
+    ("log_softmax-0d", lambda rng: [rand(rng)], lambda x: x.log_softmax() + x, lambda t: torch.log_softmax(t, -1) + t),
+    ("sum-max-0d", lambda rng: [rand(rng)], lambda x: x.sum(axis=-1) * x.max(axis=0),
+     lambda t: t.sum(-1) * t.amax(0)),
+    # x ** 0 at x = 0: its VJP's x^(y−1) = 0^(−1) = inf, unpicked first order, made the second NaN
+    ("pow-exponent-0-at-0", lambda rng: [leaf([0.0, 1.5, -2.0])], lambda x: x ** 0 * x + x ** 2,
+     lambda t: t ** 0 * t + t ** 2),
 ]
 IDS_ = [c[0] for c in CASES]
 
@@ -321,6 +330,32 @@ FUSED = {  # float32 inputs large enough for the CPU's kernels (16K elements), a
     "attention": (lambda rng: [rng.standard_normal((1, 4, 64, 64)) / 4 for _ in range(3)],
                   ag.scaled_dot_product_attention, lambda op: op.kernels is not None),
 }
+
+
+def test_a_cross_entropy_that_wrote_over_its_logits_refuses_create_graph_rather_than_a_wrong_gradient(monkeypatch):
+    """reuse_logits lets the kernel write p − y over the logits; a softmax of those as p gave a wrong gradient."""
+    _fused(monkeypatch)
+    rng = np.random.default_rng(0)
+    z0, targets = rng.standard_normal((512, 32)), np.arange(512) % 32
+    p = np.exp(z0) / np.exp(z0).sum(axis=1, keepdims=True)
+    expected = (p - np.eye(32)[targets]) / 512
+    z = Tensor(z0.astype(np.float32), requires_grad=True)
+    loss = ag.cross_entropy(z * 1.0, targets, reuse_logits=True)  # logits of their own: z itself is kept
+    assert loss.op.fused
+    message = ("cross_entropy: with reuse_logits=True the fused kernel wrote its gradient over the logits (shape "
+               "(512, 32), float32), so their values are gone and this loss cannot be differentiated twice "
+               "(create_graph=True); pass reuse_logits=False (a GPT: return_logits=True) where you need a second "
+               "derivative")
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        ag.grad(loss, z, create_graph=True)
+    # logits the kernel did not write over: laid out by columns (it works on a contiguous copy), or without reuse
+    zt = Tensor(np.ascontiguousarray(z0.T, dtype=np.float32), requires_grad=True)
+    for logits, leaf_, reuse in ((zt.T, zt, True), (z * 1.0, z, False)):
+        assert logits.data.flags.c_contiguous != reuse
+        loss = ag.cross_entropy(logits, targets, reuse_logits=reuse)
+        assert loss.op.fused
+        (g,) = ag.grad(loss, leaf_, create_graph=True)
+        np.testing.assert_allclose(g.data.T if leaf_ is zt else g.data, expected, atol=1e-7)
 
 
 @pytest.mark.parametrize("name", list(FUSED))
