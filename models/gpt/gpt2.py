@@ -398,6 +398,16 @@ class GPT(nn.Module):
             raise ValueError(f"{Path(directory) / 'config.json'}: {exc}") from None
         with ag.seeded(0):  # its random initialisation is overwritten at once; the caller's streams stay as they were
             model = cls(config)
+        shapes = {name: p.shape for name, p in model.named_parameters()}
+        flipped = sorted(name for name, array in weights.items()
+                         if name in shapes and array.shape != shapes[name] and array.shape[::-1] == shapes[name])
+        if flipped:  # "mis-shaped keys; check the config" would send the user to the wrong file
+            more = f" (and {len(flipped) - 1} more)" if len(flipped) > 1 else ""
+            raise ValueError(f"GPT.from_pretrained: the weights in {directory} hold {flipped[0]} as "
+                             f"{weights[flipped[0]].shape}, the transpose of GPT-2's {shapes[flipped[0]]}{more}: they "
+                             "were saved (out, in), as PyTorch's nn.Linear keeps them (a nanoGPT state dict, say), "
+                             "where GPT-2's checkpoints hold (in, out); transpose every Linear's weight "
+                             "(attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) before saving")
         try:
             model.load_state_dict(weights)
         except KeyError as exc:  # load_state_dict names the keys and shapes; say which folder they came from

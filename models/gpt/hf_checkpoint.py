@@ -7,10 +7,12 @@ What this file promises:
   perhaps a tied `lm_head.weight`) or of the original hub layout (keys `h.0…`
   with `attn.bias` / `attn.masked_bias` mask buffers, which are dropped).
   Sharded weights (`model.safetensors.index.json`, whose shards must be files
-  of the folder itself) load too. Every size in config.json is checked against
-  the weights' shapes before a model is built from them, and weights that are
-  not finite are refused; a file that is missing, cut short, not JSON or not an
-  object is named in one line.
+  of the folder itself) load too. Weights may be any floating type NumPy has,
+  or bfloat16 (NumPy has none: widened, exactly, to float32). Every size in
+  config.json is checked against the weights' shapes before a model is built
+  from them, and weights that are not finite are refused; a file that is
+  missing, cut short, not JSON or not an object, or a tensor of a type NumPy
+  cannot read (float8), is named in one line.
 * `save(model, directory)`: config.json and model.safetensors as transformers
   writes them, each file atomically; `transformers.GPT2LMHeadModel` loads the
   folder with nothing missing.
@@ -37,6 +39,9 @@ from models.gpt.tokenizer import END_OF_TEXT, CharTokenizer, GPT2Tokenizer
 
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 _MASK_BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")  # the original layout's causal-mask buffers
+# safetensors' types that NumPy reads, and bfloat16 (what transformers saves a bfloat16 model in), which NumPy has
+# no dtype for and read_safetensors_file widens to float32 itself
+_READABLE_DTYPES = ("BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64", "F16", "BF16", "F32", "F64", "C64")
 _TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # names transformers gives the tanh GELU
 
 
@@ -175,17 +180,43 @@ def _read_safetensors(directory):
 
 
 def read_safetensors_file(path):
-    """The tensors of one safetensors file; a one-line error when it is missing, cut short or not safetensors."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
+    """The tensors of one safetensors file, bfloat16 ones as float32; a one-line error when it is missing, cut
+    short or not safetensors, or holds a tensor of a type NumPy has no dtype for (float8), naming it."""
+    from safetensors import SafetensorError, safe_open
 
     if not path.is_file():
         raise FileNotFoundError(f"GPT.from_pretrained: {path} is missing")
     try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, TypeError, ValueError) as exc:  # TypeError: a dtype NumPy lacks (bfloat16)
+        with safe_open(str(path), framework="np") as file:
+            dtypes = {name: file.get_slice(name).get_dtype() for name in file.keys()}
+            unreadable = [name for name, dtype in dtypes.items() if dtype not in _READABLE_DTYPES]
+            tensors = {} if unreadable else {name: file.get_tensor(name) for name, dtype in dtypes.items()
+                                             if dtype != "BF16"}
+        if not unreadable:
+            tensors.update(_bfloat16_as_float32(path, [name for name, dtype in dtypes.items() if dtype == "BF16"]))
+    except (SafetensorError, OSError, ValueError) as exc:
         raise ValueError(f"GPT.from_pretrained: {path} is not a whole safetensors file ({exc}); "
                          "save or download it again") from None
+    if unreadable:
+        raise ValueError(f"GPT.from_pretrained: {path} holds {unreadable[0]} as {dtypes[unreadable[0]]}, which "
+                         "NumPy cannot read; save the weights as float32, float16 or bfloat16")
+    return tensors
+
+
+def _bfloat16_as_float32(path, names):
+    """The bfloat16 tensors `names` of the safetensors file `path` (whose header safetensors has checked) as
+    float32. A bfloat16 is the upper half of the float32 of the same value, so widening it is exact: its 16
+    bits go on top of 16 zero bits."""
+    arrays = {}
+    with open(path, "rb") as file:
+        size = int.from_bytes(file.read(8), "little")
+        header = json.loads(file.read(size))
+        for name in names:
+            begin, end = header[name]["data_offsets"]
+            file.seek(8 + size + begin)
+            halves = np.frombuffer(file.read(end - begin), dtype="<u2")
+            arrays[name] = (halves.astype(np.uint32) << 16).view(np.float32).reshape(header[name]["shape"])
+    return arrays
 
 
 def _state_and_head(tensors):

@@ -27,7 +27,6 @@ numba packages (the byte-level encoding runs compiled, in bpe_kernels.py);
 
 import heapq
 import importlib.util
-import json
 import numbers
 from collections import Counter, defaultdict
 from collections.abc import Mapping
@@ -38,6 +37,7 @@ import numpy as np
 import regex
 
 from models.cli import Parser
+from models.io import read_json
 
 # GPT-2's pre-tokenisation: contractions, letter runs, digit runs and punctuation
 # runs each keep one leading space, and a run of spaces gives its last space to the
@@ -159,7 +159,8 @@ class CharTokenizer:
             codes = np.array([ord(ch) for ch in self.chars])
             self._table = np.full(codes.max() + 1, -1, dtype=np.int64)
             self._table[codes] = np.arange(len(codes))
-        codes = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+        # surrogatepass: a lone surrogate is a code point like any other here, as it is to `encode`
+        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
         if len(codes) and codes.max() >= len(self._table):
             return np.array(self.encode(text), dtype=np.int64)  # raises, naming the character
         ids = self._table[codes]
@@ -514,8 +515,16 @@ class GPT2Tokenizer(_ByteLevelBPE):
             encoder_path = merges_path = "the tokenizer's own vocabulary"
         else:
             encoder_path, merges_path = (encoder_json, vocab_bpe) if encoder_json is not None else _default_gpt2_files()
-            encoder = json.loads(Path(encoder_path).read_text(encoding="utf-8"))
-            merge_lines = Path(merges_path).read_text(encoding="utf-8").splitlines()
+            try:  # json's own errors name no file, and two files are read (given in the wrong order, say)
+                encoder = read_json(encoder_path)
+            except ValueError as exc:
+                raise ValueError(f"GPT2Tokenizer: {exc}; encoder_json is a file like GPT-2's encoder.json, a JSON "
+                                 "object of token → id") from None
+            try:
+                merge_lines = Path(merges_path).read_text(encoding="utf-8").splitlines()
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"GPT2Tokenizer: {merges_path} is not UTF-8 text (byte {exc.start}); vocab_bpe is "
+                                 "a file like GPT-2's vocab.bpe, its merges one a line") from None
         if merge_lines and merge_lines[0].startswith("#version"):
             merge_lines = merge_lines[1:]
         if not (isinstance(encoder, dict) and all(isinstance(k, str) and type(v) is int for k, v in encoder.items())

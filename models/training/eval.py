@@ -115,6 +115,10 @@ def main(argv=None):
     except (ValueError, OSError, ShardError) as exc:
         print(f"eval: error: {exc}", file=sys.stderr)
         return 1
+    except MemoryError as exc:  # a forward's logits are --batch-size × block × vocabulary floats
+        print(f"eval: error: out of memory ({exc or 'MemoryError'}); ask for a smaller --batch-size",
+              file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("\neval: interrupted", file=sys.stderr)
         return 130

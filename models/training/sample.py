@@ -45,6 +45,10 @@ def parse_args(argv=None):
     except UnicodeDecodeError as exc:
         p.error(f"--prompt holds bytes that are not UTF-8 (at byte {exc.start}); pass UTF-8 text, or put "
                 "the text in a file and convert it (iconv -t utf-8) for --prompt-file")
+    # refused here, not once the model has loaded: only an empty text has no tokens (and load_text refuses an
+    # empty --prompt-file before the model loads)
+    if not args.prompt:
+        p.error("--prompt is empty; give it some text to continue")
     try:
         sampling.check_fits_memory(1, 1 + args.max_new_tokens, "--max-new-tokens")
     except ValueError as exc:
@@ -63,9 +67,6 @@ def main(argv=None):
         text = args.prompt if args.prompt_file is None else load_text(args.prompt_file)  # before the model loads
         model, tokenizer = checkpoint.load_model(args.checkpoint)
         prompt = tokenizer.encode(text)
-        if not prompt:
-            given = "--prompt" if args.prompt_file is None else f"--prompt-file {args.prompt_file}"
-            raise ValueError(f"the prompt ({given}) is empty after tokenisation; give it some text")
         model.to(args.device).eval()
         ag.manual_seed(args.seed)
         idx = ag.Tensor([prompt], device=args.device)

@@ -135,6 +135,20 @@ def test_original_hub_layout_loads(tmp_path, hf_folder, tokens):
     np.testing.assert_allclose(ours(x)[0].data, expected, atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_half_precision_checkpoint_loads_as_transformers_reads_it(tmp_path, hf_folder, tokens, dtype):
+    """transformers' model saved in float16 or bfloat16 (as hub checkpoints often are) loads here, widened to
+    float32, with the logits of the same half-precision weights run in float32."""
+    half = load_hf(hf_folder).to(getattr(torch, dtype))
+    half.save_pretrained(tmp_path, safe_serialization=True)
+    ours = GPT.from_pretrained(tmp_path)
+    assert ours.transformer.wte.weight.dtype == np.float32
+    x = tokens[:, :-1]
+    with torch.no_grad():
+        expected = half.float().eval()(torch.from_numpy(x)).logits.numpy()
+    np.testing.assert_allclose(ours(x)[0].data, expected, atol=1e-4, rtol=0)
+
+
 def test_a_padded_vocabulary_keeps_parity_and_saves_the_checkpoints_rows(hf_folder, tokens, tmp_path):
     # TINY's 64 tokens padded to 128: wte grows, the loss and logits keep to the real 64
     hf, ours = load_hf(hf_folder), GPT.from_pretrained(hf_folder).pad_vocab(128)

@@ -148,6 +148,66 @@ def test_missing_and_unexpected_keys_are_named_with_the_folder(tmp_path):
     assert "unexpected keys ['transformer.h.0.attn.rotary']" in message
 
 
+def _write_raw_safetensors(path, tensors):
+    """A safetensors file written byte by byte: {name: (safetensors dtype, shape, raw little-endian bytes)}, for
+    the types NumPy cannot hand to safetensors.numpy (bfloat16, float8)."""
+    header, data = {}, b""
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(len(text).to_bytes(8, "little") + text + data)
+
+
+def test_bfloat16_weights_load_widened_exactly_to_float32(tmp_path):
+    model = tiny()
+    tensors, expected = {}, {}
+    for name, p in model.named_parameters():  # each weight cut to bfloat16: the upper 16 bits of its float32
+        upper = (p.data.astype(np.float32).view(np.uint32) >> 16).astype("<u2")
+        tensors[name] = ("BF16", p.shape, upper.tobytes())
+        expected[name] = (upper.astype(np.uint32) << 16).view(np.float32)
+    _write_raw_safetensors(tmp_path / "model.safetensors", tensors)
+    (tmp_path / "config.json").write_text(json.dumps(config_to_hf(model.config, "bfloat16")))
+    loaded = GPT.from_pretrained(tmp_path)
+    for name, p in loaded.named_parameters():
+        assert p.dtype == np.float32
+        np.testing.assert_array_equal(p.data, expected[name], err_msg=name)
+    for name, p in model.named_parameters():  # bfloat16 keeps 8 of float32's 24 significant bits
+        np.testing.assert_allclose(expected[name], p.data, rtol=2 ** -7, atol=0, err_msg=name)
+
+
+def test_a_tensor_type_numpy_lacks_is_refused_naming_it(tmp_path):
+    model = tiny()
+    tensors = {name: ("F32", p.shape, p.data.astype("<f4").tobytes()) for name, p in model.named_parameters()}
+    tensors["transformer.h.1.attn.c_proj.weight"] = ("F8_E4M3", (8, 8), bytes(64))
+    _write_raw_safetensors(tmp_path / "model.safetensors", tensors)
+    (tmp_path / "config.json").write_text(json.dumps(config_to_hf(model.config)))
+    with pytest.raises(ValueError) as error:
+        GPT.from_pretrained(tmp_path)
+    assert str(error.value) == (f"GPT.from_pretrained: {tmp_path / 'model.safetensors'} holds "
+                                "transformer.h.1.attn.c_proj.weight as F8_E4M3, which NumPy cannot read; save the "
+                                "weights as float32, float16 or bfloat16")
+
+
+def test_linear_weights_saved_transposed_are_refused_saying_so(tmp_path):
+    """A nanoGPT state dict has GPT-2's names but PyTorch's nn.Linear layout, (out, in): the error sent the user
+    to config.json ("check the model's config matches the checkpoint's"), where nothing was wrong."""
+    from safetensors.numpy import save_file
+    model = tiny()
+    linears = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+    tensors = {name: p.data.T.copy() if name.endswith(linears) else p.data for name, p in model.named_parameters()}
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(config_to_hf(model.config)))
+    with pytest.raises(ValueError) as error:
+        GPT.from_pretrained(tmp_path)
+    assert str(error.value) == (
+        f"GPT.from_pretrained: the weights in {tmp_path} hold transformer.h.0.attn.c_attn.weight as (24, 8), the "
+        "transpose of GPT-2's (8, 24) (and 5 more): they were saved (out, in), as PyTorch's nn.Linear keeps them (a "
+        "nanoGPT state dict, say), where GPT-2's checkpoints hold (in, out); transpose every Linear's weight "
+        "(attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) before saving")
+
+
 def _truncate(path):
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 

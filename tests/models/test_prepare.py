@@ -24,6 +24,7 @@ from models.training import prepare, train
 from models.training.data import TokenData
 from models.training.shards import (HEADER, MAGIC, PreparedData, ShardError, ShardWriter, open_shard, read_header,
                            token_dtype)
+from models.gpt.gpt2 import GPT, GPTConfig
 from models.gpt.tokenizer import CharTokenizer, GPT2Tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -517,6 +518,22 @@ def test_eval_checks_the_checksums_of_what_it_reads(tmp_path, prepared, capsys):
     assert evaluate.main([str(tmp_path / "r"), "--data", str(prepared), "--no-progress"]) == 1
     assert capsys.readouterr().err == (f"eval: error: {prepared / 'val_000000.bin'} is damaged: its tokens do not "
                                        "match the checksum meta.json lists for it\n")
+
+
+def test_eval_a_batch_too_large_for_memory_is_one_line(tmp_path, gpt2_prepared):
+    """A --batch-size whose logits (windows × block × 50,257 floats) cannot be allocated ended in NumPy's
+    MemoryError as a traceback. Run with its address space capped, so that the allocation fails on any machine."""
+    import resource
+    with ag.seeded(0):
+        GPT(GPTConfig(block_size=64, n_layer=1, n_head=2, n_embd=8)).save_pretrained(tmp_path / "gpt2-tiny")
+    cap = 12 * 2 ** 30  # far below the ~60 GiB of logits asked for, far above what the rest of the run needs
+    run = subprocess.run([sys.executable, "-m", "models.eval", str(tmp_path / "gpt2-tiny"), "--data",
+                          str(gpt2_prepared[1]), "--split", "train", "--stride", "1", "--batch-size", "100000",
+                          "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap)))
+    assert run.returncode == 1 and run.stdout == "", run.stderr
+    assert run.stderr.startswith("eval: error: out of memory (Unable to allocate ") and run.stderr.count("\n") == 1
+    assert run.stderr.endswith("); ask for a smaller --batch-size\n")
 
 
 def test_a_folder_that_was_never_prepared_is_one_line(tmp_path, corpus, capsys):

@@ -29,6 +29,7 @@ def trained(tmp_path_factory):
     (["--num-samples", "0"], "argument --num-samples: must be in [1, inf), got 0"),
     (["--seed", "-1"], "argument --seed: must be in [0, 4294967295], got -1"),
     (["--device", "gpu"], "argument --device: must be one of cpu, cuda, got 'gpu'"),
+    (["--prompt", ""], "--prompt is empty; give it some text to continue"),  # said once the model had loaded
 ])
 def test_bad_options_are_one_line(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
@@ -49,7 +50,6 @@ def test_edge_values_sample(trained, capsys):
 
 
 @pytest.mark.parametrize("prompt, message", [
-    ("", "the prompt (--prompt) is empty after tokenisation; give it some text"),
     ("a€", "CharTokenizer.encode: character '€' (U+20AC, first at index 1) is not in this tokenizer's "),
     ("a€", "the characters of the text it was built from: leave it out (a prompt), or build the tokenizer"),
 ])

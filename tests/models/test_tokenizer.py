@@ -147,6 +147,15 @@ def test_char_tokenizer_encode_array_is_encode_and_names_an_unknown_character(un
         tok.encode_array("ho" + unknown)
 
 
+def test_char_tokenizer_encode_array_takes_a_lone_surrogate_as_encode_does():
+    """A str may hold half a UTF-16 pair (os.fsdecode's surrogateescape makes them): encode took it as any other
+    character, while encode_array raised UnicodeEncodeError from inside its UTF-32 conversion."""
+    tok = CharTokenizer("ab\udc80")
+    assert tok.encode_array("a\udc80b").tolist() == tok.encode("a\udc80b") == [0, 2, 1]
+    with pytest.raises(ValueError, match=regex.escape("character '\\udcff' (U+DCFF, first at index 1)")):
+        CharTokenizer("ab").encode_array("a\udcff")
+
+
 def test_char_tokenizer_rejects_ids_outside_its_vocabulary():
     tok = CharTokenizer("hello")
     for bad in (4, -1):
@@ -527,6 +536,21 @@ def test_gpt2_names_a_merge_outside_the_vocabulary(tmp_path):
     (tmp_path / "vocab.bpe").write_text("#version: 0.2\nh e\n", encoding="utf-8")
     with pytest.raises(ValueError, match="merge 0 \\('h e'\\).*'he'"):
         GPT2Tokenizer.from_files(tmp_path / "encoder.json", tmp_path / "vocab.bpe")
+
+
+def test_gpt2_files_that_are_not_what_they_should_be_are_one_line_naming_them(tmp_path):
+    """json's and UTF-8's own errors named no file: the two files given in the wrong order said only
+    "Expecting value: line 1 column 1 (char 0)"."""
+    with pytest.raises(ValueError) as error:
+        GPT2Tokenizer.from_files(VOCAB_BPE, ENCODER_JSON)
+    assert str(error.value) == (f"GPT2Tokenizer: {VOCAB_BPE} is not valid JSON (Expecting value: line 1 column 1 "
+                                "(char 0)); encoder_json is a file like GPT-2's encoder.json, a JSON object of "
+                                "token → id")
+    (tmp_path / "vocab.bpe").write_bytes("#version: 0.2\nh e\n".encode("utf-16"))
+    with pytest.raises(ValueError) as error:
+        GPT2Tokenizer.from_files(ENCODER_JSON, tmp_path / "vocab.bpe")
+    assert str(error.value) == (f"GPT2Tokenizer: {tmp_path / 'vocab.bpe'} is not UTF-8 text (byte 0); vocab_bpe is "
+                                "a file like GPT-2's vocab.bpe, its merges one a line")
 
 
 def test_gpt2_works_with_a_small_vocabulary(tmp_path):
