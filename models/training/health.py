@@ -384,8 +384,9 @@ def plot(path, records):
     ax.plot(its, [np.nan if r["grad_norm"] is None else r["grad_norm"] for r in records], color="black",
             label="global gradient norm")
     clipped = [r for r in records if r["clipped"]]
-    ax.plot([r["iter"] for r in clipped], [r["grad_norm"] for r in clipped], "o", color="#d62728",
-            markersize=4, label="clipping scaled it")
+    if clipped:  # else the legend would name markers that are not there (a run without clipping, say)
+        ax.plot([r["iter"] for r in clipped], [r["grad_norm"] for r in clipped], "o", color="#d62728",
+                markersize=4, label="clipping scaled it")
     if records[-1]["max_norm"]:
         ax.axhline(records[-1]["max_norm"], color="#d62728", linewidth=1, linestyle=":", label="clipping norm")
     ax.set_yscale("log")

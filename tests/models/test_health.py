@@ -113,6 +113,25 @@ def test_only_due_iterations_are_recorded_and_the_picture_is_written(model, tmp_
     assert lines == [f"wrote the health report to {tmp_path / 'health.jsonl'} and {tmp_path / 'health.png'}"]
 
 
+@pytest.mark.parametrize("clip", [0.0, 1e-9])
+def test_the_norm_panels_legend_names_clipping_only_where_it_scaled_a_step(model, tmp_path, monkeypatch, clip):
+    """A run without clipping had "clipping scaled it" in its legend, with no marker drawn."""
+    import matplotlib.pyplot as plt
+    x, y = batch()
+    monitor = health.Health(model, 1, tmp_path, max_norm=clip, say=lambda line: None)
+    for it in range(2):
+        model.zero_grad()
+        model(ag.Tensor(x), ag.Tensor(y))[1].backward()
+        monitor.after_backward(it, x)
+        monitor.after_step(it)
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    monitor.close()
+    legend = [t.get_text() for t in figures[0].axes[2].get_legend().get_texts()]
+    assert legend == (["global gradient norm", "clipping scaled it", "clipping norm"] if clip
+                      else ["global gradient norm"])
+
+
 def test_interval_zero_does_nothing(model, tmp_path):
     monitor = health.Health(model, 0, tmp_path)
     monitor.after_backward(0, batch()[0])
