@@ -63,10 +63,16 @@ class LoRALinear(Linear):
         """ΔW = (α/r)·A·B, the (in, out) array the adapters add to the weight."""
         return (self.lora_A.data @ self.lora_B.data) * self.scale
 
+    def merged_weight(self):
+        """W + ΔW: the one weight that computes this layer's function (what `merge()` puts in place)."""
+        if self.merged:
+            return self.weight.data
+        return self.weight.data + self.delta().astype(self.weight.dtype)
+
     def merge(self):
         """Fold ΔW into the weight: the same function, one matmul. Training goes on only after `unmerge()`."""
         if not self.merged:
-            merged = self.weight.data + self.delta().astype(self.weight.dtype)  # computed first: a failure changes nothing
+            merged = self.merged_weight()  # computed first: a failure changes nothing
             self._unmerged_weight, self.weight.data = self.weight.data, merged
         return self
 
@@ -83,7 +89,8 @@ class LoRALinear(Linear):
 def lora(model, r, alpha, targets):
     """Replace every nn.Linear whose attribute name is in `targets` (e.g. ("c_attn",)) with a LoRALinear of it.
 
-    Every other parameter of `model` is frozen. Returns the names of the layers
+    Every other parameter of `model` is frozen, but for the adapters of an earlier
+    call, which train on with the new ones. Returns the names of the layers
     replaced; a target that names no Linear in the model is an error. A call
     that fails changes nothing: every adapter is built, and every target found,
     before the model is touched.
@@ -101,8 +108,10 @@ def lora(model, r, alpha, targets):
     if missing:
         raise ValueError(f"lora: no nn.Linear named {', '.join(map(repr, missing))} in {type(model).__name__}")
     adapters = [LoRALinear(child, r, alpha) for _, _, _, child in planned]  # r and alpha are checked here
+    earlier = {id(p) for m in model.modules() if isinstance(m, LoRALinear) for p in (m.lora_A, m.lora_B)}
     for p in model.parameters():
-        p.requires_grad = False
+        if id(p) not in earlier:  # a second call adds adapters; it must not stop the first call's from training
+            p.requires_grad = False
     for (module, child_name, _, _), adapter in zip(planned, adapters):
         setattr(module, child_name, adapter)
     return [full_name for _, _, full_name, _ in planned]

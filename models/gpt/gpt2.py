@@ -81,6 +81,11 @@ class GPTConfig:
         return (self.vocab_size + self.block_size) * C + self.n_layer * per_block + C + (C if self.bias else 0)
 
 
+# The attribute names of a block's nn.Linears, what nn.lora(model, …, targets) may name; the smaller side of
+# each is n_embd, which bounds an adapter's rank
+LINEAR_LAYERS = ("c_attn", "c_proj", "c_fc")
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head self-attention where each position sees itself and the positions before it."""
 
@@ -416,8 +421,18 @@ class GPT(nn.Module):
         return model
 
     def save_pretrained(self, directory):
-        """Write config.json and model.safetensors as transformers does, each file atomically (models.hf_checkpoint)."""
-        hf_checkpoint.save(self, directory)
+        """Write config.json and model.safetensors as transformers does, each file atomically (models.hf_checkpoint).
+
+        A LoRA layer (nn.lora) is written as the one weight W + ΔW that computes it: GPT-2 has no adapter keys,
+        and transformers would drop them unused and give the base's logits. (A run's checkpoint keeps its
+        adapters alone, in adapters.safetensors: models/training/checkpoint.py.)
+        """
+        weights = {name: p.numpy() for name, p in self.named_parameters()}
+        for name, module in self.named_modules():
+            if isinstance(module, nn.LoRALinear):
+                del weights[f"{name}.lora_A"], weights[f"{name}.lora_B"]
+                weights[f"{name}.weight"] = backend.to_host(module.merged_weight())
+        hf_checkpoint.save(self, directory, weights)
 
 
 def demo_loss():

@@ -231,8 +231,9 @@ def _state_and_head(tensors):
     return state, head
 
 
-def save(model, directory):
-    """Write config.json and model.safetensors into `directory` as transformers does, atomically.
+def save(model, directory, weights):
+    """Write config.json and `weights` (name → NumPy array) as model.safetensors into `directory` as transformers
+    does, atomically.
 
     A new folder is made under a temporary name and appears whole or not at all;
     into a folder that is there, each file is written whole under a temporary
@@ -246,18 +247,18 @@ def save(model, directory):
     if directory.exists() and not directory.is_dir():
         raise NotADirectoryError(f"save_pretrained: {directory} exists and is not a folder")
     if directory.exists():
-        _write(model, directory)
+        _write(model, directory, weights)
         return
     with atomic_path(directory) as staging:
         staging.mkdir()
-        _write(model, staging)
+        _write(model, staging, weights)
 
 
-def _write(model, directory):
+def _write(model, directory, weights):
     from safetensors import SafetensorError
     from safetensors.numpy import save_file
 
-    tensors = {name: np.ascontiguousarray(p.numpy()) for name, p in model.named_parameters()}  # transformer.…
+    tensors = {name: np.ascontiguousarray(array) for name, array in weights.items()}  # transformer.…
     wte = "transformer.wte.weight"
     tensors[wte] = np.ascontiguousarray(tensors[wte][:model.config.vocab_size])  # a padded vocabulary's real rows
     path = directory / "model.safetensors"

@@ -300,17 +300,20 @@ def _load_adapted(folder, dropout):
         raise ValueError(f"{path} adapts {base} with SHA-256 {config['sha256'][:12]}…, but the folder there now "
                          "holds other weights; these adapters fit only the base they were trained on")
     model = GPT.from_pretrained(base, dropout=dropout)
-    if config["block_size"] < model.config.block_size:
-        model.crop_block_size(config["block_size"])
     try:
+        if config["block_size"] < model.config.block_size:
+            model.crop_block_size(config["block_size"])
         adapt(model, base, config["r"], config["alpha"], config["targets"])
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None
     adapters = hf_checkpoint.read_safetensors_file(folder / ADAPTERS_FILE)
     expected = {name for name, p in model.named_parameters() if p.requires_grad}
-    if set(adapters) != expected:
-        raise ValueError(f"{folder / ADAPTERS_FILE} holds {sorted(set(adapters) ^ expected)[:3]}, not the adapters "
-                         f"{path} describes; the two files come from different runs")
+    lacks, extra = sorted(expected - set(adapters)), sorted(set(adapters) - expected)
+    if lacks or extra:  # each named as what it is: a key the file lacks is not one it holds
+        found = [f"lacks {lacks[:3]}"] * bool(lacks) + [f"holds {extra[:3]}"] * bool(extra)
+        raise ValueError(f"{folder / ADAPTERS_FILE} {' and '.join(found)}: not the adapters {path} describes "
+                         f"(rank {config['r']} in {', '.join(map(str, config['targets']))}); the two files come "
+                         "from different runs")
     cast = next((name for name in sorted(adapters) if adapters[name].dtype.kind != "f"), None)
     if cast is not None:
         raise ValueError(f"{folder / ADAPTERS_FILE}: the adapter {cast} is {adapters[cast].dtype}, where models.train "

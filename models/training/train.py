@@ -46,7 +46,7 @@ from models.cli import (SEEDS, Parser, device, interval, machine_memory, model_f
                         shows_progress)
 from models.training.data import Layout, TokenData, load_text
 from models.gpt import hf_checkpoint, sampling
-from models.gpt.gpt2 import GPT, GPTConfig
+from models.gpt.gpt2 import GPT, LINEAR_LAYERS, GPTConfig
 from models.interrupts import came_from_ctrl_c
 from models.io import atomic_path, read_json
 from models.training.parallel import PeerFailed, World
@@ -104,8 +104,8 @@ def make_parser():
                         "the checkpoint then holds the adapters alone (default: none, a full fine-tune)")
     g.add_argument("--lora-alpha", type=interval(float, "(0, inf)"), default=16.0,
                    help="the adapters' scale: their update is B·A·alpha/r")
-    g.add_argument("--lora-targets", default="c_attn", type=names_list, metavar="NAMES",
-                   help="comma-separated names of the Linear layers to adapt (c_attn, c_proj, c_fc)")
+    g.add_argument("--lora-targets", default="c_attn", type=lora_targets, metavar="NAMES",
+                   help=f"comma-separated names of the Linear layers to adapt ({', '.join(LINEAR_LAYERS)})")
     # --no-…: a resumed run that had it may turn it off (a saved option is the run's until the command line says)
     g.add_argument("--checkpoint-blocks", action=argparse.BooleanOptionalAction, default=False,
                    help="keep only each block's input and recompute its activations in backward (ag.checkpoint): "
@@ -235,6 +235,17 @@ def names_list(text):
     return names
 
 
+def lora_targets(text):
+    """A `type=` function: --lora-targets' names, each one of GPT-2's Linear layers (refused here, not after the
+    weights and the text have loaded)."""
+    names = names_list(text)
+    unknown = [name for name in names if name not in LINEAR_LAYERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"GPT-2 has no Linear layer named {', '.join(map(repr, unknown))}; "
+                                         f"choose among {', '.join(LINEAR_LAYERS)}")
+    return names
+
+
 def check_combinations(args):
     """Options that are each in range but make no sense together (on --resume, after the checkpoint's are in)."""
     if not args.lora_r and not args.resume:  # on --resume the checkpoint fixes them, and resume says so
@@ -248,7 +259,11 @@ def check_combinations(args):
         raise ValueError(f"--min-lr {args.min_lr} exceeds the peak --lr {args.lr}")
     if args.init_from and not args.resume:  # refused from its config.json, before the weights and the text load
         config = Path(args.init_from) / checkpoint.CONFIG_FILE
-        positions = hf_checkpoint.config_fields(read_json(config))["block_size"] if config.is_file() else None
+        fields = hf_checkpoint.config_fields(read_json(config)) if config.is_file() else {}
+        positions, width = fields.get("block_size"), fields.get("n_embd")
+        if args.lora_r and isinstance(width, int) and args.lora_r > width:  # every Linear's smaller side is n_embd
+            raise ValueError(f"--lora-r {args.lora_r} exceeds the width (n_embd {width}) of the model in --init-from "
+                             f"{args.init_from}, the most an adapter's rank can be; use --lora-r {width} or less")
         if isinstance(positions, int) and args.block_size > positions and "block_size" not in args.given:
             args.block_size = positions  # the default's 64 tokens were chosen for the main job's model, not this one
         elif isinstance(positions, int) and args.block_size > positions:
@@ -445,6 +460,11 @@ def new_model(args, text, prepared=None):
             layers = checkpoint.adapt(model, args.init_from, args.lora_r, args.lora_alpha, args.lora_targets)
             print(f"lora: rank {args.lora_r} adapters in {len(layers)} layers ({', '.join(args.lora_targets)}); "
                   f"{model.num_parameters(trainable=True):,} of {model.num_parameters():,} parameters train")
+        elif getattr(model, "lora_base", None):  # not the full fine-tune that no --lora-r means elsewhere: say so
+            print(f"lora: {args.init_from} holds rank {model.lora_base['r']} adapters "
+                  f"({', '.join(model.lora_base['targets'])}), which train on with their base frozen; "
+                  f"{model.num_parameters(trainable=True):,} of {model.num_parameters():,} parameters train (to "
+                  "fine-tune them all, merge the adapters first: python -m models.export_merged)")
         return model, tokenizer
     if prepared:
         tokenizer = prepared.tokenizer()

@@ -146,3 +146,19 @@ def test_a_checkpoint_without_adapters_is_exported_as_a_copy_and_says_so(base, c
     assert out.endswith("context 16 tokens, no adapters: copied as is\n") and "merged" not in out
     copied, trained = (load_file(str(base / f / "model.safetensors")) for f in ("copy", "plain"))
     assert all(np.array_equal(copied[k], trained[k]) for k in trained)
+
+
+def test_init_from_a_lora_checkpoint_says_its_adapters_train_on_and_leaves_the_base_as_it_was(base, capsys):
+    """Without --lora-r (a full fine-tune, its help says) a LoRA checkpoint's adapters trained on without a word."""
+    lora_run(capsys, base, base / "o", "--max-iters", "2")
+    assert train.main([*RUN, "--data", str(base / "text.txt"), "--init-from", str(base / "o"), "--max-iters", "2",
+                       "--out-dir", str(base / "more")]) == 0
+    out = capsys.readouterr().out
+    assert (f"lora: {base / 'o'} holds rank 2 adapters (c_attn, c_fc), which train on with their base frozen; "
+            "576 of 7,904 parameters train (to fine-tune them all, merge the adapters first: "
+            "python -m models.export_merged)") in out, out
+    config = json.loads((base / "more" / "adapter_config.json").read_text())
+    assert config["folder"] == str((base / "base").resolve())  # the adapters' own base, not the checkpoint
+    assert config["sha256"] == checkpoint.fingerprint(base / "base")
+    before, after = (load_file(str(base / f / "adapters.safetensors")) for f in ("o", "more"))
+    assert sorted(before) == sorted(after) and any(not np.array_equal(before[k], after[k]) for k in before)

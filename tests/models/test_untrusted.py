@@ -324,6 +324,10 @@ def copy_folder(source, target):
 
 @pytest.mark.parametrize("flags, needed", [
     (["--lora-targets", "c_attn"], "--lora-r"), (["--lora-alpha", "8"], "--lora-r"), (["--lora-r", "0"], "--lora-r"),
+    # these two were refused only once the weights and the text had loaded
+    (["--lora-r", "17"], "--lora-r 17 exceeds the width (n_embd 16) of the model in --init-from"),
+    (["--lora-r", "2", "--lora-targets", "c_attn,c_atn"], "GPT-2 has no Linear layer named 'c_atn'; choose among "
+                                                          "c_attn, c_proj, c_fc"),
 ])
 def test_lora_flags_that_cannot_take_effect_are_refused(lora, tmp_path, capsys, flags, needed):
     code, _, err = run(train.main, capsys, *TINY, "--data", str(lora / "text.txt"), "--init-from",
@@ -360,6 +364,34 @@ def test_lora_nan_adapters_are_refused_by_sample(lora, tmp_path, capsys):
     code, out, err = run(sample.main, capsys, str(run_dir), "--max-new-tokens", "5")
     line = one_line(err)
     assert code == 1 and out == "" and "adapters.safetensors" in line and first in line
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (lambda adapters, key: adapters.pop(key), "lacks ['{key}']: not the adapters"),  # it said "holds" the key it lacked
+    (lambda adapters, key: adapters.update({"transformer.h.0.mlp.c_fc.lora_A": adapters[key]}),
+     "holds ['transformer.h.0.mlp.c_fc.lora_A']: not the adapters"),
+])
+def test_lora_adapters_that_lack_or_add_a_key_are_refused_naming_it_as_what_it_is(lora, tmp_path, capsys, edit,
+                                                                                    problem):
+    from safetensors.numpy import load_file, save_file
+    run_dir = copy_folder(lora / "run", tmp_path / "run")
+    adapters = load_file(str(run_dir / "adapters.safetensors"))
+    key = "transformer.h.0.attn.c_attn.lora_B"
+    edit(adapters, key)
+    save_file(adapters, str(run_dir / "adapters.safetensors"))
+    code, out, err = run(sample.main, capsys, str(run_dir), "--max-new-tokens", "1")
+    line = one_line(err)
+    assert code == 1 and out == "" and f"adapters.safetensors {problem.format(key=key)}" in line
+    assert "(rank 2 in c_attn); the two files come from different runs" in line
+
+
+def test_lora_an_adapter_config_with_a_block_size_below_one_is_refused_naming_it(lora, tmp_path, capsys):
+    run_dir = copy_folder(lora / "run", tmp_path / "run")
+    config = json.loads((run_dir / "adapter_config.json").read_text())
+    (run_dir / "adapter_config.json").write_text(json.dumps({**config, "block_size": 0}))
+    code, _, err = run(sample.main, capsys, str(run_dir), "--max-new-tokens", "1")
+    assert code == 1 and one_line(err) == (f"sample: error: {run_dir / 'adapter_config.json'}: crop_block_size: "
+                                           "block_size must be in [1, 32], got 0")
 
 
 @pytest.mark.parametrize("inside", ["run/merged", "run/a/b"])

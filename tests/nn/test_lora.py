@@ -5,7 +5,7 @@ import pytest
 import autograd as ag
 import nn
 from autograd import Tensor
-from models.gpt.gpt2 import GPT, GPTConfig
+from models.gpt.gpt2 import GPT, LINEAR_LAYERS, GPTConfig
 
 TINY = GPTConfig(vocab_size=16, block_size=8, n_layer=2, n_head=2, n_embd=8)
 
@@ -81,6 +81,65 @@ def test_merged_equals_unmerged_and_unmerge_restores_the_base_weight_exactly():
         m.unmerge()
         np.testing.assert_array_equal(m.weight.data, w)
     np.testing.assert_array_equal(model(x, y)[0].data, unmerged)
+
+
+def test_a_second_lora_call_adds_adapters_and_the_first_calls_train_on():
+    """The second call froze every parameter but its own adapters: c_attn's stopped training without a word."""
+    model = tiny_gpt()
+    nn.lora(model, r=2, alpha=4, targets="c_attn")
+    nn.lora(model, r=2, alpha=4, targets="c_fc")
+    assert [n for n, p in model.named_parameters() if p.requires_grad] == [
+        f"transformer.h.{i}.{m}.lora_{ab}" for i in range(2) for m in ("attn.c_attn", "mlp.c_fc") for ab in "AB"]
+    together = tiny_gpt()
+    nn.lora(together, r=2, alpha=4, targets=("c_attn", "c_fc"))
+    assert [n for n, p in together.named_parameters() if p.requires_grad] == \
+        [n for n, p in model.named_parameters() if p.requires_grad]
+
+
+def test_the_linear_layers_a_run_may_adapt_are_the_models():
+    names = {name.rsplit(".", 1)[-1] for name, m in tiny_gpt().named_modules() if isinstance(m, nn.Linear)}
+    assert names == set(LINEAR_LAYERS)
+
+
+def adapted_gpt():
+    """A tiny GPT whose c_attn and c_fc adapters are nonzero, so that the adapted model is not its base."""
+    model = tiny_gpt()
+    nn.lora(model, r=2, alpha=4, targets=("c_attn", "c_fc"))
+    for name, p in model.named_parameters():
+        if name.endswith("lora_B"):
+            p.data = np.random.default_rng(len(name)).standard_normal(p.shape).astype(p.dtype)
+    return model
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_save_pretrained_of_an_adapted_model_writes_the_function_it_computes(tmp_path, merge):
+    """It wrote the base weights beside lora_A/lora_B keys: from_pretrained refused the folder, and transformers
+    dropped the adapters and gave the base's logits."""
+    from safetensors.numpy import load_file
+    model = adapted_gpt()
+    x, _ = batch()
+    adapted = model(x)[0].data
+    layers = [m for m in model.modules() if isinstance(m, nn.LoRALinear)]
+    if merge:
+        for m in layers:
+            m.merge()
+    weights = {n: p.data.copy() for n, p in model.named_parameters()}
+    model.save_pretrained(tmp_path / "saved")
+    assert sorted(load_file(str(tmp_path / "saved" / "model.safetensors"))) == sorted(tiny_gpt().state_dict())
+    np.testing.assert_allclose(GPT.from_pretrained(tmp_path / "saved")(x)[0].data, adapted, rtol=1e-5, atol=1e-6)
+    assert all(np.array_equal(p.data, weights[n]) for n, p in model.named_parameters())  # the model as it was
+    assert all(m.merged == merge for m in layers)
+
+
+@pytest.mark.interop
+def test_transformers_loads_an_adapted_models_save_pretrained_with_its_logits(tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model = adapted_gpt()
+    x, _ = batch()
+    model.save_pretrained(tmp_path / "saved")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "saved")
+    np.testing.assert_allclose(hf(torch.tensor(x)).logits.detach().numpy(), model(x)[0].data, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("call, message", [
