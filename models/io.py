@@ -59,7 +59,9 @@ def atomic_path(path):
         os.replace(tmp, path)
     except OSError as exc:
         if exc.filename in (tmp, str(tmp)):  # (it may be a descriptor, an int, where the call took no path)
-            exc.filename = str(path)  # the error names the file asked for, not its temporary name
+            # the error names the file asked for, not its temporary name, and once: where the move onto it
+            # failed (os.replace names both), renaming the first name alone would read "'path' -> 'path'"
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         raise
     finally:
         if tmp.is_dir():
@@ -101,8 +103,9 @@ def read_json(path, max_bytes=MAX_JSON_BYTES, max_depth=MAX_JSON_DEPTH):
     parser itself gives up at about a thousand levels, with a RecursionError).
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing")
+    if not path.is_file():  # a folder, FIFO or device of that name is no more the file than nothing is
+        raise FileNotFoundError(f"{path} is missing" if not path.exists()
+                                else f"{path} is not a regular file (a folder, FIFO or device)")
     size = path.stat().st_size
     if size > max_bytes:
         raise ValueError(f"{path} is {size:,} bytes, more than the {max_bytes:,} a JSON file here may have")

@@ -21,6 +21,7 @@ arrays), after rank 0 has sent NCCL's unique id to the others over MPI, as
 llm.c bootstraps it.
 """
 import os
+import signal
 import sys
 import time
 
@@ -91,6 +92,16 @@ def init(device="cpu"):
         time.sleep(0.5)  # the launcher relays output through pipes that the abort tears down: let it pass first
         _mpi.Abort(1)
     sys.excepthook = abort_on_uncaught_exception
+
+
+def end_job():
+    """End this process as a crash would, so that the launcher ends every rank: for a rank that could not join the
+    job (init raised), whose peers may be waiting for it in MPI. An exit with a status is not enough: MPICH's
+    launcher then waits for the other ranks, and they wait for this one for ever."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _connect(comm, device, shared_memory_type, in_place):

@@ -81,7 +81,8 @@ CHECKPOINT_MARKS = ((STATE_FILE,), (CONFIG_FILE, WEIGHTS_FILE), (ADAPTER_CONFIG_
 PREPARED_MARKS = ((META_FILE, shard_name("train", 0)), (PROGRESS_FILE,))
 # train_state.json holds their SHA-256 (the weights, or a LoRA run's adapters): resume finds a file of another run
 _DIGESTED = (WEIGHTS_FILE, ADAPTERS_FILE, ADAPTER_CONFIG_FILE, CONFIG_FILE, TOKENIZER_FILE, OPTIMIZER_FILE)
-_PLOT_DEBRIS = f".{PLOT_FILE}.tmp-*"  # what models.io.atomic_path leaves of a plot when killed
+# What models.io.atomic_path leaves of a report file when killed as it writes one (SIGTERM, SIGKILL, a crash)
+_REPORT_DEBRIS = tuple(f".{name}.tmp-*" for name in REPORT_FILES)
 
 # What a checkpoint fixes for good (its model) and what it does not store (how this run is carried out);
 # every other option is stored with the checkpoint and, on --resume, used again unless the command line changes it.
@@ -134,8 +135,9 @@ def recover(folder):
         else:
             os.rename(prev, folder)  # stopped between the two renames: the previous checkpoint returns
     shutil.rmtree(_sibling(folder, "tmp"), ignore_errors=True)
-    for debris in folder.glob(_PLOT_DEBRIS):
-        debris.unlink()
+    for pattern in _REPORT_DEBRIS:
+        for debris in folder.glob(pattern):
+            debris.unlink()
 
 
 @contextlib.contextmanager
@@ -183,7 +185,8 @@ def check_out_dir(folder, resume, overwrite):
                          "give the checkpoints a folder of their own")
     current = _current(folder)
     names = sorted(p.name for p in current.iterdir()) if current.is_dir() else []
-    foreign = [name for name in names if name not in (*FILES, *REPORT_FILES) and not fnmatch.fnmatch(name, _PLOT_DEBRIS)]
+    foreign = [name for name in names if name not in (*FILES, *REPORT_FILES)
+               and not any(fnmatch.fnmatch(name, pattern) for pattern in _REPORT_DEBRIS)]
     if foreign:
         listed = ", ".join(foreign[:3]) + (", …" if len(foreign) > 3 else "")
         raise ValueError(f"--out-dir {folder} holds {listed}, which no checkpoint has; every save replaces "

@@ -24,6 +24,7 @@ import io
 import os
 import signal
 import sys
+import zlib
 
 from nn import distributed as dist
 
@@ -49,7 +50,8 @@ class World:
     def together(self):
         """The block runs on every rank; if it raised on any rank, every rank raises at the block's end.
 
-        The first rank that failed raises its own exception, the others PeerFailed.
+        The first rank that failed raises its own exception, the others PeerFailed; where every rank failed
+        with the same message (a damaged checkpoint they all read), that is no one rank's failure (error_prefix).
         If none failed but Ctrl-C reached any rank, every rank raises KeyboardInterrupt.
         """
         if self.size == 1:
@@ -60,8 +62,10 @@ class World:
             yield
         except Exception as exc:  # whatever it is, the other ranks must hear of it before anyone stops
             error = exc
-        flags = [0.0] * (self.size + 1)  # one per rank, whether it failed; then whether any was interrupted
-        flags[self.rank] = float(error is not None)
+        # one per rank, whether it failed and how (0, or its message's CRC-32 + 1, exact in float64; a file name
+        # that is not UTF-8 may be in it), then whether any was interrupted
+        flags = [0.0] * (self.size + 1)
+        flags[self.rank] = zlib.crc32(str(error).encode(errors="backslashreplace")) + 1.0 if error is not None else 0.0
         flags[-1] = float(self.interrupted)
         *failures, interrupted = dist.all_reduce(flags)
         failed = [r for r, flag in enumerate(failures) if flag]
@@ -71,7 +75,8 @@ class World:
                 raise KeyboardInterrupt
             return
         if failed[0] == self.rank:
-            self.own_failure = error
+            alike = len(set(failures)) == 1  # every rank failed with the same message: no rank's own news
+            self.own_failure = None if alike else error
             raise error
         raise PeerFailed(f"rank {failed[0]} failed")
 

@@ -189,7 +189,7 @@ def parse_args(argv=None):
             checkpoint.check_out_dir(Path(args.out_dir), args.resume, args.overwrite)
         if not args.resume:
             check_combinations(args)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:  # OSError: a file read here (--eval-only's checkpoint) that cannot be read
         p.error(str(exc))
     return args
 
@@ -363,8 +363,10 @@ def train(args, world):
     schedule = nn.optim.WarmupCosineLR(optimizer, args.warmup_iters, args.lr_decay_iters or args.max_iters,
                                        args.min_lr, max_lr=args.lr, last_step=run.iter - 1)
     resumed_at = run.iter if args.resume else None  # that evaluation is the checkpoint's own
-    monitor = health.Health(model, args.health_interval if world.is_root else 0, out_dir, args.grad_clip,
-                            args.batch_size, progress.say, start=run.iter)  # a resumed run continues the report
+    # rank 0 alone writes the health report: where it cannot (a full disk), every rank must stop, not wait for it
+    with world.together():
+        monitor = health.Health(model, args.health_interval if world.is_root else 0, out_dir, args.grad_clip,
+                                args.batch_size, progress.say, start=run.iter)  # a resumed run continues the report
     anomaly = anomaly_mode(args, run)
     for it in range(run.iter, args.max_iters + 1):
         if (it % args.eval_interval == 0 or it == args.max_iters) and it != resumed_at:
@@ -380,11 +382,13 @@ def train(args, world):
         loss = world.mean([local_loss])[0]
         check_finite(loss, run, optimizer, out_dir)  # every rank alike, before the update
         world.all_reduce_gradients(model)
-        monitor.after_backward(it, x)
-        if args.grad_clip:
-            nn.optim.clip_grad_norm_(model.parameters(), args.grad_clip)
-        optimizer.step()
-        monitor.after_step(it)
+        health_due = args.health_interval and it % args.health_interval == 0  # alike on every rank
+        with world.together() if health_due else contextlib.nullcontext():  # rank 0 records it, as above
+            monitor.after_backward(it, x)
+            if args.grad_clip:
+                nn.optim.clip_grad_norm_(model.parameters(), args.grad_clip)
+            optimizer.step()
+            monitor.after_step(it)
         schedule.step()
         run.record(loss)
         progress.end(run.iter, loss)
@@ -782,6 +786,7 @@ def main(argv=None):
         dist.init()  # a job is joined first: its ranks must agree on the options (alone, nothing to join)
     except dist.DistributedError as exc:
         print(f"train: error: {exc}", file=sys.stderr)
+        dist.end_job()  # the ranks that did join (mpi4py on their machines) would wait for this one for ever
         return 1
     world = World()
     args = world.parse(parse_args, argv)

@@ -5,12 +5,14 @@ order (2 ranks, a twice larger batch, gradient accumulation) agree to about
 1e-15 instead of float32's 1e-7. --fail-rank R --fail-at I --fail-how HOW makes
 rank R fail at iteration I: `step` raises a ValueError inside its forward and
 backward pass, `reduce` raises a RuntimeError in the gradient all-reduce,
-where no agreement between ranks catches it.
+where no agreement between ranks catches it, and `health` an OSError (a full
+disk) as rank R appends its record to health.jsonl (give --health-interval).
 """
+import errno
 import sys
 
 import autograd as ag
-from models.training import train
+from models.training import health, train
 from models.cli import Parser
 from nn import distributed as dist
 
@@ -20,7 +22,7 @@ def main(argv=None):
     p.add_argument("--float64", action="store_true")
     p.add_argument("--fail-rank", type=int, default=None)
     p.add_argument("--fail-at", type=int, default=0)
-    p.add_argument("--fail-how", choices=["step", "reduce"], default="step")
+    p.add_argument("--fail-how", choices=["step", "reduce", "health"], default="step")
     options, train_argv = p.parse_known_args(argv)
     if options.float64:
         ag.set_default_dtype("float64")
@@ -45,6 +47,9 @@ def inject_failure(options):
 
     if options.fail_how == "step":
         train.accumulate_gradients = failing(train.accumulate_gradients, ValueError("injected failure"))
+    elif options.fail_how == "health":
+        health.Health.after_step = failing(health.Health.after_step,
+                                           OSError(errno.ENOSPC, "No space left on device", "health.jsonl"))
     else:
         dist.all_reduce_gradients = failing(dist.all_reduce_gradients, RuntimeError("injected failure"))
 

@@ -263,6 +263,20 @@ def test_a_save_clears_what_an_interrupted_one_left(tmp_path):
     assert held_iteration(tmp_path / "out", run) == 2
 
 
+@pytest.mark.parametrize("report", ["health.jsonl", "health.png", "anomaly_graph.svg"])
+def test_what_a_killed_write_of_any_report_leaves_is_no_stranger_and_goes_with_the_next_save(tmp_path, report):
+    """A SIGTERM while --health-interval or --detect-anomaly writes its file (through models.io.atomic_path)
+    leaves its temporary in the folder, as a killed plot does: --resume must not refuse the folder for it."""
+    run = Run()
+    run.step()
+    run.save(tmp_path / "out")
+    (tmp_path / "out" / f".{report}.tmp-4242").write_bytes(b"half a report")
+    checkpoint.check_out_dir(tmp_path / "out", resume=True, overwrite=False)
+    run.step()
+    run.save(tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == PLAIN_FILES
+
+
 # ---- a save the system refuses: one line, the previous checkpoint intact, nothing left behind -------------
 
 

@@ -30,6 +30,17 @@ def test_an_error_names_the_file_asked_for_not_its_temporary_name(tmp_path):
     assert str(error.value) == f"[Errno 28] No space left on device: '{path}'" and list(tmp_path.iterdir()) == []
 
 
+def test_a_move_that_fails_names_the_file_once(tmp_path):
+    """os.replace's error names the temporary and the file: the file alone is what was asked for."""
+    path = tmp_path / "health.jsonl"
+    path.mkdir()  # a folder where the file should go: the move onto it fails
+    with pytest.raises(IsADirectoryError) as error:
+        with atomic_path(path) as tmp:
+            tmp.write_text("a record\n")
+    assert str(error.value) == f"[Errno 21] Is a directory: '{path}'" and [p.name for p in tmp_path.iterdir()] == \
+        ["health.jsonl"]
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="makes a named pipe")
 def test_a_pipe_is_written_in_place_and_stays_a_pipe(tmp_path):
     """Moved over a pipe or a device, the file would take its place: as root, over /dev/null, the system's."""
@@ -110,5 +121,5 @@ def test_a_file_that_grows_past_the_limit_as_it_is_read_is_refused(tmp_path, mon
 
 @pytest.mark.parametrize("name", ["/dev/zero", "/dev/null", "/proc/self/fd/0"])
 def test_a_device_or_pipe_is_no_json_file(name):
-    with pytest.raises(FileNotFoundError, match=f"{name} is missing"):
+    with pytest.raises(FileNotFoundError, match=rf"{name} is not a regular file \(a folder, FIFO or device\)"):
         read_json(name)

@@ -18,14 +18,15 @@ from nn import distributed as dist
 
 
 def as_rank(monkeypatch, rank, world_size=2, other_failed=False, other_status=None, other_interrupted=False):
-    """A World in which this process plays `rank` of `world_size`; the others failed or not, were interrupted or
-    not (Ctrl-C), and left parsing with other_status."""
+    """A World in which this process plays `rank` of `world_size`; the others failed or not ("alike": with this
+    rank's very error), were interrupted or not (Ctrl-C), and left parsing with other_status."""
     monkeypatch.setattr(dist, "rank", rank)
     monkeypatch.setattr(dist, "world_size", world_size)
 
-    def all_reduce(flags):  # a flag per rank, whether it failed, then whether any rank was interrupted
+    def all_reduce(flags):  # a flag per rank, whether it failed (and how), then whether any rank was interrupted
         *failures, interrupted = flags
-        return [1.0 if other_failed and r != rank else flag for r, flag in enumerate(failures)] + \
+        other = failures[rank] if other_failed == "alike" else 1.0
+        return [other if other_failed and r != rank else flag for r, flag in enumerate(failures)] + \
             [float(interrupted or other_interrupted)]
     monkeypatch.setattr(dist, "all_reduce", all_reduce)
     monkeypatch.setattr(dist, "all_gather", lambda obj: [obj if r == rank else other_status for r in range(world_size)])
@@ -86,6 +87,27 @@ def test_when_all_fail_only_the_first_reports(monkeypatch):
     world = as_rank(monkeypatch, 0, other_failed=True)
     with pytest.raises(ValueError):
         agree(world, fail)
+
+
+def test_a_failure_every_rank_met_alike_is_reported_by_rank_0_as_one_process_would(monkeypatch):
+    """A damaged checkpoint that every rank reads: rank 0 says so without naming itself, as if it alone had it."""
+    world = as_rank(monkeypatch, 0, other_failed="alike")
+    with pytest.raises(ValueError) as info:
+        agree(world, fail)
+    assert world.error_prefix(info.value) == ""
+    world = as_rank(monkeypatch, 1, other_failed="alike")
+    with pytest.raises(parallel.PeerFailed):
+        agree(world, fail)
+
+
+def test_a_failure_naming_a_file_that_is_not_utf8_still_reaches_the_agreement(monkeypatch):
+    """os.fsdecode makes such a name's bytes lone surrogates, which UTF-8 cannot encode: the rank must not fail
+    again on its way to the collective, leaving the others waiting in it."""
+    def fail_on_the_file():
+        raise FileNotFoundError(b"/data/caf\xe9.txt is missing".decode(errors="surrogateescape"))
+    world = as_rank(monkeypatch, 1)
+    with pytest.raises(FileNotFoundError):
+        agree(world, fail_on_the_file)
 
 
 def test_ctrl_c_on_any_rank_stops_every_rank_at_the_same_agreement(monkeypatch):

@@ -196,6 +196,22 @@ def test_an_uncaught_exception_on_one_rank_aborts_the_job(tmp_path):
 
 
 @needs_mpi
+@pytest.mark.parametrize("when", ["starting", "recording"])
+def test_a_health_report_rank_0_cannot_write_ends_the_job_with_one_line(tmp_path, when):
+    """Rank 0 alone writes health.jsonl: where it fails (a full disk), the other rank must not wait for it for ever
+    in the next collective."""
+    if when == "starting":  # the report's file cannot be made
+        (tmp_path / "health.jsonl").mkdir()
+        injected, said = [], "[Errno 21] Is a directory"
+    else:  # an append, at the fourth record
+        injected, said = ["--fail-rank", "0", "--fail-at", "3", "--fail-how", "health"], "[Errno 28] No space left"
+    code, out, err, seconds = mpiexec(*injected, *TINY, "--batch-size", str(B), "--max-iters", "10",
+                                      "--health-interval", "1", "--out-dir", str(tmp_path), timeout=60)
+    assert code == 1 and seconds < 30
+    assert err.startswith(f"train: error: rank 0: {said}") and err.count("\n") == 1, err
+
+
+@needs_mpi
 @pytest.mark.parametrize("when", ["parsing", "loading"])
 def test_data_only_one_rank_cannot_read_ends_the_job_with_its_line(tmp_path, when):
     """A --data file missing on one machine is refused as the options are parsed; one that only rank 1 names is
@@ -238,6 +254,18 @@ def test_a_diverging_job_stops_on_every_rank_before_writing(two_ranks, tmp_path)
     assert err.startswith("train: error: the loss became nan at iteration ") and err.count("\n") == 1
     assert f"stopped, and {tmp_path / 'o'} keeps the checkpoint of iteration 5" in err
     assert {p.name: p.read_bytes() for p in (tmp_path / "o").iterdir()} == before
+
+
+@needs_mpi
+def test_a_damaged_checkpoint_every_rank_reads_is_reported_as_one_process_reports_it(two_ranks, tmp_path):
+    """Every rank finds it damaged, so no rank is named: `rank 0:` would say the other ranks read a good one."""
+    shutil.copytree(two_ranks.half, tmp_path / "o")
+    (tmp_path / "o" / "optimizer.npz").write_bytes(b"not an archive")
+    code, out, err, seconds = mpiexec(*TINY, "--batch-size", str(B), "--max-iters", "8", "--out-dir",
+                                      str(tmp_path / "o"), "--resume", timeout=60)
+    assert code == 1 and seconds < 30
+    assert err == (f"train: error: {tmp_path / 'o' / 'optimizer.npz'} is damaged: it is something else, not the npz "
+                   "archive (a zip of arrays) that models.train writes\n")
 
 
 @needs_mpi
@@ -300,6 +328,21 @@ def mpmd(rank0, rank1, dirs=(ROOT, ROOT), timeout=60):
     done = subprocess.run([MPIEXEC, *blocks[0], ":", *blocks[1]], cwd=ROOT, env=environment(), capture_output=True,
                           text=True, timeout=timeout)
     return done.returncode, done.stdout, done.stderr, time.perf_counter() - start
+
+
+@needs_mpi
+def test_a_rank_without_mpi4py_ends_the_job_with_its_line(tmp_path):
+    """A machine whose environment lacks mpi4py: its rank cannot join, and the rank that did waited for it for ever
+    (an exit with a status leaves MPICH's launcher waiting on the other ranks)."""
+    (tmp_path / "mpi4py").mkdir()
+    (tmp_path / "mpi4py" / "__init__.py").write_text("raise ImportError('not installed here')\n")
+    train = [sys.executable, "-m", "models.train", *SMALL, "--out-dir", str(tmp_path / "out")]
+    start = time.perf_counter()
+    done = subprocess.run([MPIEXEC, "-n", "1", *train, ":", "-n", "1", "-env", "PYTHONPATH", f"{tmp_path}:{ROOT}",
+                           *train], cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and time.perf_counter() - start < 30
+    assert done.stderr == ("train: error: nn.distributed: this is rank 1 of 2 processes, but mpi4py is not installed; "
+                           "install it with `pip install -e \".[dist]\"` (mpi4py and MPICH)\n")
 
 
 @needs_mpi

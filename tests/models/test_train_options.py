@@ -159,15 +159,19 @@ def test_eval_only_without_a_checkpoint_is_one_line(tmp_path, capsys, argv, mess
                                        "(see --help)\n")
 
 
-def test_eval_only_on_a_damaged_checkpoint_says_what_is_damaged(tmp_path, capsys):
+@pytest.mark.parametrize("damage, problem", [
+    (lambda path: path.write_text("["), "is not valid JSON"),
+    (lambda path: path.mkdir(), "is not a regular file (a folder, FIFO or device)"),  # once a traceback
+], ids=["not JSON", "a folder"])
+def test_eval_only_on_a_damaged_checkpoint_says_what_is_damaged(tmp_path, capsys, damage, problem):
     """It once said there was no checkpoint at all, where --resume names the file and what is wrong with it."""
     (tmp_path / "o").mkdir()
-    (tmp_path / "o" / "train_state.json").write_text("[")
+    damage(tmp_path / "o" / "train_state.json")
     with pytest.raises(SystemExit) as exit_info:
         train.parse_args(["--eval-only", "--out-dir", str(tmp_path / "o")])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"python -m models.train: error: {tmp_path / 'o' / 'train_state.json'} is not valid JSON")
+    assert err.startswith(f"python -m models.train: error: {tmp_path / 'o' / 'train_state.json'} {problem}")
 
 
 def measured(*flops):

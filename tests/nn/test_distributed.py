@@ -6,7 +6,10 @@ reads and writes the very memory the pointers name, so everything up to the
 NCCL call itself runs here. tests/models/test_train_mpi.py runs real MPI jobs.
 """
 import ctypes
+import signal
+import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -16,6 +19,7 @@ import nn
 from autograd import Tensor
 from nn import distributed as dist
 
+ROOT = Path(__file__).resolve().parents[2]
 IN_PLACE = object()
 SHARED = object()
 
@@ -262,6 +266,15 @@ def test_init_without_mpi4py_says_how_to_install_it(job, monkeypatch):
     monkeypatch.setitem(sys.modules, "mpi4py", None)  # makes `from mpi4py import MPI` fail
     with pytest.raises(dist.DistributedError, match=r"mpi4py is not installed; install it with `pip install -e"):
         dist.init()
+
+
+def test_a_rank_that_cannot_join_ends_as_a_crash_does_so_the_launcher_ends_the_job():
+    """MPICH's launcher ends every rank when one dies of a signal, not when one exits with a status: the ranks that
+    joined would wait for this one for ever (tests/models/test_train_mpi.py runs such a job)."""
+    done = subprocess.run([sys.executable, "-c", "from nn import distributed; print('said', flush=True); "
+                           "distributed.end_job(); print('still here')"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == -signal.SIGTERM and done.stdout == "said\n"
 
 
 def test_a_launcher_from_another_mpi_is_named(job):
