@@ -691,9 +691,12 @@ def _add_at(target, key, values, repeats=True):
 # ---- the fused ops of a transformer --------------------------------------------
 
 
-def _mask_bias(xp, mask, dtype):
-    """0 where `mask` is True (visible), −∞ where it is False: added to scores, it hides them from softmax."""
-    return xp.where(mask, 0, -xp.inf).astype(dtype, copy=False)
+def _hide(xp, x, mask):
+    """x, in place, with −∞ where `mask` is False (hidden): softmax then gives those 0, as the kernels, which skip
+    hidden scores. Put there, not added: a hidden inf or NaN plus −∞ is NaN, which spread over its row (a NaN in
+    a key that the causal mask hides made every earlier query's output NaN)."""
+    xp.copyto(x, -xp.inf, where=~mask)
+    return x
 
 
 def _softmax(xp, x, axis, mask=None, out=None):
@@ -711,8 +714,7 @@ def _softmax(xp, x, axis, mask=None, out=None):
         p = xp.exp(x, out=xp.empty_like(x))  # empty; out= refuses an integer x, as the exp below does
         return p, xp.full(x.sum(axis=axis, keepdims=True).shape, -xp.inf, dtype=x.dtype)  # log Σ over nothing
     if mask is not None:
-        x = xp.add(x, _mask_bias(xp, mask, x.dtype), out=out)
-        out = x
+        x = out = _hide(xp, x.copy() if out is None else out, mask)  # out is x itself, which the caller owns
     m = x.max(axis=axis, keepdims=True)
     if mask is not None:
         xp.copyto(m, 0, where=~xp.isfinite(m))  # an all-masked row: exp(−inf − 0) = 0 instead of a NaN
@@ -896,7 +898,9 @@ class LayerNorm(Function):
 
     def forward(self, x, weight, bias=None, eps=1e-5):
         xp, n = self.xp, x.shape[-1]
-        self.kernel = kernels.fused("layer_norm_backward", x)
+        # the kernels are compiled for x's dtype and read γ and β as that: γ or β of another keeps the composed op
+        same_dtype = weight.dtype == x.dtype and (bias is None or bias.dtype == x.dtype)
+        self.kernel = kernels.fused("layer_norm_backward", x) if same_dtype else None
         if self.kernel is not None:
             x = xp.ascontiguousarray(x)
             bias = xp.zeros_like(weight) if bias is None else bias
@@ -1005,9 +1009,10 @@ class ScaledDotProductAttention(Function):
     def forward(self, q, k, v, mask=None, dropout_p=0.0, causal=False):
         """`causal`: `mask` is the causal one, query i seeing keys up to i + Tk − Tq (the GPU kernel's own)."""
         self.scale, self.mask = 1.0 / math.sqrt(q.shape[-1]), mask
-        # no keys (Tk = 0): the composed path's O = 0, where the GPU's launchers count rows as size // Tk
-        kernel = (kernels.fused("attention_softmax_forward", q) if (mask is None or causal) and k.shape[-2]
-                  else None)
+        # no keys (Tk = 0): the composed path's O = 0, where the GPU's launchers count rows as size // Tk; the
+        # kernels are compiled for q's dtype and read K and V as that (a float64 V through float32 BLAS: NaNs)
+        kernel = (kernels.fused("attention_softmax_forward", q)
+                  if (mask is None or causal) and k.shape[-2] and q.dtype == k.dtype == v.dtype else None)
         self.kernels = None if kernel is None else (kernel, kernels.fused("attention_softmax_backward", q))
         if kernel is not None:
             # query i sees keys 0 … i + offset: Tk − Tq with the causal mask, all Tk without one
@@ -1051,7 +1056,7 @@ class ScaledDotProductAttention(Function):
         if p is None:
             p = (q * self.scale) @ k.swapaxes(-1, -2)
             if self.mask is not None:
-                p += _mask_bias(xp, self.mask, p.dtype)
+                _hide(xp, p, self.mask)
             p -= lse
             p = xp.exp(p, out=p)  # P again, exactly 0 where masked
         dq = dk = dv = None

@@ -386,10 +386,12 @@ def _as_stored(x):
 
 def matmul(a, b, bias=None):
     """a @ b (+ bias) for 2-D float32 a (m, k) and b (k, n): the op's product itself, in _block's blocks over the
-    threads from SPLIT_FROM multiply-adds (the GEMMs of ops.Linear and ops.MatMul)."""
+    threads from SPLIT_FROM multiply-adds (the GEMMs of ops.Linear and ops.MatMul). Any other dtype is NumPy's
+    product: ops.MatMul picks this by its float32 B, and a float64 A makes its backward's Aᵀ G a float64 pair,
+    which _sgemm would have read as float32."""
     m, k = a.shape
     n = b.shape[1]
-    if b.dtype != a.dtype or (bias is not None and bias.dtype != a.dtype) or m * n * k < SPLIT_FROM:
+    if not a.dtype == b.dtype == np.float32 or (bias is not None and bias.dtype != a.dtype) or m * n * k < SPLIT_FROM:
         c = np.matmul(a, b)
         if bias is not None:
             c += bias
@@ -745,9 +747,15 @@ def _adamw(g, decay, beta1, beta2, eps, step_size, w, m, v):
 
 
 def adamw(g, decay, beta1, beta2, eps, step_size, w, m, v):
-    """The update as kernels/cuda.py's ADAMW takes it; w, m, v C-contiguous, in place."""
+    """The update as kernels/cuda.py's ADAMW takes it, in place over w, m and v. One that is not C-contiguous (a
+    parameter made from a transposed array) is updated through a contiguous copy written back: its flat view was
+    reshape's copy, which took the update while the parameter kept its values."""
+    arrays = [np.ascontiguousarray(x) for x in (w, m, v)]
     _adamw(np.ascontiguousarray(g).reshape(-1), _F32(decay), _F32(beta1), _F32(beta2), _F32(eps), _F32(step_size),
-           w.reshape(-1), m.reshape(-1), v.reshape(-1))
+           *(x.reshape(-1) for x in arrays))
+    for x, updated in zip((w, m, v), arrays):
+        if updated is not x:
+            x[...] = updated
 
 
 # ---- clip_grad_norm_ -------------------------------------------------------------------

@@ -502,6 +502,75 @@ def test_adamw_steps_with_clipping(monkeypatch, spy):
     close(fused, composed, rtol=1e-5, atol=1e-7)
 
 
+
+def test_adamw_steps_a_parameter_whose_data_is_a_transposed_view(monkeypatch, spy):
+    """A parameter made from a transposed array: the kernel's flat view of it was reshape's copy, which took the
+    update while the parameter kept its values (its moments stepped on)."""
+    rng = np.random.default_rng(0)
+    start = rng.standard_normal((96, 64)).astype(np.float32)
+    gradients = [np.abs(rng.standard_normal((64, 96))).astype(np.float32) + 0.1 for _ in range(3)]  # one way
+
+    def run():
+        p = nn.Parameter(start.copy().T)
+        assert not p.data.flags.c_contiguous
+        opt = nn.optim.AdamW([p], lr=1e-2)
+        for g in gradients:
+            p.grad = g.copy()
+            opt.step()
+        return [p.data, opt.state[id(p)]["exp_avg"]]
+    fused, composed = both(monkeypatch, run)
+    assert spy == {"adamw": 3}
+    close(fused, composed, rtol=1e-5, atol=1e-6)  # weights of about 1, each moved by about lr a step
+    assert (start.T - fused[0]).min() > 1e-2  # every weight moved down, by about lr a step
+
+
+def test_a_float64_matrix_times_a_float32_weight_keeps_numpys_products(monkeypatch, spy):
+    """ops.MatMul picks the split product by B; backward's Aᵀ G is then a float64 pair, which OpenBLAS's sgemm
+    read as float32: dB came back NaN."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 256))
+    b = rng.standard_normal((256, 512)).astype(np.float32)
+    weights = rng.standard_normal((64, 512))
+
+    def run():
+        leaves = ag.Tensor(a, requires_grad=True), ag.Tensor(b, requires_grad=True)
+        out = leaves[0] @ leaves[1]
+        (out * ag.Tensor(weights)).sum().backward()
+        return [out.data] + [leaf.grad for leaf in leaves]
+    fused, composed = both(monkeypatch, run)
+    assert spy["matmul"] == 3  # asked for each product, it hands the float64 ones to NumPy
+    close(fused, composed, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(fused[2], (a.T @ weights).astype(np.float32), rtol=1e-5, atol=1e-4)
+
+
+def test_attention_and_layer_norm_with_operands_of_another_dtype_keep_the_composed_op(monkeypatch, spy):
+    """The kernels are compiled for q's (x's) dtype: a float64 V went through float32 BLAS (NaNs), a float16 γ
+    stopped numba's compile."""
+    rng = np.random.default_rng(0)
+    q, k = (rng.standard_normal((2, 4, 64, 32)).astype(np.float32) for _ in range(2))
+    v = rng.standard_normal((2, 4, 64, 32))
+    x = rng.standard_normal((64, 300)).astype(np.float32)
+    gamma, beta = rng.standard_normal(300).astype(np.float16), rng.standard_normal(300).astype(np.float32)
+    fused, composed = both(monkeypatch, lambda: grads(
+        lambda q, k, v: ag.scaled_dot_product_attention(q, k, v), q, k, v) + grads(ag.layer_norm, x, gamma, beta))
+    assert spy == {}
+    assert all(np.isfinite(a).all() for a in fused)
+    close(fused, composed, rtol=0, atol=0)
+
+
+def test_a_nan_in_a_key_reaches_only_the_queries_that_see_it(monkeypatch, spy):
+    """Under the causal mask a NaN in key 40 makes the outputs of queries 40 on NaN, kernel or composed op: the
+    composed op added −∞ to every hidden score, and NaN − ∞ is NaN, so queries 0–39 were NaN too."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 4, 64, 32)).astype(np.float32) for _ in range(3))
+    k[:, :, 40, 0] = np.nan
+    fused, composed = both(monkeypatch, lambda: ag.scaled_dot_product_attention(
+        ag.Tensor(q), ag.Tensor(k), ag.Tensor(v)).data)
+    assert spy.get("attention_forward", spy.get("attention_softmax_forward")) == 1
+    for out in (fused, composed):
+        assert np.isfinite(out[:, :, :40]).all() and np.isnan(out[:, :, 40:]).all()
+    close([fused[:, :, :40]], [composed[:, :, :40]], rtol=1e-5, atol=1e-6)
+
 def flat_grads_run(start, gradients, flat, resume_after=None):
     """AdamW over `start` (two groups: decayed weights, undecayed rest) for the steps' `gradients`, clipped to 1,
     each gradient added as backward adds it; with `resume_after`, the parameters and the optimizer go through

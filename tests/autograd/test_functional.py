@@ -100,6 +100,18 @@ def test_softmax_mask_true_means_visible():
     np.testing.assert_allclose(x.grad[0, [0, 2]], pv * (gv - (gv * pv).sum()))
 
 
+
+def test_softmax_hides_masked_scores_of_inf_and_nan():
+    """A hidden score gets probability 0 whatever it holds: −∞ added to inf or NaN was NaN, and the row with it."""
+    x = leaf([[1.0, np.inf, 2.0], [0.0, np.nan, 1.0], [-np.inf, 3.0, 3.0]])
+    mask = np.array([True, False, True])
+    p = ag.softmax(x, mask=mask)
+    p.backward(np.array([[1.0, 2.0, 3.0]] * 3))
+    visible = _softmax_ref(np.array([1.0, 2.0]))
+    np.testing.assert_allclose(p.data, [[visible[0], 0, visible[1]], [visible[0], 0, visible[1]], [0, 0, 1]])
+    np.testing.assert_allclose(x.grad[:2], [[-2 * visible[0] * visible[1], 0, 2 * visible[0] * visible[1]]] * 2)
+    np.testing.assert_array_equal(x.grad[2], [0, 0, 0])
+
 def test_softmax_mask_broadcasts_over_batch_and_heads():
     rng = np.random.default_rng(3)
     scores = rng.normal(size=(2, 3, 4, 4))
