@@ -265,6 +265,14 @@ def _writable_place(path, text):
 _SIBLING_EXTRA = len("..prev")
 
 
+def folder_path(text):
+    """A `type=` function: a folder, or a path with nothing there yet; neither need be writable (output_folder
+    checks that where the command writes)."""
+    if _kind(_path(text).absolute(), text) not in (None, "folder"):
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
+    return text
+
+
 def output_folder(text):
     """A `type=` function: a folder that is there or can be made, and whose parent can be written.
 

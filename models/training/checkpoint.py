@@ -701,6 +701,10 @@ def resume(folder, args, check, world):
         new = getattr(args, name)
         flag = "--" + name.replace("_", "-")
         if name in args.given and new != old:
+            if name == "seed" and not args.eval_only:  # the saved generators go on; a seed only starts a run
+                raise ValueError(f"--seed {new} would seed a new run's weights, batches and dropout, and --resume "
+                                 f"continues those of the checkpoint's --seed {old} where they stopped; leave --seed "
+                                 "out, or start a new run with --overwrite")
             if name not in MODEL_OPTIONS:
                 changed.append(f"{flag} {_option_text(old)} → {_option_text(new)}")
                 continue

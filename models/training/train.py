@@ -42,8 +42,8 @@ import numpy as np
 import autograd as ag
 import nn
 from models.training import checkpoint, health
-from models.cli import (SEEDS, Parser, device, interval, machine_memory, model_folder, output_folder, show_default,
-                        shows_progress)
+from models.cli import (SEEDS, Parser, device, folder_path, interval, machine_memory, model_folder, output_folder,
+                        show_default, shows_progress)
 from models.training.data import Layout, TokenData, load_text
 from models.gpt import hf_checkpoint, sampling
 from models.gpt.gpt2 import GPT, LINEAR_LAYERS, GPTConfig
@@ -136,7 +136,9 @@ def make_parser():
                         "print them and exit, writing nothing")
     g.add_argument("--always-save", action=argparse.BooleanOptionalAction, default=False,
                    help="save at every evaluation, not only when the val loss improves on the checkpoint's")
-    g.add_argument("--out-dir", type=output_folder, default="out", help="the checkpoint folder")
+    # training's checks that it can write there (output_folder) wait for the other options: --eval-only writes
+    # nothing, so it evaluates a checkpoint in a read-only folder too
+    g.add_argument("--out-dir", type=folder_path, default="out", help="the checkpoint folder")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out-dir")
     g.add_argument("--overwrite", action="store_true", help="replace the checkpoint in --out-dir with a new run")
     g.add_argument("--seed", type=interval(int, SEEDS), default=1337,
@@ -179,6 +181,11 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     args.given = p.given(argv, args)
     try:
+        if not args.eval_only:
+            try:
+                output_folder(args.out_dir)
+            except argparse.ArgumentTypeError as exc:
+                raise ValueError(f"argument --out-dir: {exc}") from None
         if args.resume and args.overwrite:
             raise ValueError("--resume continues the checkpoint and --overwrite replaces it: choose one")
         if args.preset:
@@ -257,6 +264,17 @@ def check_combinations(args):
         raise ValueError(f"--lora-r {args.lora_r} adapts a trained model: give it one with --init-from DIR")
     if args.min_lr > args.lr:
         raise ValueError(f"--min-lr {args.min_lr} exceeds the peak --lr {args.lr}")
+    if args.lr_decay_iters is not None and args.lr_decay_iters <= args.warmup_iters:
+        # warmup_cosine warms up first: the lr would climb to --lr and fall to --min-lr in one step, never decaying
+        raise ValueError(f"--lr-decay-iters {args.lr_decay_iters} does not come after the --warmup-iters "
+                         f"{args.warmup_iters} steps of warm-up, so the lr would jump from --lr to --min-lr with no "
+                         f"decay between; give --lr-decay-iters above {args.warmup_iters}, or fewer --warmup-iters")
+    if args.lora_r and args.init_from and not args.eval_only \
+            and Path(args.init_from).resolve() == Path(args.out_dir).resolve():
+        # its checkpoint holds the adapters alone and names --init-from as their base: a save there deletes the base
+        raise ValueError(f"--lora-r {args.lora_r} saves the adapters alone, which need their base --init-from "
+                         f"{args.init_from}, and --out-dir {args.out_dir} is that folder, which a save replaces; "
+                         "give the checkpoints another --out-dir")
     if args.init_from and not args.resume:  # refused from its config.json, before the weights and the text load
         config = Path(args.init_from) / checkpoint.CONFIG_FILE
         fields = hf_checkpoint.config_fields(read_json(config)) if config.is_file() else {}

@@ -114,6 +114,25 @@ def test_lora_needs_a_model_to_adapt(tmp_path, capsys):
     assert "--lora-r 4 adapts a trained model: give it one with --init-from DIR" in capsys.readouterr().err
 
 
+def test_adapters_cannot_be_saved_over_their_own_base(base, capsys):
+    """--init-from X --out-dir X --overwrite replaced X with adapters that name X as their base: the base weights
+    were gone, and the checkpoint could be neither resumed nor sampled."""
+    before = sorted(p.name for p in (base / "base").iterdir())
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([*RUN, "--data", str(base / "text.txt"), "--init-from", str(base / "base"), "--lora-r", "2",
+                    "--out-dir", f"{base / 'base'}/.", "--overwrite", "--max-iters", "2"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        f"python -m models.train: error: --lora-r 2 saves the adapters alone, which need their base --init-from "
+        f"{base / 'base'}, and --out-dir {base / 'base'}/. is that folder, which a save replaces; give the "
+        "checkpoints another --out-dir (see --help)\n")
+    assert sorted(p.name for p in (base / "base").iterdir()) == before
+    # a full fine-tune keeps no link to its base, so it may still replace the folder it started from
+    assert train.main([*RUN, "--data", str(base / "text.txt"), "--init-from", str(base / "base"), "--max-iters", "2",
+                       "--out-dir", str(base / "base"), "--overwrite"]) == 0
+    assert checkpoint.saved_iteration(base / "base") == 2
+
+
 def test_checkpointed_blocks_train_the_very_same_run(base, capsys):
     histories = []
     for flag, folder in (([], "plain"), (["--checkpoint-blocks"], "checked")):

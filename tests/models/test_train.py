@@ -104,6 +104,20 @@ def test_resume_says_which_options_change_and_which_it_ignores(tmp_path, capsys)
     assert options["beta1"] == 0.8 and options["n_layer"] == 1
 
 
+def test_resume_refuses_another_seed_before_any_work_and_takes_the_same_one(tmp_path, capsys):
+    """The run went on with the checkpoint's batches and dropout while its line said --seed changed."""
+    assert run(capsys, "--max-iters", "10", "--out-dir", str(tmp_path))[0] == 0
+    state = (tmp_path / "train_state.json").read_bytes()
+    code, out, err = run(capsys, "--max-iters", "11", "--out-dir", str(tmp_path), "--resume", "--seed", "7")
+    assert (code, out) == (1, "")
+    assert err == ("train: error: --seed 7 would seed a new run's weights, batches and dropout, and --resume "
+                   "continues those of the checkpoint's --seed 1337 where they stopped; leave --seed out, or start "
+                   "a new run with --overwrite\n")
+    assert (tmp_path / "train_state.json").read_bytes() == state
+    code, out, err = run(capsys, "--max-iters", "11", "--out-dir", str(tmp_path), "--resume", "--seed", "1337")
+    assert code == 0 and "--seed" not in out, err
+
+
 def test_resume_says_in_the_same_line_whether_the_rows_per_iteration_stay(tmp_path, capsys):
     assert run(capsys, "--max-iters", "10", "--out-dir", str(tmp_path), "--grad-accum", "2", "--always-save")[0] == 0
     assert json.loads((tmp_path / "train_state.json").read_text())["batch"] == {"batch_size": 4, "grad_accum": 2,
@@ -346,6 +360,11 @@ def parse_error(argv):
     (["--grad-clip", "-1"], "argument --grad-clip: must be in [0, inf), got -1"),
     (["--warmup-iters", "-5"], "argument --warmup-iters: must be in [0, inf), got -5"),
     (["--lr-decay-iters", "0"], "argument --lr-decay-iters: must be in [1, inf), got 0"),
+    # the lr climbed to --lr through step 99, then fell to --min-lr at step 100: no decay ever ended at 50
+    (["--lr-decay-iters", "50"], "--lr-decay-iters 50 does not come after the --warmup-iters 100 steps of warm-up, "
+                                 "so the lr would jump from --lr to --min-lr with no decay between; give "
+                                 "--lr-decay-iters above 100, or fewer --warmup-iters"),
+    (["--lr-decay-iters", "5", "--warmup-iters", "5"], "--lr-decay-iters 5 does not come after the --warmup-iters 5"),
     (["--seed", "-1"], "argument --seed: must be in [0, 4294967295], got -1"),
     (["--peak-tflops", "0"], "argument --peak-tflops: must be in (0, inf), got 0"),
     (["--sample-tokens", "-1"], "argument --sample-tokens: must be in [0, inf), got -1"),

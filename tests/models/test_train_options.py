@@ -1,8 +1,10 @@
 """models.train's front door: presets, the plain log lines, --eval-only and the MFU yardstick, by what they print
 and what the checkpoint stores."""
 import json
+import os
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -145,6 +147,24 @@ def test_eval_only_prints_the_checkpoints_losses_and_writes_nothing(tmp_path, ca
     assert re.fullmatch(rf"eval-only: {folder}: train loss \d\.\d{{4}}, val loss \d\.\d{{4}} \(3 batches of 12 x 16 "
                         r"tokens per split\)\n", out)
     assert not fresh.exists()
+
+
+def test_eval_only_reads_a_checkpoint_in_a_folder_it_could_not_write(tmp_path, capsys, monkeypatch):
+    """--eval-only writes nothing, yet --out-dir's check that a save could write there refused a read-only
+    checkpoint (a shared or read-only mount) at parse time; training there is still refused."""
+    assert run(capsys, "--max-iters", "2", "--out-dir", str(tmp_path / "ro" / "o"))[0] == 0
+    capsys.readouterr()
+    writable = os.access  # as root os.access allows every write: answer as a read-only mount would
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: not (mode & os.W_OK and tmp_path / "ro" in
+                                                                   [Path(path), *Path(path).parents])
+                        and writable(path, mode, **kw))
+    assert train.main(["--eval-only", "--out-dir", str(tmp_path / "ro" / "o")]) == 0
+    assert capsys.readouterr().out.startswith(f"eval-only: the checkpoint in {tmp_path / 'ro' / 'o'} (iteration 2): "
+                                              "train loss ")
+    with pytest.raises(SystemExit):
+        train.main(["--resume", "--max-iters", "4", "--out-dir", str(tmp_path / "ro" / "o")])
+    assert capsys.readouterr().err == (f"python -m models.train: error: argument --out-dir: cannot write "
+                                       f"{tmp_path / 'ro' / 'o'}: {tmp_path / 'ro'} is not writable (see --help)\n")
 
 
 @pytest.mark.parametrize("argv, message", [
