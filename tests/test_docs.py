@@ -118,11 +118,13 @@ def test_the_pictures_are_what_docs_make_draws_now():
 
 def made_paths():
     """The paths the pages' commands write, relative to where they run (the repository's root)."""
-    paths = {"out", "graph_bigram.svg", "graph_tiny.png", "moons.png"}  # the defaults of the main job, viz.graph, moons
+    # the defaults of the main job, viz.graph (--double too), moons, newton, viz.jacobian and viz.diverge
+    paths = {"out", "graph_bigram.svg", "graph_tiny.png", "graph_bigram_double.svg", "moons.png", "newton.png",
+             "jacobian_softmax.png", "diverge_tiny.svg"}
     for page in PAGES:
         text = text_of(page)
         paths |= set(re.findall(r"--(?:out-dir|out|html|local-dir) ([\w./-]+)", text))
-        paths |= set(re.findall(r"save_pretrained\('([\w./-]+)'\)", text))
+        paths |= set(re.findall(r"save_pretrained\(['\"]([\w./-]+)['\"]\)", text))
         paths |= set(re.findall(r"models\.export_merged [\w./-]+ ([\w./-]+)", text))
     return sorted({p.rstrip("/") for p in paths if not p.startswith(("/", "PATH", "DIR"))})
 
@@ -134,3 +136,139 @@ def test_gitignore_covers_what_the_commands_make():
         as_made = path if Path(path).suffix else path + "/"  # a folder (out/, merged/) unless it has a file's suffix
         run = subprocess.run(["git", "check-ignore", "-q", "--no-index", as_made], cwd=REPO)
         assert run.returncode == 0, f"{path}, which a command in the docs writes, is not in .gitignore"
+
+
+
+def run_module(*argv):
+    run = subprocess.run([sys.executable, "-m", *argv], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, f"python -m {' '.join(argv)}: {run.stderr[-2000:]}"
+    return run.stdout
+
+
+def words(text):
+    return " ".join(text.split())
+
+
+# (a command, the page that quotes what it prints, the figures as the page quotes them, the lines they come from as
+# the command prints them, spaces aside): the page must still quote them and the command still print them
+QUOTED = [
+    (["models.bigram"], "lessons.md", ["loss 2.7320 → 0.6557, bound 0.6530"],
+     ["step 0 loss 2.7320", "step 500 loss 0.6557", "counting lower bound 0.6530"]),
+    (["models.tiny"], "lessons.md", ["p(你) = 0.084807, loss 2.467373", "∂L/∂E[你] = (−0.915189, 0.915189)"],
+     ["p(你) = 0.084807", "L = −log p(你) = 2.467373", "∂L/∂E[你] -0.915189 0.915189"]),
+    (["models.gpt2_params"], "gpt2.md", ["124,439,808 for GPT-2 small"], ["total 124,439,808"]),
+    (["viz.diverge", "models.tiny", "--a", "fused", "--b", "composed", "--format", "dot", "--out", "/dev/null"],
+     "jacobian_diverge_flow.md", ["agree to the bit at all 23 ops"], ["the runs agree to the bit at all 23 ops"]),
+]
+
+
+@pytest.mark.parametrize("argv, page, shown, printed", QUOTED, ids=[" ".join(q[0][:2]) for q in QUOTED])
+def test_the_figures_a_page_quotes_are_what_the_command_prints(argv, page, shown, printed):
+    text = words(text_of(REPO / "docs" / page))
+    for figure in shown:
+        assert figure in text, f"docs/{page} no longer quotes {figure!r}: update QUOTED with the page"
+    out = words(run_module(*argv))
+    for line in printed:
+        assert line in out, f"python -m {' '.join(argv)} no longer prints {line!r}, which docs/{page} quotes"
+
+
+def test_the_gpu_page_counts_the_launches_of_a_decode_step(monkeypatch):
+    """docs/gpu.md once said 77 launches a step for GPT-2 small; the step makes 7 per block and 5 more (89)."""
+    import autograd as ag
+    from models.gpt import decode
+    from models.gpt2 import GPT, GPTConfig
+
+    found = re.search(r"one step of (\d+) fixed\s+launches for GPT-2 small, (\d+) per block and (\d+) around",
+                      text_of(REPO / "docs" / "gpu.md"))
+    assert found, "docs/gpu.md no longer says how many launches a decode step makes"
+    total, per_block, around = map(int, found.groups())
+
+    class Counting:
+        def __init__(self, kernels):
+            self.kernels, self.calls = kernels, 0
+
+        def __getattr__(self, name):
+            kernel = getattr(self.kernels, name)
+
+            def launch(*args):
+                self.calls += 1
+                return kernel(*args)
+            return launch
+
+    steps = []
+    launches = decode.StaticDecoder._launches
+
+    def counted(self):
+        real = self.kernels
+        self.kernels = counting = Counting(real)
+        try:
+            launches(self)
+        finally:
+            self.kernels = real
+        steps.append(counting.calls)
+
+    monkeypatch.setenv("GPT_DECODE", "static")  # the same launches, on the CPU through their NumPy twins
+    monkeypatch.setattr(decode.StaticDecoder, "_launches", counted)
+    with ag.seeded(0):  # GPT-2 small's 12 blocks, at a width the CPU runs in a moment
+        model = GPT(GPTConfig(vocab_size=50, block_size=16, n_layer=12, n_head=2, n_embd=16))
+    model.generate([[1, 2, 3]], 4, temperature=0)
+    assert steps and set(steps) == {total} == {12 * per_block + around}
+
+
+def code_blocks(page):
+    """A page's fenced code blocks, each as its list of lines."""
+    blocks, block = [], None
+    for line in text_of(page).splitlines():
+        if line.startswith("```"):
+            if block is None:
+                block = []
+            else:
+                blocks.append(block)
+                block = None
+        elif block is not None:
+            block.append(line)
+    return blocks
+
+
+def transcript(page, command):
+    """The lines a page shows under `$ command` in a code block, up to the next `$ ` line or the block's end."""
+    for lines in code_blocks(REPO / "docs" / page):
+        if f"$ {command}" in lines:
+            after = lines[lines.index(f"$ {command}") + 1:]
+            end = next((i for i, line in enumerate(after) if line.startswith("$ ")), len(after))
+            return after[:end]
+    raise AssertionError(f"docs/{page} shows no `$ {command}`")
+
+
+def steady(line):
+    """A log line without what varies from machine to machine: an iteration's time and rates, the measured peak."""
+    if " ms, " in line:
+        return line.split(" ms, ")[0].rsplit(", ", 1)[0]
+    return line.split("; peak ")[0]
+
+
+@pytest.mark.parametrize("picture, command, out_dir", [
+    ("anomaly_graph.svg", "python -m models.train --lr 100 --detect-anomaly --out-dir out-nan", "out-nan"),
+    ("health.png", "python -m models.train --health-interval 50", "out"),
+])
+def test_the_debugging_pages_transcripts_are_what_docs_make_recorded(picture, command, out_dir):
+    """The page quotes the runs whose pictures it shows: every line it quotes is one the run printed
+    (docs/pictures.json, written by python -m docs.make), the out-dir as the page names it."""
+    from docs import make
+
+    printed = [steady(line.replace("out/", f"{out_dir}/"))
+               for line in json.loads(make.RECORD.read_text())[picture]["printed"]]
+    shown = [line for line in transcript("debugging.md", command) if line != "…"]
+    assert len(shown) > 2
+    for line in shown:
+        assert steady(line) in printed, f"docs/debugging.md: {line!r} is not what the run of {picture} printed"
+
+
+def test_the_training_pages_prepare_line_is_what_prepare_prints(tmp_path):
+    """Its counts and shards, not its speed: the page's run had other work on the cores."""
+    command = "python -m models.prepare models/corpus --out data/shakespeare --tokenizer char"
+    shown = transcript("training.md", command)[0]
+    out = tmp_path / "shakespeare"
+    printed = run_module("models.prepare", "models/corpus", "--out", str(out), "--tokenizer", "char")
+    printed = printed.strip().replace(str(out), "data/shakespeare")
+    assert shown.rsplit("; ", 1)[0] == printed.rsplit("; ", 1)[0]
