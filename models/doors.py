@@ -29,16 +29,22 @@ def front_door(name, real):
             sys.exit(f"{real.rpartition('.')[2]}: error: {exc}")
         if not hasattr(module, "main"):
             sys.exit(f"{real} is a library with no command line: import it (see its docstring)")
-        try:
-            code = module.main()
-            sys.stdout.flush()  # here, where a closed pipe can be caught, rather than at exit
-        except BrokenPipeError:
-            if not _reader_gone(sys.stdout):  # another pipe broke (a worker's): a real error
-                raise
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left for exit to flush
-            code = 0
-        sys.exit(code)
+        sys.exit(run_main(module.main))
     sys.modules[name] = importlib.import_module(real)
+
+
+def run_main(main):
+    """A command's exit status from `main()`: output piped to a reader that stopped early (`| head`) ends it
+    quietly, with status 0, rather than with a BrokenPipeError traceback (the viz commands run theirs here too)."""
+    try:
+        code = main()
+        sys.stdout.flush()  # here, where a closed pipe can be caught, rather than at exit
+    except BrokenPipeError:
+        if not _reader_gone(sys.stdout):  # another pipe broke (a worker's): a real error
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left for exit to flush
+        code = 0
+    return code
 
 
 def _reader_gone(stream):

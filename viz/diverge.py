@@ -156,10 +156,13 @@ def main(argv=None):
     out = Path(args.out) if args.out else Path(f"diverge_{name.rsplit('.', 1)[-1]}.{fmt}")
     try:
         return _write(graph, out, fmt)
+    except BrokenPipeError:  # its "wrote …" line's reader has gone (`| head`): run_main ends the command quietly
+        raise
     except OSError as exc:
         print(f"viz.diverge: error: cannot write {exc.filename or out}: {exc.strerror or exc}", file=sys.stderr)
         return 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from models.doors import run_main
+    sys.exit(run_main(main))

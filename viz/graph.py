@@ -875,6 +875,8 @@ def main(argv=None):
     out = Path(args.out) if args.out else Path(f"{stem}.{fmt}")
     try:
         return _write(graph, out, fmt)
+    except BrokenPipeError:  # its "wrote …" line's reader has gone (`| head`): run_main ends the command quietly
+        raise
     except OSError as exc:  # the disk is full or read-only, or a folder of the path was taken meanwhile
         print(f"viz.graph: error: cannot write {exc.filename or out}: {exc.strerror or exc}", file=sys.stderr)
         return 1
@@ -935,4 +937,5 @@ def _write_source_instead(graph, out):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from models.doors import run_main
+    sys.exit(run_main(main))

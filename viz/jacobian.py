@@ -374,4 +374,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from models.doors import run_main
+    sys.exit(run_main(main))

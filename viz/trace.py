@@ -33,7 +33,6 @@ if __name__ == "__main__":  # before the imports below: a Ctrl-C while they load
     from models.interrupts import exit_quietly_on_interrupt  # ends in one line, not a traceback
     exit_quietly_on_interrupt("viz.trace")
 
-import os
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -282,12 +281,10 @@ def main(argv=None):
             return 1
         print(f"wrote {args.html}: open it in a browser; ← and → step through backward")
         return 0
-    try:
-        print_trace(loss, args.max_values, args.decimals, grad=grad)
-    except BrokenPipeError:  # `| head` closed the pipe: stop quietly, without a traceback at exit
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    print_trace(loss, args.max_values, args.decimals, grad=grad)  # `| head` closing the pipe: run_main
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from models.doors import run_main
+    sys.exit(run_main(main))

@@ -76,9 +76,8 @@ def main(argv=None):
             if args.num_samples > 1:
                 print(f"--- sample {i + 1} ---")
             print(tokenizer.decode(out.numpy()[0].tolist()))
-    except BrokenPipeError:  # `| head`: the reader has gone, and so has anyone to tell
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
-        return 0
+    except BrokenPipeError:  # `| head`: the reader has gone; models.doors.run_main ends the command quietly
+        raise
     except (ValueError, OSError) as exc:
         print(f"sample: error: {exc}", file=sys.stderr)
         return 1

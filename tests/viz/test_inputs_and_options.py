@@ -107,3 +107,26 @@ def test_draw_checks_highlight_and_depth_types():
     with pytest.raises(TypeError, match=r"draw: depth must be an int .* got '2'"):
         vg.draw(loss, depth="2")
     vg.draw(loss, highlight=[t], depth=1)
+
+
+DEMO = "tests.viz.demo_module"
+
+
+@pytest.mark.parametrize("argv", [["viz.trace", DEMO], ["viz.diverge", DEMO, "--out", "d.svg"],
+                                  ["viz.graph", DEMO, "--out", "g.svg"], ["viz.jacobian", "gelu", "--out", "j.png"]])
+def test_output_to_a_reader_that_has_gone_ends_quietly(argv, tmp_path):
+    """`python -m viz.diverge … | head`: its table's print raised BrokenPipeError (a traceback), and a "wrote …" line
+    that could not be printed was reported as "cannot write d.svg: Broken pipe", the file written. The reader is
+    gone from the start here."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run([sys.executable, "-m", *argv], stdout=write, stderr=subprocess.PIPE, text=True,
+                                cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}, timeout=300)
+    finally:
+        os.close(write)
+    assert (result.returncode, result.stderr) == (0, "")
