@@ -902,8 +902,9 @@ class LayerNorm(Function):
         same_dtype = weight.dtype == x.dtype and (bias is None or bias.dtype == x.dtype)
         self.kernel = kernels.fused("layer_norm_backward", x) if same_dtype else None
         if self.kernel is not None:
-            x = xp.ascontiguousarray(x)
-            bias = xp.zeros_like(weight) if bias is None else bias
+            # a GPU kernel reads x, γ and β through raw pointers, row-major from their first element
+            x, weight = xp.ascontiguousarray(x), xp.ascontiguousarray(weight)
+            bias = xp.zeros_like(weight) if bias is None else xp.ascontiguousarray(bias)
             y, stats = kernels.fused("layer_norm_forward", x)(x, weight, bias, eps)
             self.save(x, stats, weight)  # x, not x̂, and the rows' (μ, 1/σ) for the backward kernel
             self.saved_names = self.fused_saved_names

@@ -4,7 +4,8 @@ NVRTC (`pip install -e ".[kernels]"`: nvidia-cuda-nvrtc-cu12, driven through
 cuda-bindings 12.x) needs no device. `compile_cuda` returns NVRTC's log when
 compilation fails, so a test shows the compiler's own message; `registers`
 reads ptxas's report of each kernel's registers per thread, so a test can
-check that a block of its threads fits a multiprocessor (65,536 registers).
+check that a block of its threads fits a multiprocessor (65,536 registers),
+and `static_shared_memory` its bytes of static shared memory.
 `ARCHES` are the GPUs CI builds for.
 """
 import re
@@ -50,7 +51,17 @@ def compile_cuda(source, arch, name="kernels.cu", name_expressions=(), options=(
 
 def registers(source, arch, name="kernels.cu"):
     """{kernel name: registers per thread} as ptxas reports them for `arch` (the source must compile)."""
+    return {kernel: int(count) for kernel, count, _ in _ptxas_report(source, arch, name)}
+
+
+def static_shared_memory(source, arch, name="kernels.cu"):
+    """{kernel name: bytes of static shared memory per block} as ptxas reports them for `arch`."""
+    return {kernel: int(smem or 0) for kernel, _, smem in _ptxas_report(source, arch, name)}
+
+
+def _ptxas_report(source, arch, name):
+    """(kernel, registers, static shared bytes or None) per kernel of `source`, from ptxas's -v report."""
     ok, log = _compile(source, arch, name, ("--std=c++14", "-Xptxas=-v"))
     assert ok, log
-    found = re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers", log, flags=re.S)
-    return {kernel: int(count) for kernel, count in found}
+    return re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers(?:[^\n]*?(\d+) bytes smem)?", log,
+                      flags=re.S)

@@ -27,9 +27,10 @@ _CPU_SMALLEST = 1024  # no kernel takes fewer elements (cpu.LAUNCHERS): below, n
 def fused(name, array):
     """The fused kernel `name` for `array`: CUDA (cuda.py) on a GPU, numba's (cpu.py) on the CPU.
 
-    None with AUTOGRAD_FUSED=0, and on the CPU for arrays that are not
+    None with AUTOGRAD_FUSED=0, on the CPU for arrays that are not
     float32, smaller than the kernel pays for, or when numba is not
-    installed: the op then composes the same formula from array-module
+    installed, and on a GPU for arrays that are empty or not floating
+    point: the op then composes the same formula from array-module
     calls. An elementwise GPU kernel comes back as CuPy's ElementwiseKernel;
     a raw one as its launcher with the kernels compiled for `array`'s dtype
     (cuda.LAUNCHERS); a CPU kernel as its launcher, which takes the
@@ -41,6 +42,10 @@ def fused(name, array):
     if device == "cpu":
         return _cpu_kernel(name, array)
     if device != "cuda":
+        return None
+    if not array.size or array.dtype.kind != "f":
+        # CUDA refuses a launch of no blocks, which an empty array's rows would ask for; and every kernel computes
+        # in floats (an integer T does not compile), where the composed op names the fix for integer data
         return None
     from . import cuda
     cupy = backend.xp_for("cuda")

@@ -331,7 +331,8 @@ def attention_softmax_backward(kernel, dp, p, g, o, offset, scale):
 
 
 def layer_norm_forward(kernel, x, w, b, eps):
-    """(y, stats) for C-contiguous x (…, n): stats (2, rows) holds each row's μ and rstd."""
+    """(y, stats) for x (…, n), γ and β (n,), C-contiguous and of one dtype: stats (2, rows) holds each row's μ
+    and rstd."""
     xp = _array_module(x)
     n = x.shape[-1]
     rows = x.size // n
@@ -342,7 +343,8 @@ def layer_norm_forward(kernel, x, w, b, eps):
 
 
 def layer_norm_backward(kernel, columns, g, x, w, stats):
-    """(dx, dγ, dβ) in two launches: dx and per-block partial column sums, then their sums."""
+    """(dx, dγ, dβ) in two launches: dx and per-block partial column sums, then their sums. g and x (…, n), γ (n,)
+    C-contiguous and of one dtype, as layer_norm_forward's."""
     xp = _array_module(x)
     n = x.shape[-1]
     rows = x.size // n

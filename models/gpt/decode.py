@@ -43,14 +43,17 @@ def mode(device):
 
 def supports(model):
     """Whether the kernels compute this model as it is: plain Linears (no LoRA adapters), float32 or float64
-    weights in C order, and a head size and block size the attention kernel's block and shared memory hold."""
+    weights of one dtype in C order, and a head size and block size the attention kernel's block and shared
+    memory hold."""
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     dtype = np.dtype(model.transformer.wte.weight.dtype)
     config = model.config
+    # the module is compiled for wte's dtype and reads every weight through a pointer to it
     return (all(type(m) is nn.Linear for m in linears) and dtype in kernels.C_TYPES
-            and all(p.data.flags.c_contiguous for p in model.parameters())
+            and all(p.data.dtype == dtype and p.data.flags.c_contiguous for p in model.parameters())
             and config.n_embd // config.n_head <= kernels.ATTENTION_THREADS
-            and (config.block_size + kernels.ATTENTION_THREADS) * dtype.itemsize <= 48 * 1024)
+            and (config.block_size + kernels.ATTENTION_THREADS + kernels.ATTENTION_SCRATCH) * dtype.itemsize
+            <= 48 * 1024)
 
 
 def run(model, tokens, start, stop, temperature, top_k, top_p, make_cache):

@@ -31,6 +31,7 @@ from autograd import backend
 # Launch shapes, shared by the CUDA source (as #defines) and the twins, which follow them.
 COLS, SLICES, ROWS = 8, 32, 4  # matvec: a block sums 8 output columns over 32 slices of the inputs, for 4 rows
 ATTENTION_THREADS = 256
+ATTENTION_SCRATCH = 32  # reals of the attention kernel's static shared memory (scratch), beside T + threads dynamic
 LM_HEAD_WARPS = 8  # vocabulary rows per block of the LM head, one warp each
 SAMPLE_THREADS = 1024  # one block per row; thread t owns the t-th contiguous chunk of the vocabulary
 THREADS = {"embed": 256, "layer_norm": 256, "matvec": COLS * SLICES, "attention": ATTENTION_THREADS,

@@ -364,7 +364,8 @@ class GPT(nn.Module):
         self.eval()
         try:
             first = T
-            if use_cache and max_new_tokens and T <= self.config.block_size and self._static_decoding():
+            # an empty batch has no row to launch a decode kernel's blocks for (CUDA refuses a grid of none)
+            if use_cache and max_new_tokens and B and T <= self.config.block_size and self._static_decoding():
                 first = decode.run(self, tokens, T, T + max_new_tokens, temperature, top_k, top_p,
                                    lambda batch: KVCache(self.config, batch, wte.dtype, wte.device))
             for n in range(first, T + max_new_tokens):  # the dynamic cache: all of it, or past block_size
@@ -387,8 +388,9 @@ class GPT(nn.Module):
         if decode.mode(self.transformer.wte.weight.device) == "dynamic":
             return False
         if not decode.supports(self):
-            warnings.warn("generate: the static decode path computes plain GPT-2 layers in float32 or float64 "
-                          "(no LoRA adapters, heads of at most 256 features); using the dynamic KV cache",
+            warnings.warn("generate: the static decode path computes plain GPT-2 layers in float32 or float64, "
+                          "one dtype for every weight (no LoRA adapters, heads of at most 256 features); using the "
+                          "dynamic KV cache",
                           RuntimeWarning, stacklevel=3)
             return False
         return True

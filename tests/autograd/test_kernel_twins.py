@@ -6,7 +6,13 @@ shapes cross the kernels' edges: rows longer than a warp's 32 lanes and not
 a multiple of it, the causal prefix ending inside a lane pass, a cached
 offset (fewer queries than keys), a padded vocabulary, ignored targets, a
 partial block of layer-norm rows, a flat buffer longer than one grid pass.
+Last, the ops' GPU paths run cuda.py's own launchers on the CPU, over
+stand-ins of the raw kernels that read each pointer's memory as CUDA does
+(launchers_on_the_cpu): what a call site hands a kernel is checked too.
 """
+import re
+import types
+
 import numpy as np
 import pytest
 
@@ -262,3 +268,194 @@ def test_each_cuda_kernel_matches_its_twin_in_float64(device, rng):
     flat = rng.normal(size=300_000)
     norm, scale = kernels.fused("grad_norm", on(flat))(on(flat), 1.0)
     assert (float(norm[0]), float(scale[0])) == pytest.approx(twin.grad_norm(flat, 1.0), rel=1e-12)
+
+
+# --- the launchers and the ops' call sites, with raw kernels that read memory as CUDA does ---------------------------
+
+class _Memory:
+    """`count` elements of `dtype` from `array`'s first element on, as an __array_interface__ for NumPy."""
+
+    def __init__(self, array, dtype, count):
+        self.__array_interface__ = dict(array.__array_interface__, shape=(count,), strides=None, typestr=dtype.str,
+                                        descr=[("", dtype.str)])
+        self.base = array  # kept alive while the view is
+
+
+def pointer(array, dtype, count):
+    """What a raw kernel compiled for `dtype` reads and writes through a CuPy array's data pointer: `count`
+    elements of `dtype` laid end to end from the array's first element, whatever the array's strides and dtype
+    (a transposed view is read as its base's memory; a float64 array, as twice as many floats)."""
+    dtype = np.dtype(dtype)
+    owner = array
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    start, end = array.__array_interface__["data"][0], owner.__array_interface__["data"][0] + owner.nbytes
+    assert start + count * dtype.itemsize <= end, f"the kernel reads past the array's memory ({array.shape})"
+    return np.asarray(_Memory(array, dtype, count))
+
+
+_C_TYPES = {"int": np.int32, "long long": np.int64, "double": np.float64}  # and T, the instantiation's
+
+
+def _parameters(name, dtype):
+    """Kernel `name`'s parameters from its CUDA source: (name, NumPy type, is a pointer) each, T as `dtype`."""
+    listed = re.search(rf"__global__ void {name}\(([^)]*)\)", ck.RAW[name]).group(1)
+    found = []
+    for declaration in listed.split(","):
+        kind, param = declaration.replace("const ", "").strip().rsplit(" ", 1)
+        is_pointer = kind.endswith("*") or param.startswith("*")
+        kind = kind.rstrip("* ")
+        found.append((param.lstrip("*"), np.dtype(dtype if kind == "T" else _C_TYPES[kind]), is_pointer))
+    return found
+
+
+def _run_twin(name, grid, a, ptr):
+    """Kernel `name`'s work by its twin: `a` holds the scalar arguments, `ptr(param, count)` a pointer's memory."""
+    if name == "attention_softmax_forward":
+        twin.attention_softmax_forward(ptr("s", a["rows"] * a["tk"]).reshape(-1, a["tq"], a["tk"]), a["offset"],
+                                       a["scale"])
+    elif name == "attention_softmax_backward":
+        rows, tq, tk, dv = a["rows"], a["tq"], a["tk"], a["dv"]
+        twin.attention_softmax_backward(*(ptr(p, rows * tk).reshape(-1, tq, tk) for p in ("dp", "p")),
+                                        *(ptr(p, rows * dv).reshape(-1, tq, dv) for p in ("g", "o")),
+                                        a["offset"], a["scale"])
+    elif name == "layer_norm_forward":
+        rows, n = a["rows"], a["n"]
+        y, stats = twin.layer_norm_forward(ptr("x", rows * n).reshape(rows, n), ptr("w", n), ptr("b", n), a["eps"])
+        ptr("y", rows * n)[...], ptr("mean", rows)[...], ptr("rstd", rows)[...] = y.reshape(-1), *stats
+    elif name == "layer_norm_backward":
+        rows, n, blocks = a["rows"], a["n"], grid[0]
+        stats = np.stack([ptr("mean", rows), ptr("rstd", rows)])
+        dx, dw, db = twin.layer_norm_backward(ptr("g", rows * n).reshape(rows, n),
+                                              ptr("x", rows * n).reshape(rows, n), ptr("w", n), stats)
+        ptr("dx", rows * n)[...] = dx.reshape(-1)
+        for param, total in (("partial_dw", dw), ("partial_db", db)):
+            partial = ptr(param, blocks * n).reshape(blocks, n)
+            partial[...] = 0
+            partial[0] = total  # the column sums whole in the first block's row: the second launch adds zeros
+    elif name == "layer_norm_columns":
+        blocks, n = a["blocks"], a["n"]
+        ptr("dw", n)[...] = ptr("partial_dw", blocks * n).reshape(blocks, n).sum(axis=0)
+        ptr("db", n)[...] = ptr("partial_db", blocks * n).reshape(blocks, n).sum(axis=0)
+    elif name == "cross_entropy_forward":
+        rows, stride = grid[0], a["stride"]
+        ptr("loss", rows)[...] = twin.cross_entropy_forward(
+            ptr("z", rows * stride).reshape(rows, stride), ptr("targets", rows), a["vocab"], a["ignore"],
+            ptr("dz", rows * stride).reshape(rows, stride))
+    elif name == "sum_of_squares":
+        partial = ptr("partial", grid[0])
+        partial[...] = 0
+        partial[0] = twin.grad_norm(ptr("x", a["n"]), 1.0)[0] ** 2
+    else:
+        assert name == "clip_scale", name
+        total = np.sqrt(ptr("partial", a["blocks"]).sum())
+        factor = a["max_norm"] / (total + 1e-6)
+        ptr("norm", 1)[0], ptr("scale", 1)[0] = total, 1.0 if factor >= 1.0 else factor
+
+
+class RawKernelOnTheCpu:
+    """A raw kernel as kernels.fused compiles it for `dtype`, called as CuPy calls one: (grid, block, args). It
+    checks what CUDA and the kernel's signature take (blocks in every grid dimension, one argument of the
+    declared C type per parameter) and runs the kernel's twin on the memory its pointers reach."""
+
+    def __init__(self, name, dtype):
+        self.name, self.parameters = name, _parameters(name, dtype)
+
+    def __call__(self, grid, block, args):
+        assert all(grid) and all(block), f"{self.name}: CUDA refuses a launch of grid {grid}, block {block}"
+        assert len(args) == len(self.parameters), (self.name, len(args))
+        scalars, arrays = {}, {}
+        for (param, kind, is_pointer), arg in zip(self.parameters, args):
+            if is_pointer:
+                assert isinstance(arg, np.ndarray), (self.name, param, type(arg))
+                arrays[param] = (arg, kind)
+            else:  # CuPy passes a scalar by its own type: a Python int would be a 64-bit one
+                assert isinstance(arg, np.generic) and arg.dtype == kind, (self.name, param, type(arg), kind)
+                scalars[param] = arg.item()
+        _run_twin(self.name, grid, scalars, lambda param, count: pointer(*arrays[param], count))
+
+
+@pytest.fixture
+def launchers_on_the_cpu(monkeypatch):
+    """The ops' GPU path on the CPU: kernels.fused takes NumPy arrays for the GPU's and hands out cuda.py's own
+    launchers over RawKernelOnTheCpu (the elementwise kernels stay composed), so each call site's arguments
+    reach the kernels as raw pointers do on a GPU."""
+    from autograd import backend, kernels
+    gpu = types.SimpleNamespace(ElementwiseKernel=lambda *definition: None)
+    monkeypatch.setattr(kernels, "backend", types.SimpleNamespace(
+        device_of=lambda array: "cuda" if isinstance(array, np.ndarray) else backend.device_of(array),
+        xp_for=lambda device: gpu))
+    monkeypatch.setattr(kernels, "_cuda_kernels", {})
+    monkeypatch.setattr(kernels, "_raw_kernel", RawKernelOnTheCpu)
+    monkeypatch.setattr(backend, "free_memory", lambda: 0)  # P is rebuilt in backward, the longer path
+
+
+def test_the_ops_gpu_paths_through_the_launchers_train_as_the_composed_ops(launchers_on_the_cpu, monkeypatch):
+    fused_losses, fused_weights = model_loss_and_grads()
+    from autograd import kernels
+    monkeypatch.setattr(kernels, "fused", lambda name, array: None)
+    losses, weights = model_loss_and_grads()
+    np.testing.assert_allclose(fused_losses, losses, rtol=1e-10)
+    for name, w in weights.items():
+        np.testing.assert_allclose(fused_weights[name], w, rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+def test_a_raw_kernel_reads_a_view_as_its_memory_from_the_first_element():
+    base = np.arange(12.0)
+    np.testing.assert_array_equal(pointer(base.reshape(3, 4).T, np.float64, 12), base)
+    np.testing.assert_array_equal(pointer(base[::2], np.float64, 6), base[:6])
+    assert pointer(base, np.float32, 2).tobytes() == base[:1].tobytes()  # float64's bytes read as floats
+    with pytest.raises(AssertionError, match="reads past the array's memory"):
+        pointer(base[6:], np.float64, 7)
+
+
+def composed_and_fused(fn, *arrays):
+    """fn's output and its inputs' gradients (g = 1), with every fused kernel off and then through the launchers."""
+    from autograd import kernels
+    results = []
+    for fused in (lambda name, array: None, kernels.fused):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(kernels, "fused", fused)
+            tensors = [leaf(a) for a in arrays]
+            out = fn(*tensors)
+            out.backward(np.ones(out.shape))
+            results.append([out.data, *(t.grad for t in tensors)])
+    return results
+
+
+def test_layer_norm_hands_the_kernels_gamma_and_beta_of_any_layout(launchers_on_the_cpu, rng):
+    x = rng.normal(size=(5, 40))
+    gamma, beta = rng.normal(size=(40, 2)), rng.normal(size=80)
+
+    def f(x, gamma, beta):
+        return ag.layer_norm(x[:, ::-1], gamma[:, 1], beta[::2])  # strided views: the pointers reach other values
+    composed, fused = composed_and_fused(f, x, gamma, beta)
+    for got, expected in zip(fused, composed):
+        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_a_gpu_kernel_is_handed_a_floating_array_with_elements(launchers_on_the_cpu, monkeypatch):
+    """An integer T does not compile (GELU's tanh of an integer is ambiguous in CUDA): a GELU of integers
+    composes, which says to convert them; and an empty array would ask CUDA for a grid of no blocks."""
+    from autograd import kernels
+    monkeypatch.setattr(kernels.backend.xp_for("cuda"), "ElementwiseKernel", lambda *definition: "compiled")
+    assert kernels.fused("gelu_forward", np.ones(3, dtype=np.float32)) == "compiled"
+    for array in (np.arange(3), np.ones(3, dtype=bool), np.ones((0, 3))):
+        assert kernels.fused("gelu_forward", array) is None, array.dtype
+    assert kernels.fused("layer_norm_forward", np.ones((0, 3))) is None
+    with pytest.raises(TypeError, match="GELU: computes in floating point, but got int64"):
+        ag.Tensor(np.arange(3)).gelu()
+
+
+@pytest.mark.parametrize("what", ["layer_norm", "cross_entropy", "attention"])
+def test_an_empty_batch_launches_no_kernel(launchers_on_the_cpu, what):
+    """CUDA refuses a grid of no blocks: no rows compose, as on the CPU."""
+    def f(x):
+        if what == "layer_norm":
+            return ag.layer_norm(x, ag.ones(6, dtype=np.float64))
+        if what == "cross_entropy":
+            return ag.cross_entropy(x, np.zeros(0, dtype=np.int64), reduction="sum")
+        return ag.scaled_dot_product_attention(x[:, None], x[:, None], x[:, None], causal=False)
+    composed, fused = composed_and_fused(f, np.zeros((0, 3, 6)) if what == "attention" else np.zeros((0, 6)))
+    for got, expected in zip(fused, composed):
+        np.testing.assert_array_equal(got, expected)

@@ -17,7 +17,7 @@ import nn
 from models.gpt import decode, decode_kernels as dk
 from models.gpt.gpt2 import GPT, GPTConfig
 from models.gpt.sampling import top_k_mask, top_p_mask
-from tests.nvrtc import ARCHES, REGISTERS_PER_BLOCK, compile_cuda, registers
+from tests.nvrtc import ARCHES, REGISTERS_PER_BLOCK, compile_cuda, registers, static_shared_memory
 
 SMALL = dict(vocab_size=40, block_size=12, n_layer=2, n_head=2, n_embd=16)
 
@@ -266,6 +266,27 @@ def test_a_lora_model_keeps_the_dynamic_cache(monkeypatch):
     assert static == m.generate([[1, 2]], 5, temperature=0, use_cache=False)
 
 
+def test_a_model_of_mixed_dtypes_keeps_the_dynamic_cache(monkeypatch):
+    m = model()
+    m.transformer.h[1].ln_2.weight.data = m.transformer.h[1].ln_2.weight.data.astype(np.float32)
+    assert not decode.supports(m)  # the CUDA module is compiled for wte's float64: it would read floats as doubles
+    with pytest.warns(RuntimeWarning, match="one dtype for every weight"):
+        static = generate(m, [[1, 2]], 5, "static", monkeypatch, temperature=0)
+    assert static == m.generate([[1, 2]], 5, temperature=0, use_cache=False)
+
+
+@pytest.mark.parametrize("how", ["static", "dynamic"])
+def test_an_empty_batch_generates_no_tokens(how, monkeypatch):
+    empty = np.zeros((0, 3), dtype=np.int64)
+    assert generate(model(), empty, 4, how, monkeypatch).shape == (0, 7)
+
+
+def test_the_attention_kernels_shared_memory_holds_the_block_size_with_its_scratch():
+    # float32 at block_size 12,032: the dynamic scores and partial sums fill 48 KiB, and the static scratch is on top
+    assert decode.supports(model(dtype=np.float32, block_size=12000))
+    assert not decode.supports(model(dtype=np.float32, block_size=12032))
+
+
 # --- the CUDA sources ---
 
 @pytest.mark.cpu_only("compiles with NVRTC, which needs no GPU")
@@ -285,6 +306,14 @@ def test_every_kernels_block_fits_a_multiprocessors_registers(arch, dtype):
     assert set(used) == set(dk.THREADS)
     for kernel, count in used.items():
         assert count * dk.THREADS[kernel] <= REGISTERS_PER_BLOCK, (kernel, count, dk.THREADS[kernel])
+
+
+@pytest.mark.cpu_only("compiles with NVRTC, which needs no GPU")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_supports_counts_the_attention_kernels_static_shared_memory(dtype):
+    """A block asking for more than 48 KiB of shared memory, static and dynamic together, does not launch."""
+    used = static_shared_memory(dk.source(dtype), "sm_90", "decode_kernels.cu")["attention"]
+    assert used == dk.ATTENTION_SCRATCH * np.dtype(dtype).itemsize
 
 
 @pytest.mark.cpu_only("compiles with NVRTC, which needs no GPU")
