@@ -44,7 +44,19 @@ def threads():
 
 
 def peak_rss_mb():
-    """This process's peak resident memory so far, in MB."""
+    """This process's peak resident memory so far, in MB: its own address space's high-water mark.
+
+    Linux's VmHWM, not getrusage's ru_maxrss: across exec the kernel keeps the larger of the parent's peak and
+    the child's own in ru_maxrss, so every peer `run` starts would report at least the harness's memory (the
+    child of a parent holding 426 MB read 426 MB, its own peak 11 MB). ru_maxrss only where /proc is missing.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2 ** 20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KB on Linux
 

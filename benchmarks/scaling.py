@@ -40,7 +40,9 @@ def run(ranks, threads, max_iters, out_dir):
         if mpiexec is None:
             sys.exit("benchmarks.scaling: no mpiexec; install the dist extra: pip install -e \".[dist]\"")
         train = [mpiexec, "-n", str(ranks), *train]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
+    # every thread variable, as alone.run sets them: OpenBLAS reads OPENBLAS_NUM_THREADS before OMP_NUM_THREADS,
+    # so one the caller exported would give "1 thread" set-ups its count (and each MPI rank as many)
+    env = {**os.environ, **{name: str(threads) for name in alone.THREAD_VARIABLES}, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(train, cwd=ROOT, env=env, capture_output=True, text=True)
     match = SPEED.search(done.stdout)
     if done.returncode != 0 or match is None:

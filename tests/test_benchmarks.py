@@ -112,3 +112,84 @@ def test_a_peer_measured_beside_the_other_engines_machinery_is_refused(monkeypat
     monkeypatch.setitem(sys.modules, "numba", sys.modules.get("numba", object()))
     with pytest.raises(RuntimeError, match="peer 'torch' loaded 'numba': each peer must run alone in its process"):
         alone.emit("torch", {})
+
+
+def test_a_stretch_is_judged_by_its_steps_time_not_their_median(capsys):
+    """Two stalls of 3 s among 50 ms steps, two steps apart: every 5 steps in a row holding them took 24.6× the
+    idle step, where the median of the five (the figure before) read 1× and the target as met."""
+    from benchmarks.contention import report
+    idle, stalled = [0.05] * 20, [0.05] * 10 + [3.0, 0.05, 3.0] + [0.05] * 10
+    report({"ours": {"idle": [[idle]], "busy": [[idle]], "pair": [[stalled, [0.05] * 23]]}})
+    line = [s for s in capsys.readouterr().out.splitlines() if s.lstrip().startswith("ours")][0]
+    assert "beside a second copy    50.0 (1.00×, ≤ 3.0×: met)" in line  # the median step is untouched
+    assert "worst stretch 1230.0 (24.60×, ≤ 6.0×: NOT met)" in line
+
+
+def test_a_peers_peak_memory_is_its_own_not_the_harness_s(tmp_path):
+    """getrusage's ru_maxrss carries the parent's peak across exec: a peer started by a harness holding 300 MB
+    read at least 300 MB whatever it used itself."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    child = "from benchmarks import alone; print(alone.peak_rss_mb())"
+    parent = ("import json, subprocess, sys, numpy as np\n"
+              "held = np.ones(300 * 2 ** 20 // 8)  # 300 MB, every page touched\n"
+              f"out = subprocess.run([sys.executable, '-c', {child!r}], capture_output=True, text=True, check=True)\n"
+              "from benchmarks import alone\n"
+              "print(json.dumps({'parent': alone.peak_rss_mb(), 'child': float(out.stdout)}))\n")
+    done = subprocess.run([sys.executable, "-c", parent], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    peaks = json.loads(done.stdout.splitlines()[-1])
+    assert peaks["parent"] >= 300
+    assert peaks["child"] < 150  # the interpreter, NumPy and autograd's import: tens of MB
+
+
+def test_scaling_gives_every_set_up_its_thread_count_in_every_blas_variable(monkeypatch, tmp_path):
+    """Only OMP_NUM_THREADS was set: an OPENBLAS_NUM_THREADS the caller exported, which OpenBLAS reads first,
+    reached the "1 thread" set-ups."""
+    import subprocess
+    from benchmarks import alone, scaling
+    seen = []
+
+    def fake_run(command, env, **kwargs):
+        seen.append(env)
+        return subprocess.CompletedProcess(command, 0, stdout="speed: 1,000 tokens/s over 4 iterations (9.5 ms each",
+                                           stderr="")
+    monkeypatch.setattr(scaling.subprocess, "run", fake_run)
+    for name in alone.THREAD_VARIABLES:
+        monkeypatch.setenv(name, "7")
+    assert scaling.run(1, 1, 5, tmp_path) == (1000.0, 9.5, 0.0)
+    assert {name: seen[0][name] for name in alone.THREAD_VARIABLES} == dict.fromkeys(alone.THREAD_VARIABLES, "1")
+
+
+def test_each_idle_peer_gets_as_many_turns_for_any_seconds(monkeypatch):
+    """--seconds 2 made a window of 5 turns: 3 for the first peer, 2 for the other. On a clock of its own (no
+    time is measured), each peer's turns are counted as take_turns steps through them."""
+    from benchmarks import contention
+
+    class Clock:
+        def __init__(self):
+            self.now = 1000.0
+
+        def time(self):
+            return self.now
+        perf_counter = time
+
+        def sleep(self, seconds):
+            self.now += max(0.0, seconds)
+
+    for seconds in (2, 4, 6, 8, 8.5):
+        counts = []
+        for index in (0, 1):
+            clock = Clock()
+            monkeypatch.setattr(contention, "time", clock)
+            first, turns = clock.now + contention.TURN, set()  # the first turn is nobody's, as measure() has it
+
+            def step():
+                turns.add(int((clock.now - first) // contention.TURN))
+                clock.now += 0.05
+            contention.take_turns(step, first, clock.now + contention.idle_window(seconds, 2), index, 2)
+            counts.append(len(turns))
+        assert counts[0] == counts[1] >= seconds / (contention.TURN - contention.GAP), (seconds, counts)
