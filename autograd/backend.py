@@ -224,13 +224,19 @@ if switches.read("AUTOGRAD_KEEP_FREED_MEMORY") == "1":
     keep_freed_memory()
 
 
+def _checked_seed(who, seed):
+    """`seed` as a Python int, or a ValueError naming `who`: NumPy's generators take no negative one, and an
+    unchecked one would fail only at the first draw, in NumPy's words, or (None) seed from the OS."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2 ** 128:
+        raise ValueError(f"{who}: a seed is an integer from 0 up to 2**128 - 1 (NumPy's generators take no "
+                         f"negative one), got {seed!r}")
+    return int(seed)
+
+
 def manual_seed(seed):
     """Seed the random generators of every device (dropout, randn, init)."""
     global _seed
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2 ** 128:
-        raise ValueError(f"manual_seed: a seed is an integer from 0 up (NumPy's generators take no negative "
-                         f"one), got {seed!r}")
-    _seed = int(seed)
+    _seed = _checked_seed("manual_seed", seed)
     _generators.clear()
 
 
@@ -261,6 +267,7 @@ def seeded(seed):
     seeded (a demo model's initialisation), or whose draws are thrown away.
     """
     global _seed, _generators
+    seed = _checked_seed("seeded", seed)
     callers = _seed, _generators
     _seed, _generators = seed, {}
     try:

@@ -181,8 +181,9 @@ def layer_norm(x, weight, bias=None, eps=1e-5):
 
 def dropout(x, p, training=True):
     """Zero each element with probability p and scale the rest by 1/(1−p); identity when not training."""
-    if not 0 <= p <= 1:
-        raise ValueError(f"dropout: p must be a probability in [0, 1], got {p}")
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p <= 1:  # True would drop everything
+        raise (ValueError if isinstance(p, numbers.Real) else TypeError)(
+            f"dropout: p must be a probability in [0, 1], got {p!r}")
     if not training or p == 0:
         return x
     return ops.Dropout.apply(x, p=p)

@@ -958,8 +958,11 @@ class LayerNorm(Function):
 
 
 def _dropout_mask(x, p):
-    """m = 1[u ≥ p] / (1 − p) with u uniform from the device's seeded generator; all zeros when p = 1."""
-    keep = backend.generator(backend.device_of(x)).random(x.shape, dtype=x.dtype) >= p
+    """m = 1[u ≥ p] / (1 − p) with u uniform from the device's seeded generator; all zeros when p = 1.
+
+    The generators draw float32 or float64 only: a float16 x's u is drawn in float32."""
+    drawn = x.dtype if x.dtype.itemsize >= 4 else "float32"
+    keep = backend.generator(backend.device_of(x)).random(x.shape, dtype=drawn) >= p
     mask = keep.astype(x.dtype)
     mask *= 1 / (1 - p) if p < 1 else 0
     return mask

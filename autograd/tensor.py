@@ -287,7 +287,9 @@ def _as_array(data, dtype, device):
         raise TypeError(
             f"Tensor: unsupported dtype {dtype or data.dtype}; use a float (float32, float64), "
             "an integer (token ids) or bool (masks)")
-    device = backend.check_device(device or source)
+    if dtype is not None:
+        _check_numbers(data, dtype)
+    device = backend.check_device(source if device is None else device)  # device=0 is no spelling of "cpu"
     if dtype is not None and dtype.kind in "iu" and data.dtype != dtype:
         _check_fits(data, dtype)
     data = backend.to_device(data, device)
@@ -313,6 +315,24 @@ def _from_python(data):
         raise ValueError(f"Tensor: the integer {big} does not fit int64, which holds whole numbers from "
                          f"{-2 ** 63} to {2 ** 63 - 1}; use floats for numbers this large")
     return array
+
+
+def _check_numbers(data, dtype):
+    """Refuse data that is not real numbers, though `dtype` names a dtype a tensor holds: NumPy's cast to it would
+    drop complex numbers' imaginary parts, read None as NaN and parse strings ("12" as 12), with no error."""
+    kind = data.dtype.kind
+    if kind in DATA_KINDS:
+        return
+    if kind == "O":  # an object array of numbers passes: Python ints too large for int64 beside floats
+        others = [v for v in data.flat if not isinstance(v, numbers.Real)]
+        if not others:
+            return
+        what = f"holds {others[0]!r} (a {type(others[0]).__name__})"
+    else:
+        what = f"is {data.dtype}"
+    fix = "take its .real, or abs()" if kind == "c" else "give numbers"
+    raise TypeError(f"Tensor: the data {what}, which no cast to {dtype} keeps: only real numbers (floats, "
+                    f"integers, bools) convert; {fix}")
 
 
 def _check_fits(data, dtype):
@@ -377,7 +397,12 @@ def _keepdims(op, keepdims, keepdim):
 
 
 class Tensor:
-    """An n-d array on a device, with the gradient machinery of `Value`."""
+    """An n-d array on a device, with the gradient machinery of `Value`.
+
+    `Tensor(data)` takes a NumPy or CuPy array (or another Tensor's) already of
+    the dtype and device asked for as it is, sharing its memory, as np.asarray
+    and torch.as_tensor do; anything else (lists, numbers, another dtype or
+    device) is a new array. The new tensor is a leaf either way."""
 
     __slots__ = ("_data", "grad", "_requires_grad", "device", "_op", "_retains_grad", "name", "_version",
                  "__weakref__")

@@ -209,6 +209,32 @@ def test_arange_into_an_integer_dtype_that_holds_it(args, dtype, expected):
     assert t.tolist() == expected and t.dtype == np.dtype(dtype or "int64")
 
 
+@pytest.mark.parametrize("data, dtype, said", [
+    (np.array([1 + 2j]), "float32", "is complex128"), (np.array([3 + 0j]), "float64", "is complex128"),
+    (np.array([1 + 2j]), "bool", "is complex128"), ([1.0, None], "float32", r"holds None \(a NoneType\)"),
+    (None, "float64", "holds None"), (["1.5", "2"], "float32", "is <U3"), (["7"], "int64", "is <U1"),
+    (b"12", "uint8", r"is \|S2"), (np.array(["2020-01-01"], dtype="datetime64[D]"), "int64", "is datetime64"),
+])
+def test_data_that_is_not_real_numbers_is_refused_whatever_the_dtype(data, dtype, said):
+    """Without a dtype these were refused; with one, NumPy's cast made 1+2j 1.0, None NaN, "1.5" 1.5 and b"12" 12."""
+    with pytest.raises(TypeError, match=rf"^Tensor: the data {said}.*, which no cast to {dtype} keeps: only real "
+                                        r"numbers \(floats, integers, bools\) convert"):
+        Tensor(data, dtype=dtype)
+
+
+def test_an_object_array_of_numbers_still_converts_to_the_dtype_given():
+    assert Tensor(np.array([1, 2.5], dtype=object), dtype="float32").tolist() == [1.0, 2.5]
+    assert Tensor([2 ** 70, 1.5], dtype="float64").tolist() == [2.0 ** 70, 1.5]  # too large for int64, beside floats
+
+
+@pytest.mark.parametrize("device", [0, "", False])
+def test_a_device_that_is_falsy_is_refused_not_taken_for_the_datas(device):
+    """device=0 (PyTorch's first GPU) made a CPU tensor without a word."""
+    with pytest.raises(ValueError, match=rf"^unknown device {device!r}; use one of \('cpu', 'cuda'\)$"):
+        Tensor([1.0], device=device)
+    assert Tensor([1.0], device=None).device == "cpu"
+
+
 def test_explicit_astype_keeps_numpys_truncation():
     """Only construction is checked: astype is a cast the caller asked for by name (PyTorch's .to truncates too)."""
     assert Tensor([1.7, -1.7]).astype("int64").tolist() == [1, -1]

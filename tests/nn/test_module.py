@@ -177,12 +177,18 @@ def test_load_state_dict_names_the_bad_keys_and_changes_nothing(spoil, message):
     assert_unchanged(model, before)
 
 
-def test_a_value_that_cannot_be_converted_changes_nothing():
+@pytest.mark.parametrize("value, dtype", [
+    (np.array(["a", "b", "c"]), "<U1"),  # the last key, right shape, not numbers
+    # NumPy's cast would load these: 1+2j as 1, None as NaN, "0.5" as 0.5
+    (np.array([1 + 2j, 0, 0]), "complex128"), (np.array([None, 1.0, 2.0]), "object"), (np.array(["0.5"] * 3), "<U3"),
+])
+def test_a_value_that_cannot_be_converted_changes_nothing(value, dtype):
     model = TinyLM()
     before = snapshot(model)
     state = {k: v + 1 for k, v in TinyLM().state_dict().items()}
-    state["h.1.ln.bias"] = np.array(["a", "b", "c"])  # the last key, right shape, not numbers
-    with pytest.raises(ValueError, match="could not convert"):
+    state["h.1.ln.bias"] = value
+    with pytest.raises(ValueError, match=rf"^load_state_dict into TinyLM: 'h\.1\.ln\.bias' could not convert from "
+                                         rf"{dtype} to the parameter's float32$"):
         model.load_state_dict(state)
     assert_unchanged(model, before)
 
