@@ -845,8 +845,10 @@ def main(argv=None):
             print("viz.graph: error: --flow and --double draw different graphs; pass one of them", file=sys.stderr)
             return 1
         name, loss = build_double(args.module, args.double or None, backward=not args.no_backward)
-        seed = "" if args.no_backward else " (from ½‖g‖²)" if isinstance(loss, ag.Tensor) else ""
-        title = (f"{loss.name} of {name}.demo_loss() with create_graph=True: backward's ops, boxed by step, "
+        # in words, as in the boxes: a PNG's default font draws ‖g‖ like "llgll"
+        seed = "" if args.no_backward else " (from ½ norm(g)²)" if isinstance(loss, ag.Tensor) else ""
+        boxed = ", boxed by step," if isinstance(loss, ag.Tensor) else ""  # a Value's ops have no scope to box
+        title = (f"{loss.name} of {name}.demo_loss() with create_graph=True: backward's ops{boxed} "
                  f"are ops like any other · {when}{seed}")
     else:
         name, loss = build_demo(args.module, backward=not args.no_backward)

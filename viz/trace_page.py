@@ -11,7 +11,8 @@ script: nothing is fetched from the network. Each step of the trace is one
 view: the op being run is highlighted, with the tensor whose gradient comes
 in and the inputs it sends gradients to; a side panel shows the incoming
 gradient g, the rule with the saved forward values it reads, and every
-outgoing gradient, the same numbers `python -m viz.trace` prints.
+outgoing gradient, the same numbers `python -m viz.trace` prints, with the
+same notes (summed back over broadcast axes, part k of n of a sum).
 
 The picture shows the gradients known at that step only: a box backward has
 not reached yet says "grad —", and one whose gradient is a sum shows the
@@ -32,7 +33,7 @@ import json
 import re
 import shutil
 
-from autograd import Value
+from autograd import Constant, Value
 from models.io import atomic_path
 
 from .flow import share, share_text
@@ -68,15 +69,23 @@ def gradient_states(steps):
     The loss has its gradient from the start. Every other node's total is summed part by part as the
     engine sums it (the first part, then total + part), so the last entry is the gradient backward leaves.
     """
-    parts = {id(leaf.tensor): leaf.contributions for leaf in steps.leaves}
-    parts.update({id(s.output): s.contributions for s in steps})
+    parts = _parts(steps)
     root = steps.root
     first = steps[0].grad if len(steps) else steps.leaves[0].grad
     states = {id(root): [[0, _rows(root, first), True]]}
     for view, inp, total, arrived in _running_totals(steps):
+        if isinstance(inp.tensor, Constant):  # its box shows its data and no gradient (viz.graph.draw_value):
+            continue                          # there is no line to write one over
         x = id(inp.tensor)
         states.setdefault(x, []).append([view, _rows(inp.tensor, total, arrived, parts[x]), arrived == parts[x]])
     return states
+
+
+def _parts(steps):
+    """{node: how many parts its gradient is the sum of}, by id."""
+    parts = {id(leaf.tensor): leaf.contributions for leaf in steps.leaves}
+    parts.update({id(s.output): s.contributions for s in steps})
+    return parts
 
 
 def _running_totals(steps):
@@ -112,6 +121,7 @@ def page_steps(steps, max_values=16, decimals=6):
     tkey, okey = node_keys(walk_of(steps.root))
     states = gradient_states(steps)
     shares = part_shares(steps)
+    parts = _parts(steps)
     arrived = {}
     data = []
     for s in steps:
@@ -123,8 +133,10 @@ def page_steps(steps, max_values=16, decimals=6):
             else:
                 entry["grad"] = _array(inp.grad, max_values, decimals)
                 arrived[id(inp.tensor)] = arrived.get(id(inp.tensor), 0) + 1
-                entry["part"] = [arrived[id(inp.tensor)], len(states[id(inp.tensor)])]  # an entry per part
+                entry["part"] = [arrived[id(inp.tensor)], parts[id(inp.tensor)]]
                 entry["share"] = share_text(shares[id(inp)])
+                if inp.returned_shape is not None:  # the op returned a broadcast shape; the engine summed it back
+                    entry["broadcast"] = shape_text(inp.returned_shape)
             inputs.append(entry)
         data.append({
             "number": s.number, "name": s.name, "scope": s.scope, "rule": s.rule, "op": okey[id(s.output)],
@@ -133,8 +145,8 @@ def page_steps(steps, max_values=16, decimals=6):
             "grad": _array(s.grad, max_values, decimals), "inputs": inputs,
             "saved": [{"name": name, **_array(a, max_values, decimals)} for name, a in s.saved],
         })
-    leaves = [{"label": leaf.label, "key": tkey[id(leaf.tensor)], "grad": _array(leaf.grad, max_values, decimals)}
-              for leaf in steps.leaves]
+    leaves = [{"label": leaf.label, "key": tkey[id(leaf.tensor)], "grad": _array(leaf.grad, max_values, decimals),
+               "contributions": leaf.contributions} for leaf in steps.leaves]
     grads = {tkey[node]: {"lines": max(len(lines) for _, lines, _ in entries), "states": entries}
              for node, entries in states.items()}
     return {"loss": steps.root_label, "steps": data, "leaves": leaves, "grads": grads, "not_yet": NOT_YET}
@@ -187,7 +199,9 @@ PAGE = """<!DOCTYPE html>
   button { font-size: 14px; padding: 4px 12px; margin-right: 6px; }
   h2 { font-size: 18px; margin: 8px 0 4px; }
   h3 { font-size: 13px; margin: 12px 0 2px; color: #3b5b92; text-transform: uppercase; letter-spacing: .04em; }
-  pre { margin: 2px 0 6px; padding: 6px 8px; background: #f3f5f9; border-radius: 4px; font-size: 12px; }
+  /* a row wider than the panel scrolls inside its own block, rather than running past the panel's edge */
+  pre { margin: 2px 0 6px; padding: 6px 8px; background: #f3f5f9; border-radius: 4px; font-size: 12px;
+        overflow-x: auto; }
   .label { font-weight: bold; }
   .muted { color: #666; }
   /* a node with a tooltip nests its shape in <g><a>: select any descendant shape */
@@ -321,7 +335,11 @@ function show(i) {
   const panel = document.getElementById("step");
   if (current === trace.steps.length) {
     panel.innerHTML = `<h2>Leaves: what backward adds into .grad</h2>` +
-      trace.leaves.map(l => { mark(l.key, "outgoing"); return block(`${l.label}.grad`, l.grad); }).join("");
+      trace.leaves.map(l => {
+        mark(l.key, "outgoing");
+        const summed = l.contributions > 1 ? ` (sum of ${l.contributions} contributions)` : "";
+        return block(`${l.label}.grad${summed}`, l.grad);
+      }).join("");
     return;
   }
   const s = trace.steps[current];
@@ -329,8 +347,9 @@ function show(i) {
   for (const g of edges[`${s.output}->${s.op}`] || []) g.classList.add("active");
   let out = "";
   for (const inp of s.inputs) {
-    const notes = [inp.role, inp.part && inp.part[1] > 1
-      ? `part ${inp.part[0]} of ${inp.part[1]} of its sum, share ${inp.share} of the total` : ""];
+    const notes = [inp.role, inp.broadcast ? `summed from ${inp.broadcast} over broadcast axes` : "",
+      inp.part && inp.part[1] > 1
+        ? `part ${inp.part[0]} of ${inp.part[1]} of its sum, share ${inp.share} of the total` : ""];
     const name = inp.d + (notes.some(Boolean) ? ` (${notes.filter(Boolean).join(", ")})` : "");
     if (inp.grad) { mark(inp.key, "outgoing"); out += block(name, inp.grad); }
     else out += `<div class="muted">${esc(inp.label)}: ${esc(inp.reason)}</div>`;
@@ -354,6 +373,7 @@ document.getElementById("prev").onclick = () => show(current - 1);
 document.getElementById("next").onclick = () => show(current + 1);
 document.getElementById("last").onclick = () => show(total - 1);
 document.addEventListener("keydown", e => {
+  if (e.altKey || e.ctrlKey || e.metaKey) return;  // Alt+← is the browser's back, Ctrl+End its own: leave them be
   const to = {ArrowRight: current + 1, ArrowLeft: current - 1, Home: 0, End: total - 1}[e.key];
   if (to !== undefined) { e.preventDefault(); show(to); }
 });

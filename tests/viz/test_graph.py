@@ -535,6 +535,22 @@ def test_cli_double_draws_the_gradients_own_graph(tmp_path):
     assert "no grad yet" not in svg_text(tmp_path / "n.svg")[1]  # a Value's box shows its grad, 0 before
 
 
+def test_the_double_pictures_title_says_what_it_holds_in_words_a_png_draws(tmp_path):
+    """The title said "boxed by step" over a Value's graph, which has no boxes, and "½‖g‖²", which a PNG's
+    default font draws as "½llgll²" (the boxes write "grad norm" for that reason)."""
+    def drawn(*argv):
+        out = tmp_path / "double.dot"
+        assert vg.main([*argv, "--double", "--out", str(out)]) == 0
+        source = out.read_text(encoding="utf-8")
+        return re.search(r'^\tlabel="(.*create_graph=True.*)"$', source, re.M).group(1), source
+
+    title, source = drawn(MODULE)
+    assert "backward's ops, boxed by step, are ops" in title and "subgraph cluster_" in source
+    assert title.endswith("after backward (from ½ norm(g)²)") and "‖" not in title
+    title, source = drawn("models.neuron")
+    assert "backward's ops are ops like any other" in title and "subgraph cluster_" not in source
+
+
 def test_a_values_grad_that_is_a_value_is_drawn_by_its_number():
     """After backward(create_graph=True) a Value's grad is a Value, which '{:.4f}' refused: draw() raised."""
     from autograd import Value

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autograd import Tensor, Value
+from autograd import Constant, Tensor, Value
 from models.lessons import tiny
 from viz import trace as vt
 from viz.graph import grad_rows, keep_gradients, node_keys
@@ -378,4 +378,76 @@ def test_page_opens_at_its_start_step_or_the_one_its_address_names(chromium, tmp
         finally:
             page.close()
         errors += more
+    assert not errors, errors
+
+
+def test_a_constants_box_keeps_its_data_and_gets_no_gradient_written_over_it(chromium, tmp_path):
+    """Value.backward sends a Constant (a data point, the 1 of x + 1) its gradient too, but its box has no line for
+    one (viz.graph draws it as data only): the page wrote the gradient over the data line, past the box's edge."""
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz's `dot` is not installed (apt-get install graphviz)")
+    a, c = Value(2.0, name="a"), Constant(-0.25, name="c")
+    loss = a * c
+    steps = vt.trace(loss)
+    assert [i.grad for i in steps[0].inputs] == [-0.25, 2.0]  # the engine's walk still sends c its gradient
+    assert id(c) not in gradient_states(steps)
+    tkey, _ = node_keys(walk_of(loss))
+    out = tmp_path / "trace.html"
+    write_page(steps, out, "a constant")
+    page, errors, _ = open_page(chromium, out.as_uri())
+    texts = """key => [...[...document.querySelectorAll("#graph g.node")]
+                .find(g => g.querySelector("title").textContent === key).querySelectorAll("text")].map(t => t.textContent)"""
+    try:
+        for key in ("End", "Home", "End"):
+            page.keyboard.press(key)
+            assert page.evaluate(texts, tkey[id(c)]) == ["c", "data -0.2500"]
+            assert page.evaluate(texts, tkey[id(a)])[-1] == "grad -0.2500"
+        assert "c.grad" in page.inner_text("#step")  # the panel lists what backward adds, as the text trace does
+    finally:
+        page.close()
+    assert not errors, errors
+
+
+def test_the_panel_notes_what_the_text_trace_notes(page_file, chromium):
+    """A gradient the engine summed back over broadcast axes, and a leaf's sum of contributions: the text
+    trace says so beside the numbers, and so must the page."""
+    steps = vt.trace(tiny.demo_loss())
+    text = vt.format_trace(steps)
+    broadcast = [(n, i) for n, s in enumerate(steps) for i in s.inputs if i.returned_shape is not None]
+    summed = [leaf for leaf in steps.leaves if leaf.contributions > 1]
+    assert broadcast and summed  # b_1, b_2 and E in the tiny model
+    page, errors, _ = open_page(chromium, page_file.as_uri())
+    try:
+        for n, inp in broadcast:
+            note = f"summed from {inp.returned_shape} over broadcast axes"
+            assert note in text
+            page.goto(f"{page_file.as_uri()}#step={n + 1}")
+            assert f"∂L/∂{inp.label} ({inp.role}, {note})" in page.inner_text("#step")
+        page.keyboard.press("End")
+        for leaf in summed:
+            assert f"{leaf.label}.grad (sum of {leaf.contributions} contributions)" in page.inner_text("#step")
+    finally:
+        page.close()
+    assert not errors, errors
+
+
+def test_a_narrow_window_scrolls_a_long_row_inside_its_block_and_keys_leave_the_browsers_shortcuts(page_file,
+                                                                                                 chromium):
+    page, errors, _ = open_page(chromium, page_file.as_uri(), (800, 600))
+    try:
+        # step 1's p is one row of six numbers, wider than the 800 px window's panel
+        widths = page.evaluate("""() => [...document.querySelectorAll("#step pre")].map(p => [p.scrollWidth,
+                                  p.clientWidth, p.getBoundingClientRect().right])""")
+        panel = page.evaluate("""() => { const p = document.getElementById("panel");
+                                 return [p.scrollWidth, p.clientWidth, p.getBoundingClientRect().right]; }""")
+        assert any(scroll > client for scroll, client, _ in widths)  # the row is wider than its block …
+        assert panel[0] <= panel[1]  # … but the panel does not scroll sideways: the block does, on its own
+        assert all(right <= panel[2] for *_, right in widths)
+        page.keyboard.press("Alt+ArrowRight")  # the browser's forward, not the page's: no step taken
+        page.keyboard.press("Control+End")
+        assert page.inner_text("#position") == "step 1 of 23"
+        page.keyboard.press("ArrowRight")
+        assert page.inner_text("#position") == "step 2 of 23"
+    finally:
+        page.close()
     assert not errors, errors
