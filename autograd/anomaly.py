@@ -39,6 +39,7 @@ import numpy as np
 
 from . import backend
 from . import tensor as _tensor
+from .tensor import array_of
 
 WHO = "detect_anomaly"
 
@@ -106,11 +107,6 @@ def _called(t):
     if t.op is not None:
         return f"{t.op.name}'s output" + (f" in {t.op.scope}" if t.op.scope else "")
     return f"the leaf of shape {t.shape}"
-
-
-def _data(v):
-    """A gradient's array: under create_graph the engine's gradients are Tensors."""
-    return v.data if isinstance(v, _tensor.Tensor) else v
 
 
 def _marks(parts, total):
@@ -208,9 +204,10 @@ class detect_anomaly(contextlib.ContextDecorator):
         it: two finite parts can overflow. Added unchecked: under create_graph the sum is an op of the graph."""
         with paused():
             total = t.grad + g
-        if not _finite(_data(total)):
-            anomaly = Anomaly("backward", None, "", t, "its .grad", grad=_data(g), where=self._where())
-            lines = _marks([(".grad before", _data(t.grad)), ("this backward's gradient", _data(g))], _data(total))
+        if not _finite(array_of(total)):
+            anomaly = Anomaly("backward", None, "", t, "its .grad", grad=array_of(g), where=self._where())
+            lines = _marks([(".grad before", array_of(t.grad)), ("this backward's gradient", array_of(g))],
+                           array_of(total))
             self._raise(anomaly, f"backward() added the gradient for {_called(t)} into its .grad and got NaN/inf "
                                  "(.grad sums every backward() until it is cleared: opt.zero_grad())", lines)
         return total
@@ -277,12 +274,13 @@ class _Pass:
         with paused():
             total = previous + pg
         n = self.parts[id(x)] = self.parts.get(id(x), 1) + 1
-        if _finite(_data(total)):
+        if _finite(array_of(total)):
             return total
         op = t.op
         slot = next(name for name, i in zip(op.input_labels(len(op.inputs)), op.inputs) if i is x)
         before = f"gradient so far, from {n - 1} op" + ("s" if n > 2 else "")
-        lines = _marks([(before, _data(previous)), (f"gradient for {slot} from {op.name}", _data(pg))], _data(total))
-        self._raise(t, f"the summed gradient for {_called(x)}", step, _data(g),
+        lines = _marks([(before, array_of(previous)), (f"gradient for {slot} from {op.name}", array_of(pg))],
+                       array_of(total))
+        self._raise(t, f"the summed gradient for {_called(x)}", step, array_of(g),
                     f"backward summed the gradients for {_called(x)} from {n} ops to NaN/inf at step {step} of "
                     f"backward, adding {op.name}'s for its input {slot}", lines)

@@ -123,7 +123,7 @@ class Comparison:
     index: int  # its place in forward order, from 1 (the same op's number in both phases)
     op: str
     scope: str
-    output: str  # the recorded output tensor's name, or "op N" for an unnamed one
+    output: str  # the recorded output tensor's name, or its shape for an unnamed one
     abs: float = 0.0  # max |a − b| over the compared arrays
     rel: float = 0.0  # that over the largest |value| the float64 run has there
     drift: float = 0.0  # how far float32 alone drifts from float64 there, scaled to the runs' dtype
@@ -381,14 +381,14 @@ def _run(s, fn, inputs, made, root, visit):
     return None
 
 
-def _label(t, k):
+def _label(t):
     """The output's name, or its shape for an unnamed one."""
     return t.name or "(" + ", ".join(map(str, t.shape)) + ("," if t.ndim == 1 else "") + ")"
 
 
 def _comparison(phase, step, k, made, d=0.0, rel=0.0, drift=0.0, parts=False, note=""):
     t = made[k]
-    return Comparison(phase, step, k + 1, t.op.name, t.op.scope, _label(t, k), d, rel, drift, parts or bool(note),
+    return Comparison(phase, step, k + 1, t.op.name, t.op.scope, _label(t), d, rel, drift, parts or bool(note),
                       note)
 
 

@@ -23,7 +23,7 @@ import functools
 from . import anomaly, backend, functional, ops
 from . import tensor as _tensor
 from .gradcheck import jacobian
-from .tensor import Function, Tensor, _as_array, enable_grad, name_scope, root_grad
+from .tensor import Function, Tensor, _as_array, array_of, enable_grad, name_scope, root_grad
 
 
 class Namespace:
@@ -54,7 +54,7 @@ class Namespace:
         return self.array.arange(*args, **kwargs)
 
     def logical_and(self, a, b):
-        return self.array.logical_and(_data(a), _data(b))  # of masks (comparisons), constants of the rule
+        return self.array.logical_and(array_of(a), array_of(b))  # of masks (comparisons), constants of the rule
 
     def where(self, cond, a, b):
         return functional.where(cond, a, b)
@@ -84,10 +84,6 @@ class Namespace:
         axes = [a for a in range(x.ndim) if a != source % x.ndim]
         axes.insert(destination % x.ndim, source % x.ndim)
         return x.transpose(axes)
-
-
-def _data(x):
-    return x.data if isinstance(x, Tensor) else x
 
 
 @functools.cache
@@ -165,7 +161,7 @@ class Outputs(Function):
 def _root(outputs, grad_outputs, create_graph):
     """The root a backward from `outputs` starts from, its gradient, and each output's (its entry of
     grad_outputs, checked): one output is its own root; several join under an Outputs."""
-    seeds = [root_tensor(out, v, "grad") if create_graph else root_grad(out, _data(v), "grad")
+    seeds = [root_tensor(out, v, "grad") if create_graph else root_grad(out, array_of(v), "grad")
              for out, v in zip(outputs, grad_outputs)]
     if len(outputs) == 1:
         return outputs[0], seeds[0], seeds
@@ -222,7 +218,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
 
 
 def _leaves(xs):
-    return [Tensor(_data(x), requires_grad=True) for x in xs]
+    return [Tensor(array_of(x), requires_grad=True) for x in xs]
 
 
 def hvp(fn, inputs, v):

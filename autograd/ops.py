@@ -31,7 +31,7 @@ def _constants_only(op, inputs, out):
 
 
 def _inputs(op, inputs, out):
-    """saved_in_graph of an op that saved its inputs, in order (Mul's x and y, MatMul's A and B, Log's x)."""
+    """saved_in_graph of an op that saved its inputs, in order (Mul's x and y, Log's x)."""
     return inputs
 
 
@@ -233,7 +233,7 @@ class Linear(Function):
     faster on the CPU and 4–6 times faster through CuPy on a GPU. On the CPU,
     where numba's threads are the only pool (kernels.cpu.SHARED_POOL), each
     product is split over them (forward's with the bias added by each block);
-    db's sum is the CPU kernel column_sum there, in NumPy's order.
+    with that pool or without, db's sum is the CPU kernel column_sum, in NumPy's order.
     """
 
     rule = "dx = G Wᵀ, dW = xᵀ G, db = Σ G"
@@ -883,7 +883,7 @@ class LayerNorm(Function):
     With ĝ = g ⊙ γ, the closed-form VJP is
     dx = (ĝ − mean(ĝ) − x̂ ⊙ mean(ĝ ⊙ x̂)) / √(σ² + ε),  dγ = Σ g ⊙ x̂,  dβ = Σ g,
     γ's and β's sums running over every row. x̂ is kept from forward (cheaper
-    than rebuilding it); the row means of ĝ and ĝ ⊙ x̂ are (g ⊙ x̂) γ / n and g γ / n,
+    than rebuilding it); the row means of ĝ and ĝ ⊙ x̂ are g γ / n and (g ⊙ x̂) γ / n,
     matrix-vector products that reuse the g ⊙ x̂ dγ sums. On a GPU two kernels
     (kernels/cuda.py's LAYER_NORM_FORWARD, LAYER_NORM_BACKWARD) do it from x and the
     saved μ and 1/σ: one launch forward, two backward (the second sums dγ, dβ);
@@ -1004,7 +1004,7 @@ class ScaledDotProductAttention(Function):
     kernels (kernels/cpu.py) do the same for float32, P kept by the rule above;
     where their threads share one pool with BLAS (kernels.cpu.SHARED_POOL),
     without dropout, one kernel computes each head's S, P and O on a thread
-    of its own, and one its five backward products and dS.
+    of its own, and one its four backward products (dV, dP, dQ, dK) and dS.
     """
 
     rule = "dV = PᵀG, dS = P·(GVᵀ − G·O), dQ = dS K/√D, dK = dSᵀQ/√D"
@@ -1081,7 +1081,8 @@ class ScaledDotProductAttention(Function):
         return dq, dk, dv
 
     def _fused_backward(self, g):
-        """The GPU path: cuBLAS GEMMs around one in-place kernel for dS (its 1/√D folded in)."""
+        """The kernels' path (CUDA's, or numba's twins on the CPU): GEMMs around one in-place kernel for dS (its 1/√D
+        folded in), or on the CPU's shared pool the whole backward in one kernel."""
         q, k, v, out, drop, p, _ = self.saved
         forward, backward, whole = self.kernels
         if p is None:

@@ -991,6 +991,11 @@ def _check_in_range(op, shape, axes):
             raise ShapeError(f"{op}: axis {a} is out of range for shape {shape}; {there}")
 
 
+def array_of(x):
+    """x's array where x is a Tensor (a gradient under create_graph, a Tensor argument), else x as it is."""
+    return x.data if isinstance(x, Tensor) else x
+
+
 def _numpy_arrays(value):
     """`value` with every Tensor in it (inside lists, tuples and dicts too) replaced by its data as a NumPy array."""
     if isinstance(value, Tensor):

@@ -301,7 +301,7 @@ def output_folder(text):
     longest = os.pathconf(ancestor, "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
     if len(os.fsencode(name)) + _SIBLING_EXTRA > longest:
         raise argparse.ArgumentTypeError(
-            f"the folder's name is {len(os.fsencode(name))} bytes long; a save writes .NAME.tmp beside it, "
+            f"the folder's name is {len(os.fsencode(name))} bytes long; a run writes .NAME.lock beside it, "
             f"{_SIBLING_EXTRA} bytes more, and this file system allows {longest} in a name: choose a shorter one")
     if kind == "folder" and not os.access(path, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"cannot write {text}: {path} is not writable")

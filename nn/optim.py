@@ -240,7 +240,8 @@ def _positions(numbers):
 
 
 class SGD(Optimizer):
-    """p ← p − lr·b, b = momentum·b + (g + weight_decay·p) (b = g on the first step; plain SGD without momentum)."""
+    """p ← p − lr·b, b = momentum·b + (g + weight_decay·p) (b = g + weight_decay·p on the first step, and
+    without momentum: plain SGD)."""
 
     buffers = ("momentum_buffer",)
 
@@ -272,8 +273,10 @@ class AdamW(Optimizer):
 
     In place, piece by cache-sized piece (backend.pieces), with one scratch
     array per piece; √(1−β₂ᵗ) moves from the denominator into ε and the step
-    size, which is the same update with one pass fewer. On a GPU one fused
-    kernel per parameter does it all (autograd/kernels/cuda.py).
+    size, which is the same update with one pass fewer. Where a fused kernel
+    serves, one call per parameter does it all: CUDA's on a GPU
+    (autograd/kernels/cuda.py), numba's on the CPU for float32 from 1K elements
+    (autograd/kernels/cpu.py).
 
     `flat_grads=True` keeps every gradient as a view of one array (a
     GradBuffer): zero_grad() zeroes it instead of dropping the gradients, so a

@@ -6,8 +6,8 @@ which formula. It exists only because on a GPU one pass beats the several
 passes (and temporaries) of the composed expression. kernels.fused()
 compiles them on first use, on a GPU only; the CPU never sees them.
 AUTOGRAD_FUSED=0 switches every one off, so a benchmark can time the
-composed version against them. tests/autograd/test_kernels/cuda.py's py compiles
-every source with NVRTC for sm_80 and sm_90, and cuda_twins.py beside it
+composed version against them. tests/autograd/test_cuda_kernels.py compiles
+every source with NVRTC for sm_80 and sm_90, and cuda_twins.py beside this file
 repeats each raw kernel's order of work in NumPy, checked in float64.
 
 ELEMENTWISE: name → (input parameters, output parameters, body) for CuPy's
@@ -15,7 +15,8 @@ ElementwiseKernel, T the float type.
 
 RAW: name → CUDA source of one `template <typename T> __global__` function
 of that name, compiled for float and double (CuPy's RawModule name
-expressions), with LAUNCH[name] its launcher: (kernel, arrays…) → result.
+expressions). LAUNCHERS: the name kernels.fused() is asked for → its launcher,
+(kernels…, arrays…) → result, and the raw kernels it takes, in order.
 Warp-per-row kernels take a row of any length; every loop is lane-strided
 (element j belongs to lane j mod 32), so a row's loads are coalesced.
 """

@@ -75,7 +75,8 @@ class GPTConfig:
             raise ValueError(f"GPTConfig: bias must be True or False, got {self.bias!r}")
 
     def num_parameters(self):
-        """How many parameters GPT(self) has, counted without building it (an absurd size costs nothing)."""
+        """How many parameters GPT(self) has, counted without building it (an absurd size costs nothing); wte's
+        padding rows (pad_vocab_to) are not counted."""
         C = self.n_embd
         per_block = 12 * C * C + 2 * C + (9 * C + 2 * C if self.bias else 0)  # weights, LN scales, biases
         return (self.vocab_size + self.block_size) * C + self.n_layer * per_block + C + (C if self.bias else 0)
@@ -397,7 +398,7 @@ class GPT(nn.Module):
 
     @classmethod
     def from_pretrained(cls, directory, dropout=0.0):
-        """Load a Hugging Face GPT-2 folder (config.json, model.safetensors) in either layout: models.hf_checkpoint."""
+        """Load a Hugging Face GPT-2 folder (config.json, model.safetensors) in either layout (hf_checkpoint.read)."""
         fields, weights = hf_checkpoint.read(directory)
         try:
             config = GPTConfig(**fields, dropout=dropout)
@@ -423,7 +424,7 @@ class GPT(nn.Module):
         return model
 
     def save_pretrained(self, directory):
-        """Write config.json and model.safetensors as transformers does, each file atomically (models.hf_checkpoint).
+        """Write config.json and model.safetensors as transformers does, each file atomically (hf_checkpoint.save).
 
         A LoRA layer (nn.lora) is written as the one weight W + ΔW that computes it: GPT-2 has no adapter keys,
         and transformers would drop them unused and give the base's logits. (A run's checkpoint keeps its

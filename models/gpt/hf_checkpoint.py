@@ -13,7 +13,7 @@ What this file promises:
   from them, and weights that are not finite are refused; a file that is
   missing, cut short, not JSON or not an object, or a tensor of a type NumPy
   cannot read (float8), is named in one line.
-* `save(model, directory)`: config.json and model.safetensors as transformers
+* `save(model, directory, weights)`: config.json and model.safetensors as transformers
   writes them, each file atomically; `transformers.GPT2LMHeadModel` loads the
   folder with nothing missing.
 * `config_fields` / `config_to_hf`: GPTConfig's fields from transformers' GPT-2

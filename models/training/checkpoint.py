@@ -417,7 +417,7 @@ class RunState:
     val_loss: float = math.inf
     saved_iter: int | None = None
     model_rngs: list = field(default_factory=list)
-    digests: dict = field(default_factory=dict)  # file name → SHA-256 of the checkpoint's weights and optimizer
+    digests: dict = field(default_factory=dict)  # file name → SHA-256 of each _DIGESTED file the checkpoint has
 
     @classmethod
     def start(cls, options, layout, seed, world):

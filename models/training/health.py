@@ -35,6 +35,7 @@ the whole run.
 import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -179,6 +180,7 @@ class Health:
 
     def __init__(self, model, interval, out_dir, max_norm=0.0, rows=None, say=print, window=WINDOW, start=0):
         self.model, self.interval, self.max_norm, self.rows, self.say = model, interval, max_norm, rows, say
+        out_dir = Path(out_dir)  # a str too, as the module's docstring passes "out"
         self.path = out_dir / JSONL_FILE if interval else None
         self.plot_path = out_dir / PLOT_FILE if interval else None
         self.records, self.pending, self.warned, self._before = [], None, set(), None

@@ -140,6 +140,11 @@ def test_interval_zero_does_nothing(model, tmp_path):
     assert list(tmp_path.iterdir()) == [] and monitor.records == []
 
 
+def test_out_dir_may_be_a_string_as_the_docstring_passes_it(model, tmp_path):
+    monitor = health.Health(model, 1, str(tmp_path / "out"))
+    assert monitor.path == tmp_path / "out" / health.JSONL_FILE and monitor.path.is_file()
+
+
 def fake_record(it, ratio, gelu, entropy):
     param = {"grad_norm": 1.0, "weight_norm": 1.0, "log10_update_ratio": ratio}
     return {"iter": it, "params": {"transformer.h.2.mlp.c_fc.weight": param,

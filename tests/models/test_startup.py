@@ -42,7 +42,7 @@ def places(tmp_path):
     ("ping", "argument --out-dir: cannot use {tmp}/ping: Too many levels of symbolic links"),
     ("loop/out", "argument --out-dir: cannot use {tmp}/loop/out: Too many levels of symbolic links"),
     ("dangling", "argument --out-dir: {tmp}/dangling is a symbolic link to {tmp}/nowhere, which is not there"),
-    ("a" * 250, "argument --out-dir: the folder's name is 250 bytes long; a save writes .NAME.tmp beside it, 6 bytes "
+    ("a" * 250, "argument --out-dir: the folder's name is 250 bytes long; a run writes .NAME.lock beside it, 6 bytes "
                 "more, and this file system allows 255 in a name: choose a shorter one"),
     ("é" * 125, "argument --out-dir: the folder's name is 250 bytes long"),
     ("a" * 300, "argument --out-dir: cannot use {tmp}/" + "a" * 300 + ": File name too long"),
