@@ -1154,10 +1154,15 @@ class Checkpoint(Function):
     def _refuse_changed_reads(self, out):
         """Refuse a recompute that read a tensor changed since the forward, an input or not (a weight fn closes
         over, after an optimizer step): the recomputed gradients would be the new values'. The recorded graph
-        names every tensor fn read."""
+        names every tensor fn read. A leaf's memory is checked too, as a change through another tensor sharing it
+        (a view, detach()) changes it as well: the inputs and the weights fn reads have lived since the forward,
+        as _changed_since needs, where the recompute's results are new memory. (A constant fn makes anew is a
+        leaf too: it could sit where an array changed and freed since was, a refusal too many, never one too few.)"""
+        changed = tensor._changed_since(self.changes)
         for t in tensor.topological_order(out):
             for x in t.op.inputs if t.op is not None else ():
-                if x._version > self.changes:
+                if x._version > self.changes or x._op is None and any(
+                        tensor._overlap(tensor._span(x._data), c) for c in changed):
                     where = f" in {self.scope}" if self.scope else ""
                     raise RuntimeError(
                         f"backward: {self.name}{where}: {f'{x.name!r}' if x.name else 'a tensor'} (shape {x.shape}), "

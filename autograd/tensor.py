@@ -25,6 +25,7 @@ import re
 import threading
 import types
 import warnings
+import weakref
 
 import numpy as np
 
@@ -45,6 +46,15 @@ _grad_mode = _GradMode()
 _scopes = []  # dotted names of the modules whose forward is running, innermost last
 _anomaly = None  # the active detect_anomaly (autograd/anomaly.py), checking every op; None: no check at all
 _changes = 0  # how many times a tensor's array was changed in place (Tensor.mark_changed); each op notes it
+# Each array changed in place (Tensor.mark_changed) while it lives, by id: [a weak reference to it, its _span, the
+# _changes count when it was last changed]. A change marked on one tensor changes every tensor sharing that memory
+# (a view, detach(), Tensor(t.data)), whose saved arrays backward must then refuse; read only where _changes moved
+# since an op's forward. An entry goes as its array does (the reference's callback), before its id can be reused.
+_marks = {}
+# The span of each changed array since freed → its last change: a view's memory lives on in its base. Past
+# _FREED_KEPT spans the older half goes (a graph older than those then misses a change made through a dead view).
+_freed = {}
+_FREED_KEPT = 1 << 16
 _grad_only = False  # True while ag.grad walks a graph: it returns the gradients and writes no .grad
 
 _SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
@@ -159,7 +169,7 @@ class Function:
     params = {}
     saved = ()
     last_use = False
-    changes = 0  # the count of in-place changes when the op ran forward: backward refuses inputs changed since
+    changes = 0  # the count of in-place changes when the op ran forward: backward refuses what it reads changed since
     runs_user_code = False  # True for an op whose forward calls the user's function (checkpoint): its errors pass as raised
     # An op of one input whose VJP is g added at a few positions of zeros (GetItem) may define backward_into(g, dx):
     # that VJP added into dx, the input's gradient summed so far, in place. Its backward's zero-filled array is then
@@ -448,11 +458,20 @@ class Tensor:
     def mark_changed(self):
         """Say that this tensor's array was changed in place (an optimizer's step does, and assigning .data):
         an op that saved it for backward then refuses to run its backward, which would mix the values its
-        forward saw with the new ones, as PyTorch's version counter does. Writes into `t.data[...]` are not
-        seen: call this after them."""
+        forward saw with the new ones, as PyTorch's version counter does. The memory written is what counts,
+        so an op that saved another tensor sharing it (a view: t.T, t.reshape(...), t[a:b]; t.detach();
+        Tensor(t.data)) refuses too. Writes into `t.data[...]`, or into any NumPy array behind the engine's
+        back (`t.numpy()[0] = 5`, the array a tensor was made from), are not seen: call this after them, on
+        any tensor that holds that memory."""
         global _changes
         _changes += 1
         self._version = _changes
+        array = self._data
+        try:  # an optimizer changes the same arrays every step: after the first, this one line is all it costs
+            _marks[id(array)][2] = _changes
+        except KeyError:  # the array's first change
+            _marks[id(array)] = [weakref.ref(array, lambda _, key=id(array): _array_freed(key)), _span(array),
+                                 _changes]
 
     @property
     def requires_grad(self):
@@ -910,23 +929,71 @@ def backward_steps(root, grad, free=True, create_graph=False):
         yield t, g, sent
 
 
+def _span(array):
+    """(device, first byte, byte past the last) of the memory `array`'s elements occupy, as NumPy's byte_bounds:
+    two arrays may share memory only where their spans overlap, the test np.may_share_memory makes."""
+    if array.size == 0:
+        return backend.device_of(array), 0, 0  # no elements: overlaps nothing
+    low = high = backend.pointer(array)
+    for n, stride in zip(array.shape, array.strides):
+        if stride < 0:
+            low += stride * (n - 1)
+        else:
+            high += stride * (n - 1)
+    return backend.device_of(array), low, high + array.itemsize
+
+
+def _overlap(a, b):
+    """Whether two spans share a byte."""
+    return a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
+
+
+def _array_freed(key):
+    """A changed array was freed: keep the span it changed, as its memory may live on (a view's, in its base)."""
+    _, span, when = _marks.pop(key)
+    _freed[span] = when
+    if len(_freed) > _FREED_KEPT:  # memory stays bounded
+        for span, _ in sorted(_freed.items(), key=operator.itemgetter(1))[:len(_freed) // 2]:
+            del _freed[span]
+
+
+def _changed_since(count):
+    """The spans of memory changed in place since the `count`th change. Sound for arrays alive since then, as an
+    op's saved arrays, inputs and output are: memory a changed array held was no other's while both lived."""
+    return ([span for _, span, when in list(_marks.values()) if when > count]
+            + [span for span, when in list(_freed.items()) if when > count])
+
+
 def _refuse_changed(op, out):
     """Refuse to run `op`'s backward if an array it reads there, one it saved or (for an op that recomputes,
-    Checkpoint) an input's, was changed in place since its forward ran (Tensor.mark_changed): the VJP would mix
-    the values the forward saw with the new ones. An array put in place of a tensor's (`t.data = new`) leaves
-    the saved one as it was. (A Checkpoint also checks the tensors its function reads that are not its inputs, the
-    weights a block closes over, when it runs the function again: Checkpoint.backward.)"""
-    saved = [a for a in op.saved if backend.device_of(a) is not None]
-    xp = backend.xp_for(out.device)
-    for label, x in [*zip(op.input_labels(len(op.inputs)), op.inputs), ("its output", out)]:
-        if x._version > op.changes and (op.runs_user_code and x is not out
-                                        or any(xp.may_share_memory(a, x._data) for a in saved)):
-            where = f" in {op.scope}" if op.scope else ""
-            name = f" '{x.name}'" if x.name else ""
-            raise RuntimeError(
-                f"backward: {op.name}{where}: {label}{name} (shape {x.shape}) was changed in place after the "
-                f"forward that saved it (an optimizer's step, or `.data -= ...`), so its gradient would mix the old "
-                "values with the new; call backward() before opt.step(), or run the forward again")
+    Checkpoint) an input's, was changed in place since its forward ran (Tensor.mark_changed), through any tensor
+    sharing its memory: the VJP would mix the values the forward saw with the new ones. An array put in place of
+    a tensor's (`t.data = new`) leaves the saved one as it was. (A Checkpoint also checks the tensors its function
+    reads that are not its inputs, the weights a block closes over, when it runs the function again:
+    Checkpoint.backward.)"""
+    named = [*zip(op.input_labels(len(op.inputs)), op.inputs), ("its output", out)]
+    changed = _changed_since(op.changes)
+    read = [a for a in op.saved if backend.device_of(a) is not None]
+    if op.runs_user_code:
+        read += [x._data for x in op.inputs]
+    written = []  # (an array backward reads, its span, a changed span it meets)
+    for a in read:
+        span = _span(a)
+        written += [(a, span, c) for c in changed if _overlap(span, c)]
+    if not written:
+        return
+    for label, x in named:  # whose memory it is (in one dimension, three spans that overlap pairwise share a byte)
+        mine = _span(x._data)
+        if any(_overlap(mine, span) and _overlap(mine, c) for _, span, c in written):
+            break
+    else:
+        label, x = "an array it saved", written[0][0]
+    where = f" in {op.scope}" if op.scope else ""
+    name = f" '{x.name}'" if getattr(x, "name", None) else ""
+    raise RuntimeError(
+        f"backward: {op.name}{where}: {label}{name} (shape {x.shape}) was changed in place after the "
+        f"forward that saved it (an optimizer's step, or `.data -= ...`), so its gradient would mix the old "
+        "values with the new; call backward() before opt.step(), or run the forward again")
 
 
 def _accumulate(t, g, adopted):

@@ -295,6 +295,147 @@ def test_a_change_in_place_is_refused_under_create_graph_too():
         ag.grad(y, x, create_graph=True)
 
 
+# Every public way to reach a tensor's memory through another tensor, and a change marked there (`v.data += 1`
+# assigns the array back to v.data, which marks v changed): each changed the array that Mul saved unseen, and
+# backward gave the gradient at the new values, [4, 6, 8, 10] for `x.data += 1` instead of 2x = [2, 4, 6, 8].
+def _add_one(v):
+    v.data += 1.0
+
+
+def _write_then_mark(v):
+    v.data[...] = 0.0
+    v.mark_changed()
+
+
+def _sgd_step(v):
+    q = nn.Parameter(v.data)
+    q.grad = np.ones(q.shape)
+    nn.optim.SGD([q], lr=1.0).step()
+
+
+def _adamw_step(v):
+    q = nn.Parameter(v.data)
+    q.grad = np.ones(q.shape)
+    nn.optim.AdamW([q], lr=1.0).step()
+
+
+SHARED_MEMORY_CHANGES = {  # name → how it changes x's memory without naming x
+    "Tensor(x.data[0:2]).data += 1": lambda x: _add_one(Tensor(x.data[0:2])),
+    "Tensor(x.data).data += 1": lambda x: _add_one(Tensor(x.data)),
+    "x.detach().data += 1": lambda x: _add_one(x.detach()),
+    "Tensor(x.numpy()).data += 1": lambda x: _add_one(Tensor(x.numpy())),
+    "x.reshape(2, 2).data += 1": lambda x: _add_one(x.reshape(2, 2)),
+    "x[1:3].data += 1": lambda x: _add_one(x[1:3]),
+    "x.T.data += 1": lambda x: _add_one(x.T),
+    "a written view's mark_changed()": lambda x: _write_then_mark(x.detach()[2:]),
+    "SGD on a Parameter(x.data)": lambda x: _sgd_step(x.detach()),
+    "AdamW on a Parameter(x.data[2:])": lambda x: _adamw_step(Tensor(x.data[2:])),
+}
+
+
+@pytest.mark.parametrize("change", SHARED_MEMORY_CHANGES.values(), ids=SHARED_MEMORY_CHANGES.keys())
+def test_a_change_through_another_tensor_sharing_a_saved_array_is_refused(change):
+    x = leaf([1.0, 2.0, 3.0, 4.0])
+    y = (x * x).sum()
+    change(x)  # each tensor it makes is gone by now: what was written is what counts
+    with pytest.raises(RuntimeError, match=r"^backward: Mul: x \(shape \(4,\)\) was changed in place after the "
+                                           r"forward that saved it .* call backward\(\) before opt.step\(\), or run "
+                                           r"the forward again$"):
+        y.backward()
+    assert x.grad is None
+    y = (x * x).sum()  # a second forward, at the new values, goes through
+    y.backward()
+    np.testing.assert_array_equal(x.grad, 2 * x.data)
+
+
+def test_a_step_on_a_weight_refuses_the_transposed_view_a_product_saved():
+    """`h @ w.T` saves w.T's array, a view of w's: an optimizer step on w changed it unseen (MatMul's input is the
+    transpose, another tensor), and h.grad came out at the new weights, [42, 72, 102] instead of [72, 102, 132]."""
+    w = nn.Parameter(np.arange(6.0).reshape(2, 3))
+    h = leaf(np.ones((1, 3)))
+    y = ((h @ w.T) ** 2).sum()
+    w.grad = np.ones((2, 3))
+    nn.optim.SGD([w], lr=1.0).step()
+    with pytest.raises(RuntimeError, match=r"MatMul: B \(shape \(3, 2\)\) was changed in place"):
+        y.backward()
+
+
+def test_a_change_to_the_base_of_a_saved_view_is_refused_and_other_memory_is_not():
+    buffer = np.array([1.0, 2.0, 3.0, 4.0])
+    x = Tensor(buffer[:2], requires_grad=True)  # x and the tensor below share a buffer, not their elements
+    y = (x * x).sum()
+    _add_one(Tensor(buffer[2:]))
+    leaf([5.0]).mark_changed()
+    y.backward()  # neither change touched x's elements
+    np.testing.assert_array_equal(x.grad, [2.0, 4.0])
+    z = (x.reshape(2, 1) ** 2).sum()  # Pow saved the reshape's array, a view of x's
+    _add_one(Tensor(buffer))  # the whole buffer: x's elements too
+    with pytest.raises(RuntimeError, match=r"Pow: x \(shape \(2, 1\)\) was changed in place"):
+        z.backward()
+
+
+def test_a_saved_array_that_its_tensor_no_longer_holds_is_still_watched():
+    x = leaf([1.0, 2.0])
+    y = (x * x).sum()
+    old = Tensor(x.data)
+    x.data = np.array([5.0, 5.0])  # x holds a new array now; Mul saved the old one, which `old` holds
+    _add_one(old)
+    with pytest.raises(RuntimeError, match=r"Mul: an array it saved \(shape \(2,\)\) was changed in place"):
+        y.backward()
+
+
+def test_changes_through_shared_memory_after_backward_or_before_the_forward_are_fine():
+    x = leaf([1.0, 2.0])
+    _add_one(x.detach())  # before the forward: nothing to refuse
+    y = (x * x).sum()
+    y.backward()
+    np.testing.assert_array_equal(x.grad, [4.0, 6.0])
+    _add_one(x.detach())  # after the backward: its graph is gone
+    x.grad = None
+    y = (x * x).sum()
+    _add_one(x.detach())  # between this forward and its backward: refused
+    with pytest.raises(RuntimeError, match=r"Mul: x \(shape \(2,\)\) was changed in place"):
+        y.backward()
+
+
+def test_a_checkpoint_refuses_an_input_or_a_weight_changed_through_another_tensor():
+    """The recompute read the new values: x.grad was [4, 6] (at x + 1) where the forward saw x = [1, 2], and
+    [2, 2] for a weight it closes over changed from [1, 1]."""
+    x = leaf([1.0, 2.0])
+    y = ag.checkpoint(lambda t: t * t, x).sum()
+    _add_one(x.detach())
+    with pytest.raises(RuntimeError, match=r"Checkpoint: x \(shape \(2,\)\) was changed in place"):
+        y.backward()
+    w = leaf([1.0, 1.0])
+    y = ag.checkpoint(lambda t: t * w, x).sum()
+    _add_one(w.detach())
+    with pytest.raises(RuntimeError, match=r"Checkpoint: a tensor \(shape \(2,\)\), which fn reads, was changed"):
+        y.backward()
+    y = ag.checkpoint(lambda t: t * w, x).sum()  # forward again, and change only what fn does not read
+    _add_one(leaf([0.0, 0.0]).detach())
+    y.backward()
+    np.testing.assert_array_equal(x.grad, w.data)
+
+
+def test_the_record_of_changed_memory_stays_bounded(monkeypatch):
+    """Each array changed is remembered while it lives, and its span once freed, up to a bound: marking many
+    arrays that die leaves no more behind than that, and a saved array's change is still seen."""
+    from autograd import tensor
+    monkeypatch.setattr(tensor, "_FREED_KEPT", 64)
+    marks = len(tensor._marks)
+    arrays = [np.ones(3) for _ in range(1000)]  # all alive at once: 1000 spans
+    for a in arrays:
+        Tensor(a).mark_changed()
+    assert len(tensor._marks) == marks + 1000
+    del arrays, a
+    assert len(tensor._marks) == marks and len(tensor._freed) <= 64
+    x = leaf([1.0, 2.0])
+    y = (x * x).sum()
+    _add_one(Tensor(x.data[1:]))
+    with pytest.raises(RuntimeError, match=r"Mul: x \(shape \(2,\)\) was changed in place"):
+        y.backward()
+
+
 def test_requires_grad_propagation():
     a = leaf([1.0], requires_grad=True)
     b = leaf([2.0], requires_grad=False)
