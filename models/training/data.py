@@ -10,6 +10,7 @@ same stream whenever B·K·N is unchanged.
 The default corpus is Tiny Shakespeare, shipped with the package (see
 models/corpus/README.md), so the main job runs offline.
 """
+import codecs
 import json
 import zlib
 from dataclasses import asdict, dataclass
@@ -28,14 +29,43 @@ def load_text(path=None):
     path = Path(path) if path is not None else DEFAULT_CORPUS
     if not path.is_file():
         raise FileNotFoundError(f"data file not found: {path} (pass --data PATH to a UTF-8 text file)")
+    raw = path.read_bytes()
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"data file {path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
-                         f"{exc.start}); convert it first, e.g. `iconv -t utf-8`") from None
+        raise ValueError(not_utf8(f"data file {path}", raw, raw[exc.start], exc.start)) from None
+    if "\0" in text:
+        raise ValueError(not_utf8(f"data file {path}", raw, 0, raw.index(b"\0")))
     if not text:
         raise ValueError(f"data file {path} is empty")
     return text
+
+
+# A UTF-16 or UTF-32 file starts with its byte order mark (as Windows editors write them): the 32-bit ones first,
+# since UTF-32-LE's starts with UTF-16-LE's.
+BYTE_ORDER_MARKS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+                    (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def not_utf8(what, head, byte, offset):
+    """The one line for a file (`what` names it) that is not UTF-8 text, from its first bytes `head` and the first
+    bad `byte` (or NUL) in it, at `offset`, with the iconv command that converts it.
+
+    `iconv -t utf-8` alone converts from the locale's charset, UTF-8 on most systems: it fails on the very bytes
+    refused here, so the command names the file's own encoding. A NUL byte is valid UTF-8 but no text holds one:
+    the file is binary, or UTF-16 without its byte order mark (each ASCII character is followed by a NUL).
+    """
+    found = f"a NUL byte at offset {offset}" if byte == 0 else f"byte {byte:#04x} at offset {offset}"
+    encoding = next((name for bom, name in BYTE_ORDER_MARKS if head.startswith(bom)), None)
+    if encoding is not None:
+        return (f"{what} is not UTF-8 text but {encoding.upper()} (it starts with a byte order mark); convert it "
+                f"first: `iconv -f {encoding} -t utf-8 FILE > NEW.txt`")
+    if byte == 0 or b"\0" in head[:4096]:
+        return (f"{what} is not UTF-8 text ({found}): it is binary, or UTF-16 text; leave it out, or convert it "
+                "first: `iconv -f utf-16le -t utf-8 FILE > NEW.txt` (UTF-8 text with stray NULs: "
+                "`tr -d '\\000' < FILE > NEW.txt`)")
+    return (f"{what} is not UTF-8 text ({found}); convert it first from its encoding, e.g. "
+            "`iconv -f latin1 -t utf-8 FILE > NEW.txt` (or cp1252, shift-jis, ...)")
 
 
 class TokenData:

@@ -49,8 +49,9 @@ import numpy as np
 from models.cli import Parser, interval, machine_memory, output_folder, shows_progress
 from models.io import atomic_path, json_type, owning_folder, read_json
 from models.training.checkpoint import CHECKPOINT_MARKS
+from models.training.data import not_utf8
 from models.training.shards import (META_FILE, META_FORMAT, PROGRESS_FILE, SPLITS, ShardError, ShardWriter, field,
-                                    open_shard, shard_name, token_dtype)
+                                    open_shard, read_header, read_meta, shard_name, token_dtype)
 from models.gpt.tokenizer import CharTokenizer, GPT2Tokenizer
 
 def default_workers():
@@ -68,7 +69,8 @@ def make_parser():
     p.add_argument("--val-fraction", type=interval(float, "[0, 1)"), default=0.1,
                    help="the share held out for validation, by file or by each file's tail")
     p.add_argument("--shard-tokens", type=interval(int, "[1, inf)"), default=1 << 24, help="tokens per shard")
-    p.add_argument("--pattern", default="*.txt", help="the files a folder contributes (searched recursively)")
+    p.add_argument("--pattern", type=file_pattern, default="*.txt",
+                   help="the files a folder contributes (searched recursively)")
     p.add_argument("--section-kb", type=section_kb, default=1024,
                    help="text per piece of work (the output does not depend on it)")
     p.add_argument("--no-progress", action="store_true",
@@ -85,6 +87,15 @@ def prepared_folder(text):
         where = "" if owner == Path(os.path.realpath(text)) else "inside "
         raise argparse.ArgumentTypeError(f"{text} is {where}{owner}, which holds a training checkpoint or a model; "
                                          "prepare into a folder of its own")
+    return text
+
+
+def file_pattern(text):
+    """A `type=` function: --pattern, a glob of names under each folder (pathlib's rglob raised a bare
+    NotImplementedError on an absolute one, and a ".." would reach files outside the folder given)."""
+    if not text or Path(text).is_absolute() or ".." in Path(text).parts:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a pattern of file names under a folder; give one such "
+                                         "as '*.txt' or 'books/*.md' (not empty, absolute, nor with '..')")
     return text
 
 
@@ -243,9 +254,8 @@ def read_text(section):
     raw = read_bytes(section)
     try:
         return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{section.part.path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
-                         f"{section.start + exc.start}); convert it first, e.g. `iconv -t utf-8`") from None
+    except UnicodeDecodeError as exc:  # the first pass found none: the file changed since (said as such)
+        raise ValueError(not_utf8(section.part.path, b"", raw[exc.start], section.start + exc.start)) from None
 
 
 def first_pass(files, progress, characters):
@@ -256,16 +266,18 @@ def first_pass(files, progress, characters):
     """
     codes, hashes = set(), {}
     for path in files:
-        decoder, hasher, at = codecs.getincrementaldecoder("utf-8")(), hashlib.sha256(), 0
+        decoder, hasher, at, head = codecs.getincrementaldecoder("utf-8")(), hashlib.sha256(), 0, b""
         with open(path, "rb") as f:
             while True:
                 raw = f.read(1 << 20)
+                head = head or raw  # the file's start: a byte order mark says which encoding it is
                 pending = len(decoder.getstate()[0])
                 try:
                     text = decoder.decode(raw, final=not raw)
                 except UnicodeDecodeError as exc:
-                    raise ValueError(f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
-                                     f"{at - pending + exc.start}); convert it first, e.g. `iconv -t utf-8`") from None
+                    raise ValueError(not_utf8(path, head, exc.object[exc.start], at - pending + exc.start)) from None
+                if b"\0" in raw:  # valid UTF-8, but binary (or UTF-16 without its mark), not text: not_utf8 says
+                    raise ValueError(not_utf8(path, head, 0, at + raw.index(b"\0")))
                 if not raw:
                     break
                 hasher.update(raw)
@@ -275,6 +287,19 @@ def first_pass(files, progress, characters):
                 progress(len(raw))
         hashes[path] = hasher
     return hashes, "".join(map(chr, codes))
+
+
+def check_start_is_text(path, nbytes=4096):
+    """The first pass's error for the file at `path` if its first `nbytes` show it is not UTF-8 text: a byte order
+    mark, a NUL, or bytes that do not decode (a character cut short by the end of the window aside)."""
+    with open(path, "rb") as f:
+        head = f.read(nbytes)
+    try:
+        head.decode("utf-8") if len(head) < nbytes else codecs.getincrementaldecoder("utf-8")().decode(head)
+    except UnicodeDecodeError as exc:
+        raise ValueError(not_utf8(path, head, head[exc.start], exc.start)) from None
+    if b"\0" in head:
+        raise ValueError(not_utf8(path, head, 0, head.index(b"\0")))
 
 
 class SectionEncoder:
@@ -454,6 +479,8 @@ def prepare(args):
         raise ValueError(f"{', '.join(map(str, files))}: no text (0 bytes), so nothing to prepare")
     for split in SPLITS if args.val_fraction else SPLITS[:1]:  # models.train refuses a split with no tokens
         if not any(part.end > part.start for part in parts if part.split == split):
+            for path in files:  # a binary file has no line to cut at either: that is the thing to say
+                check_start_is_text(path)
             uncut = max((p for p in parts if p.split == "train"), key=lambda p: p.end - p.start)
             tail = uncut.end - int(uncut.end * (1 - args.val_fraction))
             if split == "val" and split_by == "tail" and tail >= UNCUT_TAIL:
@@ -463,12 +490,20 @@ def prepare(args):
                                  "by file), or --val-fraction 0 for none")
             raise ValueError(f"the corpus ({total_bytes:,} bytes) is too small to hold out a {split} split with "
                              f"--val-fraction {args.val_fraction:g}; give more text, or --val-fraction 0 for none")
+    afresh = ""
     if (out / META_FILE).is_file():
         meta = read_json(out / META_FILE)
         if meta.get("plan") != plan:
             raise ValueError(f"{out} holds a corpus prepared from other files or options; "
                              "choose another --out, or delete it first")
-        return f"{out} already holds this corpus: " + describe(meta)
+        damage = damaged_shard(out)
+        if damage is None:
+            return f"{out} already holds this corpus: " + describe(meta)
+        # models.train refuses a missing or damaged shard and says to prepare the folder again: that must redo
+        # it, not answer "already holds" for ever. meta.json goes first, so that an interruption from here on
+        # leaves a folder that reads as unfinished, never one that lists shards being rewritten.
+        (out / META_FILE).unlink()
+        afresh = f"; prepared afresh, since {damage}"
     progress_path = out / PROGRESS_FILE
     saved = read_json(progress_path) if progress_path.is_file() else None
     if saved is not None:
@@ -556,7 +591,24 @@ def prepare(args):
     seconds = time.perf_counter() - started
     note = f"; went on after {resumed} finished shard{'s' * (resumed != 1)}" if resumed else ""
     return (f"prepared {out}: " + describe(meta) + f"; {seconds:.1f} s, {total_bytes / 1e6 / seconds:.1f} MB/s, "
-            f"{new_tokens() / seconds:,.0f} tokens/s" + note)
+            f"{new_tokens() / seconds:,.0f} tokens/s" + note + afresh)
+
+
+def damaged_shard(out):
+    """What is wrong with the first shard of the finished folder `out` that is not as its meta.json lists it
+    (missing, truncated, of another count or checksum, or tokens that fail it), in a few words; None when all are
+    whole. It reads every token once: the check models.train makes as it goes, made before saying all is well."""
+    try:
+        meta = read_meta(out)
+        for split in SPLITS:
+            for shard in meta["splits"][split]["shards"]:
+                path = out / shard["name"]
+                if read_header(path)[1:] != (shard["tokens"], shard["crc32"]):
+                    return f"{path} is not the shard {out / META_FILE} lists"
+                open_shard(path, verify=True)
+    except ShardError as exc:
+        return str(exc).split(";")[0]  # the what, without the advice to prepare again: this run does so
+    return None
 
 
 def own_shards(out):

@@ -230,6 +230,18 @@ class PreparedData(TokenData):
             self.splits[split] = ShardedTokens(paths, dtype, [shard["tokens"] for shard in shards],
                                                [shard["crc32"] for shard in shards], self.meta["vocab_size"])
 
+    def check_fits(self, block_size, splits=SPLITS):
+        """TokenData's check, but an empty split says why: python -m models.prepare --val-fraction 0 holds out
+        none, which models.eval --split train reads but models.train, which estimates val loss, cannot."""
+        for split in splits:
+            if len(self.splits[split]) == 0:
+                fix = ("prepared with --val-fraction 0?); models.train estimates the val loss: prepare it again "
+                       "with a --val-fraction above 0" if split == "val" else "); prepare the corpus again")
+                raise ValueError(f"{self.folder} holds no {split} tokens ({self.folder / META_FILE} lists no "
+                                 f"{split} shard{' with tokens' if self.meta['splits'][split]['shards'] else ''}, "
+                                 + fix)
+        super().check_fits(block_size, splits)
+
     def _tokens_crc(self, crc):
         """The CRC-32 of meta.json's list of shards (their token counts and checksums), continued from `crc`:
         reading every token of a corpus bigger than memory, as TokenData does, would take minutes."""
@@ -296,8 +308,9 @@ def read_meta(folder):
             if not isinstance(shard, dict):
                 raise ShardError(f"{path}: '{where[:-1]}' should be an object, not {json_type(shard)}")
             # a plain name of this folder: a path would read a file elsewhere
+            # (a NUL, which no file name holds, failed only at the first stat, as "embedded null byte" alone)
             field(path, shard, "name", str, "a shard's file name in the folder",
-                  lambda name: Path(name).name == name and name not in ("", ".", ".."), where)
+                  lambda name: Path(name).name == name and name not in ("", ".", "..") and "\0" not in name, where)
             field(path, shard, "tokens", int, "a count of tokens", lambda n: n >= 0, where)
             field(path, shard, "crc32", int, "a CRC-32", lambda n: 0 <= n < 1 << 32, where)
             if shard["name"] in names:

@@ -94,7 +94,8 @@ def test_a_prompt_file_that_is_not_utf8_is_one_line(trained, tmp_path, capsys):
     path.write_bytes(b"caf\xe9")
     assert sample.main([str(trained), "--prompt-file", str(path)]) == 1
     assert capsys.readouterr().err == (f"sample: error: data file {path} is not UTF-8 text (byte 0xe9 at offset 3); "
-                                       "convert it first, e.g. `iconv -t utf-8`\n")
+                                       "convert it first from its encoding, e.g. `iconv -f latin1 -t utf-8 FILE > NEW.txt` "
+                                       "(or cp1252, shift-jis, ...)\n")
 
 
 @pytest.mark.parametrize("temperature", ["1e-320", "5e-324", "1e-300"])

@@ -201,6 +201,8 @@ META_DAMAGE = {
     "tokens a string": (lambda m: m["splits"]["val"]["shards"][0].__setitem__("tokens", "9"), "shards[0].tokens'"),
     "crc missing": (lambda m: m["splits"]["val"]["shards"][0].pop("crc32"), "shards[0].crc32'"),
     "name a path": (lambda m: m["splits"]["val"]["shards"][0].__setitem__("name", "../x.bin"), "shards[0].name'"),
+    "name with a NUL": (lambda m: m["splits"]["val"]["shards"][0].__setitem__("name", "val\u0000.bin"),
+                        "shards[0].name'"),  # it failed at the first stat as "embedded null byte" alone
     "vocab_size a string": (lambda m: m.__setitem__("vocab_size", "65"), "'vocab_size'"),
     "kind and vocab_size disagree": (lambda m: m.__setitem__("vocab_size", 50257), "vocab_size"),
     "tokenizer a list": (lambda m: m.__setitem__("tokenizer", []), "'tokenizer'"),
@@ -274,6 +276,95 @@ def test_prepare_into_a_training_checkpoints_folder_is_refused(made, capsys, whe
     line = one_line(err)
     assert code == 2 and "checkpoint" in line
     assert sorted(p.name for p in (made / "run").iterdir()) == before
+
+
+@pytest.mark.parametrize("how", ["missing", "flipped token", "truncated"])
+def test_prepare_again_redoes_a_finished_folder_whose_shard_train_refused(made, tmp_path, capsys, how):
+    """train said "prepare the folder again", and prepare said "already holds this corpus" and did nothing."""
+    out = tmp_path / "p"
+    args = [str(made / "text.txt"), "--out", str(out), "--tokenizer", "char", "--shard-tokens", "1000",
+            "--workers", "1", "--no-progress"]
+    assert prepare.main(args) == 0
+    whole = {p.name: p.read_bytes() for p in out.iterdir()}
+    shard = out / "train_000001.bin"
+    if how == "missing":
+        shard.unlink()
+    elif how == "truncated":
+        shard.write_bytes(whole[shard.name][:-2])
+    else:
+        flip_token(out)
+    code, _, err = train_on(capsys, out, tmp_path / "o")
+    assert code == 1 and "train_000001.bin" in one_line(err) and "prepare" in err
+    code, line, err = run(prepare.main, capsys, *args)
+    assert code == 0 and not err and "prepared afresh, since" in line and str(shard) in line, (line, err)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == whole
+    code, line, _ = run(prepare.main, capsys, *args)
+    assert code == 0 and "already holds this corpus" in line
+    assert train_on(capsys, out, tmp_path / "o")[0] == 0
+
+
+@pytest.mark.parametrize("pattern", ["/etc/*.txt", "../*.txt", ""])
+def test_prepare_a_pattern_that_is_not_under_the_folder_is_refused_at_parse_time(made, tmp_path, capsys, pattern):
+    """An absolute one was a NotImplementedError traceback from pathlib."""
+    code, _, err = run(prepare.main, capsys, str(made), "--pattern", pattern, "--out", str(tmp_path / "p"))
+    line = one_line(err)
+    assert code == 2 and "--pattern" in line and "'*.txt'" in line
+    assert not (tmp_path / "p").exists()
+
+
+def test_train_on_a_folder_prepared_with_no_val_split_names_the_option(made, tmp_path, capsys):
+    """prepare suggests --val-fraction 0 for none, and train said to use more text or a smaller --block-size."""
+    assert prepare.main([str(made / "text.txt"), "--out", str(tmp_path / "p"), "--tokenizer", "char",
+                         "--val-fraction", "0", "--workers", "1", "--no-progress"]) == 0
+    code, _, err = train_on(capsys, tmp_path / "p", tmp_path / "o")
+    line = one_line(err)
+    assert code == 1 and "no val tokens" in line and "--val-fraction above 0" in line and "--block-size" not in line
+    assert run(evaluate.main, capsys, str(made / "run"), "--data", str(tmp_path / "p"), "--split", "train",
+               "--no-progress")[0] == 0  # the folder is still good for what it holds
+
+
+TEXT_IN = {  # how the text is written, what iconv -f must name, whether the NUL is what gives it away
+    "utf-16 with its mark": (lambda t: t.encode("utf-16"), "utf-16"),
+    "utf-32 with its mark": (lambda t: t.encode("utf-32"), "utf-32"),
+    "utf-16le, no mark": (lambda t: t.encode("utf-16-le"), "utf-16le"),
+    "latin-1": (lambda t: t.encode("latin-1"), "latin1"),
+}
+
+
+@pytest.mark.parametrize("how", TEXT_IN)
+@pytest.mark.parametrize("command", ["prepare", "train"])
+def test_text_not_in_utf8_is_refused_with_an_iconv_command_that_converts_it(tmp_path, capsys, how, command):
+    """`iconv -t utf-8` alone converts from the locale's charset, UTF-8 here, and fails on the very bytes refused;
+    UTF-16 of ASCII text without its mark is valid UTF-8 (a NUL after each character) and was prepared as it."""
+    import re
+    text = TEXT.replace("Citizen", "Citoyen café")
+    encode, encoding = TEXT_IN[how]
+    source = tmp_path / "t.txt"
+    source.write_bytes(encode(text))
+    if command == "prepare":
+        code, _, err = run(prepare.main, capsys, str(source), "--out", str(tmp_path / "p"), "--tokenizer", "char",
+                           "--workers", "1", "--no-progress")
+    else:
+        code, _, err = train_on(capsys, source, tmp_path / "o")
+    line = one_line(err)
+    assert code == 1 and str(source) in line and "not UTF-8 text" in line
+    named = re.search(r"`iconv -f (\S+) -t utf-8 ", line).group(1)
+    assert named == encoding and source.read_bytes().decode(named).lstrip("\ufeff") == text
+    assert not (tmp_path / "p").exists() and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("size", [5_000, 300_000])
+def test_prepare_a_binary_file_that_decodes_as_utf8_is_refused_as_binary(tmp_path, capsys, size):
+    """Zeros are valid UTF-8: --val-fraction 0 prepared them as text, and otherwise the corpus was "too small" or
+    had "no line break" to cut a val split at."""
+    (tmp_path / "zeros.txt").write_bytes(bytes(size))
+    for fraction in ("0.1", "0"):
+        code, _, err = run(prepare.main, capsys, str(tmp_path / "zeros.txt"), "--out", str(tmp_path / "p"),
+                           "--tokenizer", "char", "--val-fraction", fraction, "--workers", "1", "--no-progress")
+        line = one_line(err)
+        assert code == 1 and "zeros.txt is not UTF-8 text (a NUL byte at offset 0): it is binary" in line
+        assert line.endswith("(UTF-8 text with stray NULs: `tr -d '\\000' < FILE > NEW.txt`)"), line
+        assert not (tmp_path / "p").exists()
 
 
 def test_prepare_killed_leaves_no_worker_tracebacks(tmp_path):
