@@ -1,12 +1,16 @@
 """GPU: our engine on CuPy against PyTorch CUDA eager, each alone in its own process, and our fused kernels.
 
 Run on a machine with a GPU, CuPy and PyTorch for CUDA, from the repository root:
-    python -m benchmarks.gpu [--steps N] [--batch B] [--seq T] [--rounds R]
+    python -m benchmarks.gpu [--steps N] [--batch B] [--seq T] [--rounds R] [--parts train,kernels,...]
+    python -m benchmarks.gpu --preflight    # versions, and one clear line (exit 1) when CuPy or the GPU is missing
+
+`--parts` runs some of the four parts below, in the order given (benchmarks/gpu_check.sh runs each as its own
+step, under its own time limit); a part that fails is reported and the next one still runs.
 
 (1) The training step of GPT-2 small at batch 8 × 1024 tokens, float32 with
     TF32 matrix products allowed on both sides, AdamW and gradient clipping:
     benchmarks.gpt2 with --device cuda, plus tokens/s and model-FLOPs
-    utilisation (target: ours at least 50 % of PyTorch's throughput).
+    utilisation (target: ours at least 70 % of PyTorch's throughput).
 (2) Greedy generation with the KV cache, GPT-2 small, batch 1, 256 new tokens after 16:
     benchmarks.generate --model gpt2 --device cuda, ours (the static cache's
     decode step captured as a CUDA graph, replayed per token) against the same
@@ -21,10 +25,14 @@ Run on a machine with a GPU, CuPy and PyTorch for CUDA, from the repository root
 (4) nanoGPT's Shakespeare-char GPU configuration (6 layers, 6 heads, 384 wide,
     block 256, batch 64, dropout 0.2), ms per iteration against PyTorch eager,
     each alone in its own process, TF32 on both.
-Prints; asserts nothing.
+Prints; asserts nothing (exits 1 only where a part could not run).
 """
 import argparse
+import importlib
 import os
+import signal
+import sys
+import traceback
 
 os.environ.setdefault("CUPY_TF32", "1")  # before CuPy loads; the peer processes inherit it (PyTorch follows it)
 
@@ -33,6 +41,46 @@ import time  # noqa: E402
 
 from benchmarks import alone, generate, gpt2  # noqa: E402
 from models.cli import Parser  # noqa: E402
+
+# (1)'s target, ours over PyTorch's tokens/s: the docstring's figure and the printed one (tests check they agree;
+# the docstring said 50 % while the line printed 70 %, the target of docs/performance.md and the GPU notes)
+THROUGHPUT_TARGET = 0.70
+PARTS = ("train", "generate", "kernels", "char")  # (1) to (4) of the docstring
+
+
+def preflight():
+    """Print the versions the device check depends on; exit 1 with one line when CuPy or a GPU is missing.
+
+    benchmarks/gpu_check.sh runs this first: without CuPy and a GPU nothing after it can give evidence, and the
+    tests on "cuda" would spend their minutes failing one by one.
+    """
+    import platform
+    print(f"python {platform.python_version()} ({sys.executable}), {platform.platform()}")
+    try:
+        import cupy
+        count = cupy.cuda.runtime.getDeviceCount()
+        props = cupy.cuda.runtime.getDeviceProperties(0)
+        x = cupy.arange(4, dtype=cupy.float32)
+        if float((x * 2).sum()) != 12.0:  # an elementwise kernel compiled, launched and read back
+            raise RuntimeError("2 * arange(4) does not sum to 12 on the GPU")
+    except Exception as exc:  # ImportError, no driver, no GPU, a kernel that cannot compile
+        sys.exit(f"gpu_check: no usable GPU through CuPy ({type(exc).__name__}: {exc}); the python that runs the "
+                 "check must hold CuPy for the machine's CUDA (cupy-cuda13x on the lent machines) and see a GPU")
+    runtime = cupy.cuda.runtime
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    print(f"cupy {cupy.__version__}: {count} GPU(s), GPU 0 {name} sm_{props['major']}{props['minor']}, "
+          f"{props['totalGlobalMem'] / 2 ** 30:.0f} GiB; CUDA runtime {runtime.runtimeGetVersion()}, "
+          f"driver {runtime.driverGetVersion()}")
+    for module in ("numpy", "numba", "torch", "transformers", "pytest", "xdist"):
+        try:
+            print(f"{module} {getattr(importlib.import_module(module), '__version__', '?')}")
+        except Exception as exc:  # reported, not fatal: the steps that need it say so themselves
+            print(f"{module} NOT AVAILABLE ({type(exc).__name__}: {exc})")
+    try:
+        import torch
+        print(f"torch sees CUDA: {torch.cuda.is_available()} (CUDA {torch.version.cuda})")
+    except Exception:
+        pass
 
 
 def peak_flops():
@@ -150,6 +198,57 @@ def kernels():
     os.environ["AUTOGRAD_FUSED"] = "1"
 
 
+def parts_type(text):
+    """`--parts`: names from PARTS, comma-separated, each once, in the order they are to run."""
+    parts = text.split(",")
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown or not parts or len(set(parts)) != len(parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: give each of {', '.join(PARTS)} at most once, comma-separated")
+    return parts
+
+
+def train(args):
+    """(1) GPT-2 small's training step, ours against PyTorch CUDA eager, with tokens/s and MFU."""
+    peak = args.peak_tflops * 1e12 if args.peak_tflops else peak_flops()
+    print(f"GPU peak for MFU: {peak / 1e12:.0f} TFLOP/s (TF32 matmul)")
+    step_argv = ["--device", "cuda", "--batch", str(args.batch), "--seq", str(args.seq), "--steps", str(args.steps),
+                 "--rounds", str(args.rounds)]
+    print(f"(1) training step, GPT-2 small, batch {args.batch} x {args.seq}, float32 + TF32, AdamW")
+    results = alone.run("benchmarks.gpt2", step_args(args), step_argv)
+    medians = alone.report(results, "step_s", "    time per step", "ms", scale=1e3)
+    n_params = 124_439_808
+    flops_per_token = 6 * n_params + 12 * gpt2.GPT2_SMALL["n_layer"] * gpt2.GPT2_SMALL["n_embd"] * args.seq
+    rate = {peer: args.batch * args.seq / (ms / 1e3) for peer, ms in medians.items()}
+    for peer, tokens_per_s in rate.items():
+        print(f"    {peer:<8} {tokens_per_s:10,.0f} tokens/s   MFU {tokens_per_s * flops_per_token / peak:6.1%}")
+    print(f"    ours / torch throughput: {rate['ours'] / rate['torch']:.1%}  (target >= {THROUGHPUT_TARGET:.0%})")
+
+
+def generation(args):
+    """(2) Greedy generation of GPT-2 small on cuda, every peer of benchmarks.generate."""
+    print("(2) generation")
+    generate.main(["--model", "gpt2", "--device", "cuda", "--new-tokens", str(args.new_tokens),
+                   "--rounds", str(args.rounds), "--peers", ",".join(generate.PEERS)])
+
+
+def char(args):
+    """(4) nanoGPT's Shakespeare-char GPU configuration, ours against PyTorch eager."""
+    char_argv = ["--device", "cuda", "--shape", "shakespeare-char", "--batch", "64", "--seq", "256",
+                 "--steps", str(args.steps), "--rounds", str(args.rounds)]
+    print("(4) training step, nanoGPT's Shakespeare-char GPU configuration, batch 64 x 256, dropout 0.2")
+    medians = alone.report(alone.run("benchmarks.gpt2", step_args(args), char_argv), "step_s", "    ms per iteration",
+                           "ms", scale=1e3)
+    print(f"    ours / torch time: {medians['ours'] / medians['torch']:.2f}x  (target <= 1.2x)")
+
+
+def step_args(args):
+    """The shared options alone.run reads for benchmarks.gpt2's peers."""
+    return argparse.Namespace(peers=",".join(gpt2.PEERS), rounds=args.rounds, threads=2)
+
+
+RUNS = {"train": train, "generate": generation, "kernels": lambda args: kernels(), "char": char}
+
+
 def main(argv=None):
     parser = Parser("python -m benchmarks.gpu", __doc__.splitlines()[0])
     parser.add_argument("--steps", type=alone.COUNT, default=10, help="timed training steps per process")
@@ -160,37 +259,36 @@ def main(argv=None):
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="the GPU's peak in TFLOP/s, the yardstick of model-FLOPs utilisation "
                              "(default: none, measured: the TF32 matmul rate)")
+    parser.add_argument("--parts", type=parts_type, default=",".join(PARTS),
+                        help="the parts to run, comma-separated, in the order given; a failed part is reported and "
+                             "the next one runs")
+    parser.add_argument("--preflight", action="store_true",
+                        help="print the versions and check CuPy and the GPU (exit 1 when missing), nothing more")
     args = parser.parse_args(argv)
+    # `timeout -s INT` (gpu_check.sh) ends a part with a traceback of where it stood; a process started with
+    # SIGINT ignored (a shell's background job) would not hear it, as tests/conftest.py says of the suite
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if args.preflight:
+        preflight()
+        return
     try:
-        peak = args.peak_tflops * 1e12 if args.peak_tflops else peak_flops()
-    except RuntimeError as exc:  # no CuPy, or no GPU: the engine's own one line
+        from autograd import backend
+        backend.xp_for("cuda")
+    except RuntimeError as exc:  # no CuPy, or no GPU: the engine's own one line, before any part starts
         parser.error(str(exc))
-    print(f"GPU peak for MFU: {peak / 1e12:.0f} TFLOP/s (TF32 matmul)")
-
-    step_argv = ["--device", "cuda", "--batch", str(args.batch), "--seq", str(args.seq), "--steps", str(args.steps),
-                 "--rounds", str(args.rounds)]
-    step_args = argparse.Namespace(peers=",".join(gpt2.PEERS), rounds=args.rounds, threads=2)
-    print(f"(1) training step, GPT-2 small, batch {args.batch} x {args.seq}, float32 + TF32, AdamW")
-    results = alone.run("benchmarks.gpt2", step_args, step_argv)
-    medians = alone.report(results, "step_s", "    time per step", "ms", scale=1e3)
-    n_params = 124_439_808
-    flops_per_token = 6 * n_params + 12 * gpt2.GPT2_SMALL["n_layer"] * gpt2.GPT2_SMALL["n_embd"] * args.seq
-    rate = {peer: args.batch * args.seq / (ms / 1e3) for peer, ms in medians.items()}
-    for peer, tokens_per_s in rate.items():
-        print(f"    {peer:<8} {tokens_per_s:10,.0f} tokens/s   MFU {tokens_per_s * flops_per_token / peak:6.1%}")
-    print(f"    ours / torch throughput: {rate['ours'] / rate['torch']:.1%}  (target >= 70%)")
-
-    print("(2) generation")
-    generate.main(["--model", "gpt2", "--device", "cuda", "--new-tokens", str(args.new_tokens),
-                   "--rounds", str(args.rounds), "--peers", ",".join(generate.PEERS)])
-    kernels()
-
-    char_argv = ["--device", "cuda", "--shape", "shakespeare-char", "--batch", "64", "--seq", "256",
-                 "--steps", str(args.steps), "--rounds", str(args.rounds)]
-    print("(4) training step, nanoGPT's Shakespeare-char GPU configuration, batch 64 x 256, dropout 0.2")
-    medians = alone.report(alone.run("benchmarks.gpt2", step_args, char_argv), "step_s", "    ms per iteration",
-                           "ms", scale=1e3)
-    print(f"    ours / torch time: {medians['ours'] / medians['torch']:.2f}x  (target <= 1.2x)")
+    failed = []
+    for part in args.parts:
+        try:
+            RUNS[part](args)
+        except (Exception, SystemExit) as exc:  # alone.run exits when a peer fails: the next part still runs
+            if isinstance(exc, SystemExit) and exc.code in (None, 0):
+                continue
+            traceback.print_exc()
+            print(f"part {part!r} FAILED: {type(exc).__name__}: {str(exc)[-2000:]}", flush=True)
+            failed.append(part)
+    if failed:
+        sys.exit(f"benchmarks.gpu: part(s) failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

@@ -193,3 +193,174 @@ def test_each_idle_peer_gets_as_many_turns_for_any_seconds(monkeypatch):
             contention.take_turns(step, first, clock.now + contention.idle_window(seconds, 2), index, 2)
             counts.append(len(turns))
         assert counts[0] == counts[1] >= seconds / (contention.TURN - contention.GAP), (seconds, counts)
+
+
+# --- benchmarks/gpu_check.sh: the one script a lent GPU machine runs, once, in minutes of scarce device time. None
+# of it can run here, so what can be checked without a GPU is checked: the shell, each command's flags, the stop
+# without CuPy, and that one failing step leaves the others their turn.
+
+GPU_CHECK = "benchmarks/gpu_check.sh"
+
+
+def _root():
+    from pathlib import Path
+    return Path(__file__).resolve().parents[1]
+
+
+def _run_gpu_check(python, out, timeout=120, **env):
+    """Run gpu_check.sh with GPU_CHECK_PYTHON=python and OUT=out: (exit status, its output). Its process group is
+    killed if it overruns, so a script that ignores GPU_CHECK_PYTHON cannot leave a suite running behind the test."""
+    import os
+    import signal
+    import subprocess
+    env = {**os.environ, "GPU_CHECK_PYTHON": str(python), "OUT": str(out), **env}
+    proc = subprocess.Popen(["bash", str(_root() / GPU_CHECK)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"{GPU_CHECK} ran past {timeout} s with GPU_CHECK_PYTHON={python}")
+    return proc.returncode, output
+
+
+def _recording_python(tmp_path):
+    """A stand-in for the device's python3 that records each command line (one JSON list a line) and succeeds."""
+    import json
+    import sys
+    record = tmp_path / "commands.jsonl"
+    (tmp_path / "record.py").write_text(f"import json, sys\nwith open({str(record)!r}, 'a') as f:\n"
+                                        "    f.write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nexec {json.dumps(sys.executable)} {json.dumps(str(tmp_path / 'record.py'))} "
+                      "\"$@\"\n")
+    python.chmod(0o755)
+    return python, record
+
+
+def test_gpu_check_is_valid_bash_and_clean_under_shellcheck():
+    """`cd "$(dirname "$0")/.."` went on in the wrong folder where cd failed (shellcheck SC2164)."""
+    import shutil
+    import subprocess
+    assert subprocess.run(["bash", "-n", str(_root() / GPU_CHECK)], capture_output=True).returncode == 0
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
+    done = subprocess.run(["shellcheck", str(_root() / GPU_CHECK)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
+
+
+def test_gpu_check_without_cupy_stops_at_once_with_one_line_and_fails(tmp_path):
+    """Without CuPy the script went on to run every test on "cuda" (each failing on its own, for minutes) and the
+    benchmark, and exited 0."""
+    import importlib.util
+    import sys
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("CuPy is installed here: the preflight would pass")
+    status, output = _run_gpu_check(sys.executable, tmp_path, timeout=60)
+    assert status == 1, output
+    assert "no usable GPU through CuPy" in output and "gpu_check: STOPPED, the preflight failed" in output, output
+    assert "== tests on cuda" not in output
+    assert (tmp_path / "gpu_check.log").read_text() == output  # under $OUT, where the device tool fetches it
+
+
+def test_every_command_gpu_check_runs_takes_its_flags(tmp_path):
+    """Each command line the script hands python3, recorded by a stand-in, parsed by the command's own parser:
+    the benchmark's parts each once, and pytest's selection collecting on --device cuda."""
+    import json
+    import subprocess
+    import sys
+    from benchmarks import gpu
+    from models.cli import Parser
+    python, record = _recording_python(tmp_path)
+    status, output = _run_gpu_check(python, tmp_path / "out")
+    assert status == 0, output
+    commands = [json.loads(line) for line in record.read_text().splitlines()]
+    assert commands[0] == ["-m", "benchmarks.gpu", "--preflight"], commands
+
+    class Parsed(Exception):
+        pass
+
+    original = Parser.parse_args
+
+    def parsed(self, args=None, namespace=None):
+        raise Parsed(original(self, args, namespace))
+    parts = []
+    tests = [c for c in commands if c[:2] == ["-m", "pytest"]]
+    for command in commands:
+        if command[:2] != ["-m", "benchmarks.gpu"]:
+            continue
+        Parser.parse_args = parsed
+        try:
+            with pytest.raises(Parsed) as caught:
+                gpu.main(command[2:])
+        finally:
+            Parser.parse_args = original
+        parts += caught.value.args[0].parts if "--parts" in command else []
+    assert sorted(parts) == sorted(gpu.PARTS), commands
+    assert len(tests) == 1, commands
+    collect = [a for a in tests[0][2:] if not a.startswith(("--junitxml", "--durations"))] + ["--collect-only"]
+    done = subprocess.run([sys.executable, "-m", "pytest", *collect], cwd=_root(), capture_output=True, text=True,
+                          timeout=300)
+    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    assert done.returncode == 0 and " tests collected" in summary and "error" not in summary, \
+        done.stdout[-3000:] + done.stderr[-2000:]
+    for device_test in ("tests/test_devices.py::test_gpt_logits_loss_and_grads_match_the_cpu",
+                        "tests/autograd/test_kernel_twins.py::test_each_cuda_kernel_matches_its_twin_in_float64",
+                        "tests/models/test_decode.py::test_graph_eager_and_cpu_give_the_same_tokens"):
+        assert device_test in done.stdout, device_test
+
+
+def test_gpu_check_gives_a_failed_step_s_successors_their_turn_and_exits_1(tmp_path):
+    """Each step under its own limit from one budget; one that fails is named at the end, the rest still run."""
+    import json
+    python, record = _recording_python(tmp_path)
+    (tmp_path / "record.py").write_text((tmp_path / "record.py").read_text()
+                                        + "sys.exit(3 if sys.argv[-1] == 'train' else 0)\n")
+    status, output = _run_gpu_check(python, tmp_path / "out")
+    assert status == 1, output
+    assert "== (1) training step: FAILED, exit 3" in output
+    last = output.splitlines()[-1]
+    assert last.startswith("gpu_check: FAILED after") and last.endswith(": (1) training step"), output
+    ran = [json.loads(line)[-1] for line in record.read_text().splitlines()]
+    assert [p for p in ran if p in ("train", "kernels", "generate", "char")] == ["train", "kernels", "generate", "char"]
+
+
+def test_the_gpu_benchmark_hands_its_peers_flags_they_take(monkeypatch, capsys):
+    """The command lines benchmarks.gpu builds for benchmarks.gpt2 and benchmarks.generate (run only on a GPU),
+    each parsed by that module's parser as its peer process would parse it; a part that fails leaves the next
+    ones their turn; (1)'s target is the docstring's."""
+    import importlib
+    from benchmarks import alone, generate, gpu
+    from models.cli import Parser
+    launched = []
+
+    def fake_run(module, args, argv=None):
+        launched.append((module, list(argv), args.peers.split(",")))
+        return {peer: [{"step_s": 0.1, "peak_rss_mb": 1.0}] for peer in args.peers.split(",")}
+    monkeypatch.setattr(alone, "run", fake_run)
+    monkeypatch.setattr(generate, "main", lambda argv: launched.append(("benchmarks.generate", argv, None)))
+    monkeypatch.setattr(gpu, "peak_flops", lambda: 1e15)
+    monkeypatch.setitem(gpu.RUNS, "kernels", lambda args: (_ for _ in ()).throw(RuntimeError("no kernel")))
+    monkeypatch.setattr("autograd.backend.xp_for", lambda device: None)  # "a GPU is there"
+    with pytest.raises(SystemExit, match="part\\(s\\) failed: kernels"):
+        gpu.main(["--steps", "5", "--rounds", "1", "--new-tokens", "64", "--parts", "train,kernels,generate,char"])
+    out = capsys.readouterr().out
+    assert f"(target >= {gpu.THROUGHPUT_TARGET:.0%})" in out
+    assert f"at least {round(gpu.THROUGHPUT_TARGET * 100)} % of PyTorch's throughput" in gpu.__doc__
+    assert [m for m, _, _ in launched] == ["benchmarks.gpt2", "benchmarks.generate", "benchmarks.gpt2"]
+
+    class Parsed(Exception):
+        pass
+
+    original = Parser.parse_args
+
+    def parsed(self, args=None, namespace=None):
+        raise Parsed(original(self, args, namespace))
+    monkeypatch.undo()
+    monkeypatch.setattr(Parser, "parse_args", parsed)
+    for module, argv, peers in launched:
+        for peer in peers or [None]:
+            with pytest.raises(Parsed) as caught:
+                importlib.import_module(module).main(argv + (["--peer", peer] if peer else []))
+            assert caught.value.args[0].device == "cuda"
