@@ -359,7 +359,12 @@ class GPT(nn.Module):
         out = ag.zeros(B, T + max_new_tokens, dtype=np.int64, device=wte.device)  # no copy to the host per token
         tokens = out.data
         tokens[:, :T] = Tensor(ids, device=wte.device).data
-        cache = KVCache(self.config, B, wte.dtype, wte.device) if use_cache else None
+
+        def make_cache(batch):
+            return KVCache(self.config, batch, wte.dtype, wte.device)
+        # made when the loop below first needs it: the static path keeps a cache of its own, and on "cuda" a second
+        # one at block_size (zeroed, B·n_layer·2·block_size·n_embd values) would only take memory
+        cache = None
         cache_start = 0  # the token whose keys sit at cache position 0
         was_training = self.training
         self.eval()
@@ -367,15 +372,16 @@ class GPT(nn.Module):
             first = T
             # an empty batch has no row to launch a decode kernel's blocks for (CUDA refuses a grid of none)
             if use_cache and max_new_tokens and B and T <= self.config.block_size and self._static_decoding():
-                first = decode.run(self, tokens, T, T + max_new_tokens, temperature, top_k, top_p,
-                                   lambda batch: KVCache(self.config, batch, wte.dtype, wte.device))
+                first = decode.run(self, tokens, T, T + max_new_tokens, temperature, top_k, top_p, make_cache)
             for n in range(first, T + max_new_tokens):  # the dynamic cache: all of it, or past block_size
                 start = max(0, n - self.config.block_size)  # the window the model sees: tokens[:, start:n]
-                if cache is None:
+                if not use_cache:
                     window = tokens[:, start:n]
-                elif start == cache_start and cache.length == n - 1 - start:
+                elif cache is not None and start == cache_start and cache.length == n - 1 - start:
                     window = tokens[:, n - 1:n]  # only the newest token; the cache holds the rest
                 else:  # first step, or the window slid: every position changed, so prefill again
+                    if cache is None:
+                        cache = make_cache(B)
                     cache.reset()
                     cache_start, window = start, tokens[:, start:n]
                 logits, _ = self(window, kv_cache=cache, last_only=True)  # (B, 1, V)

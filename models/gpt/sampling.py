@@ -36,7 +36,10 @@ def top_p_mask(probs, top_p):
     xp = backend.xp_for(backend.device_of(probs) or "cpu")
     order = xp.argsort(-probs, axis=-1, kind="stable")  # most likely first
     sorted_probs = xp.take_along_axis(probs, order, axis=-1)
-    mass_before = xp.cumsum(sorted_probs, axis=-1) - sorted_probs
+    # the exclusive running sum, shifted rather than cumsum - p: that difference rounds, so that with
+    # probs (0.4, 0.3, ...) and top_p = 0.4 the second token's mass before read 0.39999999999999997 and it stayed
+    mass_before = xp.zeros_like(sorted_probs)
+    mass_before[..., 1:] = xp.cumsum(sorted_probs, axis=-1)[..., :-1]
     keep = xp.empty_like(probs, dtype=bool)
     xp.put_along_axis(keep, order, mass_before < top_p, axis=-1)  # back to vocabulary order
     return keep

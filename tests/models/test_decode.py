@@ -14,7 +14,7 @@ import pytest
 
 import autograd as ag
 import nn
-from models.gpt import decode, decode_kernels as dk
+from models.gpt import decode, decode_kernels as dk, gpt2
 from models.gpt.gpt2 import GPT, GPTConfig
 from models.gpt.sampling import top_k_mask, top_p_mask
 from tests.nvrtc import ARCHES, REGISTERS_PER_BLOCK, compile_cuda, registers, static_shared_memory
@@ -228,6 +228,25 @@ def test_sampling_is_reproducible_keyed_by_the_seed_and_fresh_per_call(monkeypat
     assert generate(m, [[3, 1, 4]], 9, "static", monkeypatch, **options) != runs[0]  # the generator moved on
     greedy = generate(m, [[3, 1, 4]], 9, "static", monkeypatch, temperature=0)
     assert generate(m, [[3, 1, 4]], 9, "static", monkeypatch, temperature=2.0, top_k=1) == greedy
+
+
+def test_generate_makes_no_dynamic_cache_the_static_path_does_not_need(monkeypatch):
+    """The static decoder keeps its own cache; on "cuda" a second one, zeroed at block_size, would only take memory."""
+    made = []
+    real = gpt2.KVCache
+
+    def counted(config, batch_size, dtype, device):
+        made.append(batch_size)
+        return real(config, batch_size, dtype, device)
+    monkeypatch.setattr(gpt2, "KVCache", counted)
+    m = model()
+    prompt = np.random.default_rng(3).integers(0, 40, size=(2, 4))
+    static = generate(m, prompt, 9, "static", monkeypatch, temperature=0)  # 13 tokens = block_size + 1: all static
+    assert made == [2]  # the decoder's, made once for this model and batch size
+    assert generate(m, prompt, 11, "static", monkeypatch, temperature=0)[:, :13].tolist() == static.tolist()
+    assert made == [2, 2]  # past block_size the dynamic cache slides the window
+    np.testing.assert_array_equal(generate(m, prompt, 9, "dynamic", monkeypatch, temperature=0), static)
+    assert made == [2, 2, 2]
 
 
 def test_a_decoder_is_made_once_per_model_and_batch_and_again_for_new_weights(monkeypatch):

@@ -412,6 +412,15 @@ def test_the_filters_work_row_by_row_on_any_leading_shape():
     np.testing.assert_array_equal(top_p_mask(even, 0.5), [[1, 1, 0, 0]] * 2)  # ties by id, as argmax
 
 
+def test_top_p_sums_the_mass_before_each_token_without_taking_it_back_off():
+    """The mass before a token is the running sum of the likelier ones: (0.4 + 0.3) - 0.3 is 0.39999999999999997,
+    which once kept 0.3 beside a 0.4 that reaches top_p = 0.4 alone."""
+    probs = np.array([[0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]])
+    np.testing.assert_array_equal(top_p_mask(probs, 0.4), [[0, 0, 0, 1], [1, 0, 0, 0]])
+    np.testing.assert_array_equal(top_p_mask(probs, 0.41), [[0, 0, 1, 1], [1, 1, 0, 0]])
+    np.testing.assert_array_equal(top_p_mask(np.array([0.5, 0.3, 0.2]), 0.8), [1, 1, 0])  # 0.5 + 0.3 is 0.8
+
+
 
 
 @pytest.mark.parametrize("temperature", [1e-320, 5e-324, 1e-300, 1e-200, 1e-30])
