@@ -14,8 +14,10 @@ checked ops (a leaf: a parameter the optimizer wrote, or the data).
 Off, it costs the engine one test of a module global per op and per VJP
 (`autograd.tensor._anomaly is not None`) and nothing else. On, every op's
 output, every VJP's gradients and every sum of gradients (for a tensor that
-several ops use, and in a `.grad` that adds up over backward() calls: finite
-parts can overflow) are scanned once (`isfinite`).
+several ops use, in a `.grad` that adds up over backward() calls, and over the
+axes broadcasting stretched, as a bias's over the batch: finite parts can
+overflow; so can a gradient cast to its input's float16) are scanned once
+(`isfinite`).
 
 A backward step is one op of that pass, as viz.trace numbers it. A
 checkpoint's backward runs a pass of its recompute inside the outer pass: an
@@ -267,6 +269,28 @@ class _Pass:
                 lines.append(f"  gradient for {name}: {summary(pg)}{mark}")
         self._raise(t, f"the gradient for {bad}", step, g, f"backward of {op.name} (step {step} of backward) "
                                                            f"returned NaN/inf as the gradient for {bad}", lines)
+
+    def fitted(self, x, vjp, fit, t, g, step):
+        """fit(vjp, x, op): the gradient `vjp` that t's op (step `step`) returned for its input x, summed over the
+        axes broadcasting stretched and cast to x's dtype (the engine's work, not the op's), checked: a bias's
+        gradient summed over a batch, or a float32 gradient cast to float16, can overflow though every part is
+        finite. Fitted unchecked: under create_graph the sum is an op of the graph, checked as this step's."""
+        op = t.op
+        with paused():
+            pg = fit(vjp, x, op)
+        if _finite(array_of(pg)):
+            return pg
+        slot = next(name for name, i in zip(op.input_labels(len(op.inputs)), op.inputs) if i is x)
+        vjp, pg = array_of(vjp), array_of(pg)
+        what = " and ".join(w for w, differs in (("summed over the broadcast axes", vjp.shape != pg.shape),
+                                                 (f"cast to {pg.dtype}", vjp.dtype != pg.dtype)) if differs)
+        lines = [f"incoming gradient g: {summary(array_of(g))}",
+                 f"gradient for {slot} from {op.name}: {summary(vjp)}",
+                 f"{what} to fit {slot} ({summary(x.data)}): {summary(pg)}  ← first non-finite: every part is "
+                 f"finite, the result overflowed {pg.dtype}"]
+        self._raise(t, f"the gradient for {slot}", step, array_of(g),
+                    f"backward of {op.name} (step {step} of backward) returned a finite gradient for {slot}, "
+                    f"which {what} became NaN/inf", lines)
 
     def add(self, x, previous, pg, t, g, step):
         """previous + pg: the gradient for x summed so far, plus what t's op (step `step`) sends it, checked, since

@@ -906,10 +906,9 @@ def backward_steps(root, grad, free=True, create_graph=False):
                     sent.append((x, None, None))
                     continue
                 returned = pg.shape
-                if pg.shape != x.data.shape:
-                    pg = _unbroadcast(pg, x.data.shape, op)
-                if pg.dtype != x.data.dtype:
-                    pg = pg.astype(x.data.dtype)
+                if pg.shape != x.data.shape or pg.dtype != x.data.dtype:
+                    # under detect_anomaly checked as this step's: a finite VJP summed or cast down can overflow
+                    pg = _fit(pg, x, op) if checks is None else checks.fitted(x, pg, _fit, t, g, ran)
                 previous = grads.get(id(x))
                 if previous is None:
                     grads[id(x)] = pg
@@ -1027,6 +1026,16 @@ def own_gradient(g, t, adopted):
         return g
     # xp.array, not g.astype: a NumPy op on 0-d arrays returns a scalar, and a gradient must be an array
     return backend.xp_for(t.device).array(g, dtype=t.data.dtype, copy=True)
+
+
+def _fit(grad, x, op):
+    """The gradient `op`'s VJP returned for its input `x`, as x's: summed over the axes broadcasting stretched,
+    cast to x's dtype."""
+    if grad.shape != x.data.shape:
+        grad = _unbroadcast(grad, x.data.shape, op)
+    if grad.dtype != x.data.dtype:
+        grad = grad.astype(x.data.dtype)
+    return grad
 
 
 def _unbroadcast(grad, shape, op):

@@ -281,3 +281,34 @@ def test_a_grad_that_overflows_as_backward_adds_into_it_is_named_and_kept():
         "  sum: shape (1,) float32, min inf, max inf, 0 NaN, 1 inf  ← first non-finite: every part is finite, the "
         "sum overflowed float32"]
     assert x.grad.tolist() == [np.float32(3e38)]  # checked before it was written
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_a_finite_gradient_that_overflows_summed_over_broadcast_axes_is_named(create_graph):
+    # a bias's gradient is its output's summed over the batch: 100 rows of 1e37 are inf in float32, though every
+    # VJP returned finite numbers (the forward stays finite: the rows' signs cancel)
+    b = Tensor(np.zeros(1, np.float32), requires_grad=True)
+    x = Tensor(np.where(np.arange(100) % 2, 1.0, -1.0).astype(np.float32).reshape(100, 1))
+    loss = ((x + b) * 1e37).sum()
+    with pytest.raises(ag.AnomalyError) as caught, np.errstate(over="ignore"), ag.detect_anomaly():
+        loss.backward(create_graph=create_graph)
+    lines = str(caught.value).splitlines()
+    assert lines[0] == ("detect_anomaly: backward of Add (step 3 of backward) returned a finite gradient for y, "
+                        "which summed over the broadcast axes became NaN/inf")
+    assert lines[-1].endswith("shape (1,) float32, min inf, max inf, 0 NaN, 1 inf  ← first non-finite: every part "
+                              "is finite, the result overflowed float32")
+    anomaly = caught.value.anomaly
+    assert (anomaly.phase, anomaly.op.name, anomaly.step, anomaly.culprit) == ("backward", "Add", 3,
+                                                                               "the gradient for y")
+    assert b.grad is None
+
+
+def test_a_finite_gradient_that_overflows_cast_to_its_inputs_dtype_is_named():
+    x = Tensor(np.ones(1, np.float16), requires_grad=True)
+    loss = (x * Tensor(np.array([1e6], np.float32))).sum()  # x's gradient is float32's 1e6: inf as float16
+    with pytest.raises(ag.AnomalyError) as caught, np.errstate(over="ignore"), ag.detect_anomaly():
+        loss.backward()
+    assert str(caught.value).splitlines()[0] == (
+        "detect_anomaly: backward of Mul (step 2 of backward) returned a finite gradient for x, which cast to "
+        "float16 became NaN/inf")
+    assert x.grad is None
