@@ -50,6 +50,7 @@ import numpy as np
 
 from . import backend, kernels, switches
 from .tensor import Tensor, backward_steps, name_scope, topological_order
+from .value import Value
 from . import ops as _ops
 
 DRIFT_FACTOR = 8  # two float32 runs with other summation orders stay within a few drifts of each other
@@ -333,6 +334,9 @@ def diverge(fn, inputs=(), a=None, b=None, reference=None):
         raise ValueError(f"{WHO}: the reference holds no arrays; give {{module name: its output array}}, "
                          "e.g. {'transformer.h.0': ...}")
     root = fn(*inputs)
+    if isinstance(root, Value):
+        raise TypeError(f"{WHO}: diverge compares Tensor graphs (ops with fused and composed forms, float32 and "
+                        "float64); fn returned a chapter-one Value, which it does not support")
     if not isinstance(root, Tensor) or not root.requires_grad or root.size != 1:
         raise TypeError(f"{WHO}: fn must return a scalar Tensor that requires grad (a loss), got "
                         f"{root!r:.120}; reduce it first (e.g. .sum())")

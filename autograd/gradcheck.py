@@ -21,7 +21,7 @@ softmax's diag(p) − ppᵀ, on inputs of a few elements.
 import numpy as np
 
 from . import backend
-from .tensor import Tensor, enable_grad, no_grad
+from .tensor import Tensor, array_of, enable_grad, no_grad
 
 WORST_SHOWN = 5
 
@@ -149,7 +149,7 @@ def jacobian(fn, x):
     It runs one backward() per element of the output: for teaching on a few
     elements, never inside a model.
     """
-    data = x.data if isinstance(x, Tensor) else x
+    data = array_of(x)
     leaf = Tensor(data, requires_grad=True)
     if leaf.size > 1024:
         raise ValueError(f"jacobian: x has {leaf.size} elements; the full matrix is for small teaching inputs "

@@ -42,7 +42,7 @@ class Namespace:
         return self._constant(self.array.zeros(shape, dtype=dtype))
 
     def zeros_like(self, a, dtype=None):
-        return self._constant(self.array.zeros_like(a.data if isinstance(a, Tensor) else a, dtype=dtype))
+        return self._constant(self.array.zeros_like(array_of(a), dtype=dtype))
 
     def ones(self, shape, dtype=None):
         return self._constant(self.array.ones(shape, dtype=dtype))

@@ -348,7 +348,7 @@ class Sigmoid(Function):
     def forward(self, x):
         xp = self.xp
         e = xp.exp(-xp.abs(x))  # never overflows; ½(tanh(x/2) + 1) would cancel for x ≪ 0 (σ(−40) came out 0)
-        z = xp.where(x >= 0, 1 / (1 + e), e / (1 + e))
+        z = xp.where(x >= 0, 1, e) / (1 + e)  # 1/(1 + e⁻ˣ) for x ≥ 0, eˣ/(1 + eˣ) below: one division
         self.save(z)
         return z
 

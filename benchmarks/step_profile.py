@@ -31,13 +31,21 @@ def _subclasses(cls):
         yield from _subclasses(sub)
 
 
+_inside = [False]  # a timed call is running: calls it makes (GetItem.backward_into → backward, a checkpoint's
+# forward → its ops' forwards) are its own time, not counted twice
+
+
 def _timed(totals, name, fn):
     def timed(*args, **kwargs):
+        if _inside[0]:
+            return fn(*args, **kwargs)
+        _inside[0] = True
         start = time.perf_counter()
         try:
             return fn(*args, **kwargs)
         finally:
             totals[name] = totals.get(name, 0.0) + time.perf_counter() - start
+            _inside[0] = False
     return timed
 
 

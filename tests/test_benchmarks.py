@@ -89,8 +89,8 @@ def test_each_engines_peer_runs_alone_in_its_process():
 
 
 def test_the_step_profile_times_every_op_and_leaves_the_rest_outside_them():
-    """Our peer's parts are every op's forward and backward and the optimizer's calls; with the rest of the step
-    ("outside the ops") they add up to the step."""
+    """Our peer's parts are every op's forward and backward and the optimizer's calls, none counted twice where one
+    calls another; the rest of the step is "outside the ops"."""
     import json
     import subprocess
     import sys
@@ -103,7 +103,8 @@ def test_the_step_profile_times_every_op_and_leaves_the_rest_outside_them():
                  "AdamW.step", "AdamW.zero_grad", "clip_grad_norm_"):
         assert parts[name] > 0, name
     assert parts["Linear.backward"] > parts["Linear.forward"]  # two products against one
-    assert sum(parts.values()) == pytest.approx(result["step_s"], rel=1e-9)
+    # the timed parts are disjoint (a call inside a timed one is its time): they fit in the step, with time left
+    assert 0 < parts["outside the ops"] < result["step_s"]
 
 
 def test_a_peer_measured_beside_the_other_engines_machinery_is_refused(monkeypatch):

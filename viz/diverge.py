@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autograd import Value, divergence as engine
+from autograd import divergence as engine
 
 from .graph import (FORMATS, HIGHLIGHT, INSTALL_PYTHON, _graphviz, _write, draw as draw_graph, keep_gradients,
                     picture_format)
@@ -141,10 +141,6 @@ def main(argv=None):
         print(f"error: {exc}", file=sys.stderr)
         return 1
     name, demo = demo_of(args.module)
-    if isinstance(demo(), Value):  # a forward more, to know the loss's kind: a demo is small
-        print(f"viz.diverge: error: diverge compares Tensor graphs (ops with fused and composed forms, float32 and "
-              f"float64); {name}.demo_loss() is a chapter-one Value, which it does not support", file=sys.stderr)
-        return 1
     try:
         report = engine.diverge(demo, [], a=args.a, b=None if reference is not None else args.b, reference=reference)
     except (TypeError, ValueError, KeyError) as exc:  # a graph diverge cannot compare: the reason, in one line

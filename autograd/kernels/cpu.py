@@ -747,15 +747,10 @@ def _adamw(g, decay, beta1, beta2, eps, step_size, w, m, v):
 
 
 def adamw(g, decay, beta1, beta2, eps, step_size, w, m, v):
-    """The update as kernels/cuda.py's ADAMW takes it, in place over w, m and v. One that is not C-contiguous (a
-    parameter made from a transposed array) is updated through a contiguous copy written back: its flat view was
-    reshape's copy, which took the update while the parameter kept its values."""
-    arrays = [np.ascontiguousarray(x) for x in (w, m, v)]
+    """The update as kernels/cuda.py's ADAMW takes it; w, m, v C-contiguous (their flat views are theirs), in
+    place."""
     _adamw(np.ascontiguousarray(g).reshape(-1), _F32(decay), _F32(beta1), _F32(beta2), _F32(eps), _F32(step_size),
-           *(x.reshape(-1) for x in arrays))
-    for x, updated in zip((w, m, v), arrays):
-        if updated is not x:
-            x[...] = updated
+           w.reshape(-1), m.reshape(-1), v.reshape(-1))
 
 
 # ---- clip_grad_norm_ -------------------------------------------------------------------

@@ -432,16 +432,20 @@ class GPT(nn.Module):
     def save_pretrained(self, directory):
         """Write config.json and model.safetensors as transformers does, each file atomically (hf_checkpoint.save).
 
-        A LoRA layer (nn.lora) is written as the one weight W + ΔW that computes it: GPT-2 has no adapter keys,
-        and transformers would drop them unused and give the base's logits. (A run's checkpoint keeps its
-        adapters alone, in adapters.safetensors: models/training/checkpoint.py.)
+        Its weights are plain_weights(). (A run's checkpoint keeps its adapters alone, in adapters.safetensors:
+        models/training/checkpoint.py.)
         """
+        hf_checkpoint.save(self, directory, self.plain_weights())
+
+    def plain_weights(self):
+        """{name: NumPy array} under GPT-2's own keys, a LoRA layer (nn.lora) as the one weight W + ΔW that computes
+        it: GPT-2 has no adapter keys, and transformers would drop them unused and give the base's logits."""
         weights = {name: p.numpy() for name, p in self.named_parameters()}
         for name, module in self.named_modules():
             if isinstance(module, nn.LoRALinear):
                 del weights[f"{name}.lora_A"], weights[f"{name}.lora_B"]
                 weights[f"{name}.weight"] = backend.to_host(module.merged_weight())
-        hf_checkpoint.save(self, directory, weights)
+        return weights
 
 
 def demo_loss():

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import autograd as ag
-import nn
 from models.training import checkpoint
 from models.cli import Parser, input_folder, output_folder
 from models.gpt.gpt2 import GPT
@@ -37,10 +36,7 @@ def parse_args(argv=None):
 
 def merged(model):
     """A plain GPT with `model`'s function: every LoRA layer's update folded into its weight, no adapter keys."""
-    for module in model.modules():
-        if isinstance(module, nn.LoRALinear):
-            module.merge()
-    weights = {name: array for name, array in model.state_dict().items() if ".lora_" not in name}
+    weights = model.plain_weights()
     base = getattr(model, "lora_base", None)
     if base:  # the base as it is on disk, its position table whole; load_model checked its fingerprint
         plain = GPT.from_pretrained(base["folder"])

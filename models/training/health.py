@@ -172,6 +172,11 @@ def activations(model, idx):
     return out
 
 
+def due(interval, it):
+    """Whether iteration `it` is recorded at `interval` (0: never); every rank asks alike (rank 0 alone records)."""
+    return bool(interval) and it % interval == 0
+
+
 class Health:
     """The health report of one run (see the module's docstring); interval 0 makes every method a no-op.
 
@@ -223,7 +228,7 @@ class Health:
         return records, lines
 
     def due(self, it):
-        return bool(self.interval) and it % self.interval == 0
+        return due(self.interval, it)
 
     def after_backward(self, it, idx):
         """Gradients (before clipping) and activations of iteration `it`, if it is due; `idx`: its token ids."""

@@ -234,18 +234,12 @@ def check_eval_only(args):
     args.resume = True
 
 
-def names_list(text):
-    """A `type=` function: comma-separated names, e.g. "c_attn,c_proj", as a list."""
-    names = [name.strip() for name in text.split(",")]
-    if not all(names):
-        raise argparse.ArgumentTypeError(f"expected comma-separated layer names such as c_attn,c_proj, got {text!r}")
-    return names
-
-
 def lora_targets(text):
     """A `type=` function: --lora-targets' names, each one of GPT-2's Linear layers (refused here, not after the
     weights and the text have loaded)."""
-    names = names_list(text)
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated layer names such as c_attn,c_proj, got {text!r}")
     unknown = [name for name in names if name not in LINEAR_LAYERS]
     if unknown:
         raise argparse.ArgumentTypeError(f"GPT-2 has no Linear layer named {', '.join(map(repr, unknown))}; "
@@ -400,8 +394,7 @@ def train(args, world):
         loss = world.mean([local_loss])[0]
         check_finite(loss, run, optimizer, out_dir)  # every rank alike, before the update
         world.all_reduce_gradients(model)
-        health_due = args.health_interval and it % args.health_interval == 0  # alike on every rank
-        with world.together() if health_due else contextlib.nullcontext():  # rank 0 records it, as above
+        with world.together() if health.due(args.health_interval, it) else contextlib.nullcontext():  # rank 0 records it, as above
             monitor.after_backward(it, x)
             if args.grad_clip:
                 nn.optim.clip_grad_norm_(model.parameters(), args.grad_clip)
