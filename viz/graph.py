@@ -631,6 +631,14 @@ def draw_value(root, title=None, grads=None):
     return graph
 
 
+def tensor_only(root, **options):
+    """Those of draw's `options` (its keywords but title and grads) that are set where `root` is a Value, whose
+    graph has no modules to fold, no shares to show and is drawn whole: refused rather than silently ignored."""
+    if not isinstance(root, Value):
+        return []
+    return [name for name, value in options.items() if value is not False and value is not None and value != ()]
+
+
 def draw(tensor, collapse=False, depth=None, title=None, grads=None, highlight=(), flow=None, flow_to=None):
     """The backward graph of `tensor` (a Tensor or a Value) as a `graphviz.Digraph` (render it, or show it in Jupyter).
 
@@ -657,15 +665,11 @@ def draw(tensor, collapse=False, depth=None, title=None, grads=None, highlight=(
                         "for one, pass highlight=(t,)")
     if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool)):
         raise TypeError(f"draw: depth must be an int (op hops from the loss) or None, got {depth!r}")
+    refused = tensor_only(tensor, collapse=collapse, depth=depth, highlight=highlight, flow=flow, flow_to=flow_to)
+    if refused:
+        raise TypeError(f"draw: {', '.join(f'{n}=' for n in refused)} are for a Tensor's graph, not a Value's; "
+                        "drop them")
     if isinstance(tensor, Value):
-        if flow is not None or flow_to is not None:
-            raise TypeError("draw: flow= and flow_to= are for a Tensor's graph, not a Value's")
-        # a Value graph has no modules to fold and is drawn whole: refuse rather than silently ignore
-        used = [n for n, v in (("collapse", collapse), ("depth", depth), ("highlight", highlight))
-                if v is not False and v is not None and v != ()]
-        if used:
-            raise TypeError(f"draw: {', '.join(f'{n}=' for n in used)} are for a Tensor's graph, not a Value's; "
-                            "drop them")
         return draw_value(tensor, title, grads)
     _graphviz()
     if collapse is not True and collapse is not False and (not isinstance(collapse, int) or collapse < 1):
@@ -853,15 +857,17 @@ def main(argv=None):
     else:
         name, loss = build_demo(args.module, backward=not args.no_backward)
         title = title_of(name, loss, not args.no_backward)
-    if args.flow is not None and isinstance(loss, Value):
+    # the loss's kind is known only once the module has run: draw's rule, said in the flags that set the options
+    refused = tensor_only(loss, collapse=collapse, depth=args.depth, flow=args.flow)
+    if "flow" in refused:
         print(f"viz.graph: error: --flow draws a tensor graph's shares; {name}.demo_loss() is a Value "
               "(viz.trace's page shows each part of its sums)", file=sys.stderr)
         return 1
-    # the loss's kind is known only once the module has run; a Value graph has no modules and no depth limit
-    value_only = [o for o, v in (("--collapse", args.collapse), ("--collapse-depth", args.collapse_depth),
-                                 ("--depth", args.depth)) if v not in (False, None)]
-    if value_only and isinstance(loss, Value):
-        print(f"viz.graph: error: {', '.join(value_only)} fold or cut a tensor graph; {name}.demo_loss() is a "
+    if refused:  # collapse=, depth= or both: named by the flags that gave them (a --depth 0 too)
+        flags = [flag for flag, given in (("--collapse", args.collapse),
+                                          ("--collapse-depth", args.collapse_depth is not None),
+                                          ("--depth", args.depth is not None)) if given]
+        print(f"viz.graph: error: {', '.join(flags)} fold or cut a tensor graph; {name}.demo_loss() is a "
               "Value, whose graph is drawn whole: drop them", file=sys.stderr)
         return 1
     try:

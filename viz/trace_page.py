@@ -113,13 +113,13 @@ def part_shares(steps):
     return {id(inp): share(inp.grad, totals[id(inp.tensor)]) for _, inp, _, _ in arrivals}
 
 
-def page_steps(steps, max_values=16, decimals=6):
+def page_steps(steps, max_values=16, decimals=6, states=None):
     """A trace (viz.trace.trace) as the page's data: one dict per step, node keys as the SVG names them, and
-    `grads`, each box's gradient text as it arrives (see gradient_states)."""
+    `grads`, each box's gradient text as it arrives (`states`, gradient_states(steps) unless given)."""
     if not hasattr(steps, "leaves"):
         raise TypeError(f"trace page: expected a trace, viz.trace.trace(loss), got {type(steps).__name__}")
     tkey, okey = node_keys(walk_of(steps.root))
-    states = gradient_states(steps)
+    states = gradient_states(steps) if states is None else states
     shares = part_shares(steps)
     parts = _parts(steps)
     arrived = {}
@@ -168,10 +168,11 @@ def write_page(steps, path, title, max_values=16, decimals=6, start=1):
                          f"leaves' view, got {start!r}")
     if shutil.which("dot") is None:
         raise RuntimeError(f"the trace page shows the graph's picture, which needs Graphviz's `dot`: {INSTALL_DOT}")
-    data = page_steps(steps, max_values, decimals)
+    states = gradient_states(steps)  # the page's data and the picture's room both read them
+    data = page_steps(steps, max_values, decimals, states)
     data["start"] = start
     # each box drawn with room for the widest gradient text it will show; the script writes each step's over it
-    svg = draw(steps.root, grads=_widest(gradient_states(steps))).pipe(format="svg").decode("utf-8")
+    svg = draw(steps.root, grads=_widest(states)).pipe(format="svg").decode("utf-8")
     svg = svg[svg.index("<svg"):]  # drop the XML prolog and DOCTYPE: the SVG goes inline (the title sits above it)
     fill = {"title": html.escape(title), "svg": svg,
             "data": json.dumps(data, ensure_ascii=False).replace("</", "<\\/")}

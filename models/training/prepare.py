@@ -50,8 +50,8 @@ from models.cli import Parser, interval, machine_memory, output_folder, shows_pr
 from models.io import atomic_path, json_type, owning_folder, read_json
 from models.training.checkpoint import CHECKPOINT_MARKS
 from models.training.data import not_utf8
-from models.training.shards import (META_FILE, META_FORMAT, PROGRESS_FILE, SPLITS, ShardError, ShardWriter, field,
-                                    open_shard, read_header, read_meta, shard_name, token_dtype)
+from models.training.shards import (META_FILE, META_FORMAT, PROGRESS_FILE, SPLITS, PreparedData, ShardError,
+                                    ShardWriter, field, open_shard, shard_name, token_dtype)
 from models.gpt.tokenizer import CharTokenizer, GPT2Tokenizer
 
 def default_workers():
@@ -271,13 +271,7 @@ def first_pass(files, progress, characters):
             while True:
                 raw = f.read(1 << 20)
                 head = head or raw  # the file's start: a byte order mark says which encoding it is
-                pending = len(decoder.getstate()[0])
-                try:
-                    text = decoder.decode(raw, final=not raw)
-                except UnicodeDecodeError as exc:
-                    raise ValueError(not_utf8(path, head, exc.object[exc.start], at - pending + exc.start)) from None
-                if b"\0" in raw:  # valid UTF-8, but binary (or UTF-16 without its mark), not text: not_utf8 says
-                    raise ValueError(not_utf8(path, head, 0, at + raw.index(b"\0")))
+                text = decode_text(path, head, decoder, raw, at, final=not raw)
                 if not raw:
                     break
                 hasher.update(raw)
@@ -289,17 +283,26 @@ def first_pass(files, progress, characters):
     return hashes, "".join(map(chr, codes))
 
 
+def decode_text(path, head, decoder, raw, at, final):
+    """`raw`, the bytes at offset `at` of the file at `path` (which starts with `head`), through the incremental
+    UTF-8 `decoder`; not_utf8's error at the first byte that shows the file is not UTF-8 text: one that does not
+    decode, or a NUL (valid UTF-8, but binary, or UTF-16 without its mark)."""
+    pending = len(decoder.getstate()[0])
+    try:
+        text = decoder.decode(raw, final=final)
+    except UnicodeDecodeError as exc:
+        raise ValueError(not_utf8(path, head, exc.object[exc.start], at - pending + exc.start)) from None
+    if b"\0" in raw:
+        raise ValueError(not_utf8(path, head, 0, at + raw.index(b"\0")))
+    return text
+
+
 def check_start_is_text(path, nbytes=4096):
-    """The first pass's error for the file at `path` if its first `nbytes` show it is not UTF-8 text: a byte order
-    mark, a NUL, or bytes that do not decode (a character cut short by the end of the window aside)."""
+    """The first pass's error for the file at `path` if its first `nbytes` show it is not UTF-8 text (a character
+    cut short by the end of the window aside)."""
     with open(path, "rb") as f:
         head = f.read(nbytes)
-    try:
-        head.decode("utf-8") if len(head) < nbytes else codecs.getincrementaldecoder("utf-8")().decode(head)
-    except UnicodeDecodeError as exc:
-        raise ValueError(not_utf8(path, head, head[exc.start], exc.start)) from None
-    if b"\0" in head:
-        raise ValueError(not_utf8(path, head, 0, head.index(b"\0")))
+    decode_text(path, head, codecs.getincrementaldecoder("utf-8")(), head, 0, final=len(head) < nbytes)
 
 
 class SectionEncoder:
@@ -595,17 +598,13 @@ def prepare(args):
 
 
 def damaged_shard(out):
-    """What is wrong with the first shard of the finished folder `out` that is not as its meta.json lists it
-    (missing, truncated, of another count or checksum, or tokens that fail it), in a few words; None when all are
-    whole. It reads every token once: the check models.train makes as it goes, made before saying all is well."""
+    """What is wrong with the first shard of the finished folder `out` that models.train would refuse (missing,
+    truncated, not as its meta.json lists it, or tokens that fail its checksum or the vocabulary), in a few words;
+    None when all are whole. PreparedData's own checks, every token read once, made before saying all is well."""
     try:
-        meta = read_meta(out)
-        for split in SPLITS:
-            for shard in meta["splits"][split]["shards"]:
-                path = out / shard["name"]
-                if read_header(path)[1:] != (shard["tokens"], shard["crc32"]):
-                    return f"{path} is not the shard {out / META_FILE} lists"
-                open_shard(path, verify=True)
+        for tokens in PreparedData(out).splits.values():
+            for k in range(len(tokens.paths)):
+                tokens.verify(k)
     except ShardError as exc:
         return str(exc).split(";")[0]  # the what, without the advice to prepare again: this run does so
     return None

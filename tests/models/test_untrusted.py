@@ -168,17 +168,24 @@ def test_shards_are_checked_lazily_not_read_whole_at_start(data, monkeypatch):
             prepared.batch("train", 4, 8, rng)
 
 
-def test_shards_token_ids_beyond_the_vocabulary_are_one_line_naming_the_file(made, data, tmp_path, capsys):
-    vocab = json.loads((data / "meta.json").read_text())["vocab_size"]
-    path = data / "train_000002.bin"
+def beyond_vocabulary(folder, index):
+    """Train shard `index` with a token id past the vocabulary, its checksum made to match (header and meta.json):
+    only the vocabulary check finds it. That id."""
+    meta = json.loads((folder / "meta.json").read_text())
+    path = folder / meta["splits"]["train"]["shards"][index]["name"]
     tokens = np.frombuffer(path.read_bytes()[HEADER.size:], "<u2").copy()
-    tokens[3] = vocab + 5
+    tokens[3] = meta["vocab_size"] + 5
     rewrite_shard(path, tokens)
-    edit_meta(data, lambda meta: meta["splits"]["train"]["shards"][2].__setitem__("crc32", zlib.crc32(tokens)))
+    edit_meta(folder, lambda meta: meta["splits"]["train"]["shards"][index].__setitem__("crc32", zlib.crc32(tokens)))
+    return int(tokens[3])
+
+
+def test_shards_token_ids_beyond_the_vocabulary_are_one_line_naming_the_file(made, data, tmp_path, capsys):
+    beyond = beyond_vocabulary(data, 2)
     for code, _, err in (train_on(capsys, data, tmp_path / "o"), run(
             evaluate.main, capsys, str(made / "run"), "--data", str(data), "--split", "train", "--no-progress")):
         line = one_line(err)
-        assert code == 1 and "train_000002.bin" in line and str(vocab + 5) in line
+        assert code == 1 and "train_000002.bin" in line and str(beyond) in line
 
 
 @pytest.mark.parametrize("runner", ["train", "eval"])
@@ -278,9 +285,10 @@ def test_prepare_into_a_training_checkpoints_folder_is_refused(made, capsys, whe
     assert sorted(p.name for p in (made / "run").iterdir()) == before
 
 
-@pytest.mark.parametrize("how", ["missing", "flipped token", "truncated"])
+@pytest.mark.parametrize("how", ["missing", "flipped token", "truncated", "token beyond the vocabulary"])
 def test_prepare_again_redoes_a_finished_folder_whose_shard_train_refused(made, tmp_path, capsys, how):
-    """train said "prepare the folder again", and prepare said "already holds this corpus" and did nothing."""
+    """train said "prepare the folder again", and prepare said "already holds this corpus" and did nothing
+    (a token beyond the vocabulary, which prepare's own check of the shards did not look for, still did)."""
     out = tmp_path / "p"
     args = [str(made / "text.txt"), "--out", str(out), "--tokenizer", "char", "--shard-tokens", "1000",
             "--workers", "1", "--no-progress"]
@@ -291,8 +299,10 @@ def test_prepare_again_redoes_a_finished_folder_whose_shard_train_refused(made, 
         shard.unlink()
     elif how == "truncated":
         shard.write_bytes(whole[shard.name][:-2])
-    else:
+    elif how == "flipped token":
         flip_token(out)
+    else:
+        beyond_vocabulary(out, 1)
     code, _, err = train_on(capsys, out, tmp_path / "o")
     assert code == 1 and "train_000001.bin" in one_line(err) and "prepare" in err
     code, line, err = run(prepare.main, capsys, *args)

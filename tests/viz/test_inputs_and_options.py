@@ -51,18 +51,33 @@ def test_placeholders_in_a_name_are_not_filled_in(tmp_path):
     assert "{{data}}{{svg}}" in page  # the name itself, shown as it is
 
 
-def test_value_graphs_refuse_depth_collapse_and_highlight():
+def test_value_graphs_refuse_depth_collapse_highlight_and_flow():
     v = Value(2.0) * Value(3.0)
-    for kw in ({"depth": 1}, {"collapse": True}, {"collapse": 2}, {"highlight": (v,)}):
-        with pytest.raises(TypeError, match=r"draw: \w+= are for a Tensor's graph, not a Value's; drop them"):
+    for kw in ({"depth": 1}, {"depth": 0}, {"collapse": True}, {"collapse": 2}, {"highlight": (v,)},
+               {"flow": True}, {"flow_to": v}):
+        with pytest.raises(TypeError, match=rf"draw: {next(iter(kw))}= are for a Tensor's graph, not a Value's; "
+                                            "drop them"):
             vg.draw(v, **kw)
 
 
-@pytest.mark.parametrize("flag", [["--depth", "1"], ["--collapse"], ["--collapse-depth", "2"]])
+@pytest.mark.parametrize("flag", [["--depth", "1"], ["--depth", "0"], ["--collapse"], ["--collapse-depth", "2"],
+                                  ["--collapse", "--collapse-depth", "2"]])
 def test_the_cli_refuses_value_graph_options(flag, tmp_path, capsys):
+    """--depth 0 passed the CLI's own check (0 in (False, None)) and reached draw's: a TypeError traceback."""
     assert vg.main(["models.neuron", "--out", str(tmp_path / "n.dot"), *flag]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "is a Value, whose graph is drawn whole: drop them" in err
+    named = ", ".join(f for f in flag if f.startswith("--"))
+    assert err == (f"viz.graph: error: {named} fold or cut a tensor graph; models.neuron.demo_loss() is a Value, "
+                   "whose graph is drawn whole: drop them\n")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("flag", [["--flow"], ["--flow", "x1"], ["--flow", "--depth", "1"]])
+def test_the_cli_refuses_flow_on_a_value_graph(flag, tmp_path, capsys):
+    assert vg.main(["models.neuron", "--out", str(tmp_path / "n.dot"), *flag]) == 1
+    assert capsys.readouterr().err == ("viz.graph: error: --flow draws a tensor graph's shares; "
+                                       "models.neuron.demo_loss() is a Value (viz.trace's page shows each part of "
+                                       "its sums)\n")
     assert not list(tmp_path.iterdir())
 
 

@@ -214,6 +214,21 @@ def test_a_summed_gradient_grows_part_by_part_as_the_engine_adds_it():
     assert states[id(product)] == [[1, ["grad [1, 1, 1]"], True]]  # one part: no count
 
 
+@needs_dot
+def test_write_page_computes_the_gradient_states_once(tmp_path, monkeypatch):
+    """The page's data and the picture's room for each box read the same states: one pass over the trace, not two."""
+    from viz import trace_page
+    calls = []
+    real = trace_page.gradient_states
+    monkeypatch.setattr(trace_page, "gradient_states", lambda steps: calls.append(steps) or real(steps))
+    steps = vt.trace(tiny.demo_loss())
+    write_page(steps, tmp_path / "trace.html", "tiny")
+    assert calls == [steps]
+    data = json.loads(re.search(r'<script id="trace-data" type="application/json">(.*?)</script>',
+                                (tmp_path / "trace.html").read_text(encoding="utf-8"), re.S).group(1))
+    assert data["grads"] == page_steps(steps)["grads"]
+
+
 def test_a_values_summed_gradient_too():
     a = Value(2.0, name="a")
     steps = vt.trace(a * a + a)
