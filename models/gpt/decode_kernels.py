@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 from autograd import backend
+from models.gpt.sampling import NO_TOKEN
 
 # Launch shapes, shared by the CUDA source (as #defines) and the twins, which follow them.
 COLS, SLICES, ROWS = 8, 32, 4  # matvec: a block sums 8 output columns over 32 slices of the inputs, for 4 rows
@@ -46,6 +47,7 @@ SOURCE = r"""
 #define LM_HEAD_WARPS %(LM_HEAD_WARPS)d
 #define FULL 0xffffffffu
 #define NEG_INF __int_as_float(0xff800000)  // NVRTC has no math.h INFINITY
+#define INF __int_as_float(0x7f800000)
 
 template <typename V> __device__ V warp_sum(V v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
@@ -270,7 +272,9 @@ __global__ void lm_head(const real* x, const real* wte, real* logits, int B, int
 
 // The token after position pos for row b = blockIdx.x, into token[b] and out[b, pos + 1].
 // params: temperature, top_k (0: off), top_p, the Philox key's two words. Greedy when temperature == 0 or
-// top_k == 1: the first index of the largest logit. Otherwise, as models/gpt/sampling.py orders it:
+// top_k == 1: the first index of the largest logit. A row with no distribution to draw from (a NaN or +inf
+// logit, or none above -inf) gets -1 in out, sampling.py's NO_TOKEN, for generate to refuse, and 0 in token, which
+// the next step embeds: an id within wte. Otherwise, as models/gpt/sampling.py orders it:
 // top-k keeps the keys >= the k-th largest (found bit by bit: ties all stay); e = exp((logit - max) / temperature)
 // over the kept (the largest logit taken off before the division: a tiny temperature runs to exp(-inf) = 0, never
 // to inf - inf); top-p keeps the tokens whose likelier mass (ties ordered by id) is below top_p of the kept mass:
@@ -286,8 +290,13 @@ __global__ void sample(const real* logits, const double* params, const int* pos,
     const real* l = logits + (long long)blockIdx.x * V;
     const double temperature = params[0], top_p = params[2];
     const int top_k = (int)params[1], next = pos[0] + 1;
+    double m = NEG_INF;  // the largest logit, a NaN counted as +inf
+    for (int v = threadIdx.x; v < V; v += blockDim.x) m = max(m, l[v] == l[v] ? (double)l[v] : (double)INF);
+    m = block_max(m, dscratch);
     int pick;
-    if (temperature == 0 || top_k == 1) {
+    if (!(NEG_INF < m && m < INF)) {
+        pick = -1;
+    } else if (temperature == 0 || top_k == 1) {
         real best = NEG_INF;
         int at = V;
         for (int v = threadIdx.x; v < V; v += blockDim.x)
@@ -305,9 +314,6 @@ __global__ void sample(const real* logits, const double* params, const int* pos,
                 if (block_sum(count, iscratch) >= top_k) kth = cand;
             }
         }
-        double m = NEG_INF;
-        for (int v = threadIdx.x; v < V; v += blockDim.x) m = max(m, (double)l[v]);
-        m = block_max(m, dscratch);
         double mass = 0;
         for (int v = threadIdx.x; v < V; v += blockDim.x)
             if (order_key(l[v]) >= kth) mass += exp(((double)l[v] - m) / temperature);
@@ -367,7 +373,7 @@ __global__ void sample(const real* logits, const double* params, const int* pos,
         pick = first < V ? first : last;  // u rounded up to the whole mass: the last kept token
     }
     if (threadIdx.x == 0) {
-        token[blockIdx.x] = pick;
+        token[blockIdx.x] = max(pick, 0);
         out[(long long)blockIdx.x * out_len + next] = pick;
     }
 }
@@ -480,18 +486,20 @@ class NumpyKernels:
         logits[...] = x @ wte[:logits.shape[1]].T
 
     def sample(self, logits, params, pos, token, out):
-        token[...] = sample_rows(logits, params, pos[0] + 1)
-        out[:, pos[0] + 1] = token
+        out[:, pos[0] + 1] = picks = sample_rows(logits, params, pos[0] + 1)
+        token[...] = np.maximum(picks, 0)  # the next step embeds an id within wte; out keeps NO_TOKEN
 
     def advance(self, pos):
         pos[0] += 1
 
 
 def sample_rows(logits, params, position):
-    """The `sample` kernel for every row of `logits` (B, V) at once: the token at `position` for each row."""
+    """The `sample` kernel for every row of `logits` (B, V) at once: the token at `position` for each row, or
+    NO_TOKEN for a row with no distribution to draw from (a NaN or +inf logit, or none above -inf)."""
     temperature, top_k, top_p, key0, key1 = (float(p) for p in params)
+    usable = np.isfinite(logits.max(axis=1))  # NaN where the row holds one
     if temperature == 0 or top_k == 1:
-        return logits.argmax(axis=1)
+        return np.where(usable, logits.argmax(axis=1), NO_TOKEN)
     kept, e = kept_tokens(logits, temperature, int(top_k), top_p)
     B, V = logits.shape
     chunk = -(-V // SAMPLE_THREADS)  # threads past the last chunk own nothing
@@ -503,7 +511,7 @@ def sample_rows(logits, params, position):
     u = uniform(position, np.arange(B), (int(key0), int(key1)))[:, None] * total
     passed = kept & (run > u)
     last = V - 1 - np.argmax(kept[:, ::-1], axis=1)
-    return np.where(passed.any(axis=1), np.argmax(passed, axis=1), last)
+    return np.where(usable, np.where(passed.any(axis=1), np.argmax(passed, axis=1), last), NO_TOKEN)
 
 
 def kept_tokens(logits, temperature, top_k, top_p):
@@ -517,7 +525,8 @@ def kept_tokens(logits, temperature, top_k, top_p):
     if 0 < top_k < V:
         kth = _largest_key(keys, lambda cand: (keys >= cand).sum(axis=1, keepdims=True) >= top_k)
     x = logits.astype(np.float64)
-    with np.errstate(over="ignore"):  # the max first, then the division: a tiny temperature runs to -inf, not inf - inf
+    # the max first, then the division: a tiny temperature runs to -inf, not inf - inf (a NO_TOKEN row's NaNs too)
+    with np.errstate(over="ignore", invalid="ignore"):
         e = np.exp((x - x.max(axis=1, keepdims=True)) / temperature)
     kept = keys >= kth
     if top_p < 1:

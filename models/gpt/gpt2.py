@@ -349,6 +349,7 @@ class GPT(nn.Module):
         `use_cache=False`. On "cuda" the tokens within block_size come from a
         static cache whose decode step is replayed as a CUDA graph
         (models/gpt/decode.py; GPT_DECODE chooses the path on any device).
+        Logits holding NaN or inf leave no token to draw: a ValueError names the first such token and why.
         """
         sampling.check_arguments(max_new_tokens, temperature, top_k, top_p)
         ids, give_back = sampling.as_batch(idx, self.config.vocab_size)
@@ -366,6 +367,10 @@ class GPT(nn.Module):
         # one at block_size (zeroed, B·n_layer·2·block_size·n_embd values) would only take memory
         cache = None
         cache_start = 0  # the token whose keys sit at cache position 0
+        # NO_TOKEN (logits with NaN or inf) is refused at once where tokens are host memory; on a GPU looking would
+        # copy to the host per token, so the check waits for the one copy at the end (meanwhile the static kernel
+        # feeds id 0 on, and CuPy's indexing wraps the dynamic path's -1: nothing is read outside wte)
+        on_host = wte.device == "cpu"
         was_training = self.training
         self.eval()
         try:
@@ -373,6 +378,8 @@ class GPT(nn.Module):
             # an empty batch has no row to launch a decode kernel's blocks for (CUDA refuses a grid of none)
             if use_cache and max_new_tokens and B and T <= self.config.block_size and self._static_decoding():
                 first = decode.run(self, tokens, T, T + max_new_tokens, temperature, top_k, top_p, make_cache)
+                if on_host:
+                    self._refuse_no_token(tokens, T, T, first)
             for n in range(first, T + max_new_tokens):  # the dynamic cache: all of it, or past block_size
                 start = max(0, n - self.config.block_size)  # the window the model sees: tokens[:, start:n]
                 if not use_cache:
@@ -386,9 +393,36 @@ class GPT(nn.Module):
                     cache_start, window = start, tokens[:, start:n]
                 logits, _ = self(window, kv_cache=cache, last_only=True)  # (B, 1, V)
                 tokens[:, n] = sampling.sample(logits.data[:, -1], temperature, top_k, top_p)
+                if on_host:
+                    self._refuse_no_token(tokens, T, n, n + 1)
         finally:
             self.train(was_training)
-        return give_back(out.numpy())
+        ids = out.numpy()
+        self._refuse_no_token(ids, T, T, T + max_new_tokens)
+        return give_back(ids)
+
+    def _refuse_no_token(self, ids, T, start, stop):
+        """A one-line error if the host array ids[:, start:stop] (after a prompt of T tokens) holds NO_TOKEN: it names
+        the first such token and why its logits held NaN or inf, weights that are not finite or a forward that
+        overflowed finite ones (looking costs a pass over the weights, and only then)."""
+        rows, columns = np.nonzero(ids[:, start:stop] == sampling.NO_TOKEN)
+        if not len(columns):
+            return
+        n = start + columns.min()
+        row = f" of row {rows[columns.argmin()]}" if len(ids) > 1 else ""
+        broken = [(name, int((~np.isfinite(p.numpy())).sum())) for name, p in self.named_parameters()]
+        broken = [(name, count) for name, count in broken if count]
+        if broken:
+            more = f" (and {len(broken) - 1} more parameters)" if len(broken) > 1 else ""
+            why = (f"{broken[0][0]} holds {broken[0][1]:,} NaN or inf values{more}: the weights are damaged, as a "
+                   "diverged run leaves them")
+        else:
+            largest = max(float(np.abs(p.numpy()).max()) for p in self.parameters())
+            why = (f"the weights are finite but as large as {largest:.3g}, and the forward overflowed "
+                   f"{self.transformer.wte.weight.dtype} with them, as a diverged run leaves them")
+        raise ValueError(f"generate: the logits for new token {n - T + 1} (position {n}{row}) hold NaN or inf, so no "
+                         f"token can be drawn: {why}; load another checkpoint (docs/debugging.md: "
+                         "--detect-anomaly and --health-interval show where a run goes wrong)")
 
     def _static_decoding(self):
         """Whether generate hands the tokens within block_size to models/gpt/decode.py (see decode.mode)."""

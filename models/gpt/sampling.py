@@ -1,7 +1,8 @@
 """Choosing the next token: greedy, temperature, top-k and top-p, as GPT.generate uses them.
 
 `sample` works on the raw logits array where the model left it (NumPy or CuPy),
-so a GPU run never copies logits to the host per token. `top_k_mask` and
+so a GPU run never copies logits to the host per token (a row of logits with
+NaN or inf gets NO_TOKEN, for generate to refuse). `top_k_mask` and
 `top_p_mask` are its two filters, the one copy of each (the tiny lesson's
 tables use them too). `check_arguments` vets generate's options before any
 work; `as_batch` turns the prompt a user passes (list, ndarray or Tensor) into
@@ -14,6 +15,8 @@ import numpy as np
 import autograd as ag
 from autograd import Tensor, backend
 from models.cli import machine_memory
+
+NO_TOKEN = -1  # sample's (and the decode kernel's) id for a row whose logits leave nothing to draw from
 
 
 def top_k_mask(logits, k):
@@ -46,7 +49,8 @@ def top_p_mask(probs, top_p):
 
 
 def sample(logits, temperature=1.0, top_k=None, top_p=None):
-    """One token id per row of `logits` (B, V): greedy, or drawn from the filtered softmax.
+    """One token id per row of `logits` (B, V): greedy, or drawn from the filtered softmax; NO_TOKEN for a row
+    with no distribution to draw from (a NaN or +inf logit, or none above -inf), for the caller to refuse.
 
     Order as in transformers: divide by the temperature, keep the top_k highest
     logits, then keep the smallest set of most likely tokens whose probability
@@ -57,23 +61,25 @@ def sample(logits, temperature=1.0, top_k=None, top_p=None):
     device = backend.device_of(logits) or "cpu"
     xp = backend.xp_for(device)
     logits = xp.asarray(logits, dtype=xp.float64)
+    top = logits.max(axis=-1, keepdims=True)  # (B, 1): NaN where the row holds one
+    usable = xp.isfinite(top[:, 0])
     if temperature == 0 or top_k == 1:
-        return logits.argmax(axis=-1)
+        return xp.where(usable, logits.argmax(axis=-1), NO_TOKEN)
     # Each row's largest logit is taken off before the division: logits / 1e-320 would overflow to ±inf (and
     # inf - inf is NaN), while (logits - max) / T only runs to -inf, so that a tiny temperature is its limit,
     # greedy (ties shared). The most likely token then has logit 0, which top-k never masks.
-    with np.errstate(over="ignore"):  # running to -inf is meant
-        logits = (logits - logits.max(axis=-1, keepdims=True)) / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        logits = xp.where(top_k_mask(logits, top_k), logits, -xp.inf)
-    probs = xp.exp(logits)
-    probs /= probs.sum(axis=-1, keepdims=True)  # (B, V)
+    with np.errstate(over="ignore", invalid="ignore"):  # running to -inf is meant; a NO_TOKEN row's NaNs too
+        logits = (logits - top) / temperature
+        if top_k is not None and top_k < logits.shape[-1]:
+            logits = xp.where(top_k_mask(logits, top_k), logits, -xp.inf)
+        probs = xp.exp(logits)
+        probs /= probs.sum(axis=-1, keepdims=True)  # (B, V)
     if top_p is not None and top_p < 1:
         probs = xp.where(top_p_mask(probs, top_p), probs, 0.0)
     cdf = xp.cumsum(probs, axis=-1)  # (B, V)
     u = ag.rand(len(cdf), dtype=np.float64, device=device).data * cdf[:, -1]  # (B,): uniform in [0, total mass)
     picks = (cdf <= u[:, None]).sum(axis=-1)  # the first index whose cumulative mass passes u
-    return xp.minimum(picks, cdf.shape[-1] - 1)
+    return xp.where(usable, xp.minimum(picks, cdf.shape[-1] - 1), NO_TOKEN)
 
 
 def check_arguments(max_new_tokens, temperature, top_k, top_p):

@@ -9,6 +9,8 @@ gptgrad_tokenizer.json says how to tokenise) or any Hugging Face GPT-2 folder
 import os
 import sys
 
+import numpy as np
+
 import autograd as ag
 from models.training import checkpoint
 from models.cli import SEEDS, Parser, device, hub_name, input_file, interval
@@ -71,8 +73,9 @@ def main(argv=None):
         ag.manual_seed(args.seed)
         idx = ag.Tensor([prompt], device=args.device)
         for i in range(args.num_samples):
-            out = model.generate(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                                 top_p=args.top_p, use_cache=not args.no_cache)
+            with np.errstate(over="ignore", invalid="ignore"):  # overflow on the way to NaN logits: generate says it
+                out = model.generate(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                                     top_p=args.top_p, use_cache=not args.no_cache)
             if args.num_samples > 1:
                 print(f"--- sample {i + 1} ---")
             print(tokenizer.decode(out.numpy()[0].tolist()))

@@ -16,7 +16,7 @@ import autograd as ag
 import nn
 from models.gpt import decode, decode_kernels as dk, gpt2
 from models.gpt.gpt2 import GPT, GPTConfig
-from models.gpt.sampling import top_k_mask, top_p_mask
+from models.gpt.sampling import NO_TOKEN, top_k_mask, top_p_mask
 from tests.nvrtc import ARCHES, REGISTERS_PER_BLOCK, compile_cuda, registers, static_shared_memory
 
 SMALL = dict(vocab_size=40, block_size=12, n_layer=2, n_head=2, n_embd=16)
@@ -116,6 +116,18 @@ def test_a_tiny_temperature_draws_from_the_largest_logits(temperature):
     for dtype in (np.float32, np.float64):  # the float32 logits a float32 model's head writes, too
         picks = dk.sample_rows(logits.astype(dtype), np.array([temperature, 0, 1.0, 3, 4]), position=2)
         assert set(picks) == {1, 3}
+
+
+@pytest.mark.parametrize("params", [[0, 0, 1.0, 1, 2], [0.8, 2, 0.5, 1, 2], [1.0, 0, 1.0, 1, 2]])
+def test_a_row_of_nan_or_inf_logits_gets_no_token_and_the_next_step_a_real_id(params):
+    """NaN logits once gave a token (greedy: the kernel's V, past wte's last row) that the next step embedded."""
+    logits = np.array([[0.0, np.nan, 1.0], [np.inf, 0.0, 1.0], [-np.inf] * 3, [-np.inf, 2.0, -np.inf]])
+    token, out = np.full(4, 7, np.int32), np.full((4, 3), 7, np.int32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dk.NumpyKernels(1e-5).sample(logits, np.array(params), np.array([0], np.int32), token, out)
+    assert out[:, 1].tolist() == [NO_TOKEN, NO_TOKEN, NO_TOKEN, 1]  # out, for generate to refuse
+    assert token.tolist() == [0, 0, 0, 1]
 
 
 def test_order_key_orders_as_the_floats():
@@ -228,6 +240,20 @@ def test_sampling_is_reproducible_keyed_by_the_seed_and_fresh_per_call(monkeypat
     assert generate(m, [[3, 1, 4]], 9, "static", monkeypatch, **options) != runs[0]  # the generator moved on
     greedy = generate(m, [[3, 1, 4]], 9, "static", monkeypatch, temperature=0)
     assert generate(m, [[3, 1, 4]], 9, "static", monkeypatch, temperature=2.0, top_k=1) == greedy
+
+
+@pytest.mark.parametrize("options", [dict(temperature=0), dict(temperature=0.9, top_k=20, top_p=0.9)])
+def test_nan_logits_stop_the_static_path_at_the_token_the_dynamic_cache_names(options, monkeypatch):
+    m = model()
+    m.transformer.wpe.weight.data[5] = np.nan  # position 5's input predicts position 6: new token 5 after 2
+    messages = []
+    for how in ("static", "dynamic"):
+        with pytest.raises(ValueError) as error:
+            generate(m, [[1, 2]], 9, how, monkeypatch, **options)
+        messages.append(str(error.value))
+    assert messages[0] == messages[1]
+    assert messages[0].startswith("generate: the logits for new token 5 (position 6) hold NaN or inf, so no token "
+                                  "can be drawn: transformer.wpe.weight holds 16 NaN or inf values")
 
 
 def test_generate_makes_no_dynamic_cache_the_static_path_does_not_need(monkeypatch):
@@ -368,6 +394,20 @@ def test_graph_eager_and_cpu_give_the_same_tokens(device, monkeypatch):
             runs.append(generate(m32, prompt, 50, how, monkeypatch, **options))
         np.testing.assert_array_equal(runs[1], runs[0])
         np.testing.assert_array_equal(runs[2], runs[0])
+
+
+def test_nan_logits_on_the_device_are_refused_at_the_token_the_cpu_names(device, monkeypatch):
+    """On a GPU the check waits for the tokens' one copy to the host; the kernel feeds id 0 on, CuPy wraps -1."""
+    m = model(dtype=np.float32)
+    m.transformer.wpe.weight.data[5] = np.nan
+    messages = []
+    for where, how in (("cpu", "dynamic"), (device, "graph"), (device, "static"), (device, "dynamic")):
+        m.to(where)
+        for prompt in ([[1, 2]], [[1, 2]] * 3):  # within block_size; one row and three
+            with pytest.raises(ValueError) as error:
+                generate(m, prompt, 15, how, monkeypatch, temperature=0.9, top_p=0.9)  # 17 tokens: past block_size
+            messages.append(str(error.value))
+    assert messages[2:] == messages[:2] * 3 and "new token 5 (position 6 of row 0)" in messages[1]
 
 
 def test_without_stream_capture_the_kernels_run_one_by_one_and_say_why(monkeypatch):

@@ -2,6 +2,7 @@
 forward and loss, gradients against finite differences, the KV cache and sampling, cropping."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from autograd import Tensor
 from autograd import topological_order
 from models.gpt import gpt2
 from models.gpt.gpt2 import GPT, GPTConfig
-from models.gpt.sampling import sample, top_k_mask, top_p_mask
+from models.gpt.sampling import NO_TOKEN, sample, top_k_mask, top_p_mask
 from models.gpt.gpt2_params import parameter_shapes
 from tests.autograd._helpers import assert_streams_untouched
 
@@ -444,6 +445,44 @@ def test_generate_with_a_tiny_temperature_is_greedy():
     greedy = model.generate([[4, 4, 2]], 10, temperature=0)
     ag.manual_seed(0)
     assert model.generate([[4, 4, 2]], 10, temperature=1e-320) == greedy
+
+
+@pytest.mark.parametrize("options", [dict(temperature=0), dict(top_k=1), dict(), dict(top_k=2), dict(top_p=0.5)])
+def test_a_row_of_logits_with_nan_or_inf_gets_no_token(options):
+    """NaN logits once gave token 0 (argmax's pick of the NaN, or a draw from a NaN distribution) as a choice."""
+    logits = np.array([[0.0, np.nan, 1.0], [np.inf, 0.0, 1.0], [-np.inf] * 3, [-np.inf, 2.0, -np.inf]])
+    ag.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nor a NumPy warning about the refused rows on the way
+        np.testing.assert_array_equal(sample(logits, **options), [NO_TOKEN, NO_TOKEN, NO_TOKEN, 1])
+
+
+DAMAGED = ("transformer.wpe.weight holds 8 NaN or inf values: the weights are damaged, as a diverged run leaves "
+           "them; load another checkpoint (docs/debugging.md: --detect-anomaly and --health-interval show where a "
+           "run goes wrong)")
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("options", [dict(temperature=0), dict(temperature=0.9, top_k=5, top_p=0.9)])
+def test_generate_refuses_nan_logits_naming_the_token_and_the_weights(use_cache, options):
+    """A NaN weight once gave token 0 at every step from it on, silently."""
+    model = tiny()
+    model.transformer.wpe.weight.data[5] = np.nan  # position 5's input predicts position 6: new token 5 after 2
+    with pytest.raises(ValueError) as error:
+        model.generate([[1, 2], [3, 4]], 10, use_cache=use_cache, **options)  # 12 tokens: past block_size 8
+    assert str(error.value) == ("generate: the logits for new token 5 (position 6 of row 0) hold NaN or inf, so no "
+                                "token can be drawn: " + DAMAGED)
+
+
+def test_generate_refuses_logits_that_finite_weights_overflow():
+    model = tiny()
+    ln_f = model.transformer.ln_f
+    ln_f.weight.data[...], ln_f.bias.data[...] = 3e38, 3e38  # float32's features overflow to inf, and the logits
+    with pytest.raises(ValueError) as error, np.errstate(over="ignore", invalid="ignore"):
+        model.generate([[1, 2, 3]], 4)
+    assert str(error.value).startswith("generate: the logits for new token 1 (position 3) hold NaN or inf, so no "
+                                       "token can be drawn: the weights are finite but as large as 3e+38, and the "
+                                       "forward overflowed float32 with them, as a diverged run leaves them; load")
 
 
 def test_a_padded_vocabulary_changes_no_loss_logit_or_gradient_and_saves_the_real_rows(tmp_path):

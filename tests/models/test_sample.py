@@ -1,10 +1,11 @@
 """python -m models.sample: every option checked before the model loads, every failure one line."""
 import os
+import shutil
 import sys
 
 import pytest
 
-from models.training import sample, train
+from models.training import checkpoint, sample, train
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +48,25 @@ def test_edge_values_sample(trained, capsys):
     assert capsys.readouterr().out == greedy  # top_k=1 is greedy decoding
     assert sample.main([str(trained), "--prompt", "a", "--max-new-tokens", "0"]) == 0
     assert capsys.readouterr().out == "a\n"
+
+
+def test_logits_that_overflow_are_one_line_naming_the_token(trained, tmp_path):
+    """Finite weights too large for float32 (the loader refuses NaN and inf ones) printed the prompt and newlines,
+    token 0 at every step, after NumPy's overflow warnings, with exit status 0."""
+    import subprocess
+    model, _ = checkpoint.load_model(trained)
+    ln_f = model.transformer.ln_f
+    ln_f.weight.data[...], ln_f.bias.data[...] = 3e38, 3e38
+    shutil.copytree(trained, tmp_path / "big")
+    model.save_pretrained(tmp_path / "big")
+    done = subprocess.run([sys.executable, "-m", "models.sample", str(tmp_path / "big"), "--prompt", "ab",
+                           "--max-new-tokens", "5"], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        "sample: error: generate: the logits for new token 1 (position 2) hold NaN or inf, so no token can be "
+        "drawn: the weights are finite but as large as 3e+38, and the forward overflowed float32 with them, as a "
+        "diverged run leaves them; load another checkpoint (docs/debugging.md: --detect-anomaly and "
+        "--health-interval show where a run goes wrong)\n")
 
 
 @pytest.mark.parametrize("prompt, message", [
