@@ -98,7 +98,9 @@ class Mul(Function):
     saved_in_graph = _inputs
 
     def forward(self, x, y):
-        self.save(x, y)
+        # each factor is read for the other's gradient only: x * 3 saves no x, so x changed in place before
+        # backward is no reason to refuse it (dx = 3·g), as in PyTorch
+        self.save(x if self.needs_grad[1] else None, y if self.needs_grad[0] else None)
         return x * y
 
     def backward(self, g):
@@ -115,7 +117,7 @@ class Div(Function):
 
     def forward(self, x, y):
         z = x / y
-        self.save(y, z)
+        self.save(y, z if self.needs_grad[1] else None)  # z is read for dy alone
         return z
 
     def saved_in_graph(self, inputs, out):
@@ -136,7 +138,7 @@ class Pow(Function):
 
     def forward(self, x, y):
         z = x ** y
-        self.save(x, y, z)
+        self.save(x, y, z if self.needs_grad[1] else None)  # z is read for dy alone
         return z
 
     def saved_in_graph(self, inputs, out):

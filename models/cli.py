@@ -313,7 +313,7 @@ def output_file(text):
 
     A device or a pipe (/dev/null) is written in place (models.io.atomic_path), so it
     must be writable itself; a file is written beside its name and moved there, so
-    its folder must be."""
+    its folder must be (a symbolic link's: that of the file it names, which is replaced)."""
     path = _path(text).absolute()
     kind = _kind(path, text)
     if kind == "folder":
@@ -322,6 +322,6 @@ def output_file(text):
         if not os.access(path, os.W_OK):
             raise argparse.ArgumentTypeError(f"cannot write {text}: it is not writable")
         return text
-    _writable_place(path, text)
+    _writable_place(Path(os.path.realpath(path)), text)
     return text
 

@@ -1,8 +1,9 @@
 """Files on disk: written so that an interruption never leaves a half-written one, read with one-line errors.
 
-Each file is written under a temporary name in the same folder and moved over
-the real name with os.replace, which is atomic on one filesystem: a reader
-sees the old file or the new one, never a torn mix. `read_json` says which file
+Each file is written under a temporary name in the same folder (the folder of
+the file a symbolic link names: the link stays) and moved over the real name
+with os.replace, which is atomic on one filesystem: a reader sees the old file
+or the new one, never a torn mix. `read_json` says which file
 is wrong and how (missing, larger than it may be, not JSON, nested too deep, not
 an object) instead of a traceback, and never reads more than its size limit:
 the files it reads may come from anyone (a downloaded checkpoint folder).
@@ -29,11 +30,17 @@ def fsync(path):
         os.close(fd)
 
 
-def give_default_mode(path):
-    """The permissions a plain `open` would have given (temporary files and folders are made private)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, (0o777 if Path(path).is_dir() else 0o666) & ~umask)
+def give_default_mode(path, replaced):
+    """The permissions a plain `open` would have given (temporary files and folders are made private): those of
+    the file `path` replaces, if there is one (a private 0600 file stays private; set-id bits are not carried,
+    as writing to a file clears them), else the umask's."""
+    try:
+        mode = os.stat(replaced).st_mode & 0o777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = (0o777 if Path(path).is_dir() else 0o666) & ~umask
+    os.chmod(path, mode)
 
 
 @contextlib.contextmanager
@@ -41,22 +48,28 @@ def atomic_path(path):
     """Yield a temporary path beside `path`; it becomes `path` on success and is removed on failure.
 
     The caller makes a file there, or a new folder (whose own files it wrote
-    through atomic_path, so they are on the disk): either appears whole or not at all.
-    A device or a pipe already at `path` (/dev/null, a FIFO) is yielded itself and
-    written in place: it holds no file to tear, and a rename over /dev/null would
-    leave a plain file where every program's null device was.
+    through atomic_path, so they are on the disk): either appears whole or not at all,
+    and stays once it has (the folder's entry list is flushed after the move).
+    A file it replaces keeps its permissions. A symbolic link is written through, as
+    `open` writes: the file it names is replaced (the temporary beside that file, on
+    its filesystem) and the link stays. A device or a pipe already at `path`
+    (/dev/null, a FIFO) is yielded itself and written in place: it holds no file to
+    tear, and a rename over /dev/null would leave a plain file where every program's
+    null device was.
     """
     path = Path(path)
     if is_special(path):
         yield path
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    target = Path(os.path.realpath(path))
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
         yield tmp
-        give_default_mode(tmp)
+        give_default_mode(tmp, target)
         fsync(tmp)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
+        fsync(target.parent)
     except OSError as exc:
         if exc.filename in (tmp, str(tmp)):  # (it may be a descriptor, an int, where the call took no path)
             # the error names the file asked for, not its temporary name, and once: where the move onto it

@@ -162,7 +162,7 @@ def test_the_recorded_graph_reads_through_op_and_inputs():
     assert x.op is None and x.inputs == ()
     assert y.op.name == "Mul" and y.op.rule == type(y.op).rule != ""
     assert y.inputs[0] is x and y.inputs[1] is c and y.op.inputs is y.inputs
-    assert [a.tolist() for a in y.op.saved] == [[1.0, 2.0], [3.0, 4.0]]
+    assert y.op.saved[0] is None and y.op.saved[1].tolist() == [3.0, 4.0]  # c needs no gradient: no x kept
     assert y.op.scope == "" and repr(y.op) == f"<Mul: {y.op.rule}>"
     order = ag.topological_order(loss)  # tensors that need a gradient, each before its inputs
     assert [id(t) for t in order] == [id(loss), id(loss.inputs[0]), id(y), id(x)]  # c needs no gradient
@@ -253,6 +253,29 @@ def test_only_a_change_to_an_array_backward_reads_is_refused():
     h.data += 5.0  # Sum's VJP reads no values: PyTorch allows this too
     k.backward()
     np.testing.assert_array_equal(h.grad, [2.0, 2.0])
+
+
+@pytest.mark.parametrize("fn, grad", [
+    (lambda w: w * 3.0, [3.0, 3.0]), (lambda w: 3.0 * w, [3.0, 3.0]), (lambda w: w / 4.0, [0.25, 0.25]),
+    (lambda w: w * Tensor([2.0, 5.0]), [2.0, 5.0]),
+])
+def test_a_change_to_a_tensor_whose_gradient_does_not_read_it_is_not_refused(fn, grad):
+    """dx = 3·g reads no x: an op saves what its VJP reads (as PyTorch's mul by a number), so a step on the
+    weight between forward and backward mixes no old and new values here, and backward goes through."""
+    w = leaf([2.0, 3.0])
+    y = fn(w).sum()
+    w.data -= 1.0
+    y.backward()
+    np.testing.assert_allclose(w.grad, grad)
+
+
+@pytest.mark.parametrize("fn", [lambda w: w * w, lambda w: w ** 2, lambda w: 3.0 / w, lambda w: w * leaf([1.0, 2.0])])
+def test_a_change_to_a_tensor_whose_gradient_reads_it_is_refused(fn):
+    w = leaf([2.0, 3.0])
+    y = fn(w).sum()
+    w.data -= 1.0
+    with pytest.raises(RuntimeError, match=r"(Mul|Pow|Div): \w .* was changed in place"):
+        y.backward()
 
 
 def test_a_checkpointed_block_refuses_an_input_changed_before_its_recompute():

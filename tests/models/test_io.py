@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import models.io
 from models.io import MAX_JSON_BYTES, MAX_JSON_DEPTH, atomic_path, read_json
 
 
@@ -54,6 +55,55 @@ def test_a_pipe_is_written_in_place_and_stays_a_pipe(tmp_path):
     reader.join(timeout=10)
     assert read == [b"through the pipe"] and stat.S_ISFIFO(os.stat(pipe).st_mode)
     assert [p.name for p in tmp_path.iterdir()] == ["pipe"]
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symbolic links")
+def test_a_link_is_written_through_and_stays_a_link(tmp_path):
+    """As open() and an editor write: the file the link names takes the new bytes, its temporary beside it (on its
+    filesystem), and the link is not replaced by a plain file of its own."""
+    (tmp_path / "disk").mkdir()
+    real = tmp_path / "disk" / "health.jsonl"
+    real.write_text("old\n")
+    link = tmp_path / "health.jsonl"
+    link.symlink_to(Path("disk") / "health.jsonl")
+    with atomic_path(link) as tmp:
+        assert tmp.parent == real.parent.resolve()
+        tmp.write_text("new\n")
+    assert link.is_symlink() and os.readlink(link) == str(Path("disk") / "health.jsonl")
+    assert link.read_text() == real.read_text() == "new\n"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["disk", "health.jsonl", "health.jsonl"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
+def test_a_replaced_file_keeps_its_permissions_and_a_new_one_takes_the_umasks(tmp_path):
+    private, new = tmp_path / "private.json", tmp_path / "new.json"
+    private.write_text("{}")
+    private.chmod(0o600)
+    umask = os.umask(0o022)
+    try:
+        for path in (private, new):
+            with atomic_path(path) as tmp:
+                tmp.write_text('{"a": 1}')
+    finally:
+        os.umask(umask)
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (private, new)] == [0o600, 0o644]
+
+
+def test_the_move_is_flushed_to_the_disk_with_the_folder_after_the_file(tmp_path, monkeypatch):
+    """The file's bytes before the move, the folder's entry list after it: else a power cut may undo a write that
+    a later one (prepare_progress.json after its shard) builds on."""
+    calls = []
+
+    def replace(source, destination):
+        calls.append(("replace", Path(destination).name))
+        os.rename(source, destination)
+
+    monkeypatch.setattr(models.io, "fsync", lambda path: calls.append(("fsync", Path(path).name)))
+    monkeypatch.setattr(models.io.os, "replace", replace)
+    with atomic_path(tmp_path / "a.json") as tmp:
+        tmp.write_text("{}")
+    assert calls == [("fsync", f".a.json.tmp-{os.getpid()}"), ("replace", "a.json"), ("fsync", tmp_path.name)]
+    assert (tmp_path / "a.json").read_text() == "{}"
 
 
 def write(tmp_path, text):

@@ -96,6 +96,22 @@ def test_an_output_file_may_be_a_device_or_a_pipe_in_a_folder_it_cannot_write(tm
         tmp_path.chmod(0o755)
 
 
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symbolic links")
+def test_an_output_link_needs_the_folder_of_the_file_it_names_writable(tmp_path, monkeypatch):
+    """A link is written through (models.io.atomic_path): the temporary goes beside the file it names. os.access
+    is made to refuse that folder alone, as it would for anyone but root."""
+    ro = tmp_path.resolve() / "ro"
+    ro.mkdir()
+    (ro / "picture.png").write_bytes(b"")
+    (tmp_path / "picture.png").symlink_to(ro / "picture.png")
+    writable = os.access
+    monkeypatch.setattr(cli.os, "access", lambda path, mode: Path(path) != ro and writable(path, mode))
+    with pytest.raises(argparse.ArgumentTypeError, match=f"^cannot write {tmp_path / 'picture.png'}: "
+                                                         f"{ro} is not writable$"):
+        cli.output_file(str(tmp_path / "picture.png"))
+    assert cli.output_file(str(tmp_path / "ro.png")) == str(tmp_path / "ro.png")
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo") or os.geteuid() == 0, reason="makes a named pipe; root may write it")
 def test_an_output_pipe_that_cannot_be_written_is_one_line(tmp_path):
     pipe = tmp_path / "pipe"
