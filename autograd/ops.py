@@ -693,6 +693,20 @@ def _add_at(target, key, values, repeats=True):
 # ---- the fused ops of a transformer --------------------------------------------
 
 
+def _check_ids(op, what, ids, limit, meaning, ignore=None):
+    """`ids` (but those equal to `ignore`) within [0, limit), before any kernel reads them: the GPU's and numba's
+    index memory with them unchecked, and CuPy's indexing wraps them around. One reduction on the ids' device,
+    whose answer the host then waits for (a GPU's ids included: a wrong id must not become a wrong row)."""
+    outside = (ids < 0) | (ids >= limit)
+    if ignore is not None:
+        outside &= ids != ignore
+    if outside.any():
+        scored = ids if ignore is None else ids[ids != ignore]
+        aside = "" if ignore is None else f", ignore_index={ignore} aside"
+        raise IndexError(f"{op}: {what} must lie in [0, {limit}) ({meaning}{aside}); "
+                         f"got values from {scored.min()} to {scored.max()}")
+
+
 def _hide(xp, x, mask):
     """x, in place, with −∞ where `mask` is False (hidden): softmax then gives those 0, as the kernels, which skip
     hidden scores. Put there, not added: a hidden inf or NaN plus −∞ is NaN, which spread over its row (a NaN in
@@ -793,6 +807,8 @@ class CrossEntropy(Function):
     def forward(self, logits, targets, ignore_index=None, reduction="mean", classes=None, reuse_logits=False):
         xp = self.xp
         vocab = logits.shape[-1]
+        _check_ids("cross_entropy", "targets", targets, vocab if classes is None else classes,
+                   "the number of classes", ignore_index)
         z = _rows(logits)
         t = targets.reshape(-1)
         valid = None if ignore_index is None else t != ignore_index
@@ -868,6 +884,7 @@ class Embedding(Function):
     saved_in_graph = _constants_only
 
     def forward(self, weight, ids):
+        _check_ids("embedding", "ids", ids, weight.shape[0], "the table's rows")
         self.ids, self.weight_shape = ids, weight.shape
         return weight[ids]
 

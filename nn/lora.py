@@ -17,6 +17,7 @@ moments for the adapters alone.
 import math
 
 import autograd as ag
+from autograd import backend
 
 from .layers import Linear
 from .module import Parameter
@@ -77,9 +78,11 @@ class LoRALinear(Linear):
         return self
 
     def unmerge(self):
-        """The base weight back, exactly as it was before `merge()`."""
+        """The base weight back, exactly as it was before `merge()`, on the device and in the dtype the merged weight
+        has since been moved or cast to: Module.to and a cast move parameters, and the base kept aside is not one."""
         if self.merged:
-            self.weight.data, self._unmerged_weight = self._unmerged_weight, None
+            base = backend.to_device(self._unmerged_weight, self.weight.device).astype(self.weight.dtype, copy=False)
+            self.weight.data, self._unmerged_weight = base, None
         return self
 
     def extra_repr(self):

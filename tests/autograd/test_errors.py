@@ -199,6 +199,25 @@ def test_embedding_id_out_of_range():
         ag.embedding(Tensor(np.ones((4, 3))), [0, 4])
 
 
+@pytest.mark.parametrize("ids, values", [([0, 4], "0 to 4"), ([[2, -1]], "-1 to 2")])
+def test_the_embedding_op_refuses_an_id_outside_its_table(ids, values):
+    # the op, not only ag.embedding, checks: NumPy would read row -1 as the last one, CuPy wraps 4 around to 0
+    table = Tensor(np.arange(12.0).reshape(4, 3), requires_grad=True)
+    with pytest.raises(IndexError, match=re.escape(f"embedding: ids must lie in [0, 4) (the table's rows); "
+                                                   f"got values from {values}")):
+        ag.ops.Embedding.apply(table, ids=np.array(ids))
+
+
+@pytest.mark.parametrize("targets, ignore, values", [([0, 8192], None, "0 to 8192"), ([-3, -1], -1, "-3 to -3")])
+def test_the_cross_entropy_op_refuses_a_target_before_the_cpu_kernel_reads_it(targets, ignore, values):
+    # float32 rows of 8,192 logits take numba's kernel (kernels.fused), which indexes the row with the target
+    logits = Tensor(np.zeros((2, 8192), np.float32), requires_grad=True)
+    aside = "" if ignore is None else f", ignore_index={ignore} aside"
+    with pytest.raises(IndexError, match=re.escape(f"cross_entropy: targets must lie in [0, 8192) (the number of "
+                                                   f"classes{aside}); got values from {values}")):
+        ag.ops.CrossEntropy.apply(logits, targets=np.array(targets), ignore_index=ignore)
+
+
 def test_layer_norm_weight_and_bias_of_wrong_shape():
     x = Tensor(np.ones((2, 3)))
     with pytest.raises(ShapeError) as info:

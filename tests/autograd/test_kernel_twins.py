@@ -233,6 +233,16 @@ def test_the_fused_cross_entropy_backpropagates_again_on_a_gpu(device, rng):
     np.testing.assert_allclose(backend.to_host(z.grad), 2 * first, rtol=1e-6)
 
 
+def test_ids_outside_the_table_or_the_classes_are_refused_on_a_gpu(device, rng):
+    z = ag.Tensor(rng.normal(size=(2, 10)).astype(np.float32), device=device)
+    with pytest.raises(IndexError, match=re.escape("cross_entropy: targets must lie in [0, 7) (the number of classes, "
+                                                   "ignore_index=-1 aside); got values from 0 to 7")):
+        ag.cross_entropy(z, ag.Tensor(np.array([0, 7]), device=device), ignore_index=-1, classes=7)
+    with pytest.raises(IndexError, match=re.escape("embedding: ids must lie in [0, 2) (the table's rows); got values "
+                                                   "from -1 to 0")):
+        ag.embedding(z, ag.Tensor(np.array([0, -1]), device=device))
+
+
 def test_each_cuda_kernel_matches_its_twin_in_float64(device, rng):
     """Under --device cuda: the kernels themselves, launched by kernels.fused, against their twins."""
     from autograd import backend
@@ -459,3 +469,26 @@ def test_an_empty_batch_launches_no_kernel(launchers_on_the_cpu, what):
     composed, fused = composed_and_fused(f, np.zeros((0, 3, 6)) if what == "attention" else np.zeros((0, 6)))
     for got, expected in zip(fused, composed):
         np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("targets, ignore, values", [
+    ([0, 7, 2], None, "0 to 7"),  # a padded column: inside the row, no class
+    ([0, 12, 2], None, "0 to 12"),  # past the row of 10: the kernel would read the next row's logits
+    ([-5, 1, -1], -1, "-5 to 1"),  # negative but not the ignored id: before the row
+])
+def test_the_cuda_path_refuses_a_target_outside_the_classes_before_its_kernel_reads_it(launchers_on_the_cpu,
+                                                                                        monkeypatch, rng, targets,
+                                                                                        ignore, values):
+    launched = []
+    run = RawKernelOnTheCpu.__call__
+    monkeypatch.setattr(RawKernelOnTheCpu, "__call__", lambda kernel, *args: (launched.append(kernel.name),
+                                                                              run(kernel, *args)))
+    z = leaf(rng.normal(size=(3, 10)))
+    aside = "" if ignore is None else f", ignore_index={ignore} aside"
+    with pytest.raises(IndexError, match=re.escape(f"cross_entropy: targets must lie in [0, 7) (the number of "
+                                                   f"classes{aside}); got values from {values}")):
+        ag.ops.CrossEntropy.apply(z, targets=np.array(targets), ignore_index=ignore, classes=7)
+    assert launched == []
+    ag.ops.CrossEntropy.apply(z, targets=np.array([0, 6, 2 if ignore is None else ignore]), ignore_index=ignore,
+                              classes=7)
+    assert launched == ["cross_entropy_forward"]  # the same call in range: the CUDA launcher ran

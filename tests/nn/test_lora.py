@@ -1,4 +1,6 @@
 """nn.LoRALinear and nn.lora: the base at step 0, gradients against finite differences and PyTorch, merge = unmerged."""
+import copy
+
 import numpy as np
 import pytest
 
@@ -64,19 +66,59 @@ def test_the_gradients_of_a_lora_layer_match_finite_differences():
     ag.gradcheck(loss, [x, layer.lora_A, layer.lora_B])
 
 
-def test_merged_equals_unmerged_and_unmerge_restores_the_base_weight_exactly():
-    model = adapted_gpt()
+def merge_all(model):
+    """Merge every LoRA layer of `model`; returns the layers and their base weights from before."""
     layers = [m for m in model.modules() if isinstance(m, nn.LoRALinear)]
     base_weights = [m.weight.data.copy() for m in layers]
-    x, y = batch()
-    unmerged = model(x, y)[0].data
     for m in layers:
         m.merge()
+    return layers, base_weights
+
+
+def test_merged_equals_unmerged_and_unmerge_restores_the_base_weight_exactly():
+    model = adapted_gpt()
+    x, y = batch()
+    unmerged = model(x, y)[0].data
+    layers, base_weights = merge_all(model)
     np.testing.assert_allclose(model(x, y)[0].data, unmerged, rtol=1e-5, atol=1e-6)
     for m, w in zip(layers, base_weights):
         m.unmerge()
         np.testing.assert_array_equal(m.weight.data, w)
     np.testing.assert_array_equal(model(x, y)[0].data, unmerged)
+
+
+def test_a_merged_model_cast_to_float64_unmerges_to_its_base_in_float64():
+    # the only cast a model has is each parameter's .data (Module.to takes a device): the base kept aside by
+    # merge() came back in float32 beside float64 adapters and bias
+    model = adapted_gpt()
+    cast = copy.deepcopy(model)  # cast as it is, unmerged
+    for p in cast.parameters():
+        p.data = p.data.astype(np.float64)
+    layers, base_weights = merge_all(model)
+    model.to("cpu")
+    for p in model.parameters():
+        p.data = p.data.astype(np.float64)
+    for m, w in zip(layers, base_weights):
+        m.unmerge()
+        assert m.weight.dtype == np.float64
+        np.testing.assert_array_equal(m.weight.data, w.astype(np.float64))
+    x, y = batch()
+    np.testing.assert_array_equal(model(x, y)[0].data, cast(x, y)[0].data)
+
+
+def test_a_merged_model_moved_to_a_device_unmerges_there(device):
+    from autograd import backend
+    model = adapted_gpt()
+    x, y = batch()
+    unmerged = model(x, y)[0].data
+    layers, base_weights = merge_all(model)
+    model.to(device)
+    for m, w in zip(layers, base_weights):
+        m.unmerge()
+        assert m.weight.device == device  # the base was kept on the CPU, where merge() found it
+        np.testing.assert_array_equal(backend.to_host(m.weight.data), w)
+    logits = model(ag.Tensor(x, device=device), ag.Tensor(y, device=device))[0]
+    np.testing.assert_allclose(backend.to_host(logits.data), unmerged, atol=1e-4)  # as test_devices compares GPTs
 
 
 def test_a_second_lora_call_adds_adapters_and_the_first_calls_train_on():
