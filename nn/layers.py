@@ -79,12 +79,12 @@ class LayerNorm(Module):
 
 
 class Dropout(Module):
-    """Inverted dropout while training, identity in eval()."""
+    """Inverted dropout while training, identity in eval(); p = 1 drops everything, as in PyTorch."""
 
     def __init__(self, p=0.5):
-        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p < 1:
+        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p <= 1:
             raise (ValueError if isinstance(p, numbers.Real) else TypeError)(
-                f"Dropout: p must be a probability in [0, 1), got {p!r}")
+                f"Dropout: p must be a probability in [0, 1], got {p!r}")
         super().__init__()
         self.p = p
 

@@ -58,7 +58,7 @@ class Optimizer:
                             "a list of Parameters, or a list of groups each with its 'params'")
         self.defaults = defaults
         self.param_groups = []
-        self.state = {}  # id(param) → that parameter's buffers
+        self.state = {}  # parameter → its buffers, as PyTorch keys them (a Tensor hashes by identity)
         self.steps = 0
         for group in params if groups else [{"params": params}]:
             self.add_param_group(group)
@@ -126,7 +126,7 @@ class Optimizer:
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
-                    self._update(p, p.grad, self.state.setdefault(id(p), {}), group)
+                    self._update(p, p.grad, self.state.setdefault(p, {}), group)
                     p.mark_changed()
 
     def _refuse_grad(self, i, p):
@@ -161,8 +161,8 @@ class Optimizer:
             # each group's settings, and its parameters' positions, as PyTorch numbers them
             "param_groups": [{**{k: v for k, v in g.items() if k != "params"}, "params": list(range(start, end))}
                              for g, start, end in zip(self.param_groups, starts, starts[1:])],
-            "state": {i: {k: _host_copy(v) for k, v in self.state[id(p)].items()}
-                      for i, p in enumerate(params) if id(p) in self.state},
+            "state": {i: {k: _host_copy(v) for k, v in self.state[p].items()}
+                      for i, p in enumerate(params) if p in self.state},
         }
 
     def load_state_dict(self, state_dict):
@@ -207,7 +207,7 @@ class Optimizer:
         for group, saved in zip(self.param_groups, settings):
             group.update(saved)
         self.steps = int(state_dict["steps"])
-        self.state = {id(params[int(i)]): {k: _param_copy(v, params[int(i)]) for k, v in s.items()}
+        self.state = {params[int(i)]: {k: _param_copy(v, params[int(i)]) for k, v in s.items()}
                       for i, s in state.items()}
 
     def _check_state(self, name, i, p, buffers):
@@ -318,7 +318,7 @@ class AdamW(Optimizer):
             self._flat = _FlatState(buffer)
         if not self._flat.link(self.state):
             return False
-        groups = [[self.state[id(p)] for p in group["params"]] for group in self.param_groups]
+        groups = [[self.state[p] for p in group["params"]] for group in self.param_groups]
         if any(len({state["step"] for state in states}) > 1 for states in groups):
             return False
         self.steps += 1
@@ -440,7 +440,7 @@ class _FlatState:
             if p.data is not w:
                 w[...] = p.data
                 p.data = w
-            buffers = state.setdefault(id(p), {})
+            buffers = state.setdefault(p, {})
             if not buffers:
                 m[...] = 0
                 v[...] = 0

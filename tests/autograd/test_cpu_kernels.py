@@ -496,7 +496,7 @@ def test_adamw_steps_with_clipping(monkeypatch, spy):
                 p.grad = g.copy()
             nn.optim.clip_grad_norm_(params, 1.0)
             opt.step()
-        return [p.data for p in params] + [opt.state[id(p)]["exp_avg_sq"] for p in params]
+        return [p.data for p in params] + [opt.state[p]["exp_avg_sq"] for p in params]
     fused, composed = both(monkeypatch, run)
     assert spy == {"adamw": 10}  # 2 parameters of ≥ 1K elements, 5 steps; the bias stays composed
     close(fused, composed, rtol=1e-5, atol=1e-7)
@@ -517,7 +517,7 @@ def test_adamw_steps_a_parameter_whose_data_is_a_transposed_view(monkeypatch, sp
         for g in gradients:
             p.grad = g.copy()
             opt.step()
-        return [p.data, opt.state[id(p)]["exp_avg"]]
+        return [p.data, opt.state[p]["exp_avg"]]
     fused, composed = both(monkeypatch, run)
     assert spy == {}  # the kernel updates flat views: a strided parameter takes the composed pieces
     close(fused, composed, rtol=1e-5, atol=1e-6)  # weights of about 1, each moved by about lr a step
@@ -596,7 +596,7 @@ def flat_grads_run(start, gradients, flat, resume_after=None):
                 p.grad += g
         nn.optim.clip_grad_norm_(params, 1.0)
         opt.step()
-    return [p.data.copy() for p in params] + [opt.state[id(p)]["exp_avg_sq"].copy() for p in params]
+    return [p.data.copy() for p in params] + [opt.state[p]["exp_avg_sq"].copy() for p in params]
 
 
 def test_adamw_with_flat_grads_steps_each_group_in_one_call(spy):
@@ -678,7 +678,7 @@ def test_adamw_with_flat_grads_steps_one_by_one_where_a_groups_steps_differ(spy)
     before = params[1].data.copy()
     opt.step()
     assert spy == {"adamw": 4}  # one by one: the two weights by the kernel, the small two composed
-    assert opt.state[id(params[1])]["step"] == 6 and opt.state[id(params[0])]["step"] == 3
+    assert opt.state[params[1]]["step"] == 6 and opt.state[params[0]]["step"] == 3
     assert not np.array_equal(params[1].data, before)
 
 

@@ -129,8 +129,8 @@ def test_atomic_a_refused_optimizer_changes_no_parameter(make, match):
     (lambda: nn.LayerNorm((2, 3)), r"LayerNorm: normalized_shape .* must be a positive integer, got \(2, 3\)"),
     (lambda: nn.GELU(approximate="none"), r"GELU: approximate='none' is not implemented: this GELU is GPT-2's tanh "
                                           r"approximation; pass approximate='tanh' or leave it out"),
-    (lambda: nn.Dropout(2), r"Dropout: p must be a probability in \[0, 1\), got 2"),
-    (lambda: nn.Dropout("0.1"), r"Dropout: p must be a probability in \[0, 1\), got '0.1'"),
+    (lambda: nn.Dropout(2), r"Dropout: p must be a probability in \[0, 1\], got 2"),
+    (lambda: nn.Dropout("0.1"), r"Dropout: p must be a probability in \[0, 1\], got '0.1'"),
 ])
 def test_leftover_modules_refuse_impossible_sizes_when_built(build, match):
     refused((ValueError, TypeError), match, build)

@@ -268,6 +268,14 @@ def test_dropout_drops_and_rescales_in_training_and_is_the_identity_in_eval():
     assert drop(x) is x
 
 
+def test_dropout_of_p_one_drops_everything_and_p_zero_nothing_as_pytorchs():
+    x = ag.Tensor(np.arange(1.0, 7.0).reshape(2, 3), requires_grad=True)
+    (nn.Dropout(1.0)(x) * x).sum().backward()  # all zeros, gradient zero: not NaN from a 1/(1 − p) of 1/0
+    np.testing.assert_array_equal(nn.Dropout(1.0)(x).numpy(), np.zeros((2, 3)))
+    np.testing.assert_array_equal(x.grad, np.zeros((2, 3)))
+    assert nn.Dropout(0.0)(x) is x and nn.Dropout(1.0).eval()(x) is x
+
+
 def test_dropout_follows_the_mode_of_the_model_that_holds_it():
     ag.manual_seed(0)
     block = Block()

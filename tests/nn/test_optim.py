@@ -142,6 +142,18 @@ def test_adamw_second_step_uses_both_moments_with_bias_correction():
     np.testing.assert_allclose(p.numpy(), expected, rtol=1e-14)
 
 
+def test_adamw_state_is_keyed_by_the_parameter_as_pytorchs():
+    p, idle = param(P0), param([1.0])
+    opt = AdamW([p, idle], betas=(0.8, 0.99))
+    for g in (G1, G2):
+        p.grad = g.copy()
+        opt.step()
+    state = opt.state[p]  # torch users read optimizer.state[param]["exp_avg"]
+    assert state["step"] == 2 and idle not in opt.state  # a parameter without a gradient has no state yet
+    np.testing.assert_allclose(state["exp_avg"], 0.8 * 0.2 * G1 + 0.2 * G2, rtol=1e-14)
+    np.testing.assert_allclose(state["exp_avg_sq"], 0.99 * 0.01 * G1 ** 2 + 0.01 * G2 ** 2, rtol=1e-14)
+
+
 @pytest.mark.parametrize("order", ["C", "F"], ids=["contiguous", "transposed"])
 def test_adamw_on_a_parameter_larger_than_one_cache_piece(order):
     # 300 × 250 = 75,000 elements: more than one of the pieces the update runs over (2¹⁶); a Fortran-ordered
@@ -656,7 +668,7 @@ def test_float_buffers_of_another_precision_are_cast_to_the_parameters_as_pytorc
     p = Parameter(np.array([1.0, 2.0], dtype=np.float32))
     opt = AdamW([p])
     opt.load_state_dict(saved.state_dict())
-    buffers = opt.state[id(p)]
+    buffers = opt.state[p]
     assert buffers["exp_avg"].dtype == np.float32 and buffers["exp_avg_sq"].dtype == np.float32
     np.testing.assert_allclose(buffers["exp_avg"], [0.05, -0.05], rtol=1e-6)
     assert buffers["step"] == 1
