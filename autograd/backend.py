@@ -155,7 +155,7 @@ def pieces(*arrays):
 
 
 def quiet_overflow(array):
-    """A context in which NumPy does not warn that exp overflowed to inf (CuPy never warns)."""
+    """A context in which NumPy does not warn that a product or exp overflowed to inf (CuPy never warns)."""
     return numpy.errstate(over="ignore") if isinstance(array, numpy.ndarray) else contextlib.nullcontext()
 
 

@@ -93,7 +93,8 @@ def where(cond, a, b):
 
 def softmax(x, axis=-1, mask=None, *, dim=None):
     """softmax along `axis` (or PyTorch's `dim`); `mask` (boolean, broadcastable, True = visible) gives hidden
-    positions 0."""
+    positions 0, and a row with nothing visible all zeros. A visible −inf is a score: a row whose visible scores
+    are all −inf is NaN, as without a mask."""
     axis = _axis("softmax", axis, dim, -1)
     if mask is not None:
         mask = _constant(mask, x.device, "softmax", "b", "mask (True = visible)")
@@ -149,7 +150,10 @@ def embedding(weight, ids):
 
 
 def layer_norm(x, weight, bias=None, eps=1e-5):
-    """Normalise the last axis to zero mean and unit variance, then scale by `weight` and shift by `bias`."""
+    """Normalise the last axis to zero mean and unit variance, then scale by `weight` and shift by `bias`.
+
+    A float16 x is normalised in float32 and rounded once, as in PyTorch: a row's sum passes 65504, float16's
+    largest, long before its mean does (768 features of 100), and so does a square from |x − μ| = 256."""
     if x.ndim == 0:
         raise ShapeError("layer_norm: the input has shape (), no axis of features to normalise (the last axis); "
                          "give it one, e.g. x.reshape(1, -1)")
@@ -164,6 +168,9 @@ def layer_norm(x, weight, bias=None, eps=1e-5):
         if p is not None and p.shape != (features,):
             raise ShapeError(f"layer_norm: {name} has shape {p.shape} but the input's last axis has "
                              f"{features} features; it must be ({features},)")
+    if x.dtype == np.float16:
+        wide = [None if t is None else t.astype(np.float32) for t in (x, weight, bias)]
+        return layer_norm(*wide, eps).astype(np.float16)
     inputs = (x, weight) if bias is None else (x, weight, bias)
     return ops.LayerNorm.apply(*inputs, eps=eps)
 

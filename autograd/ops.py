@@ -389,6 +389,7 @@ class GELU(Function):
     saved_names = ("x", "s")
     C = math.sqrt(2 / math.pi)
     A = 0.044715
+    SATURATED = 40.0  # from |x| = 40 on, σ(2u) is exactly 1 (x > 0) or 0 (x < 0) in float16, float32 and float64
 
     def forward(self, x):
         # a subclass with its own backward reads (x, s) as saved below, so it keeps the composed forward
@@ -401,11 +402,12 @@ class GELU(Function):
         return x * s
 
     def _sigmoid_2u(self, x):
-        s = self.xp.multiply(x, x, out=self.xp.empty_like(x))  # out=: an array even for 0-d x
-        s *= -2 * self.C * self.A
-        s -= 2 * self.C
-        s *= x  # −2u
-        with backend.quiet_overflow(s):  # e^(−2u) = inf for x ≪ 0 gives s = 0, the right limit
+        # −2u = ±inf once x³ overflows, and e^(−2u) = inf for x ≪ 0: they give s = 0 or 1, the right limits
+        with backend.quiet_overflow(x):
+            s = self.xp.multiply(x, x, out=self.xp.empty_like(x))  # out=: an array even for 0-d x
+            s *= -2 * self.C * self.A
+            s -= 2 * self.C
+            s *= x  # −2u
             self.xp.exp(s, out=s)
         s += 1
         self.xp.reciprocal(s, out=s)  # s = σ(2u)
@@ -413,7 +415,8 @@ class GELU(Function):
 
     def saved_in_graph(self, inputs, out):
         x = inputs[0]
-        return x, ((x * x * self.A + 1) * x * (2 * self.C)).sigmoid()  # s = σ(2u)
+        held = self.xp.clip(x, -self.SATURATED, self.SATURATED)  # the same s, whose graph's x³ cannot overflow
+        return x, ((held * held * self.A + 1) * held * (2 * self.C)).sigmoid()  # s = σ(2u)
 
     def backward(self, g):
         x, s = self.saved
@@ -422,6 +425,9 @@ class GELU(Function):
             if kernel is not None:
                 return kernel(x, g)
             s = self._sigmoid_2u(x)
+        # x·2u′ grows as x³ and overflows (float32 from |x| ≈ 1.2e13) where s is exactly 0 or 1, so that the
+        # (1 − s) or s it meets is 0 and inf·0 made dx NaN; held at ±SATURATED, it is finite and dx exactly g or 0
+        x = self.xp.clip(x, -self.SATURATED, self.SATURATED)
         dx = self.xp.multiply(x, x, out=self.xp.empty_like(x))
         dx *= 6 * self.C * self.A
         dx += 2 * self.C  # 2u′
@@ -720,8 +726,10 @@ def _softmax(xp, x, axis, mask=None, out=None):
 
     Computed as exp(x − m) / Σ exp(x − m), m the row maximum, so nothing
     overflows. Masked entries (mask False) get p = 0 exactly; a row with
-    nothing visible gives p = 0 and lse = 0 instead of NaNs. p is written into
-    `out` when given (x itself, when the caller owns x), else into a new array.
+    nothing visible gives p = 0 and lse = 0 instead of NaNs. A visible −inf is
+    a score like any other: a row whose visible scores are all −inf is NaN, as
+    without a mask (and as the attention kernels). p is written into `out` when
+    given (x itself, when the caller owns x), else into a new array.
     """
     if x.ndim == 0:  # one number, p = 1 (as in PyTorch): as one row, since NumPy reduces a 0-d array to a scalar
         p, lse = _softmax(xp, x.reshape(1), axis, None if mask is None else mask.reshape(1))
@@ -732,8 +740,9 @@ def _softmax(xp, x, axis, mask=None, out=None):
     if mask is not None:
         x = out = _hide(xp, x.copy() if out is None else out, mask)  # out is x itself, which the caller owns
     m = x.max(axis=axis, keepdims=True)
-    if mask is not None:
-        xp.copyto(m, 0, where=~xp.isfinite(m))  # an all-masked row: exp(−inf − 0) = 0 instead of a NaN
+    if mask is not None:  # a row with nothing visible: exp(−inf − 0) = 0 instead of a NaN
+        seen = mask.reshape((1,) * (x.ndim - mask.ndim) + mask.shape).any(axis=axis, keepdims=True)
+        xp.copyto(m, 0, where=~seen)
     p = xp.subtract(x, m, out=out)
     xp.exp(p, out=p)
     s = _sum_last(xp, p) if axis in (-1, p.ndim - 1) else p.sum(axis=axis, keepdims=True)
@@ -1013,6 +1022,11 @@ class ScaledDotProductAttention(Function):
     P is kept for backward while it is no larger than Q, K, V and O together
     (Tk ≤ 4D); a longer context keeps only the row log-sum-exps and rebuilds
     P = exp(S − lse) with one more matmul, for far less memory.
+
+    Only the mask hides a key: a query that sees none (more queries than keys
+    under the causal mask) has P = 0, so O = 0 and no gradient; a visible −inf
+    score (an inf in Q or K) is a score, and a query whose visible scores are
+    all −inf gets NaN, as softmax gives them. The kernels and the composed op alike.
 
     On a GPU, with the causal mask or none, S = Q Kᵀ and O = P V stay cuBLAS
     batched GEMMs and one kernel between them scales, masks and normalises S

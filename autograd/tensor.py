@@ -687,8 +687,14 @@ class Tensor:
         return _ops.Sum.apply(self, axis=_axis("sum", axis, dim), keepdims=_keepdims("sum", keepdims, keepdim))
 
     def mean(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        """Σ x / n over `axis`; NaN for no elements (0 / 0), as in PyTorch."""
+        """Σ x / n over `axis`; NaN for no elements (0 / 0), as in PyTorch.
+
+        float16 is averaged in float32 and rounded once, as PyTorch and NumPy do: its sum passes 65504, float16's
+        largest, long before its mean does (70000 ones).
+        """
         axis, keepdims = _axis("mean", axis, dim), _keepdims("mean", keepdims, keepdim)
+        if self.dtype == np.float16:
+            return self.astype(np.float32).mean(axis, keepdims).astype(np.float16)
         count = _count(self.shape, axis, "mean")
         if not count:
             return self.sum(axis, keepdims) * _Constant.of(self, math.nan, "Mean's 1/n, for n = 0 elements")
@@ -700,8 +706,12 @@ class Tensor:
         With ddof ≥ n no degrees of freedom are left and, as in PyTorch (which
         divides by max(0, n − ddof)), the variance is inf, or NaN where every value
         equals μ, with a warning: never the negative number n − ddof < 0 would give.
+        float16 is computed in float32 and rounded once, as PyTorch does: a square passes 65504, float16's
+        largest, from |x − μ| = 256.
         """
         axis, keepdims = _axis("var", axis, dim), _keepdims("var", keepdims, keepdim)
+        if self.dtype == np.float16:
+            return self.astype(np.float32).var(axis, keepdims, ddof).astype(np.float16)
         check("var", "ddof", ddof, "[0, inf)")
         count = _count(self.shape, axis, "var")
         freedom = count - ddof
@@ -719,11 +729,13 @@ class Tensor:
         return (centred * centred).sum(axis, keepdims) * (1.0 / freedom)
 
     def max(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        """The largest value over `axis` (NumPy's max).
+        """The largest value over `axis` (NumPy's max); tied maxima share its gradient equally (DESIGN.md).
 
         PyTorch's spelling, max(dim=d), returns what torch.max(x, dim=d) returns:
         (values, indices), the index of the first maximum along d, so that
-        `values, indices = x.max(dim=0)` means here what it means there.
+        `values, indices = x.max(dim=0)` means here what it means there. The
+        values' gradient is still shared among tied maxima, where torch.max(x, d)
+        gives it all to the returned index (and torch.amax shares it, as here).
         """
         keepdims = _keepdims("max", keepdims, keepdim)
         if dim is None:

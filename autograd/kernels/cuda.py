@@ -31,11 +31,13 @@ GELU_FORWARD = ("T x", "T y", """
     y = T(0.5) * x * (T(1) + t);
 """)
 
-# dx = g · [½(1 + t) + ½x(1 − t²) · √(2/π)(1 + 3·0.044715x²)]
+# dx = g · [½(1 + t) + ½x(1 − t²) · √(2/π)(1 + 3·0.044715x²)], x held at ±40 as ops.GELU's: there t is ±1, and
+# x·(1 + 3·0.044715x²) no longer overflows into inf·0 = NaN
 GELU_BACKWARD = ("T x, T g", "T dx", """
     const T c = 0.7978845608028654, a = 0.044715;
-    const T t = tanh(c * (x + a * x * x * x));
-    dx = g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * c * (T(1) + T(3) * a * x * x));
+    const T v = x < T(-40) ? T(-40) : (x > T(40) ? T(40) : x);
+    const T t = tanh(c * (v + a * v * v * v));
+    dx = g * (T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * c * (T(1) + T(3) * a * v * v));
 """)
 
 # nn.optim.AdamW's update in one pass instead of a dozen (its docstring has the formula; w, m, v in place):

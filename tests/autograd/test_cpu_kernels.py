@@ -121,6 +121,23 @@ def test_gelu(monkeypatch, spy):
     close(fused, composed)
 
 
+def test_gelu_gradient_of_huge_inputs_is_one_or_zero_as_the_composed_ops(monkeypatch, spy):
+    """x·2u′ overflowed where σ(2u) is exactly 1 or 0 (x < 0 from 1.2e13, any x from 1.8e19): inf·0 was NaN."""
+    huge = np.append(np.geomspace(40, np.finfo(np.float32).max / 2, 511), np.finfo(np.float32).max)
+    x = np.tile(np.concatenate([huge, -huge]), 16).astype(np.float32)  # 16384 elements: the kernels' least
+
+    def run():
+        leaf = ag.Tensor(x, requires_grad=True)
+        out = leaf.gelu()
+        out.backward(np.ones_like(x))
+        return out.data, leaf.grad
+    fused, composed = both(monkeypatch, run)
+    assert spy == {"gelu_forward": 1, "gelu_backward": 1}
+    for out, dx in (fused, composed):
+        np.testing.assert_array_equal(out, np.where(x > 0, x, 0))
+        np.testing.assert_array_equal(dx, (x > 0).astype(np.float32))
+
+
 def test_a_gelu_subclass_with_its_own_backward_keeps_the_composed_forward(monkeypatch, spy):
     class Doubled(ag.ops.GELU):
         def backward(self, g):
@@ -458,6 +475,23 @@ def test_attention_with_more_queries_than_keys_and_broadcast_keys(monkeypatch, s
     close(fused, composed, rtol=1e-4, atol=1e-5)
     if causal:
         assert np.all(fused[0][:, :, :62] == 0) and np.abs(fused[0][:, :, 62:]).min() > 0
+
+
+def test_attention_rows_without_a_visible_key_are_zero_and_rows_of_minus_inf_scores_nan(monkeypatch, spy):
+    """ops.ScaledDotProductAttention's rule, on both paths: 64 queries and 40 keys under the causal mask, queries
+    0–23 see no key (O = 0); query 24 sees key 0 alone, whose scores are −inf (an inf in K): NaN, as the softmax
+    of −inf alone. The composed op gave query 24 zeros, the kernels NaN."""
+    rng = np.random.default_rng(0)
+    q = np.abs(rng.standard_normal((2, 4, 64, 64))).astype(np.float32) + 0.1  # q·k₀ = −inf
+    k, v = (rng.standard_normal((2, 4, 40, 64)).astype(np.float32) for _ in range(2))
+    k[:, :, 0, 0] = -np.inf
+    with np.errstate(invalid="ignore"):
+        fused, composed = both(monkeypatch, lambda: ag.scaled_dot_product_attention(
+            ag.Tensor(q), ag.Tensor(k), ag.Tensor(v)).data)
+    assert spy.get("attention_forward", spy.get("attention_softmax_forward")) == 1
+    for out in (fused, composed):
+        assert np.all(out[:, :, :24] == 0) and np.isnan(out[:, :, 24]).all() and np.isfinite(out[:, :, 25:]).all()
+    np.testing.assert_allclose(fused, composed, rtol=1e-4, atol=1e-5)  # NaN where the other has NaN
 
 
 @pytest.mark.parametrize("reuse", [False, True])

@@ -112,6 +112,18 @@ def test_softmax_hides_masked_scores_of_inf_and_nan():
     np.testing.assert_allclose(x.grad[:2], [[-2 * visible[0] * visible[1], 0, 2 * visible[0] * visible[1]]] * 2)
     np.testing.assert_array_equal(x.grad[2], [0, 0, 0])
 
+def test_softmax_mask_hides_where_a_visible_minus_inf_is_a_score():
+    """Only the mask hides: a row with nothing visible is 0, a row whose visible scores are all −inf is NaN, as
+    without a mask and as the attention kernels give it (the composed op gave it 0)."""
+    x = leaf([[1.0, 2.0, 3.0], [-np.inf, 2.0, -np.inf], [-np.inf, -np.inf, -np.inf]])
+    mask = np.array([[False, False, False], [True, False, True], [True, True, True]])
+    with np.errstate(invalid="ignore"):  # −inf − (−inf), as softmax without a mask computes it
+        p = ag.softmax(x, mask=mask)
+        unmasked = ag.softmax(leaf(x.data[2:]))
+    np.testing.assert_array_equal(p.data[0], [0.0, 0.0, 0.0])
+    assert np.isnan(p.data[1:]).all() and np.isnan(unmasked.data).all()
+
+
 def test_softmax_mask_broadcasts_over_batch_and_heads():
     rng = np.random.default_rng(3)
     scores = rng.normal(size=(2, 3, 4, 4))
@@ -346,6 +358,22 @@ def test_layer_norm_float32_with_float32_params():
     assert y.dtype == np.float32
     (y * y).sum().backward()
     assert x.grad.dtype == w.grad.dtype == b.grad.dtype == np.float32
+
+
+def test_layer_norm_of_float16_is_computed_in_float32():
+    """Rows of 768 features about 100: a row's sum (76800) passes float16's largest, 65504: the output was NaN."""
+    rng = np.random.default_rng(0)
+    x, g = rng.normal(size=(4, 768)) * 30 + 100, rng.normal(size=(4, 768))
+    w, b = rng.normal(size=768), rng.normal(size=768)
+    halves = [Tensor(a.astype(np.float16), requires_grad=True) for a in (x, w, b)]
+    y = ag.layer_norm(*halves)
+    y.backward(g.astype(np.float16))
+    exact = [leaf(a.astype(np.float16)) for a in (x, w, b)]  # the same float16 values, in float64
+    ag.layer_norm(*exact).backward(g.astype(np.float16).astype(np.float64))
+    assert y.dtype == np.float16 and all(t.grad.dtype == np.float16 for t in halves)
+    np.testing.assert_allclose(y.data, _layer_norm_ref(*[t.data for t in exact]), rtol=2e-3, atol=2e-3)
+    for half, wide in zip(halves, exact):  # float16's 11 bits
+        np.testing.assert_allclose(half.grad, wide.grad, rtol=2e-3, atol=2e-3 * np.abs(wide.grad).max())
 
 
 # dropout

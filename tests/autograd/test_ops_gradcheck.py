@@ -192,6 +192,33 @@ def test_gelu_far_below_zero_is_zero_without_overflow_warnings(dtype):
     np.testing.assert_array_equal(x.grad, [0.0, 0.0, 0.0])
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_gelu_gradient_of_huge_inputs_is_one_or_zero(dtype):
+    """x·2u′ grows as x³ and overflowed (float32 from |x| ≈ 1.2e13, float64 from 1.3e154) where σ(2u) is exactly 1
+    or 0, and inf·0 made the gradient NaN though the forward, x or 0, was right: up to the dtype's largest number,
+    silently, in backward and in its graph (create_graph), whose own derivative there is 0."""
+    huge = np.append(np.geomspace(40, np.finfo(dtype).max / 2, 29), np.finfo(dtype).max).astype(dtype)
+    x, ones = np.concatenate([huge, -huge]), np.ones(60, dtype)
+    slope = np.repeat([1.0, 0.0], 30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        leaf_x = Tensor(x, requires_grad=True)
+        out = leaf_x.gelu()
+        out.backward(ones)
+        np.testing.assert_array_equal(out.data, np.where(x > 0, x, 0))
+        np.testing.assert_array_equal(leaf_x.grad, slope)
+        graph_x = Tensor(x, requires_grad=True)
+        dx, = ag.grad(graph_x.gelu(), graph_x, ones, create_graph=True)
+        dx.backward(ones)
+    np.testing.assert_array_equal(dx.data, slope)
+    np.testing.assert_array_equal(graph_x.grad, np.zeros(60))
+
+
+def test_gelu_gradchecks_where_it_saturates():
+    """From |x| = 40 backward holds x at ±40 (GELU.SATURATED): the derivative on either side of it is unchanged."""
+    check(lambda t: t.gelu(), leaf([-45.0, -40.0, -25.0, -21.0, 6.0, 39.5, 40.0, 45.0]))
+
+
 # reductions
 
 AXES = [None, 0, 1, -1, (0, 2), (-1, 0)]
@@ -240,6 +267,38 @@ def test_max_ties_share_the_gradient_equally():
     z = leaf([[2.0, 7.0], [7.0, 7.0]])
     z.max(axis=(0, 1), keepdims=True).sum().backward()
     np.testing.assert_allclose(z.grad, [[0.0, 1 / 3], [1 / 3, 1 / 3]])
+
+
+def test_float16_mean_and_var_are_computed_in_float32_and_rounded_once():
+    """The sum of 70000 float16 ones is inf (past 65504, float16's largest) and was rounded so before the division;
+    var's squares overflow from |x − μ| = 256. As PyTorch: float32 inside, a float16 result and gradient."""
+    x = Tensor(np.ones((2, 70000), np.float16), requires_grad=True)
+    mean = x.mean(axis=1)
+    mean.backward(np.ones(2, np.float16))
+    assert mean.dtype == x.grad.dtype == np.float16 and mean.tolist() == [1.0, 1.0]
+    np.testing.assert_array_equal(x.grad, np.full((2, 70000), np.float16(1 / 70000)))
+    assert Tensor(np.ones(70000, np.float16)).mean().item() == 1.0
+    y = Tensor(np.array([0.0] * 99 + [300.0], np.float16), requires_grad=True)  # μ = 3, a square of 297² = 88209
+    var = y.var()
+    var.backward()
+    assert var.dtype == y.grad.dtype == np.float16 and var.item() == np.float16(891.0)  # (99·9 + 88209) / 100
+    np.testing.assert_array_equal(y.grad, np.float16([-0.06] * 99 + [5.94]))  # 2(x − μ)/n
+
+
+def test_max_with_dim_shares_the_gradient_of_ties_too():
+    """max(dim=d) returns torch's first index, but its values' gradient is DESIGN's equal share (torch.max(x, d)
+    gives it to the index): half each at a two-way tie, where central differences agree, a third at a three-way."""
+    x = leaf([[3.0, 1.0, 3.0], [2.0, 2.0, 2.0], [0.0, 5.0, 4.0]])
+    values, indices = x.max(dim=1)
+    assert indices.tolist() == [0, 0, 1]
+    (values * Tensor([2.0, 3.0, 4.0], dtype="float64")).sum().backward()
+    np.testing.assert_allclose(x.grad, [[1.0, 0.0, 1.0], [1.0, 1.0, 1.0], [0.0, 4.0, 0.0]])
+    h, weights = 1e-6, np.array([2.0, 3.0, 4.0])
+    for j in range(3):
+        step = np.zeros((3, 3))
+        step[0, j] = h
+        central = (weights @ (x.data + step).max(axis=1) - weights @ (x.data - step).max(axis=1)) / (2 * h)
+        assert central == pytest.approx(x.grad[0, j], abs=1e-8)
 
 
 def test_mean_and_sum_hand_gradients():
