@@ -38,7 +38,8 @@ def run_main(main):
     quietly, with status 0, rather than with a BrokenPipeError traceback (the viz commands run theirs here too)."""
     try:
         code = main()
-        sys.stdout.flush()  # here, where a closed pipe can be caught, rather than at exit
+        if sys.stdout is not None:  # None where the command started with no stdout at all (`>&-`)
+            sys.stdout.flush()  # here, where a closed pipe can be caught, rather than at exit
     except BrokenPipeError:
         if not _reader_gone(sys.stdout):  # another pipe broke (a worker's): a real error
             raise

@@ -15,21 +15,20 @@ read must match their checksums; either mistake is one line.
 import math
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 import autograd as ag
 from models.training import checkpoint
 from models.cli import Parser, device, interval, model_folder, shows_progress
-from models.training.shards import PreparedData, ShardError, check_tokenizer, data_path
+from models.training.shards import PreparedData, ShardError, check_tokenizer, prepared_data
 
 
 def make_parser():
     p = Parser("python -m models.eval", __doc__.splitlines()[0])
     p.add_argument("checkpoint", type=model_folder, metavar="CHECKPOINT",
                    help="a models.train checkpoint folder, or a Hugging Face GPT-2 folder")
-    p.add_argument("--data", type=data_path, required=True, metavar="DIR", help="a folder models.prepare made")
+    p.add_argument("--data", type=prepared_data, required=True, metavar="DIR", help="a folder models.prepare made")
     p.add_argument("--split", choices=["val", "train"], default="val",
                    help="which split of --data to score")
     p.add_argument("--max-tokens", type=interval(int, "[2, inf)"), default=None,
@@ -78,9 +77,6 @@ def evaluate(model, tokens, n, block, stride, batch_size, device, progress):
 def main(argv=None):
     args = make_parser().parse_args(argv)
     try:
-        if not Path(args.data).is_dir():
-            raise ValueError(f"--data {args.data} is a file; models.eval reads a folder that models.prepare made "
-                             f"(python -m models.prepare {args.data} --out DIR)")
         data = PreparedData(args.data)
         model, tokenizer = checkpoint.load_model(args.checkpoint)
         check_tokenizer(data, tokenizer, args.checkpoint)

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.cli import input_file
+from models.cli import input_file, input_folder
 
 from models.training.data import TokenData
 from models.io import json_type, read_json
@@ -332,13 +332,21 @@ def field(path, obj, key, kind, meaning, fits=lambda value: True, prefix=""):
 
 def data_path(text):
     """A `type=` function for --data: a text file (models.cli.input_file's checks), or a folder that
-    models.prepare made (it holds meta.json)."""
+    models.prepare made (prepared_data's)."""
     try:
-        folder = Path(text).is_dir()
+        folder = bool(text) and Path(text).is_dir()  # Path("") is the current folder; input_file refuses ''
     except OSError:  # a name too long for the system: input_file says so in one line
         folder = False
-    if not folder:
-        return input_file(text)
+    return prepared_data(text) if folder else input_file(text)
+
+
+def prepared_data(text):
+    """A `type=` function for models.eval's --data: a folder that models.prepare made (it holds meta.json); a
+    text file is refused with the command that prepares it."""
+    if os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"{text} is a file; give a folder that models.prepare made "
+                                         f"(python -m models.prepare {text} --out DIR makes one)")
+    input_folder(text)
     try:
         read_meta(Path(text))
     except (ValueError, OSError) as exc:

@@ -106,3 +106,11 @@ def test_python_dash_m_runs_a_command_to_its_end():
     out = subprocess.run([sys.executable, "-m", "models.gpt2_params"], capture_output=True, text=True,
                          cwd=MODELS.parent, check=True).stdout
     assert "124,439,808" in out
+
+
+def test_a_command_started_without_stdout_ends_quietly():
+    """`python -m models.gpt2_params >&-`: Python gives such a program sys.stdout = None and drops its prints, but
+    the front door's flush of sys.stdout ended it in an AttributeError traceback."""
+    result = subprocess.run([sys.executable, "-m", "models.gpt2_params"], stderr=subprocess.PIPE, text=True,
+                            cwd=MODELS.parent, timeout=120, preexec_fn=lambda: os.close(1))
+    assert (result.returncode, result.stderr) == (0, "")

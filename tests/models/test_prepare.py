@@ -512,6 +512,29 @@ def test_train_on_a_damaged_shard_is_one_line_naming_it(tmp_path, prepared, caps
     assert code == 1 and err.count("\n") == 1 and err.startswith(f"train: error: {shard} ")
 
 
+@pytest.mark.parametrize("given", ["text", "", "none"])
+def test_eval_data_that_is_no_prepared_folder_is_refused_as_it_is_parsed(tmp_path, prepared, corpus, capsys,
+                                                                         monkeypatch, given):
+    """--data FILE (a text file, as train takes) was refused only after parsing, with status 1, and --data '' read
+    the current folder: here a prepared one, scored "on the val split of  (…)". train's --data '' read it too."""
+    text = next(corpus.rglob("*.txt"))
+    path = {"text": str(text), "": "", "none": str(tmp_path / "none")}[given]
+    problem = {"text": f"{text} is a file; give a folder that models.prepare made (python -m models.prepare {text} "
+                       "--out DIR makes one)",
+               "": "expected a path, got ''", "none": f"no folder {tmp_path / 'none'}"}[given]
+    monkeypatch.chdir(prepared)
+    with pytest.raises(SystemExit) as exit:
+        evaluate.main([str(tmp_path), "--data", path, "--no-progress"])
+    out, err = capsys.readouterr()
+    assert (exit.value.code, out) == (2, "")
+    assert err == f"python -m models.eval: error: argument --data: {problem} (see --help)\n"
+    if given == "":
+        with pytest.raises(SystemExit) as exit:
+            train.main(["--data", "", "--out-dir", str(tmp_path / "run")])
+        assert exit.value.code == 2 and not (tmp_path / "run").exists()
+        assert capsys.readouterr().err == f"python -m models.train: error: argument --data: {problem} (see --help)\n"
+
+
 def test_eval_checks_the_checksums_of_what_it_reads(tmp_path, prepared, capsys):
     assert train_on(capsys, "--data", str(prepared), "--max-iters", "1", "--out-dir", str(tmp_path / "r"))[0] == 0
     damage(prepared / "val_000000.bin", "token")
