@@ -31,6 +31,10 @@ keeps the records of health.jsonl before `start` (those after it are of
 iterations it makes again) and the warnings they gave, so it prints what the
 uninterrupted run would have printed from `start` on, and its picture covers
 the whole run.
+
+health.jsonl is written first with the run's first record, as a checkpoint
+folder is replaced at the first save: a run refused, interrupted or with
+nothing to record before then leaves the report the folder held as it was.
 """
 import json
 import math
@@ -191,11 +195,9 @@ class Health:
         self.records, self.pending, self.warned, self._before = [], None, set(), None
         self.matrices = {name for name, p in model.named_parameters() if p.ndim >= 2}  # what "param" rules judge
         self.window_records = max(2, window // interval + 1) if interval else 0
+        self._kept = None  # the lines of health.jsonl this run keeps, until its first record rewrites the file
         if interval:
-            out_dir.mkdir(parents=True, exist_ok=True)  # before the first checkpoint makes it
-            history, lines = self._history(start) if start else ([], [])
-            with atomic_path(self.path) as tmp:  # a crash leaves the history whole, never cut short
-                tmp.write_text("".join(lines), encoding="utf-8")
+            history, self._kept = self._history(start) if start else ([], [])
             for record in history:  # the warnings the resumed run gave: each layer and rule warns once per run
                 self.records.append(record)
                 self.warnings()
@@ -261,8 +263,15 @@ class Health:
         for figures in record["params"].values():
             figures["grad_norm"] = _finite_or_none(figures["grad_norm"])
         self.records.append(record)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        line = json.dumps(record) + "\n"
+        if self._kept is None:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(line)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)  # before the first checkpoint makes it
+            with atomic_path(self.path) as tmp:  # a crash leaves the file as it was, or the kept lines whole
+                tmp.write_text("".join(self._kept) + line, encoding="utf-8")
+            self._kept = None
         for line in self.warnings():
             self.say(line)
 

@@ -455,8 +455,14 @@ class Bar:
 
     def __init__(self, total, desc, disable):
         from tqdm import tqdm
-        self.bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1000, disable=disable,
-                        dynamic_ncols=True, file=sys.stderr)
+
+        class Unmonitored(tqdm):
+            # tqdm's monitor is a thread that takes its lock and writes to stderr: the workers are forked
+            # (Encoders), which is safe from a process with one thread alone (Python 3.12 warns otherwise)
+            monitor_interval = 0
+
+        self.bar = Unmonitored(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1000,
+                               disable=disable, dynamic_ncols=True, file=sys.stderr)
         self.start = time.perf_counter()
 
     def advance(self, nbytes):
@@ -651,6 +657,9 @@ class Encoders:
         if self.workers == 1:
             return lambda tasks, wanted: ((section, self.encoder(section)) for section in tasks if wanted(section))
         import multiprocessing
+        # Forked from one thread: OpenBLAS stops its threads for a fork (pthread_atfork), and the bars have no
+        # monitor thread (Bar). Called where other threads run (numba's, after training in this process), the
+        # workers, which only encode in numba's serial kernels, take no lock of theirs.
         forked = sys.platform == "linux"
         if forked:  # an anonymous shared mapping, which forked workers inherit
             in_flight, dtype = 2 * self.workers + 1, np.dtype(self.encoder.dtype)

@@ -375,11 +375,11 @@ def train(args, world):
     schedule = nn.optim.WarmupCosineLR(optimizer, args.warmup_iters, args.lr_decay_iters or args.max_iters,
                                        args.min_lr, max_lr=args.lr, last_step=run.iter - 1)
     resumed_at = run.iter if args.resume else None  # that evaluation is the checkpoint's own
-    # rank 0 alone writes the health report: where it cannot (a full disk), every rank must stop, not wait for it
+    # rank 0 alone reads and writes the health report: where it cannot (a full disk), every rank must stop, not wait
     with world.together():
         monitor = health.Health(model, args.health_interval if world.is_root else 0, out_dir, args.grad_clip,
                                 args.batch_size, progress.say, start=run.iter)  # a resumed run continues the report
-    anomaly = anomaly_mode(args, run)
+    anomaly = anomaly_mode(args, run, world)
     for it in range(run.iter, args.max_iters + 1):
         if (it % args.eval_interval == 0 or it == args.max_iters) and it != resumed_at:
             evaluate(model, tokenizer, optimizer, data, run, args, world, progress.say)
@@ -576,14 +576,17 @@ def accumulate_gradients(model, x, y, layout, rank, args):
     return total / args.grad_accum
 
 
-def anomaly_mode(args, run):
+def anomaly_mode(args, run, world):
     """--detect-anomaly: autograd.detect_anomaly naming the iteration, its pictures in --out-dir when a package
     that draws them is installed (viz registers itself under "gptgrad.anomaly_pictures", see pyproject.toml, and
-    draws when graphviz is installed); otherwise a context that does nothing."""
+    draws when graphviz is installed); otherwise a context that does nothing. In a job rank 0 alone draws, as it
+    alone writes --out-dir (every rank would write the same files, each of its own anomaly); another rank's error
+    names the op all the same."""
     if not args.detect_anomaly:
         return contextlib.nullcontext()
     pictures = None
-    for hook in importlib.metadata.entry_points(group="gptgrad.anomaly_pictures"):
+    hooks = importlib.metadata.entry_points(group="gptgrad.anomaly_pictures") if world.is_root else ()
+    for hook in hooks:
         try:
             pictures = hook.load()(args.out_dir)
             break
@@ -605,9 +608,11 @@ def check_finite(loss, run, optimizer, out_dir):
 def flops_per_token(model, block_size):
     """A training step's FLOPs per token: 2 a weight for the forward, 2 for the input's gradient and 2 for the
     weight's own where it trains (PaLM's 6N; LoRA's frozen base computes no weight gradient), and attention's
-    products over `block_size` positions."""
+    products over `block_size` positions, 12·L·H·Q·T (PaLM's appendix B, nanoGPT's estimate_mfu). N counts no
+    position embedding: wpe is a table look-up, no product; wte is one, as the LM head it is tied to."""
     cfg = model.config
-    weights = 4 * model.num_parameters() + 2 * model.num_parameters(trainable=True)
+    position_table = model.transformer.wpe.weight
+    weights = sum((6 if p.requires_grad else 4) * p.size for p in model.parameters() if p is not position_table)
     return weights + 12 * cfg.n_layer * cfg.n_embd * block_size
 
 

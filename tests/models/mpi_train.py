@@ -5,8 +5,9 @@ order (2 ranks, a twice larger batch, gradient accumulation) agree to about
 1e-15 instead of float32's 1e-7. --fail-rank R --fail-at I --fail-how HOW makes
 rank R fail at iteration I: `step` raises a ValueError inside its forward and
 backward pass, `reduce` raises a RuntimeError in the gradient all-reduce,
-where no agreement between ranks catches it, and `health` an OSError (a full
-disk) as rank R appends its record to health.jsonl (give --health-interval).
+where no agreement between ranks catches it, `health` an OSError (a full
+disk) as rank R appends its record to health.jsonl (give --health-interval),
+and `anomaly` the log of 0 in its forward pass, which --detect-anomaly stops at.
 """
 import errno
 import sys
@@ -22,7 +23,7 @@ def main(argv=None):
     p.add_argument("--float64", action="store_true")
     p.add_argument("--fail-rank", type=int, default=None)
     p.add_argument("--fail-at", type=int, default=0)
-    p.add_argument("--fail-how", choices=["step", "reduce", "health"], default="step")
+    p.add_argument("--fail-how", choices=["step", "reduce", "health", "anomaly"], default="step")
     options, train_argv = p.parse_known_args(argv)
     if options.float64:
         ag.set_default_dtype("float64")
@@ -37,21 +38,28 @@ def main(argv=None):
 def inject_failure(options):
     calls = {"n": 0}
 
-    def failing(real, error):
+    def failing(real, fail):
         def run(*args):
             calls["n"] += 1
             if dist.rank == options.fail_rank and calls["n"] > options.fail_at:
-                raise error
+                fail()
             return real(*args)
         return run
 
+    def raising(error):
+        def fail():
+            raise error
+        return fail
+
     if options.fail_how == "step":
-        train.accumulate_gradients = failing(train.accumulate_gradients, ValueError("injected failure"))
+        train.accumulate_gradients = failing(train.accumulate_gradients, raising(ValueError("injected failure")))
+    elif options.fail_how == "anomaly":
+        train.accumulate_gradients = failing(train.accumulate_gradients, lambda: ag.Tensor([0.0]).log())
     elif options.fail_how == "health":
         health.Health.after_step = failing(health.Health.after_step,
-                                           OSError(errno.ENOSPC, "No space left on device", "health.jsonl"))
+                                           raising(OSError(errno.ENOSPC, "No space left on device", "health.jsonl")))
     else:
-        dist.all_reduce_gradients = failing(dist.all_reduce_gradients, RuntimeError("injected failure"))
+        dist.all_reduce_gradients = failing(dist.all_reduce_gradients, raising(RuntimeError("injected failure")))
 
 
 if __name__ == "__main__":

@@ -142,7 +142,9 @@ def test_interval_zero_does_nothing(model, tmp_path):
 
 def test_out_dir_may_be_a_string_as_the_docstring_passes_it(model, tmp_path):
     monitor = health.Health(model, 1, str(tmp_path / "out"))
-    assert monitor.path == tmp_path / "out" / health.JSONL_FILE and monitor.path.is_file()
+    assert monitor.path == tmp_path / "out" / health.JSONL_FILE and not (tmp_path / "out").exists()
+    train_steps(model, monitor, nn.optim.SGD(model.parameters(), lr=0.0), [0])  # the first record makes the folder
+    assert [json.loads(line)["iter"] for line in monitor.path.read_text().splitlines()] == [0]
 
 
 def fake_record(it, ratio, gelu, entropy):
@@ -262,12 +264,21 @@ def test_a_resumed_run_keeps_the_history_before_its_start_and_warns_as_the_unint
     # the run went on to 125 (and a crash cut its last line short), but its checkpoint is at iteration 75
     out_dir = tmp_path / "resumed"
     out_dir.mkdir()
-    (out_dir / "health.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[:6]) + '{"iter": 15')
+    left = "".join(json.dumps(r) + "\n" for r in records[:6]) + '{"iter": 15'
+    (out_dir / "health.jsonl").write_text(left)
     lines = []
     resumed = health.Health(model, 25, out_dir, say=lines.append, start=75)
     assert [r["iter"] for r in resumed.records] == [0, 25, 50] and lines == []
-    assert [json.loads(line)["iter"] for line in (out_dir / "health.jsonl").read_text().splitlines()] == [0, 25, 50]
+    assert (out_dir / "health.jsonl").read_text() == left  # until its first record (test_resumed_…_rewrites_…)
     assert judge(resumed, records[3:]) == straight[3:]
+
+
+def test_a_resumed_run_rewrites_the_report_with_its_first_record_keeping_the_history(model, tmp_path):
+    history = [json.dumps(model_record(model, it)) + "\n" for it in (0, 25, 50, 75)]
+    (tmp_path / "health.jsonl").write_text("".join(history) + '{"iter": 10')  # the run went on past 50
+    resumed = health.Health(model, 25, tmp_path, start=50)
+    train_steps(model, resumed, nn.optim.SGD(model.parameters(), lr=0.0), [50])
+    assert (tmp_path / "health.jsonl").read_text() == "".join(history[:2]) + json.dumps(resumed.records[-1]) + "\n"
 
 
 def test_a_run_resumed_without_its_history_has_no_start_to_judge(model, tmp_path):
@@ -286,13 +297,19 @@ def test_a_resumed_run_keeps_the_history_before_a_damaged_line_and_says_so(model
     assert [r["iter"] for r in resumed.records] == [0]
     assert said == [f"health: line 2 of {tmp_path / 'health.jsonl'} is not a record of this model's run: the report "
                     "keeps the 1 before it"]
-    assert (tmp_path / "health.jsonl").read_text() == lines[0] + "\n"
+    train_steps(model, resumed, nn.optim.SGD(model.parameters(), lr=0.0), [75])
+    assert (tmp_path / "health.jsonl").read_text() == lines[0] + "\n" + json.dumps(resumed.records[-1]) + "\n"
 
 
-def test_a_fresh_run_starts_the_report_afresh(model, tmp_path):
-    (tmp_path / "health.jsonl").write_text(json.dumps(model_record(model, 0)) + "\n")
-    assert health.Health(model, 25, tmp_path).records == []
-    assert (tmp_path / "health.jsonl").read_text() == ""
+def test_a_fresh_run_starts_the_report_afresh_with_its_first_record(model, tmp_path):
+    """An earlier run's report was emptied as the monitor was made: a run refused or interrupted before its
+    first record (or one of --max-iters 0, which records nothing) lost it."""
+    earlier = json.dumps(model_record(model, 0)) + "\n"
+    (tmp_path / "health.jsonl").write_text(earlier)
+    monitor = health.Health(model, 25, tmp_path)
+    assert monitor.records == [] and (tmp_path / "health.jsonl").read_text() == earlier
+    train_steps(model, monitor, nn.optim.SGD(model.parameters(), lr=0.0), [0])
+    assert (tmp_path / "health.jsonl").read_text() == json.dumps(monitor.records[0]) + "\n" != earlier
 
 
 def test_train_cli_resumed_continues_the_report_as_the_uninterrupted_run(tmp_path, capsys):
@@ -317,6 +334,31 @@ def test_train_cli_resumed_continues_the_report_as_the_uninterrupted_run(tmp_pat
     records = (split / "health.jsonl").read_text()
     assert [json.loads(line)["iter"] for line in records.splitlines()] == list(range(0, 110, 10))
     assert records == (straight / "health.jsonl").read_text()
+
+
+def test_train_cli_overwrite_keeps_the_earlier_report_until_its_first_record(tmp_path, capsys, monkeypatch):
+    """--overwrite emptied health.jsonl as training began, while the folder kept its checkpoint until the first
+    save: a run of --max-iters 0, or one interrupted before its first record, lost the earlier run's report."""
+    argv = [*TINY, "--out-dir", str(tmp_path), "--health-interval", "4", "--sample-tokens", "0"]
+    assert train.main([*argv, "--max-iters", "8"]) == 0
+    earlier = (tmp_path / "health.jsonl").read_text()
+    assert [json.loads(line)["iter"] for line in earlier.splitlines()] == [0, 4]
+    assert train.main([*argv, "--max-iters", "0", "--overwrite"]) == 0
+    assert (tmp_path / "health.jsonl").read_text() == earlier
+    real = train.accumulate_gradients
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "accumulate_gradients", interrupted)  # iteration 0: evaluated, not yet recorded
+    assert train.main([*argv, "--max-iters", "8", "--overwrite", "--seed", "7"]) == 130
+    assert (tmp_path / "health.jsonl").read_text() == earlier
+    assert "train: interrupted; " + str(tmp_path) + " holds the checkpoint of iteration 8" in capsys.readouterr().err
+    monkeypatch.setattr(train, "accumulate_gradients", real)
+    assert train.main([*argv, "--max-iters", "4", "--overwrite", "--seed", "7"]) == 0  # records iteration 0 alone
+    replaced = (tmp_path / "health.jsonl").read_text()
+    assert [json.loads(line)["iter"] for line in replaced.splitlines()] == [0]
+    assert replaced.splitlines()[0] != earlier.splitlines()[0]  # seed 7's record, not the earlier run's
 
 
 def test_train_cli_writes_the_report_at_the_interval(tmp_path, capsys):

@@ -389,6 +389,34 @@ def test_a_rerun_with_other_sections_starts_afresh_and_ends_the_same(tmp_path, c
     assert files_of(out) == files_of(tmp_path / "whole")
 
 
+FORK_THREADS = """
+import os, sys
+from models.training import prepare
+real_fork, counts = os.fork, []
+
+def fork():
+    pid = real_fork()
+    if pid:  # where Python 3.12 counts the process's threads, to warn that the fork may deadlock
+        counts.append(next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("Threads:")))
+    return pid
+
+os.fork = fork
+assert prepare.main(sys.argv[1:]) == 0
+print(counts)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked workers and /proc are Linux's")
+def test_the_workers_are_forked_from_a_process_of_one_thread(tmp_path):
+    """tqdm's monitor thread ran beside the fork (Python 3.12: "This process is multi-threaded, use of fork() may
+    lead to deadlocks in the child"); OpenBLAS stops its own threads for a fork."""
+    corpus = write_corpus(tmp_path / "corpus", files=2, lines=50)
+    done = subprocess.run([sys.executable, "-c", FORK_THREADS, str(corpus), "--tokenizer", "char", "--workers", "2",
+                           "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[1, 1]"  # the pool's two workers
+
+
 def test_an_interrupted_prepare_never_leaves_a_shard_that_looks_whole(tmp_path):
     """Killed at random moments while it writes shards, then run again: every file named as a shard is whole,
     no meta.json appears before the end, and the last run ends with exactly an uninterrupted run's output."""

@@ -212,6 +212,23 @@ def test_a_health_report_rank_0_cannot_write_ends_the_job_with_one_line(tmp_path
 
 
 @needs_mpi
+@pytest.mark.parametrize("rank", [0, 1])
+def test_rank_0_alone_draws_an_anomaly_into_the_folder(tmp_path, rank):
+    """Every rank drew the pictures of its anomaly into --out-dir, under the same names: rank 0 alone writes there,
+    and another rank's line names the op all the same."""
+    pytest.importorskip("graphviz")
+    code, out, err, _ = mpiexec("--fail-rank", str(rank), "--fail-at", "3", "--fail-how", "anomaly", *TINY,
+                                "--batch-size", str(B), "--max-iters", "10", "--detect-anomaly",
+                                "--out-dir", str(tmp_path), timeout=60)
+    assert code == 1
+    assert err.startswith(f"train: error: rank {rank}: detect_anomaly: forward of Log made NaN/inf at training "
+                          "iteration 3\n"), err
+    graph = "anomaly_graph.svg" if shutil.which("dot") else "anomaly_graph.dot"  # a forward's: no trace page
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("anomaly_")) == ([] if rank else [graph])
+    assert (f": {tmp_path / graph}\n" in err) is (rank == 0)
+
+
+@needs_mpi
 @pytest.mark.parametrize("when", ["parsing", "loading"])
 def test_data_only_one_rank_cannot_read_ends_the_job_with_its_line(tmp_path, when):
     """A --data file missing on one machine is refused as the options are parsed; one that only rank 1 names is

@@ -294,18 +294,30 @@ def test_a_block_size_beyond_the_init_from_models_positions_is_refused_at_parse_
                                        f"the model in --init-from {base}; use --block-size 32 or less (see --help)\n")
 
 
+def test_mfu_counts_the_products_of_the_non_embedding_weights_and_the_attention():
+    """PaLM's 6N + 12·L·H·Q·T by hand: N is every parameter but the position table (wpe, a look-up), which the
+    count included (about 1 % of the default model); wte counts, as the LM head's product it is tied to."""
+    from models.gpt.gpt2 import GPT, GPTConfig
+    V, T, L, C = 65, 32, 2, 16
+    model = GPT(GPTConfig(vocab_size=V, block_size=T, n_layer=L, n_head=2, n_embd=C))
+    block = 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * 4 * C + 4 * C) + (4 * C * C + C)
+    n = V * C + L * block + 2 * C  # wte, the blocks (ln_1, c_attn, c_proj, ln_2, c_fc, c_proj), ln_f
+    assert n == 7632 == model.num_parameters() - T * C
+    assert train.flops_per_token(model, T) == 6 * 7632 + 12 * L * C * T == 58080
+    assert train.flops_per_token(model, 8) == 6 * 7632 + 12 * L * C * 8  # attention over the positions trained
+
+
 def test_mfu_counts_no_weight_gradient_for_a_frozen_base():
     """A LoRA run counted 6N FLOPs a token, its frozen weights' gradients included: about 1.5 times its work, so
     the log said "mfu n/a (faster than the peak measured)" of a peak that was right."""
     import nn
     from models.gpt.gpt2 import GPT, GPTConfig
     model = GPT(GPTConfig(vocab_size=65, block_size=32, n_layer=2, n_head=2, n_embd=16))
-    n, attention = model.num_parameters(), 12 * 2 * 16 * 32
-    assert train.flops_per_token(model, 32) == 6 * n + attention
     nn.lora(model, 2, 4, ["c_attn"])
     adapters = model.num_parameters(trainable=True)
     assert adapters == 2 * (16 * 2 + 2 * 48)
-    assert train.flops_per_token(model, 32) == 4 * model.num_parameters() + 2 * adapters + attention
+    # the frozen non-embedding weights (7632, test above) 4 FLOPs each, the adapters 6
+    assert train.flops_per_token(model, 32) == 4 * 7632 + 6 * adapters + 12 * 2 * 16 * 32
 
 
 def test_eval_only_of_a_fine_tuned_checkpoint_names_the_checkpoint_not_its_base(tmp_path, capsys):
