@@ -10,9 +10,12 @@ the engine applies it):
     ∂L/∂A = (α/r) · xᵀ (G Bᵀ)     ∂L/∂B = (α/r) · (x A)ᵀ G     ∂L/∂x = G Wᵀ + (α/r) · G Bᵀ Aᵀ
 
 `merge()` folds ΔW into W (one matmul per forward, as the base had) and
-`unmerge()` restores the base weight exactly. Only A and B require grad, so
-an optimizer given `[p for p in model.parameters() if p.requires_grad]` holds
-moments for the adapters alone.
+`unmerge()` restores the base weight exactly; a second call of either does
+nothing. While merged, the base lies outside the parameters, where no state
+dict reaches it, so `state_dict()` and `load_state_dict()` refuse the model
+until `unmerge()`. Only A and B require grad, so an optimizer given
+`[p for p in model.parameters() if p.requires_grad]` holds moments for the
+adapters alone.
 """
 import math
 
@@ -84,6 +87,14 @@ class LoRALinear(Linear):
             base = backend.to_device(self._unmerged_weight, self.weight.device).astype(self.weight.dtype, copy=False)
             self.weight.data, self._unmerged_weight = base, None
         return self
+
+    def _state_refusal(self):
+        if self.merged:
+            return ("merged LoRA (merge()): each weight holds W + ΔW beside the lora_A and lora_B that make ΔW, so an "
+                    "unmerged copy loading this state would add ΔW twice, and a weight loaded into a merged layer "
+                    "would give way to the old base at unmerge(); call unmerge() first (and merge() again after), "
+                    "or read merged_weight()")
+        return None
 
     def extra_repr(self):
         return f"{super().extra_repr()}, r={self.r}, alpha={self.alpha}{', merged' if self.merged else ''}"

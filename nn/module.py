@@ -212,8 +212,26 @@ class Module:
         """How many numbers the parameters hold (with `trainable`, only those that require grad)."""
         return sum(p.size for p in self.parameters() if p.requires_grad or not trainable)
 
+    def _state_refusal(self):
+        """Why state_dict() and load_state_dict() must refuse this module as it is now, with the fix; None where they
+        need not (a merged nn.LoRALinear refuses)."""
+        return None
+
+    def _refuse_state(self, who):
+        """Raise, before anything is read or loaded, naming every module of this tree that _state_refusal() refuses."""
+        refused = {}
+        for name, module in self.named_modules():
+            reason = module._state_refusal()
+            if reason is not None:
+                refused.setdefault(reason, []).append(name or type(module).__name__)
+        if refused:
+            raise RuntimeError(f"{who}: " + "; ".join(
+                ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "") + f": {reason}"
+                for reason, names in refused.items()))
+
     def state_dict(self):
         """Dotted name → the parameter's array (shared, not copied)."""
+        self._refuse_state(f"state_dict of {type(self).__name__}")
         return OrderedDict((name, p.data) for name, p in self.named_parameters())
 
     def load_state_dict(self, state_dict, strict=True):
@@ -225,6 +243,7 @@ class Module:
         unexpected_keys): what strict=False skipped, as PyTorch returns them.
         """
         who = f"load_state_dict into {type(self).__name__}"
+        self._refuse_state(who)
         if not isinstance(state_dict, Mapping):
             raise TypeError(f"{who}: expected a dict of parameter name → array (what state_dict() gives), "
                             f"got {type(state_dict).__name__}")

@@ -121,6 +121,54 @@ def test_a_merged_model_moved_to_a_device_unmerges_there(device):
     np.testing.assert_allclose(backend.to_host(logits.data), unmerged, atol=1e-4)  # as test_devices compares GPTs
 
 
+def test_merge_twice_and_unmerge_unmerged_change_nothing():
+    model = adapted_gpt()
+    layer = model.transformer.h[0].attn.c_attn
+    base = layer.weight.data.copy()
+    layer.unmerge()
+    np.testing.assert_array_equal(layer.weight.data, base)
+    merged = layer.merge().weight.data.copy()
+    np.testing.assert_array_equal(layer.merge().weight.data, merged)
+    np.testing.assert_array_equal(layer.unmerge().unmerge().weight.data, base)
+
+
+def test_load_state_dict_into_a_merged_model_is_refused_and_changes_nothing_and_after_unmerge_it_loads_exactly():
+    """It loaded, and unmerge() then put back the base kept from before: the loaded weight was thrown away."""
+    model, source = adapted_gpt(), tiny_gpt(seed=5)
+    nn.lora(source, r=2, alpha=4, targets=("c_attn", "c_fc"))
+    loaded = {n: a.copy() for n, a in source.state_dict().items()}
+    layers, _ = merge_all(model)
+    before = {n: p.data.copy() for n, p in model.named_parameters()}
+    with pytest.raises(RuntimeError, match=r"load_state_dict into GPT: transformer\.h\.0\.attn\.c_attn, "
+                       r"transformer\.h\.0\.mlp\.c_fc, transformer\.h\.1\.attn\.c_attn and 1 more: merged LoRA "
+                       r"\(merge\(\)\).*call unmerge\(\) first"):
+        model.load_state_dict(loaded)
+    with pytest.raises(RuntimeError, match="merged LoRA"):  # the adapters alone, as a checkpoint's are loaded
+        model.load_state_dict({n: a for n, a in loaded.items() if ".lora_" in n}, strict=False)
+    assert all(np.array_equal(p.data, before[n]) for n, p in model.named_parameters())
+    for m in layers:
+        m.unmerge()
+    model.load_state_dict(loaded)
+    for m in layers:
+        m.merge().unmerge()
+    assert all(np.array_equal(p.data, loaded[n]) for n, p in model.named_parameters())
+
+
+def test_state_dict_of_a_merged_model_is_refused_and_an_unmerged_ones_loads_into_a_copy_exactly():
+    """A merged state dict held W + ΔW beside lora_A and lora_B: an unmerged copy loading it added ΔW twice."""
+    model, copy_ = adapted_gpt(), tiny_gpt(seed=5)
+    nn.lora(copy_, r=2, alpha=4, targets=("c_attn", "c_fc"))
+    layer = model.transformer.h[1].mlp.c_fc.merge()
+    with pytest.raises(RuntimeError, match=r"state_dict of GPT: transformer\.h\.1\.mlp\.c_fc: merged LoRA"):
+        model.state_dict()
+    with pytest.raises(RuntimeError, match=r"state_dict of LoRALinear: LoRALinear: merged LoRA"):
+        layer.state_dict()
+    layer.unmerge()
+    copy_.load_state_dict(model.state_dict())
+    x, y = batch()
+    np.testing.assert_array_equal(copy_(x, y)[0].data, model(x, y)[0].data)
+
+
 def test_a_second_lora_call_adds_adapters_and_the_first_calls_train_on():
     """The second call froze every parameter but its own adapters: c_attn's stopped training without a word."""
     model = tiny_gpt()
