@@ -20,6 +20,8 @@ import math
 import numbers
 from collections import namedtuple
 
+from .tensor import Tensor
+
 # What made a Value, read as a Tensor's op is: its name, its local derivatives (the rule), and `d`, those
 # derivatives as Values of the graph for create_graph: d(out) -> (∂out/∂a, ∂out/∂b), out the node itself
 Op = namedtuple("Op", "name rule d")
@@ -74,11 +76,11 @@ class Value:
         return f"Value(data={self.data:.6g}, grad={grad})"
 
     def __add__(self, other):  # ∂out/∂self = 1, ∂out/∂other = 1
-        other = other if isinstance(other, Value) else Constant(other)
+        other = other if isinstance(other, Value) else _constant(other, "+")
         return _result(self.data + other.data, ADD, self, 1.0, other, 1.0)
 
     def __mul__(self, other):  # ∂out/∂self = other, ∂out/∂other = self
-        other = other if isinstance(other, Value) else Constant(other)
+        other = other if isinstance(other, Value) else _constant(other, "*")
         return _result(self.data * other.data, MUL, self, other.data, other, self.data)
 
     def __pow__(self, k):  # ∂out/∂self = k · self^(k−1)
@@ -90,9 +92,14 @@ class Value:
             raise ValueError(f"Value ** {k}: at {self.data}, x ** {k} or its derivative {k} · x ** {k - 1} is not "
                              "a real number (a negative base's fractional power, or a division by 0)")
         try:
-            return _result(float(self.data ** k), _power(k), self, k * self.data ** (k - 1) if k else 0.0)
+            out = float(self.data ** k)
         except OverflowError:
             raise OverflowError(f"Value ** {k}: {self.data:g} ** {k} is beyond a float's range") from None
+        try:  # the power may be a float where its derivative is not: 1e-200 ** -1 = 1e200, its derivative −1e400
+            return _result(out, _power(k), self, k * self.data ** (k - 1) if k else 0.0)
+        except OverflowError:
+            raise OverflowError(f"Value ** {k}: at {self.data:g}, the derivative {k} · x ** {k - 1} is beyond "
+                                "a float's range") from None
 
     def exp(self):  # (eˣ)' = eˣ
         try:
@@ -122,12 +129,13 @@ class Value:
     __radd__ = __add__  # other + self is self + other, and other · self is self · other
     __rmul__ = __mul__
     def __neg__(self): return self * -1
-    def __sub__(self, other): return self + (-other)
-    def __rsub__(self, other): return Constant(other) - self
-    def __rtruediv__(self, other): return Constant(other) / self
+    # a number is negated as a number (x − 3 adds the Constant −3), a Value by a node (−1 · other)
+    def __sub__(self, other): return self + (-other if isinstance(other, Value) else -_constant(other, "-").data)
+    def __rsub__(self, other): return _constant(other, "-") - self
+    def __rtruediv__(self, other): return _constant(other, "/") / self
 
     def __truediv__(self, other):
-        other = other if isinstance(other, Value) else Constant(other)
+        other = other if isinstance(other, Value) else _constant(other, "/")
         if other.data == 0:
             raise ZeroDivisionError(f"Value /: division of {self.data:g} by 0")
         return self * other ** -1
@@ -194,6 +202,19 @@ class Constant(Value):
     (x + 1 makes the 1 one). Backward treats it as any leaf; it only says what the number is, and viz draws it
     as a constant, without the gradient nothing reads."""
     __slots__ = ()
+
+
+def _constant(other, op):
+    """`op`'s operand that is not a Value, a number, as a Constant (x + 1 makes the 1 one). A Tensor is refused:
+    its number alone would enter the graph, and no gradient would reach the tensor."""
+    if isinstance(other, Tensor):
+        raise TypeError(f"Value {op}: cannot compute with a Tensor operand, whose gradient would be lost; "
+                        "use Tensors throughout, or t.item() for a one-element tensor's number as a constant")
+    try:
+        return Constant(other)
+    except TypeError:
+        raise TypeError(f"Value {op}: cannot compute with a {type(other).__name__} operand {other!r}; "
+                        "use a Value or a real number") from None
 
 
 def _result(data, op, a, da, b=None, db=0.0):
