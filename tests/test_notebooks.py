@@ -4,7 +4,8 @@ Each lesson notebook ends with an exercise: a VJP to write, a starter with a
 deliberate mistake (gradcheck must reject it, showing why) and one answer
 (gradcheck must accept it). Every picture a notebook shows is a backward
 graph beside text that says gradients flow along its arrows, so each must be
-drawn after backward: a box saying "no grad yet" fails the notebook. Executing
+drawn after backward: a box saying "no grad yet" fails the notebook. A figure
+the text states (to 4 to 6 decimals) must be one a cell prints. Executing
 them here is what keeps them from rotting.
 """
 import json
@@ -31,6 +32,7 @@ GRADED = {
     "second_order.ipynb": ("not yet: your Hessian differs from ag.hessian",
                            "correct: diag(p) − ppᵀ matches ag.hessian, whatever the target"),
 }
+FIGURE = re.compile(r"(?<![\d.])\d+\.\d{4,6}(?!\d)")  # a figure stated to 4 to 6 decimals, as the cells print them
 NO_GRAD = "no grad yet"  # what viz.graph writes in a box drawn before backward
 # Notebooks whose pictures show a backward pass that detect_anomaly stopped, and what each must show: the culprit's
 # highlight (viz.graph.HIGHLIGHT), where the pass stopped (viz.anomaly.grad_lines) and never "backward not run"
@@ -53,6 +55,12 @@ def outputs_of(notebook):
             elif "text/plain" in data:
                 shown.append(data["text/plain"])
     return "\n".join(text), shown, pictures
+
+
+def unprinted_figures(notebook, text):
+    """The figures the notebook's prose states (4 to 6 decimals) that no cell printed in `text`."""
+    prose = " ".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
+    return [figure for figure in FIGURE.findall(prose) if figure not in text]
 
 
 def check_pictures(name, pictures):
@@ -80,9 +88,18 @@ def test_notebook_runs_and_grades_its_exercise(path):
     rejected, accepted = GRADED[path.name]
     assert text.count(rejected) == 1 and text.count(accepted) == 1  # the starter once, then the answer once
     assert not [v for v in shown if "np." in v], f"{path.name} displays NumPy scalar reprs: {shown}"
+    unprinted = unprinted_figures(notebook, text)
+    assert not unprinted, f"{path.name}: its text states {unprinted}, which no cell prints"
     if shutil.which("dot"):
         assert pictures, f"{path.name}: no graph rendered inline"
         check_pictures(path.name, pictures)
+
+
+def test_a_figure_the_text_states_but_no_cell_prints_is_found():
+    """The tiny notebook's prose said −0.516960 where its cell printed round()'s -0.51696."""
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("rises from −0.7 to −0.516960, "
+                                                                             "loss 2.467373")])
+    assert unprinted_figures(notebook, "logit: -0.7 → -0.51696\nloss 2.467373") == ["0.516960"]
 
 
 def test_a_picture_drawn_before_backward_fails_the_check():

@@ -40,6 +40,7 @@ if __name__ == "__main__":  # before the imports below: a Ctrl-C while they load
     from models.interrupts import exit_quietly_on_interrupt  # ends in one line, not a traceback
     exit_quietly_on_interrupt("viz.graph")
 
+import functools
 import html
 import inspect
 import shutil
@@ -576,8 +577,25 @@ def _emit(pic, graph):
         graph.edge(a, b, **attrs)
 
 
+@functools.cache
+def _digraph_class():
+    """graphviz.Digraph, but where Graphviz's `dot` is missing Jupyter shows how to install it in place of the
+    picture, rather than a traceback that stops a notebook's "Run All" at its first picture."""
+    graphviz = _graphviz()
+
+    class Digraph(graphviz.Digraph):
+        def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
+            try:
+                return super()._repr_mimebundle_(include, exclude, **kwargs)
+            except graphviz.ExecutableNotFound:
+                return {"text/plain": f"(no picture: Graphviz's `dot` program is not on PATH; {INSTALL_DOT}; "
+                                      "then rerun this cell)"}
+
+    return Digraph
+
+
 def _digraph(title):
-    graph = _graphviz().Digraph("backward", graph_attr={
+    graph = _digraph_class()("backward", graph_attr={
         "rankdir": "TB", "nodesep": "0.3", "ranksep": "0.35", "fontname": FONT, "fontsize": "12",
         "labelloc": "t", "labeljust": "l", "newrank": "true", "ordering": "out"},  # inputs left to right: A, B
         node_attr={"fontname": FONT, "fontsize": "11", "margin": "0.12,0.06"},

@@ -297,6 +297,18 @@ def test_cli_when_dot_vanishes_from_path(tmp_path, monkeypatch, capsys):
     assert "install Graphviz" in capsys.readouterr().err
 
 
+def test_jupyter_without_dot_shows_how_to_install_in_place_of_the_picture(tmp_path, monkeypatch):
+    """Jupyter shows draw's Digraph through _repr_mimebundle_: without `dot` that raised ExecutableNotFound, a
+    traceback that stopped every notebook at its first picture."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    a = Value(2.0, label="a")
+    for graph in (vg.draw(demo_module.demo_loss()), vg.draw(a * a)):
+        shown = graph._repr_mimebundle_()
+        assert list(shown) == ["text/plain"]
+        assert "Graphviz's `dot` program is not on PATH" in shown["text/plain"]
+        assert "apt-get install graphviz" in shown["text/plain"]
+
+
 def test_cli_unknown_module_is_a_clear_error():
     with pytest.raises(SystemExit, match="cannot import 'no_such_module_for_viz'"):
         vg.main(["no_such_module_for_viz", "--format", "dot"])
