@@ -462,13 +462,19 @@ def _sum_last(xp, x):
 
 
 class Sum(Function):
-    """z = Σ x over `axis`.   ∂z/∂x is all ones, so dx = g copied along the summed axes."""
+    """z = Σ x over `axis`.   ∂z/∂x is all ones, so dx = g copied along the summed axes.
+
+    float16 is summed in float32 and rounded once, as in PyTorch: NumPy adds along a strided axis in float16,
+    where 2048 + 1 rounds back to 2048 (5000 ones summed to 2048) and 60000 + 60000 − 60000 overflows.
+    """
 
     rule = "dx = broadcast(g)"
     saved_in_graph = _constants_only
 
     def forward(self, x, axis=None, keepdims=False):
         self.in_shape, self.kept = x.shape, _kept_shape(x.shape, axis)
+        if x.dtype == self.xp.float16:
+            return x.sum(axis=axis, keepdims=keepdims, dtype=self.xp.float32).astype(x.dtype)
         return x.sum(axis=axis, keepdims=keepdims)
 
     def backward(self, g):

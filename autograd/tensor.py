@@ -773,10 +773,19 @@ class Tensor:
     def gelu(self): return _ops.GELU.apply(self)
 
     def softmax(self, axis=-1, *, dim=None):
-        return _ops.Softmax.apply(self, axis=_axis("softmax", axis, dim, -1))
+        """softmax along `axis`; float16 is computed in float32 and rounded once, as in PyTorch (a float16 row
+        sum of 50000 terms lost p's last digits, and one of 70000 overflowed: p = 0)."""
+        axis = _axis("softmax", axis, dim, -1)
+        if self.dtype == np.float16:
+            return self.astype(np.float32).softmax(axis).astype(np.float16)
+        return _ops.Softmax.apply(self, axis=axis)
 
     def log_softmax(self, axis=-1, *, dim=None):
-        return _ops.LogSoftmax.apply(self, axis=_axis("log_softmax", axis, dim, -1))
+        """z − log Σ exp z along `axis`; float16 is computed in float32 and rounded once, as softmax."""
+        axis = _axis("log_softmax", axis, dim, -1)
+        if self.dtype == np.float16:
+            return self.astype(np.float32).log_softmax(axis).astype(np.float16)
+        return _ops.LogSoftmax.apply(self, axis=axis)
 
     def reshape(self, *shape):
         shape = tuple(shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)

@@ -285,6 +285,20 @@ def test_float16_mean_and_var_are_computed_in_float32_and_rounded_once():
     np.testing.assert_array_equal(y.grad, np.float16([-0.06] * 99 + [5.94]))  # 2(x − μ)/n
 
 
+def test_float16_sum_is_computed_in_float32_and_rounded_once():
+    """NumPy adds along a strided axis in float16: 2048 + 1 rounded back to 2048 and 60000 + 60000 overflowed,
+    where PyTorch sums in float32 and rounds once; along the contiguous axis it already did."""
+    ones = Tensor(np.ones((5000, 2), np.float16), requires_grad=True)
+    total = ones.sum(axis=0)
+    total.backward(np.float16([1.0, 2.0]))
+    assert total.dtype == ones.grad.dtype == np.float16 and total.tolist() == [5000.0, 5000.0]
+    np.testing.assert_array_equal(ones.grad, np.float16([[1.0, 2.0]] * 5000))
+    big = Tensor(np.float16([[60000.0] * 3, [60000.0] * 3, [-60000.0] * 3]))
+    assert big.sum(axis=0).tolist() == [60000.0] * 3
+    with np.errstate(over="ignore"):
+        assert Tensor(np.ones(70000, np.float16)).sum().item() == np.inf  # the true sum is past 65504
+
+
 def test_max_with_dim_shares_the_gradient_of_ties_too():
     """max(dim=d) returns torch's first index, but its values' gradient is DESIGN's equal share (torch.max(x, d)
     gives it to the index): half each at a two-way tie, where central differences agree, a third at a three-way."""
