@@ -1,6 +1,6 @@
 """A lesson on failure: three ways training a GPT goes wrong, and what the tools say about each.
 
-    python -m models.troubleshoot            # about half a minute on 2 cores; the health report goes to a new
+    python -m models.troubleshoot            # about 10 seconds on 2 cores; the health report goes to a new
                                              # temporary folder it names (--out-dir DIR: there instead)
     notebooks/troubleshoot.ipynb             # the same, a cell per step, with an exercise
 
@@ -235,7 +235,7 @@ def main(argv=None):
                         "under the system's temporary folder, never the current one: a lesson is no project)")
     args = p.parse_args(argv)
     out_dir = Path(args.out_dir) if args.out_dir else Path(tempfile.mkdtemp(prefix="gptgrad-troubleshoot-"))
-    try:  # now, not when failure 2 writes there half a minute later: a --out-dir that cannot be a folder says so
+    try:  # now, not when failure 2 writes there seconds later: a --out-dir that cannot be a folder says so
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         p.error(f"--out-dir {args.out_dir}: cannot make that folder "
@@ -243,8 +243,7 @@ def main(argv=None):
     section("failure 1", "a learning rate 30× too high, and a loss in two ops: the loss goes NaN")
     lr_too_high()
     section("failure 2", "an initialisation 10× too large: GELU saturates, attention sharpens")
-    init_too_large(out_dir)
-    print(f"the health report: {out_dir / 'health.png'} and {out_dir / 'health.jsonl'}")
+    init_too_large(out_dir)  # its health monitor names the files it wrote
     section("failure 3", "a custom op whose VJP has a sign error")
     sign_error()
     return 0
