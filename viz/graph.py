@@ -830,7 +830,7 @@ def main(argv=None):
     p.add_argument("module", help="a module defining demo_loss(), e.g. models.bigram (model.bigram works too)")
     p.add_argument("--format", choices=FORMATS, help="output format (default: --out's suffix, else svg)")
     p.add_argument("--out", type=output_file,
-                   help="output file (default: graph_<module>.<format> in the current directory)")
+                   help="output file (default: graph_<module>.<format> in the current directory, flow_<module> with --flow)")
     p.add_argument("--collapse", action="store_true", help="fold each module into one box")
     p.add_argument("--collapse-depth", type=int, metavar="N",
                    help="fold modules by the first N parts of their dotted name (implies --collapse) "
@@ -897,7 +897,9 @@ def main(argv=None):
         title += " · each part's share of a summed gradient" + (f", the path to {args.flow} in red" if flow_to is not None else "")
     graph = draw(loss, collapse=collapse, depth=args.depth, title=title, flow=True if args.flow is not None else None,
                  flow_to=flow_to)
-    stem = f"graph_{name.rsplit('.', 1)[-1]}" + ("_double" if args.double is not None else "")
+    # a flow picture is named apart, so that it does not replace the plain graph of the same module
+    stem = ("flow_" if args.flow is not None else "graph_") + name.rsplit('.', 1)[-1]
+    stem += "_double" if args.double is not None else ""
     out = Path(args.out) if args.out else Path(f"{stem}.{fmt}")
     try:
         return _write(graph, out, fmt)

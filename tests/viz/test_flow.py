@@ -130,6 +130,15 @@ def test_the_command_draws_the_flow_to_a_leaf(tmp_path, capsys):
     assert "the path to E in red" in svg and "share 1" in svg
 
 
+def test_the_flow_picture_is_named_apart_from_the_plain_graph(tmp_path, monkeypatch):
+    """Drawn one after the other with their default names, the flow picture does not replace the plain graph."""
+    monkeypatch.chdir(tmp_path)
+    assert vg.main(["models.tiny", "--format", "dot"]) == 0
+    assert vg.main(["models.tiny", "--flow", "E", "--format", "dot"]) == 0
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["flow_tiny.dot", "graph_tiny.dot"]
+    assert "share" in (tmp_path / "flow_tiny.dot").read_text() and "share" not in (tmp_path / "graph_tiny.dot").read_text()
+
+
 def test_a_leaf_the_graph_lacks_is_refused_with_the_names_it_has(capsys):
     assert vg.main(["models.tiny", "--flow", "Z", "--format", "dot", "--out", "/dev/null"]) == 1
     err = capsys.readouterr().err
