@@ -333,6 +333,8 @@ def diverge(fn, inputs=(), a=None, b=None, reference=None):
     if reference is not None and not reference:  # else the report would say "not compared" as if all were well
         raise ValueError(f"{WHO}: the reference holds no arrays; give {{module name: its output array}}, "
                          "e.g. {'transformer.h.0': ...}")
+    if reference is not None:
+        _check_reference_dtypes(reference)
     root = fn(*inputs)
     if isinstance(root, Value):
         raise TypeError(f"{WHO}: diverge compares Tensor graphs (ops with fused and composed forms, float32 and "
@@ -341,6 +343,8 @@ def diverge(fn, inputs=(), a=None, b=None, reference=None):
         raise TypeError(f"{WHO}: fn must return a scalar Tensor that requires grad (a loss), got "
                         f"{root!r:.120}; reduce it first (e.g. .sum())")
     made = _forward_ops(root)
+    if reference is not None:  # refused here, before the replays: they are the work
+        _check_reference_modules(made, reference)
     truth = _Stored()
     _replay(made, root, TRUTH, truth)
     drift32 = _Against(truth)
@@ -414,24 +418,40 @@ def _module_outputs(made):
     return last
 
 
-def _against_reference(made, root, sa, run_a, reference, drift32, scale, recorded):
-    """Setting a's module outputs against arrays captured elsewhere (assumed float32, another library's)."""
+def _check_reference_dtypes(reference):
+    """Each reference holds numbers: a module's output cannot be text or Python objects."""
+    for name, array in reference.items():
+        dtype = array.dtype if hasattr(array, "dtype") else np.asarray(array).dtype
+        if dtype.kind not in "biuf":
+            raise TypeError(f"{WHO}: the reference for {name!r} holds {dtype} values; give the module's output, "
+                            "an array of numbers")
+
+
+def _check_reference_modules(made, reference):
+    """Each reference names a module of the recorded graph and has the shape of that module's output."""
     outputs = _module_outputs(made)
     missing = sorted(set(reference) - set(outputs))
     if missing:
         known = ", ".join(sorted(outputs, key=outputs.get)[:12])
         raise KeyError(f"{WHO}: no module named {', '.join(map(repr, missing))} recorded ops in fn's graph; the "
                        f"modules it has include {known}")
+    for name, array in reference.items():
+        theirs, ours = np.shape(array), tuple(made[outputs[name]].shape)  # np.shape reads a CuPy array's .shape
+        if theirs != ours:
+            raise ValueError(f"{WHO}: the reference for {name!r} has shape {theirs}, the module's output {ours}; "
+                             "capture the module's output tensor itself (a forward hook's output, its first item "
+                             "where it returns a tuple)")
+
+
+def _against_reference(made, root, sa, run_a, reference, drift32, scale, recorded):
+    """Setting a's module outputs against arrays captured elsewhere (assumed float32, another library's)."""
+    outputs = _module_outputs(made)
     coarse = max(_rounding(_dtype_of(sa, recorded)), _rounding(np.float32))
     rows = {"forward": [], "backward": []}
     for step, (name, k) in enumerate(sorted(((n, outputs[n]) for n in reference), key=lambda nk: nk[1]), 1):
         ours = run_a.arrays[("forward", k)][0]
         theirs = np.asarray(backend.to_host(reference[name]) if backend.device_of(reference[name]) else
                             reference[name], dtype=np.float64)
-        if theirs.shape != ours.shape:
-            raise ValueError(f"{WHO}: the reference for {name!r} has shape {theirs.shape}, the module's output "
-                             f"{ours.shape}; capture the module's output tensor itself (a forward hook's output, "
-                             "its first item where it returns a tuple)")
         key = ("forward", k)
         d = _largest_difference([ours], [theirs])
         drift = max(drift32[key] * coarse / _rounding(np.float32), coarse * scale[key])

@@ -21,6 +21,7 @@ if __name__ == "__main__":  # before the imports below: a Ctrl-C while they load
 import argparse
 import html
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -68,10 +69,13 @@ def parse_setting_or_reference(text):
         return parse_setting(text)
     from models.cli import input_file
     path = input_file(text)
+    if not zipfile.is_zipfile(path):  # np.load would read a lone .npy array, or take any other file for a pickle
+        raise argparse.ArgumentTypeError(f"{text} is not a .npz archive; save the arrays with "
+                                         "np.savez(path, **{module name: array})")
     try:
-        with np.load(path) as arrays:
+        with np.load(path, allow_pickle=False) as arrays:
             references = References((name, arrays[name]) for name in arrays.files)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise argparse.ArgumentTypeError(f"{text}: not a .npz file of arrays ({exc})") from None
     if not references:
         raise argparse.ArgumentTypeError(f"{text} holds no arrays; save each module's output by its name, "

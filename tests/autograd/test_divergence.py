@@ -174,6 +174,23 @@ def test_an_empty_reference_is_refused_not_reported_as_compared():
         ag.diverge(small_model(), reference={})
 
 
+@pytest.mark.parametrize("reference, error, message", [
+    ({"head": np.zeros(3, np.float32)}, ValueError,
+     r"the reference for 'head' has shape \(3,\), the module's output \(2, 3, 6\); capture the module's output"),
+    ({"nohead": np.zeros((2, 3, 6))}, KeyError, "no module named 'nohead' recorded ops in fn's graph"),
+    ({"head": np.full((2, 3, 6), "a")}, TypeError,
+     "the reference for 'head' holds <U1 values; give the module's output, an array of numbers"),
+])
+def test_a_reference_that_cannot_be_compared_is_refused_before_any_replay(monkeypatch, reference, error, message):
+    """The shape was checked after the float64, float32 and setting a replays (a minute on the main job's model);
+    text failed inside np.asarray as "could not convert string to float"."""
+    replays = []
+    monkeypatch.setattr(divergence, "_replay", lambda *args: replays.append(args))
+    with pytest.raises(error, match=message):
+        ag.diverge(small_model(), reference=reference)
+    assert replays == []
+
+
 @pytest.mark.parametrize("a, error, message", [
     ({"fusd": True}, TypeError, "unknown key\\(s\\) 'fusd'; the keys are fused, device, dtype, threads"),
     ({"dtype": "float16"}, TypeError, "dtype must be float32 or float64"),

@@ -1,5 +1,6 @@
 """python -m viz.diverge: the report printed, the parting op marked on the graph beside the table."""
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -52,11 +53,19 @@ def test_settings_are_words_joined_by_commas(setting, parsed):
     (["models.tiny", "--a"], "argument --a: expected one argument"),
     (["models.tiny", "--a", "fused", "--b", "missing.npz"], "missing.npz"),
     (["models.tiny", "--b", "empty.npz"], "empty.npz holds no arrays; save each module's output by its name"),
+    # np.load took a text file for a pickle (and said to allow_pickle), ended in a traceback on an empty file,
+    # and returned a lone .npy's ndarray, no context manager ("invalid … value")
+    *((["models.tiny", "--b", f"{name}.npz"], f"argument --b: {name}.npz is not a .npz archive; save the arrays "
+       "with np.savez(path, **{module name: array}) (see --help)") for name in ("text", "blank", "lone")),
     (["models.tiny", "--format", "svg", "--out", "parts.png"], "--format svg but --out parts.png names a .png file"),
 ])
 def test_bad_settings_are_refused_before_any_work(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     np.savez("empty.npz")
+    Path("text.npz").write_text("module,output\ntransformer.h.0,1.5\n")
+    Path("blank.npz").write_bytes(b"")
+    with open("lone.npz", "wb") as f:
+        np.save(f, np.zeros(3))
     with pytest.raises(SystemExit) as exit_info:
         vd.main(argv)
     assert exit_info.value.code == 2
