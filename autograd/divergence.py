@@ -436,7 +436,8 @@ def _check_reference_modules(made, reference):
         raise KeyError(f"{WHO}: no module named {', '.join(map(repr, missing))} recorded ops in fn's graph; the "
                        f"modules it has include {known}")
     for name, array in reference.items():
-        theirs, ours = np.shape(array), tuple(made[outputs[name]].shape)  # np.shape reads a CuPy array's .shape
+        theirs = tuple(array.shape) if hasattr(array, "shape") else np.asarray(array).shape  # a CuPy array stays put
+        ours = tuple(made[outputs[name]].shape)
         if theirs != ours:
             raise ValueError(f"{WHO}: the reference for {name!r} has shape {theirs}, the module's output {ours}; "
                              "capture the module's output tensor itself (a forward hook's output, its first item "
