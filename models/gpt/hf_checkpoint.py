@@ -42,12 +42,15 @@ _MASK_BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")  # the original
 # safetensors' types that NumPy reads, and bfloat16 (what transformers saves a bfloat16 model in), which NumPy has
 # no dtype for and read_safetensors_file widens to float32 itself
 _READABLE_DTYPES = ("BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64", "F16", "BF16", "F32", "F64", "C64")
-_TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")  # names transformers gives the tanh GELU
+# the names transformers gives the tanh GELU, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))); "gelu" is the erf one
+_TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python_tanh", "gelu_accurate")
 
 
 def config_fields(hf):
     """GPTConfig's fields (all but dropout) from a transformers GPT-2 config.json dict; refuses what this model
-    cannot compute. GPTConfig checks the values themselves."""
+    cannot compute, naming each field, its value and the one this model computes. GPTConfig checks the values
+    themselves. reorder_and_upcast_attn is accepted: it only moves the 1/√head_size scaling before the query-key
+    product and computes that product in float32, which is the same attention for the float32 weights loaded here."""
     if hf.get("model_type", "gpt2") != "gpt2":
         raise ValueError(f"from_pretrained: config.json describes a {hf['model_type']!r} model, not 'gpt2'")
     fields = {"vocab_size": hf.get("vocab_size", 50257), "block_size": hf.get("n_positions", hf.get("n_ctx", 1024)),
@@ -57,19 +60,24 @@ def config_fields(hf):
     if not isinstance(fields["bias"], bool):
         raise ValueError(f"from_pretrained: config.json's \"bias\" should be true or false, not {fields['bias']!r}")
     n_embd = fields["n_embd"]
+    width = f" or {4 * n_embd}" if isinstance(n_embd, int) else ""
+
+    def asked(name):  # the field as config.json spells it: "relu", null, false
+        return f"{name}={json.dumps(hf[name])}"
     unsupported = []
     if hf.get("activation_function", "gelu_new") not in _TANH_GELUS:
-        unsupported.append(f"activation_function={hf['activation_function']!r} (this model uses GPT-2's tanh GELU)")
+        unsupported.append(f"{asked('activation_function')} (this model computes GPT-2's tanh GELU: "
+                           + ", ".join(json.dumps(name) for name in _TANH_GELUS) + ")")
     if hf.get("n_inner") is not None and not (isinstance(n_embd, int) and hf["n_inner"] == 4 * n_embd):
-        unsupported.append(f"n_inner={hf['n_inner']} (the MLP here is 4 × n_embd)")
+        unsupported.append(f"{asked('n_inner')} (the MLP here is 4 × n_embd wide: null{width})")
     if not hf.get("scale_attn_weights", True):
-        unsupported.append("scale_attn_weights=false (attention here scales by 1/√head_size)")
+        unsupported.append(f"{asked('scale_attn_weights')} (attention here scales by 1/√head_size: true)")
     if hf.get("scale_attn_by_inverse_layer_idx", False):
-        unsupported.append("scale_attn_by_inverse_layer_idx=true")
+        unsupported.append(f"{asked('scale_attn_by_inverse_layer_idx')} (every layer here scales alike: false)")
     if hf.get("add_cross_attention", False):
-        unsupported.append("add_cross_attention=true")
+        unsupported.append(f"{asked('add_cross_attention')} (this model is a decoder alone: false)")
     if not hf.get("tie_word_embeddings", True):
-        unsupported.append("tie_word_embeddings=false (the LM head here is the token embedding)")
+        unsupported.append(f"{asked('tie_word_embeddings')} (the LM head here is the token embedding: true)")
     if unsupported:
         raise ValueError("from_pretrained: config.json asks for what this GPT-2 does not implement: "
                          + "; ".join(unsupported))

@@ -166,3 +166,43 @@ def test_a_padded_vocabulary_keeps_parity_and_saves_the_checkpoints_rows(hf_fold
     again, info = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "padded", output_loading_info=True)
     assert not info["missing_keys"] and not info["mismatched_keys"]
     assert again.transformer.wte.weight.shape == (TINY["vocab_size"], TINY["n_embd"])
+
+
+def _hf_logits(model, tokens):
+    with torch.no_grad():
+        return model.eval()(torch.from_numpy(tokens)).logits.numpy()
+
+
+@pytest.mark.parametrize("variant", [
+    {"activation_function": name}
+    for name in ("gelu_pytorch_tanh", "gelu_fast", "gelu_python_tanh", "gelu_accurate")] + [
+    {"n_inner": 4 * TINY["n_embd"]},
+    {"reorder_and_upcast_attn": True},  # transformers takes that path in eager attention alone
+    {"layer_norm_epsilon": 1e-3}, {"layer_norm_epsilon": 0.1},
+], ids=str)
+def test_a_config_variant_this_model_computes_gives_transformers_logits(tmp_path, tokens, variant):
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(**{**TINY, **variant})
+    config._attn_implementation = "eager"
+    hf = transformers.GPT2LMHeadModel(config)
+    hf.save_pretrained(tmp_path)
+    np.testing.assert_allclose(GPT.from_pretrained(tmp_path)(tokens)[0].data, _hf_logits(hf, tokens),
+                               atol=1e-5, rtol=0)
+
+
+def test_a_sharded_checkpoint_transformers_wrote_loads(tmp_path, hf_folder, tokens):
+    hf = load_hf(hf_folder)
+    hf.save_pretrained(tmp_path, max_shard_size="20KB")
+    assert (tmp_path / "model.safetensors.index.json").is_file() and not (tmp_path / "model.safetensors").exists()
+    np.testing.assert_allclose(GPT.from_pretrained(tmp_path)(tokens)[0].data, _hf_logits(hf, tokens),
+                               atol=1e-5, rtol=0)
+
+
+def test_a_gpt2model_checkpoint_loads_with_the_head_tied_to_its_embedding(tmp_path, hf_folder, tokens):
+    """GPT2Model saves the body alone, keys without the `transformer.` prefix: the logits are its last hidden
+    state against the token embedding, as GPT2LMHeadModel computes them from that folder."""
+    body = transformers.GPT2Model.from_pretrained(hf_folder)
+    body.save_pretrained(tmp_path)
+    with torch.no_grad():
+        expected = (body.eval()(torch.from_numpy(tokens)).last_hidden_state @ body.wte.weight.T).numpy()
+    np.testing.assert_allclose(GPT.from_pretrained(tmp_path)(tokens)[0].data, expected, atol=1e-5, rtol=0)

@@ -115,7 +115,7 @@ def test_checkpoint_errors_are_clear(tmp_path):
                                          r"n_embd 16 \(the weights have 8\)"):
         GPT.from_pretrained(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({**wider, "activation_function": "relu"}))
-    with pytest.raises(ValueError, match="activation_function='relu'"):
+    with pytest.raises(ValueError, match='activation_function="relu"'):
         GPT.from_pretrained(tmp_path)
 
 
@@ -133,6 +133,43 @@ def test_config_sizes_are_checked_against_the_weights_before_a_model_is_built(tm
     with pytest.raises(ValueError, match=re.escape(said)):
         GPT.from_pretrained(tmp_path)
 
+
+@pytest.mark.parametrize("field, value, said", [
+    ("activation_function", "gelu", 'activation_function="gelu" (this model computes GPT-2\'s tanh GELU: "gelu_new", '
+                                    '"gelu_pytorch_tanh", "gelu_fast", "gelu_python_tanh", "gelu_accurate")'),
+    ("activation_function", "relu", 'activation_function="relu" (this model computes GPT-2\'s tanh GELU: '),
+    ("n_inner", 16, "n_inner=16 (the MLP here is 4 × n_embd wide: null or 32)"),
+    ("n_inner", "32", 'n_inner="32" (the MLP here is 4 × n_embd wide: null or 32)'),
+    ("scale_attn_weights", False, "scale_attn_weights=false (attention here scales by 1/√head_size: true)"),
+    ("scale_attn_weights", None, "scale_attn_weights=null (attention here scales by 1/√head_size: true)"),
+    ("scale_attn_by_inverse_layer_idx", True,
+     "scale_attn_by_inverse_layer_idx=true (every layer here scales alike: false)"),
+    ("add_cross_attention", True, "add_cross_attention=true (this model is a decoder alone: false)"),
+    ("tie_word_embeddings", False, "tie_word_embeddings=false (the LM head here is the token embedding: true)"),
+])
+def test_a_config_this_model_does_not_compute_is_refused_naming_the_field_its_value_and_ours(
+        tmp_path, monkeypatch, field, value, said):
+    tiny().save_pretrained(tmp_path)
+    hf = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**hf, field: value}))
+    monkeypatch.setattr(GPT, "__init__", lambda self, config: pytest.fail("a model was built"))
+    with pytest.raises(ValueError) as error:
+        GPT.from_pretrained(tmp_path)
+    assert str(error.value).startswith(f"{tmp_path / 'config.json'}: from_pretrained: config.json asks for what "
+                                       "this GPT-2 does not implement: " + said)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("activation_function", "gelu_python_tanh"), ("activation_function", "gelu_accurate"),  # the same tanh GELU
+    ("n_inner", None), ("n_inner", 32), ("reorder_and_upcast_attn", True),
+])
+def test_a_config_spelling_what_this_model_computes_loads_with_the_same_logits(tmp_path, field, value):
+    model = tiny()
+    model.save_pretrained(tmp_path)
+    hf = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**hf, field: value}))
+    x, _ = batch(model.config)
+    np.testing.assert_array_equal(GPT.from_pretrained(tmp_path)(x)[0].data, model(x)[0].data)
 
 def test_missing_and_unexpected_keys_are_named_with_the_folder(tmp_path):
     from safetensors.numpy import save_file
