@@ -15,6 +15,7 @@ What a record (one line of out/health.jsonl) holds:
   flat there: those units pass almost no gradient), and each head's mean
   attention entropy in nats (a head near 0 looks at one key only);
 - for the step: the global gradient norm and whether clipping scaled it.
+A figure that is NaN or infinite is recorded as null (JSON has neither).
 
 The activations come from one more forward pass on the iteration's first
 `rows` rows, in eval mode (no dropout, so no random number is drawn) and
@@ -82,6 +83,11 @@ def log10_update(figures):
     return -math.inf if figures.get("update_norm") == 0 else figures["log10_update_ratio"]  # (older runs' lack it)
 
 
+def lowest_entropy(figures):
+    """A block's lowest head attention entropy in a record; None where no head has one (a NaN is recorded null)."""
+    return min((h for h in figures.get("attention_entropy") or () if h is not None), default=None)
+
+
 RULES = (
     Rule("update too large", "param", log10_update, True, -1.0, "update/weight 10^{:.1f}",
          "the learning rate is likely too high",
@@ -95,7 +101,7 @@ RULES = (
          "under 0.012 below -3 (Hendrycks and Gimpel 2016). GPT-2's init puts none there; a trained MLP has "
          "many (the default run: 9% by iteration 2000), so only the start says so; 'GELU near-dead' judges the "
          "rest", when="start"),
-    Rule("attention collapsed", "block", lambda b: min(b.get("attention_entropy") or [math.inf]), False, 0.1,
+    Rule("attention collapsed", "block", lowest_entropy, False, 0.1,
          "lowest head attention entropy {:.3f} nats",
          "the initialisation (or the learning rate) is likely too large: the scores q·k are too wide",
          "Zhai et al. 2023, Stabilizing Transformer Training by Preventing Attention Entropy Collapse"),
@@ -138,7 +144,7 @@ def attention_entropy(q, k):
     scores -= scores.max(axis=-1, keepdims=True)
     p = np.exp(scores)
     p /= p.sum(axis=-1, keepdims=True)
-    plogp = np.where(p > 0, p * np.log(np.where(p > 0, p, 1)), 0.0)
+    plogp = p * np.log(np.where(p > 0, p, 1))  # 0 log 0 = 0; a NaN stays NaN, not an entropy of 0
     return (-plogp.sum(axis=-1)).mean(axis=(0, 2))
 
 
@@ -168,11 +174,11 @@ def activations(model, idx):
             x = backend.to_host(op.inputs[0].data)
             out[owner]["gelu_below_-3"] = float((x < GELU_DEAD).mean())
         elif op.name == "ScaledDotProductAttention":
-            out[owner]["attention_entropy"] = [float(h) for h in attention_entropy(op.inputs[0].data,
-                                                                                   op.inputs[1].data)]
+            out[owner]["attention_entropy"] = [_finite_or_none(float(h)) for h in attention_entropy(
+                op.inputs[0].data, op.inputs[1].data)]
     for figures in out.values():
         y = backend.to_host(figures.pop("output")).astype(np.float64)
-        figures["mean"], figures["std"] = float(y.mean()), float(y.std())
+        figures["mean"], figures["std"] = _finite_or_none(float(y.mean())), _finite_or_none(float(y.std()))
     return out
 
 
@@ -237,10 +243,12 @@ class Health:
         if not self.due(it):
             return
         named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
-        params = {n: {"grad_norm": _norm(p.grad) if p.grad is not None else 0.0, "weight_norm": _norm(p.data)}
+        params = {n: {"grad_norm": _norm(p.grad) if p.grad is not None else 0.0,
+                      "weight_norm": _finite_or_none(_norm(p.data))}
                   for n, p in named}
         total = math.sqrt(sum(f["grad_norm"] ** 2 for f in params.values()))
-        clipped = bool(self.max_norm) and self.max_norm / (total + 1e-6) < 1  # clip_grad_norm_'s own test
+        # clip_grad_norm_'s own test: a NaN norm scales every gradient (to NaN)
+        clipped = bool(self.max_norm) and not self.max_norm / (total + 1e-6) >= 1
         rows = idx[:self.rows] if self.rows else idx
         self.pending = {"iter": it, "grad_norm": _finite_or_none(total), "max_norm": self.max_norm,
                         "clipped": clipped, "params": params,
@@ -258,7 +266,7 @@ class Health:
                 step, weight = _norm(p.data - self._before[name]), figures["weight_norm"]
                 figures["update_norm"] = _finite_or_none(step)
                 figures["log10_update_ratio"] = (_finite_or_none(math.log10(step / weight))
-                                                 if step > 0 and weight > 0 else None)
+                                                 if step > 0 and weight else None)
         self._before = None
         for figures in record["params"].values():
             figures["grad_norm"] = _finite_or_none(figures["grad_norm"])
@@ -301,7 +309,7 @@ class Health:
     def close(self):
         """Draw out/health.png from the records (nothing when there are none)."""
         if self.records:
-            plot(self.plot_path, self.records)
+            plot(self.plot_path, self.records, self.matrices)
             self.say(f"wrote the health report to {self.path} and {self.plot_path}")
 
 
@@ -346,16 +354,16 @@ def layer_name(name):
     return name.removesuffix(".weight")
 
 
-def plot(path, records):
+def plot(path, records, matrices):
     """Six panels over iterations: update ratio (with the 10^-3 guide; an update of 0 on a line of its own below
     the rest), gradient norm, the global norm and clipping, each block's output std, GELU's near-dead fraction and
-    the lowest head entropy."""
+    the lowest head entropy. The weight panels draw the parameters named in `matrices` (what the rules judge)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     its = [r["iter"] for r in records]
-    weights = [n for n in records[0]["params"] if n.endswith("weight") and "ln_" not in n]
+    weights = [n for n in records[0]["params"] if n in matrices]  # those the rules judge: a LoRA run's adapters too
     blocks = list(records[0]["blocks"])
     colours = plt.get_cmap("viridis")(np.linspace(0, 0.9, max(1, len(blocks))))
     # A weight's line: its colour says which layer of a block it is (or wte, wpe), its dash which block, so
@@ -416,7 +424,8 @@ def plot(path, records):
     axes[1, 1].axhline(RULES[2].limit, color="#d62728", linewidth=1, linestyle=":", label="warning")
     ax = axes[1, 2]
     for i, b in enumerate(blocks):
-        ax.plot(its, [min(r["blocks"][b]["attention_entropy"]) for r in records], color=colours[i],
+        lowest = [lowest_entropy(r["blocks"][b]) for r in records]
+        ax.plot(its, [np.nan if x is None else x for x in lowest], color=colours[i],
                 label=f"{layer_name(b)} (lowest head)")
     ax.axhline(RULES[3].limit, color="#d62728", linewidth=1, linestyle=":", label="collapse warning")
     ax.set_title("attention entropy, nats (lowest head per block)")

@@ -95,6 +95,78 @@ def test_figures_equal_a_direct_computation(model, tmp_path):
     assert json.loads((tmp_path / "health.jsonl").read_text()) == json.loads(json.dumps(record))
 
 
+def test_attention_entropy_is_the_log_of_the_keys_each_query_spreads_over_evenly():
+    q = np.zeros((1, 1, 4, 2))  # every score 0: query t spreads evenly over its t + 1 keys
+    assert health.attention_entropy(q, q) == pytest.approx([np.mean(np.log([1, 2, 3, 4]))], rel=1e-12)
+    # scores ±10⁴/√1: query 0 sees one key, query 1 only itself, query 2 keys 0 and 2 alike: (0 + 0 + log 2) / 3
+    q = np.array([[[[100.0], [-100.0], [100.0]]]])
+    assert health.attention_entropy(q, q) == pytest.approx([math.log(2) / 3], rel=1e-12)
+
+
+@pytest.mark.parametrize("name, figure, quiet, warns", [
+    ("update too large", "log10_update_ratio", -1.0, np.nextafter(-1.0, 0)),
+    ("update too small", "log10_update_ratio", -5.0, np.nextafter(-5.0, -6)),
+    ("GELU saturated", "gelu_below_-3", 5 / 100, 6 / 100),
+    ("attention collapsed", "attention_entropy", 0.1, np.nextafter(0.1, 0))])
+def test_each_rule_holds_just_beyond_its_documented_limit_and_not_at_it(name, figure, quiet, warns):
+    (rule,) = [r for r in health.RULES if r.name == name]
+
+    def figures(x):
+        return {figure: [2.0, x] if figure == "attention_entropy" else x, "update_norm": 1.0}
+    assert (rule.holds(figures(quiet)), rule.holds(figures(warns))) == (False, True)
+
+
+def test_a_nan_gradient_is_null_and_clipped_as_clip_grad_norm_scales_it(model, tmp_path):
+    """The record said clipped: false where clip_grad_norm_ had scaled every gradient to NaN."""
+    x, y = batch()
+    monitor = health.Health(model, 1, tmp_path, max_norm=1.0)
+    model(ag.Tensor(x), ag.Tensor(y))[1].backward()
+    named = dict(model.named_parameters())
+    named["transformer.h.0.mlp.c_fc.weight"].grad[0, 0] = np.nan
+    monitor.after_backward(0, x)
+    nn.optim.clip_grad_norm_(model.parameters(), 1.0)
+    assert np.isnan(named["transformer.wte.weight"].grad).all()  # clipping scaled it
+    monitor.after_step(0)
+    record = json.loads((tmp_path / "health.jsonl").read_text())
+    assert (record["grad_norm"], record["clipped"]) == (None, True)
+    assert record["params"]["transformer.h.0.mlp.c_fc.weight"]["grad_norm"] is None
+
+
+def test_nan_figures_are_null_in_strict_json_and_a_nan_attention_is_no_collapse(model, tmp_path):
+    """A NaN weight was written as NaN (not JSON), and its block's attention as an entropy of 0 nats."""
+    x, y = batch()
+    lines = []
+    monitor = health.Health(model, 1, tmp_path, say=lines.append, window=1)
+    dict(model.named_parameters())["transformer.h.0.mlp.c_fc.weight"].data[0, 0] = np.nan  # NaN from h.0's MLP on
+    train_steps(model, monitor, nn.optim.SGD(model.parameters(), lr=0.0), range(2))
+    for line in (tmp_path / "health.jsonl").read_text().splitlines():
+        record = json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} in {line}"))
+        assert record["params"]["transformer.h.0.mlp.c_fc.weight"]["weight_norm"] is None
+        assert record["blocks"]["transformer.h.0"]["std"] is None
+        assert record["blocks"]["transformer.h.1"]["attention_entropy"] == [None, None]
+    first = monitor.records[0]["blocks"]["transformer.h.0"]["attention_entropy"]  # its attention is before the NaN
+    assert all(0 < e < math.log(8) for e in first)
+    assert not [line for line in lines if "attention" in line]
+    monitor.close()  # the picture draws the nulls as gaps
+    assert (tmp_path / "health.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_lora_runs_picture_draws_the_adapters_the_rules_judge(model, tmp_path, monkeypatch):
+    """The weight panels drew names ending in "weight": none of a LoRA run's, so they were empty."""
+    import matplotlib.pyplot as plt
+    nn.lora(model, 2, 4, ["c_attn"])
+    monitor = health.Health(model, 1, tmp_path, say=lambda line: None)
+    train_steps(model, monitor, nn.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-2), range(2))
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    monitor.close()
+    adapters = [f"h.{i}.attn.c_attn.lora_{ab}" for i in range(2) for ab in "AB"]
+    ratio, gradient = figures[0].axes[:2]
+    assert [line.get_label() for line in ratio.get_lines()][:4] == adapters
+    for line, name in zip(gradient.get_lines(), [f"transformer.{a}" for a in adapters]):
+        assert list(line.get_ydata()) == [r["params"][name]["grad_norm"] for r in monitor.records]
+
+
 def test_only_due_iterations_are_recorded_and_the_picture_is_written(model, tmp_path):
     x, y = batch()
     lines = []
