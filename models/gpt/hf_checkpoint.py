@@ -39,6 +39,7 @@ from models.gpt.tokenizer import END_OF_TEXT, CharTokenizer, GPT2Tokenizer
 
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 _MASK_BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")  # the original layout's causal-mask buffers
+_BODY = re.compile(r"^(wte|wpe|ln_f|h\.\d+)\.")  # the keys of GPT2Model's own tensors, without "transformer."
 # safetensors' types that NumPy reads, and bfloat16 (what transformers saves a bfloat16 model in), which NumPy has
 # no dtype for and read_safetensors_file widens to float32 itself
 _READABLE_DTYPES = ("BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64", "F16", "BF16", "F32", "F64", "C64")
@@ -130,7 +131,7 @@ def read(directory):
         fields = config_fields(hf)
     except ValueError as exc:
         raise ValueError(f"{config_file}: {exc}") from None
-    state, head = _state_and_head(_read_safetensors(directory))
+    state, head = _state_and_head(_read_safetensors(directory), directory, hf)
     if head is not None and not np.array_equal(head, state.get("transformer.wte.weight")):
         raise ValueError(f"GPT.from_pretrained: lm_head.weight differs from transformer.wte.weight in {directory}; "
                          "this model ties its LM head to the token embedding, as GPT-2 does")
@@ -227,15 +228,24 @@ def _bfloat16_as_float32(path, names):
     return arrays
 
 
-def _state_and_head(tensors):
-    """The checkpoint's tensors under this model's parameter names (mask buffers dropped), and its lm_head.weight."""
-    state, head = {}, None
+def _state_and_head(tensors, directory, hf):
+    """The checkpoint's tensors under this model's parameter names (mask buffers dropped), and its lm_head.weight.
+    A key that is neither the body's (with or without "transformer.") nor lm_head.weight belongs to another head
+    (GPT2ForSequenceClassification's score.weight, say): refused as the file spells it, not as a key of ours."""
+    state, head, foreign = {}, None, []
     for key, array in tensors.items():
         name = key.removeprefix("transformer.")
         if key == "lm_head.weight":
             head = array
+        elif key == name and not _BODY.match(name):
+            foreign.append(key)
         elif not _MASK_BUFFER.match(name):
             state[f"transformer.{name}"] = array
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise ValueError(f"GPT.from_pretrained: the weights in {directory} hold {', '.join(foreign[:3])}{more}, which "
+                         f"GPT-2's language model has no place for (config.json's architectures: "
+                         f"{hf.get('architectures', 'not given')}); give a GPT2LMHeadModel or GPT2Model folder")
     return state, head
 
 
