@@ -154,6 +154,15 @@ def pieces(*arrays):
         yield tuple(f[start:start + PIECE] for f in flat)
 
 
+def wide_sum(array, axis=None, keepdims=False):
+    """Σ array over `axis` (NumPy's or CuPy's sum), float16 added in float32 and rounded once, as in PyTorch: NumPy
+    adds float16 along a strided axis in float16, where 2048 + 1 rounds back to 2048 (5000 ones summed to 2048)
+    and 60000 + 60000 − 60000 overflows. The op Sum and the gradients summed to an input's shape use it."""
+    if array.dtype == "float16":
+        return array.sum(axis=axis, keepdims=keepdims, dtype="float32").astype(array.dtype)
+    return array.sum(axis=axis, keepdims=keepdims)
+
+
 def quiet_overflow(array):
     """A context in which NumPy does not warn that a product or exp overflowed to inf (CuPy never warns)."""
     return numpy.errstate(over="ignore") if isinstance(array, numpy.ndarray) else contextlib.nullcontext()

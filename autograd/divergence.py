@@ -421,7 +421,7 @@ def _module_outputs(made):
 def _check_reference_dtypes(reference):
     """Each reference holds numbers: a module's output cannot be text or Python objects."""
     for name, array in reference.items():
-        dtype = array.dtype if hasattr(array, "dtype") else np.asarray(array).dtype
+        dtype = array.dtype if backend.device_of(array) else np.asarray(array).dtype  # a torch tensor's too
         if dtype.kind not in "biuf":
             raise TypeError(f"{WHO}: the reference for {name!r} holds {dtype} values; give the module's output, "
                             "an array of numbers")

@@ -270,7 +270,7 @@ class Linear(Function):
         if not self.needs_grad[2]:
             return dx, dweight, None
         column_sum = kernels.fused("column_sum", rows)  # the CPU's sum over the threads, with NumPy's bits
-        return dx, dweight, rows.sum(axis=0) if column_sum is None else column_sum(rows)
+        return dx, dweight, backend.wide_sum(rows, axis=0) if column_sum is None else column_sum(rows)
 
 
 # ---- elementwise functions ---------------------------------------------------
@@ -464,8 +464,7 @@ def _sum_last(xp, x):
 class Sum(Function):
     """z = Σ x over `axis`.   ∂z/∂x is all ones, so dx = g copied along the summed axes.
 
-    float16 is summed in float32 and rounded once, as in PyTorch: NumPy adds along a strided axis in float16,
-    where 2048 + 1 rounds back to 2048 (5000 ones summed to 2048) and 60000 + 60000 − 60000 overflows.
+    float16 is summed in float32 and rounded once (backend.wide_sum).
     """
 
     rule = "dx = broadcast(g)"
@@ -473,9 +472,7 @@ class Sum(Function):
 
     def forward(self, x, axis=None, keepdims=False):
         self.in_shape, self.kept = x.shape, _kept_shape(x.shape, axis)
-        if x.dtype == self.xp.float16:
-            return x.sum(axis=axis, keepdims=keepdims, dtype=self.xp.float32).astype(x.dtype)
-        return x.sum(axis=axis, keepdims=keepdims)
+        return backend.wide_sum(x, axis, keepdims)
 
     def backward(self, g):
         return self.xp.broadcast_to(g.reshape(self.kept), self.in_shape)

@@ -1070,7 +1070,7 @@ def _unbroadcast(grad, shape, op):
             f"for an input of shape {shape}: the op's VJP is wrong")
     axes = tuple(range(extra)) + tuple(
         extra + i for i, n in enumerate(shape) if n == 1 and grad.shape[extra + i] != 1)
-    return grad.sum(axis=axes, keepdims=True).reshape(shape)
+    return backend.wide_sum(grad, axes, keepdims=True).reshape(shape)
 
 
 def _count(shape, axis, op):

@@ -20,8 +20,6 @@ import math
 import numbers
 from collections import namedtuple
 
-from .tensor import Tensor
-
 # What made a Value, read as a Tensor's op is: its name, its local derivatives (the rule), and `d`, those
 # derivatives as Values of the graph for create_graph: d(out) -> (∂out/∂a, ∂out/∂b), out the node itself
 Op = namedtuple("Op", "name rule d")
@@ -207,8 +205,8 @@ class Constant(Value):
 def _constant(other, op):
     """`op`'s operand that is not a Value, a number, as a Constant (x + 1 makes the 1 one). A Tensor is refused:
     its number alone would enter the graph, and no gradient would reach the tensor."""
-    if isinstance(other, Tensor):
-        raise TypeError(f"Value {op}: cannot compute with a Tensor operand, whose gradient would be lost; "
+    if hasattr(other, "requires_grad"):  # a Tensor (ours or another library's), not a number of this graph
+        raise TypeError(f"Value {op}: cannot compute with a {type(other).__name__} operand, whose gradient would be lost; "
                         "use Tensors throughout, or t.item() for a one-element tensor's number as a constant")
     try:
         return Constant(other)

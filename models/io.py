@@ -9,6 +9,7 @@ an object) instead of a traceback, and never reads more than its size limit:
 the files it reads may come from anyone (a downloaded checkpoint folder).
 """
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -26,6 +27,11 @@ def fsync(path):
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
+    except OSError as exc:
+        # some filesystems (network and FUSE mounts) cannot flush a folder: what is in it was flushed, and the move
+        # is done; the write stands
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP) or not Path(path).is_dir():
+            raise
     finally:
         os.close(fd)
 

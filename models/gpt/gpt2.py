@@ -367,10 +367,9 @@ class GPT(nn.Module):
         # one at block_size (zeroed, B·n_layer·2·block_size·n_embd values) would only take memory
         cache = None
         cache_start = 0  # the token whose keys sit at cache position 0
-        # NO_TOKEN (logits with NaN or inf) is refused at once where tokens are host memory; on a GPU looking would
-        # copy to the host per token, so the check waits for the one copy at the end (meanwhile the static kernel
-        # feeds id 0 on, and CuPy's indexing wraps the dynamic path's -1: nothing is read outside wte)
-        on_host = wte.device == "cpu"
+        # NO_TOKEN (logits with NaN or inf) is refused before a step embeds it: the embedding refuses an id outside
+        # wte (a wait for the device each dynamic step already). The static path's graph never waits: its kernel
+        # feeds id 0 on, and its tokens are looked at once, where the dynamic path or the copy at the end reads them.
         was_training = self.training
         self.eval()
         try:
@@ -378,8 +377,8 @@ class GPT(nn.Module):
             # an empty batch has no row to launch a decode kernel's blocks for (CUDA refuses a grid of none)
             if use_cache and max_new_tokens and B and T <= self.config.block_size and self._static_decoding():
                 first = decode.run(self, tokens, T, T + max_new_tokens, temperature, top_k, top_p, make_cache)
-                if on_host:
-                    self._refuse_no_token(tokens, T, T, first)
+                if first < T + max_new_tokens and (tokens[:, T:first] == sampling.NO_TOKEN).any():
+                    self._refuse_no_token(backend.to_host(tokens), T, T, first)
             for n in range(first, T + max_new_tokens):  # the dynamic cache: all of it, or past block_size
                 start = max(0, n - self.config.block_size)  # the window the model sees: tokens[:, start:n]
                 if not use_cache:
@@ -393,8 +392,8 @@ class GPT(nn.Module):
                     cache_start, window = start, tokens[:, start:n]
                 logits, _ = self(window, kv_cache=cache, last_only=True)  # (B, 1, V)
                 tokens[:, n] = sampling.sample(logits.data[:, -1], temperature, top_k, top_p)
-                if on_host:
-                    self._refuse_no_token(tokens, T, n, n + 1)
+                if (tokens[:, n] == sampling.NO_TOKEN).any():
+                    self._refuse_no_token(backend.to_host(tokens), T, n, n + 1)
         finally:
             self.train(was_training)
         ids = out.numpy()

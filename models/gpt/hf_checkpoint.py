@@ -231,13 +231,13 @@ def _bfloat16_as_float32(path, names):
 def _state_and_head(tensors, directory, hf):
     """The checkpoint's tensors under this model's parameter names (mask buffers dropped), and its lm_head.weight.
     A key that is neither the body's (with or without "transformer.") nor lm_head.weight belongs to another head
-    (GPT2ForSequenceClassification's score.weight, say): refused as the file spells it, not as a key of ours."""
+    (GPT2ForSequenceClassification's score.weight, say): refused as the file spells it."""
     state, head, foreign = {}, None, []
     for key, array in tensors.items():
         name = key.removeprefix("transformer.")
         if key == "lm_head.weight":
             head = array
-        elif key == name and not _BODY.match(name):
+        elif not _BODY.match(name):
             foreign.append(key)
         elif not _MASK_BUFFER.match(name):
             state[f"transformer.{name}"] = array

@@ -31,7 +31,6 @@ import hashlib
 import importlib.metadata
 import json
 import math
-import os
 import sys
 import time
 import warnings

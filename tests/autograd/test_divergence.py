@@ -133,6 +133,16 @@ def test_reference_arrays_against_a_function_whose_graph_differs_are_refused_by_
         ag.diverge(fn, a=other, reference={"head": out})
 
 
+def test_torch_tensors_are_references_as_their_arrays_are():
+    """A forward hook's outputs, kept as torch tensors: compared as NumPy arrays (a torch dtype has no .kind)."""
+    torch = pytest.importorskip("torch")
+    fn = small_model()
+    captured = {t.op.scope: torch.from_numpy(t.data.copy())
+                for t in reversed(ag.topological_order(fn())) if t.op is not None and t.op.scope}
+    agree = ag.diverge(fn, reference=captured)
+    assert [(c.scope, c.abs) for c in agree.rows["forward"]] == [("embed", 0.0), ("head", 0.0)]
+
+
 def test_reference_arrays_are_compared_with_each_modules_output():
     fn = small_model()
     captured = {}

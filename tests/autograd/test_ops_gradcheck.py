@@ -299,6 +299,19 @@ def test_float16_sum_is_computed_in_float32_and_rounded_once():
         assert Tensor(np.ones(70000, np.float16)).sum().item() == np.inf  # the true sum is past 65504
 
 
+def test_float16_gradients_summed_to_a_broadcast_input_are_added_in_float32():
+    """A bias broadcast over 5000 rows gets the sum of 5000 ones: 5000, not float16's 2048 + 1 = 2048 (the sum
+    back to an input's shape, and Linear's bias gradient, add as the op Sum does)."""
+    x = Tensor(np.zeros((5000, 4), np.float16))
+    b = Tensor(np.zeros(4, np.float16), requires_grad=True)
+    (x + b).sum().backward()
+    assert b.grad.dtype == np.float16 and b.grad.tolist() == [5000.0] * 4
+    w = Tensor(np.zeros((4, 3), np.float16), requires_grad=True)
+    bias = Tensor(np.zeros(3, np.float16), requires_grad=True)
+    ag.linear(x, w, bias).sum().backward()
+    assert bias.grad.tolist() == [5000.0] * 3
+
+
 def test_max_with_dim_shares_the_gradient_of_ties_too():
     """max(dim=d) returns torch's first index, but its values' gradient is DESIGN's equal share (torch.max(x, d)
     gives it to the index): half each at a two-way tie, where central differences agree, a third at a three-way."""

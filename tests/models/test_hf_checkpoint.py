@@ -185,18 +185,19 @@ def test_missing_and_unexpected_keys_are_named_with_the_folder(tmp_path):
     assert "unexpected keys ['transformer.h.0.attn.rotary']" in message
 
 
-def test_another_heads_weights_are_refused_as_the_file_names_them(tmp_path):
+@pytest.mark.parametrize("key", ["score.weight", "transformer.score.weight"])
+def test_another_heads_weights_are_refused_as_the_file_names_them(tmp_path, key):
     """A GPT2ForSequenceClassification folder: its score.weight is named as written, not as transformer.score.weight
     with strict=False's advice (from_pretrained takes no strict)."""
     from safetensors.numpy import save_file
     model = tiny()
     tensors = {name: p.data for name, p in model.named_parameters()}
-    save_file({**tensors, "score.weight": np.zeros((2, TINY["n_embd"]), np.float32)}, str(tmp_path / "model.safetensors"))
+    save_file({**tensors, key: np.zeros((2, TINY["n_embd"]), np.float32)}, str(tmp_path / "model.safetensors"))
     config = {**config_to_hf(model.config), "architectures": ["GPT2ForSequenceClassification"]}
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError) as error:
         GPT.from_pretrained(tmp_path)
-    assert str(error.value) == (f"GPT.from_pretrained: the weights in {tmp_path} hold score.weight, which GPT-2's "
+    assert str(error.value) == (f"GPT.from_pretrained: the weights in {tmp_path} hold {key}, which GPT-2's "
                                 "language model has no place for (config.json's architectures: "
                                 "['GPT2ForSequenceClassification']); give a GPT2LMHeadModel or GPT2Model folder")
 

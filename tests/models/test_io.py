@@ -1,5 +1,6 @@
 """models.io: a file is written whole or not at all (a device or a pipe in place), and read_json reads a file anyone
 may have written with bounds, what is wrong one line naming it."""
+import errno
 import json
 import os
 import stat
@@ -104,6 +105,28 @@ def test_the_move_is_flushed_to_the_disk_with_the_folder_after_the_file(tmp_path
         tmp.write_text("{}")
     assert calls == [("fsync", f".a.json.tmp-{os.getpid()}"), ("replace", "a.json"), ("fsync", tmp_path.name)]
     assert (tmp_path / "a.json").read_text() == "{}"
+
+
+@pytest.mark.parametrize("code", [errno.EINVAL, errno.ENOTSUP])
+def test_a_folder_the_filesystem_cannot_flush_leaves_the_write_standing(tmp_path, monkeypatch, code):
+    """A network or FUSE mount that refuses to flush a folder: the file is flushed and moved, so the write stands;
+    a file that cannot be flushed is still an error."""
+    real = os.fsync
+
+    def fsync(fd):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(code, os.strerror(code))
+        real(fd)
+
+    monkeypatch.setattr(models.io.os, "fsync", fsync)
+    with atomic_path(tmp_path / "a.json") as tmp:
+        tmp.write_text("{}")
+    assert (tmp_path / "a.json").read_text() == "{}"
+    monkeypatch.setattr(models.io.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(code, os.strerror(code))))
+    with pytest.raises(OSError):
+        with atomic_path(tmp_path / "b.json") as tmp:
+            tmp.write_text("{}")
+    assert not (tmp_path / "b.json").exists()
 
 
 def write(tmp_path, text):
