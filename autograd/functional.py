@@ -96,8 +96,6 @@ def softmax(x, axis=-1, mask=None, *, dim=None):
     positions 0, and a row with nothing visible all zeros. A visible −inf is a score: a row whose visible scores
     are all −inf is NaN, as without a mask."""
     axis = _axis("softmax", axis, dim, -1)
-    if x.dtype == np.float16:  # computed in float32 and rounded once, as Tensor.softmax says why
-        return softmax(x.astype(np.float32), axis, mask).astype(np.float16)
     if mask is not None:
         mask = _constant(mask, x.device, "softmax", "b", "mask (True = visible)")
         try:
@@ -110,10 +108,7 @@ def softmax(x, axis=-1, mask=None, *, dim=None):
 
 
 def log_softmax(x, axis=-1, *, dim=None):
-    axis = _axis("log_softmax", axis, dim, -1)
-    if x.dtype == np.float16:  # computed in float32 and rounded once, as Tensor.softmax says why
-        return log_softmax(x.astype(np.float32), axis).astype(np.float16)
-    return ops.LogSoftmax.apply(x, axis=axis)
+    return ops.LogSoftmax.apply(x, axis=_axis("log_softmax", axis, dim, -1))
 
 
 def cross_entropy(logits, targets, ignore_index=None, reduction="mean", classes=None, reuse_logits=False):
@@ -126,8 +121,8 @@ def cross_entropy(logits, targets, ignore_index=None, reduction="mean", classes=
     which must then not be read again, by the caller or by the op that made
     it: a training step's logits from a product, not from an op that keeps
     its output for backward (exp, tanh, sigmoid).
-    float16 logits are scored in float32 and the loss rounded once, as PyTorch rounds each row's: summed in
-    float16, the losses of 8192 rows of 30 pass 65504, float16's largest, long before their mean does.
+    float16 logits are scored in float32 and the loss rounded once (Function.widens_float16): summed in float16,
+    the losses of 8192 rows of 30 pass 65504, float16's largest, long before their mean does.
     """
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
@@ -143,9 +138,6 @@ def cross_entropy(logits, targets, ignore_index=None, reduction="mean", classes=
     if classes is not None and (isinstance(classes, bool) or not isinstance(classes, int) or not 0 < classes <= width):
         raise ValueError(f"cross_entropy: classes must be an int in [1, {width}] (the logits' last axis), "
                          f"got {classes!r}")
-    if logits.dtype == np.float16:
-        return cross_entropy(logits.astype(np.float32), targets, ignore_index, reduction, classes,
-                             reuse_logits).astype(np.float16)
     return ops.CrossEntropy.apply(logits, targets=targets, ignore_index=ignore_index, reduction=reduction,
                                   classes=None if classes == width else classes, reuse_logits=reuse_logits)
 
@@ -162,8 +154,8 @@ def embedding(weight, ids):
 def layer_norm(x, weight, bias=None, eps=1e-5):
     """Normalise the last axis to zero mean and unit variance, then scale by `weight` and shift by `bias`.
 
-    A float16 x is normalised in float32 and rounded once, as in PyTorch: a row's sum passes 65504, float16's
-    largest, long before its mean does (768 features of 100), and so does a square from |x − μ| = 256."""
+    A float16 x is normalised in float32 and rounded once (Function.widens_float16): a row's sum passes 65504,
+    float16's largest, long before its mean does (768 features of 100), and so does a square from |x − μ| = 256."""
     if x.ndim == 0:
         raise ShapeError("layer_norm: the input has shape (), no axis of features to normalise (the last axis); "
                          "give it one, e.g. x.reshape(1, -1)")
@@ -178,9 +170,6 @@ def layer_norm(x, weight, bias=None, eps=1e-5):
         if p is not None and p.shape != (features,):
             raise ShapeError(f"layer_norm: {name} has shape {p.shape} but the input's last axis has "
                              f"{features} features; it must be ({features},)")
-    if x.dtype == np.float16:
-        wide = [None if t is None else t.astype(np.float32) for t in (x, weight, bias)]
-        return layer_norm(*wide, eps).astype(np.float16)
     inputs = (x, weight) if bias is None else (x, weight, bias)
     return ops.LayerNorm.apply(*inputs, eps=eps)
 

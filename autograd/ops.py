@@ -464,15 +464,16 @@ def _sum_last(xp, x):
 class Sum(Function):
     """z = Σ x over `axis`.   ∂z/∂x is all ones, so dx = g copied along the summed axes.
 
-    float16 is summed in float32 and rounded once (backend.wide_sum).
+    float16 is summed in float32 and rounded once (widens_float16).
     """
 
     rule = "dx = broadcast(g)"
     saved_in_graph = _constants_only
+    widens_float16 = True
 
     def forward(self, x, axis=None, keepdims=False):
         self.in_shape, self.kept = x.shape, _kept_shape(x.shape, axis)
-        return backend.wide_sum(x, axis, keepdims)
+        return x.sum(axis=axis, keepdims=keepdims)
 
     def backward(self, g):
         return self.xp.broadcast_to(g.reshape(self.kept), self.in_shape)
@@ -766,6 +767,7 @@ class Softmax(Function):
     rule = "diag(p) − ppᵀ: dz = p·(g − Σg·p)"
     input_names, saved_names = ("z",), ("p",)
     saved_in_graph = _output
+    widens_float16 = True
 
     def forward(self, x, axis=-1, mask=None):
         p, _ = _softmax(self.xp, x, axis, mask)
@@ -783,6 +785,7 @@ class LogSoftmax(Function):
 
     rule = "dz = g − p·Σg"
     input_names, saved_names = ("z",), ("p",)
+    widens_float16 = True
 
     def forward(self, x, axis=-1):
         p, lse = _softmax(self.xp, x, axis)
@@ -815,6 +818,7 @@ class CrossEntropy(Function):
     rule = "dz = p − y"
     input_names, saved_names = ("logits",), ("p", "targets", "kept")
     fused_saved_names = ("p − y", "targets", "kept")  # the fused kernel's (CPU and GPU): p − onehot(y) alone
+    widens_float16 = True
 
     def forward(self, logits, targets, ignore_index=None, reduction="mean", classes=None, reuse_logits=False):
         xp = self.xp
@@ -926,6 +930,7 @@ class LayerNorm(Function):
     rule = "dx = (ĝ − mean ĝ − x̂·mean(ĝx̂))/σ"
     input_names, saved_names = ("x", "γ", "β"), ("x̂", "1/σ", "γ")
     fused_saved_names = ("x", "(μ, 1/σ)", "γ")  # what the fused kernels keep instead (CPU and GPU alike)
+    widens_float16 = True
 
     def forward(self, x, weight, bias=None, eps=1e-5):
         xp, n = self.xp, x.shape[-1]

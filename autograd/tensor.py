@@ -175,6 +175,11 @@ class Function:
     # that VJP added into dx, the input's gradient summed so far, in place. Its backward's zero-filled array is then
     # made once per input, not once per pick: q, k and v cut from one projection get one array, not three to add.
     backward_into = None
+    # An op that reduces (a sum, a softmax's normaliser, layer norm's moments) sets widens_float16: float16 inputs
+    # are computed in float32 and its output rounded once, as PyTorch computes them (a float16 row sum passes 65504,
+    # or drops its low bits, long before the result does); its VJP runs on g in float32 too
+    widens_float16 = False
+    widened = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -205,8 +210,12 @@ class Function:
         op = cls()
         op.xp = backend.xp_for(device)
         op.needs_grad = tuple(t._requires_grad for t in inputs) if _grad_mode.enabled else (False,) * len(inputs)
+        arrays = [t._data for t in inputs]
+        if cls.widens_float16 and any(a.dtype == "float16" for a in arrays):
+            op.widened = True
+            arrays = [a.astype("float32") if a.dtype == "float16" else a for a in arrays]
         try:
-            out = op.forward(*[t._data for t in inputs], **params)
+            out = op.forward(*arrays, **params)
         except (ShapeError, SwitchError):
             raise
         except TypeError as exc:  # NumPy refusing to write a float result into an integer array, say
@@ -231,6 +240,8 @@ class Function:
         out_device = backend.device_of(out)
         if out_device is None:  # NumPy's full reductions return scalars, not 0-d arrays
             out, out_device = op.xp.asarray(out), device
+        if op.widened:
+            out = out.astype("float16")
         requires_grad = any(op.needs_grad) and out.dtype.kind in FLOAT_KINDS
         if requires_grad:
             op.inputs, op.params, op.changes = inputs, params, _changes
@@ -773,19 +784,10 @@ class Tensor:
     def gelu(self): return _ops.GELU.apply(self)
 
     def softmax(self, axis=-1, *, dim=None):
-        """softmax along `axis`; float16 is computed in float32 and rounded once, as in PyTorch (a float16 row
-        sum of 50000 terms lost p's last digits, and one of 70000 overflowed: p = 0)."""
-        axis = _axis("softmax", axis, dim, -1)
-        if self.dtype == np.float16:
-            return self.astype(np.float32).softmax(axis).astype(np.float16)
-        return _ops.Softmax.apply(self, axis=axis)
+        return _ops.Softmax.apply(self, axis=_axis("softmax", axis, dim, -1))
 
     def log_softmax(self, axis=-1, *, dim=None):
-        """z − log Σ exp z along `axis`; float16 is computed in float32 and rounded once, as softmax."""
-        axis = _axis("log_softmax", axis, dim, -1)
-        if self.dtype == np.float16:
-            return self.astype(np.float32).log_softmax(axis).astype(np.float16)
-        return _ops.LogSoftmax.apply(self, axis=axis)
+        return _ops.LogSoftmax.apply(self, axis=_axis("log_softmax", axis, dim, -1))
 
     def reshape(self, *shape):
         shape = tuple(shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
@@ -917,7 +919,7 @@ def backward_steps(root, grad, free=True, create_graph=False):
                 input_grads = ()  # added into the input's running sum: nothing to send
             else:
                 op.last_use = free
-                input_grads = op.backward(g)
+                input_grads = op.backward(g.astype("float32") if op.widened else g)
                 if not isinstance(input_grads, tuple):
                     input_grads = (input_grads,)
             if checks is not None:

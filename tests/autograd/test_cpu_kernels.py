@@ -579,12 +579,13 @@ def test_a_float64_matrix_times_a_float32_weight_keeps_numpys_products(monkeypat
 
 def test_attention_and_layer_norm_with_operands_of_another_dtype_keep_the_composed_op(monkeypatch, spy):
     """The kernels are compiled for q's (x's) dtype: a float64 V went through float32 BLAS (NaNs), a float16 γ
-    stopped numba's compile."""
+    stopped numba's compile (it is widened to float32 now, as every float16 operand of an op that reduces), and a
+    float64 γ would be read as float32."""
     rng = np.random.default_rng(0)
     q, k = (rng.standard_normal((2, 4, 64, 32)).astype(np.float32) for _ in range(2))
     v = rng.standard_normal((2, 4, 64, 32))
     x = rng.standard_normal((64, 300)).astype(np.float32)
-    gamma, beta = rng.standard_normal(300).astype(np.float16), rng.standard_normal(300).astype(np.float32)
+    gamma, beta = rng.standard_normal(300), rng.standard_normal(300).astype(np.float32)
     fused, composed = both(monkeypatch, lambda: grads(
         lambda q, k, v: ag.scaled_dot_product_attention(q, k, v), q, k, v) + grads(ag.layer_norm, x, gamma, beta))
     assert spy == {}
