@@ -150,6 +150,18 @@ def find_sources(inputs, pattern):
     return files
 
 
+def check_out_outside_inputs(out, inputs):
+    """A one-line error if the folder `out` is one of the folders in `inputs` or inside one: a later run with a
+    --pattern that matches its meta.json or shards would read them as the corpus."""
+    where = Path(os.path.realpath(out))
+    for given in map(Path, inputs):
+        folder = Path(os.path.realpath(given))
+        if given.is_dir() and (where == folder or folder in where.parents):
+            place = "is" if where == folder else "is inside"
+            raise ValueError(f"--out {out} {place} the input folder {given}, where a --pattern that matches its "
+                             f"meta.json or shards would read them as text; prepare into a folder outside {given}")
+
+
 # A newline or a space between two non-space characters: encoding the text on its two sides
 # apart gives the tokens of the whole, since GPT-2's chunks never cross it. The cut comes after
 # the newline, and before the space (which joins the next word).
@@ -480,6 +492,7 @@ def prepare(args):
     """Prepare the corpus as `args` say; the summary line."""
     started = time.perf_counter()
     out = Path(args.out)
+    check_out_outside_inputs(out, args.inputs)
     files = find_sources(args.inputs, args.pattern)
     plan = planned(args, files)  # before any byte is read: a file that differs from it at the end is refused
     parts, split_by = plan_parts(files, args.val_fraction)
@@ -633,11 +646,11 @@ def planned(args, files=None):
 def describe(meta):
     """The corpus of a meta.json in a few words: files, tokens per split, tokenizer, shards."""
     train, val = (meta["splits"][split] for split in SPLITS)
-    kind = meta["tokenizer"]["kind"]
+    kind, shards = meta["tokenizer"]["kind"], len(train["shards"]) + len(val["shards"])
     return (f"{len(meta['sources'])} file{'s' * (len(meta['sources']) != 1)} ({meta['bytes'] / 1e6:.1f} MB) → "
             f"{train['tokens']:,} train + {val['tokens']:,} val tokens (held out by {meta['split']['by']}), "
             f"{kind} tokenizer ({meta['vocab_size']:,} ids, {meta['dtype']}), "
-            f"{len(train['shards']) + len(val['shards'])} shards")
+            f"{shards} shard{'s' * (shards != 1)}")
 
 
 class Encoders:

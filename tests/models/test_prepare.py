@@ -246,6 +246,28 @@ def test_a_rerun_of_a_finished_folder_does_nothing_and_other_options_are_refused
                                  "choose another --out, or delete it first\n")
 
 
+def test_the_summary_counts_one_shard_in_the_singular(tmp_path, capsys):
+    (tmp_path / "t.txt").write_text("hello there\n" * 10)
+    code, line, err = run_prepare(capsys, str(tmp_path / "t.txt"), "--out", str(tmp_path / "out"), "--tokenizer",
+                                  "char", "--val-fraction", "0")
+    assert code == 0, err
+    assert line.startswith(f"prepared {tmp_path / 'out'}: 1 file (0.0 MB) → 120 train + 0 val tokens (held out by "
+                           "tail), char tokenizer (8 ids, uint16), 1 shard; ")
+
+
+@pytest.mark.parametrize("inside", [False, True])
+def test_an_out_folder_in_an_input_folder_is_refused_before_any_work(tmp_path, corpus, capsys, inside):
+    """It once prepared, and a rerun with --pattern '*' read the shards there as text (refused as binary)."""
+    out = corpus / "data" if inside else corpus
+    before = sorted(corpus.rglob("*"))
+    code, _, err = run_prepare(capsys, str(corpus), "--out", str(out), "--tokenizer", "char", "--pattern", "*")
+    place = "is inside" if inside else "is"
+    assert code == 1 and err == (f"prepare: error: --out {out} {place} the input folder {corpus}, where a --pattern "
+                                 "that matches its meta.json or shards would read them as text; prepare into a "
+                                 f"folder outside {corpus}\n")
+    assert sorted(corpus.rglob("*")) == before  # nothing made, not even the folder
+
+
 @pytest.mark.parametrize("content, message", [(b"ok\n\xff\xfe bad", "is not UTF-8 text (byte 0xff at offset 3)")])
 def test_a_file_that_is_not_utf8_is_one_line(tmp_path, capsys, content, message):
     (tmp_path / "bad.txt").write_bytes(content)
