@@ -49,10 +49,14 @@ _changes = 0  # how many times a tensor's array was changed in place (Tensor.mar
 # Each array changed in place (Tensor.mark_changed) while it lives, by id: [a weak reference to it, its _span, the
 # _changes count when it was last changed]. A change marked on one tensor changes every tensor sharing that memory
 # (a view, detach(), Tensor(t.data)), whose saved arrays backward must then refuse; read only where _changes moved
-# since an op's forward. An entry goes as its array does (the reference's callback), before its id can be reused.
+# since an op's forward. An entry goes as its array does, before its id can be reused: the reference's callback
+# notes the id in _dead (it runs wherever the collector does, inside a loop over _marks too, so it only notes),
+# and _settle moves it before _marks is next read or written.
 _marks = {}
+_dead = []
 # The span of each changed array since freed → its last change: a view's memory lives on in its base. Past
-# _FREED_KEPT spans the older half goes (a graph older than those then misses a change made through a dead view).
+# _FREED_KEPT spans the oldest go, down to half of it (a graph older than those then misses a change made through a
+# dead view).
 _freed = {}
 _FREED_KEPT = 1 << 16
 _grad_only = False  # True while ag.grad walks a graph: it returns the gradients and writes no .grad
@@ -478,10 +482,11 @@ class Tensor:
         _changes += 1
         self._version = _changes
         array = self._data
+        _settle()
         try:  # an optimizer changes the same arrays every step: after the first, this one line is all it costs
             _marks[id(array)][2] = _changes
         except KeyError:  # the array's first change
-            _marks[id(array)] = [weakref.ref(array, lambda _, key=id(array): _array_freed(key)), _span(array),
+            _marks[id(array)] = [weakref.ref(array, lambda _, key=id(array): _dead.append(key)), _span(array),
                                  _changes]
 
     @property
@@ -970,20 +975,23 @@ def _overlap(a, b):
     return a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
 
 
-def _array_freed(key):
-    """A changed array was freed: keep the span it changed, as its memory may live on (a view's, in its base)."""
-    _, span, when = _marks.pop(key)
-    _freed[span] = when
-    if len(_freed) > _FREED_KEPT:  # memory stays bounded
-        for span, _ in sorted(_freed.items(), key=operator.itemgetter(1))[:len(_freed) // 2]:
+def _settle():
+    """The changed arrays freed since (_dead): each one's entry moves from _marks to _freed, keeping the span it
+    changed, as its memory may live on (a view's, in its base)."""
+    while _dead:
+        _, span, when = _marks.pop(_dead.pop())
+        _freed[span] = when
+    if len(_freed) > _FREED_KEPT:  # memory stays bounded: the newest half of the bound stays
+        for span, _ in sorted(_freed.items(), key=operator.itemgetter(1))[:len(_freed) - _FREED_KEPT // 2]:
             del _freed[span]
 
 
 def _changed_since(count):
     """The spans of memory changed in place since the `count`th change. Sound for arrays alive since then, as an
     op's saved arrays, inputs and output are: memory a changed array held was no other's while both lived."""
-    return ([span for _, span, when in list(_marks.values()) if when > count]
-            + [span for span, when in list(_freed.items()) if when > count])
+    _settle()
+    return ([span for _, span, when in _marks.values() if when > count]
+            + [span for span, when in _freed.items() if when > count])
 
 
 def _refuse_changed(op, out):

@@ -445,18 +445,36 @@ def test_the_record_of_changed_memory_stays_bounded(monkeypatch):
     arrays that die leaves no more behind than that, and a saved array's change is still seen."""
     from autograd import tensor
     monkeypatch.setattr(tensor, "_FREED_KEPT", 64)
+    tensor._settle()
     marks = len(tensor._marks)
     arrays = [np.ones(3) for _ in range(1000)]  # all alive at once: 1000 spans
     for a in arrays:
         Tensor(a).mark_changed()
     assert len(tensor._marks) == marks + 1000
     del arrays, a
+    tensor._settle()  # as the next read or write of the record does
     assert len(tensor._marks) == marks and len(tensor._freed) <= 64
     x = leaf([1.0, 2.0])
     y = (x * x).sum()
     _add_one(Tensor(x.data[1:]))
     with pytest.raises(RuntimeError, match=r"Mul: x \(shape \(2,\)\) was changed in place"):
         y.backward()
+
+
+def test_a_changed_array_freed_only_notes_itself_until_the_record_is_next_read():
+    """A weak reference's callback runs wherever the collector does, inside backward's loops over the record of
+    changed memory too: there it removed its entry, and backward failed with "dictionary changed size during
+    iteration" (once in CI: an optimizer step beside a pending graph). Its callback only notes the array now; the
+    next read or write of the record moves its span to the freed ones."""
+    from autograd import tensor
+    tensor._settle()
+    marks, array = len(tensor._marks), np.ones(3)
+    Tensor(array).mark_changed()
+    key, span = id(array), tensor._span(array)
+    del array
+    assert len(tensor._marks) == marks + 1 and tensor._dead == [key]  # the dict the loops read is left alone
+    assert span in tensor._changed_since(0)  # read: settled first
+    assert tensor._dead == [] and len(tensor._marks) == marks and span in tensor._freed
 
 
 def test_requires_grad_propagation():
