@@ -1,7 +1,8 @@
 """A lesson on failure: three ways training a GPT goes wrong, and what the tools say about each.
 
-    python -m models.troubleshoot            # about 10 seconds on 2 cores; the health report goes to a new
-                                             # temporary folder it names (--out-dir DIR: there instead)
+    python -m models.troubleshoot            # about 10 s on 2 cores (30 s while the kernels first compile); the
+                                             # health report goes to a new temporary folder it names
+                                             # (--out-dir DIR: there instead)
     notebooks/troubleshoot.ipynb             # the same, a cell per step, with an exercise
 
 Each failure is reproduced on a small GPT (2 layers, 4 heads, 128 wide, blocks of
