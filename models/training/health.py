@@ -417,7 +417,7 @@ def plot(path, records, matrices):
     ax.set_title("global gradient norm")
     ax.legend(fontsize=8)
     for ax, key, title in ((axes[1, 0], "std", "block output std (residual stream)"),
-                           (axes[1, 1], "gelu_below_-3", "GELU inputs below -3 (near-dead)")):
+                           (axes[1, 1], "gelu_below_-3", "fraction of GELU inputs below -3 (near-dead)")):
         for i, b in enumerate(blocks):
             ax.plot(its, series("blocks", b, key), color=colours[i], label=layer_name(b))
         ax.set_title(title)
