@@ -703,7 +703,7 @@ def _add_at(target, key, values, repeats=True):
 # ---- the fused ops of a transformer --------------------------------------------
 
 
-def _check_ids(op, what, ids, limit, meaning, ignore=None):
+def _check_ids(op, what, ids, limit, meaning, fix, ignore=None):
     """`ids` (but those equal to `ignore`) within [0, limit), before any kernel reads them: the GPU's and numba's
     index memory with them unchecked, and CuPy's indexing wraps them around. One reduction on the ids' device,
     whose answer the host then waits for (a GPU's ids included: a wrong id must not become a wrong row)."""
@@ -714,7 +714,7 @@ def _check_ids(op, what, ids, limit, meaning, ignore=None):
         scored = ids if ignore is None else ids[ids != ignore]
         aside = "" if ignore is None else f", ignore_index={ignore} aside"
         raise IndexError(f"{op}: {what} must lie in [0, {limit}) ({meaning}{aside}); "
-                         f"got values from {scored.min()} to {scored.max()}")
+                         f"got values from {scored.min()} to {scored.max()}; {fix}")
 
 
 def _hide(xp, x, mask):
@@ -824,7 +824,9 @@ class CrossEntropy(Function):
         xp = self.xp
         vocab = logits.shape[-1]
         _check_ids("cross_entropy", "targets", targets, vocab if classes is None else classes,
-                   "the number of classes", ignore_index)
+                   "the number of classes", "each target is the index of its class on the logits' last axis: give "
+                   "targets of the logits' own vocabulary (and ignore_index=k for rows marked k to skip)",
+                   ignore_index)
         z = _rows(logits)
         t = targets.reshape(-1)
         valid = None if ignore_index is None else t != ignore_index
@@ -900,7 +902,9 @@ class Embedding(Function):
     saved_in_graph = _constants_only
 
     def forward(self, weight, ids):
-        _check_ids("embedding", "ids", ids, weight.shape[0], "the table's rows")
+        _check_ids("embedding", "ids", ids, weight.shape[0], "the table's rows",
+                   "an id past the table is one the model's vocabulary lacks: encode with the tokenizer the model "
+                   "was made for, or give the table a row for every id")
         self.ids, self.weight_shape = ids, weight.shape
         return weight[ids]
 
