@@ -288,7 +288,7 @@ def output_folder(text):
         raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
     if Path.cwd().resolve().is_relative_to(path.resolve()):
         raise argparse.ArgumentTypeError(f"{text} is the current folder or holds it; "
-                                         "give the checkpoints a folder of their own, e.g. out")
+                                         "give what it writes a folder of its own, e.g. out")
     ancestor = _writable_place(path, text)
     try:  # a folder that root's os.access passes may still take no file (/proc, /sys, a read-only mount)
         fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=ancestor)

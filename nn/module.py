@@ -291,7 +291,8 @@ class Module:
                 arrays[name] = Tensor(value, dtype=param.dtype, device=param.device).data.copy()
             except (TypeError, ValueError):
                 raise ValueError(f"{who}: {came_as[name]!r} could not convert from {value.dtype} to the "
-                                 f"parameter's {param.dtype}") from None
+                                 f"parameter's {param.dtype}; give it real numbers, as a state_dict() of this "
+                                 "model holds them") from None
         for name, array in arrays.items():
             own[name].data = array
         return IncompatibleKeys(missing, unexpected)

@@ -395,7 +395,7 @@ def test_bad_output_folders_are_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cases = [(str(a_file), f"{a_file} is a file, not a folder"),
              (str(a_file / "out"), f"cannot make {a_file / 'out'}: {a_file} is a file"),
-             (".", ". is the current folder or holds it"),
+             (".", ". is the current folder or holds it; give what it writes a folder of its own, e.g. out"),
              ("", "argument --out-dir: expected a path, got ''"),
              (str(tmp_path / "empty"), f"--resume: no checkpoint to resume in {tmp_path / 'empty'}")]
     for out_dir, message in cases:

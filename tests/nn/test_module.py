@@ -188,7 +188,8 @@ def test_a_value_that_cannot_be_converted_changes_nothing(value, dtype):
     state = {k: v + 1 for k, v in TinyLM().state_dict().items()}
     state["h.1.ln.bias"] = value
     with pytest.raises(ValueError, match=rf"^load_state_dict into TinyLM: 'h\.1\.ln\.bias' could not convert from "
-                                         rf"{dtype} to the parameter's float32$"):
+                                         rf"{dtype} to the parameter's float32; give it real numbers, as a state_dict\(\) of this model "
+                                         r"holds them$"):
         model.load_state_dict(state)
     assert_unchanged(model, before)
 
