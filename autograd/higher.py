@@ -59,7 +59,7 @@ class Namespace:
     def where(self, cond, a, b):
         return functional.where(cond, a, b)
 
-    def clip(self, a, low, high, out=None):
+    def clip(self, a, low, high):
         """a where it lies in [low, high], its graph kept; the bound, a constant, where it does not."""
         held = self.array.clip(array_of(a), low, high)
         return functional.where(held == array_of(a), a, self._constant(held))

@@ -179,7 +179,7 @@ class Function:
     # that VJP added into dx, the input's gradient summed so far, in place. Its backward's zero-filled array is then
     # made once per input, not once per pick: q, k and v cut from one projection get one array, not three to add.
     backward_into = None
-    # An op that reduces (a sum, a softmax's normaliser, layer norm's moments) sets widens_float16: float16 inputs
+    # An op that reduces (a softmax's normaliser, layer norm's moments) sets widens_float16: float16 inputs
     # are computed in float32 and its output rounded once, as PyTorch computes them (a float16 row sum passes 65504,
     # or drops its low bits, long before the result does); its VJP runs on g in float32 too
     widens_float16 = False
@@ -936,7 +936,7 @@ def backward_steps(root, grad, free=True, create_graph=False):
                 returned = pg.shape
                 if pg.shape != x.data.shape or pg.dtype != x.data.dtype:
                     # under detect_anomaly checked as this step's: a finite VJP summed or cast down can overflow
-                    pg = _fit(pg, x, op) if checks is None else checks.fitted(x, pg, _fit, t, g, ran)
+                    pg = _fit(pg, x, op) if checks is None else checks.fitted(x, pg, t, g, ran)
                 previous = grads.get(id(x))
                 if previous is None:
                     grads[id(x)] = pg

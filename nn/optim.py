@@ -362,8 +362,7 @@ class AdamW(Optimizer):
             state["exp_avg_sq"] = xp.zeros(p.shape, dtype=p.dtype)
         state["step"] += 1
         decay, eps, step_size = self._factors(group, state["step"])
-        # the kernels update flat views: a parameter made from a strided array (a transpose) takes the pieces below
-        kernel = kernels.fused("adamw", p.data) if p.data.flags.c_contiguous else None
+        kernel = kernels.fused("adamw", p.data)
         if kernel is not None:
             kernel(grad, decay, beta1, beta2, eps, step_size, p.data, state["exp_avg"], state["exp_avg_sq"])
             return

@@ -749,10 +749,14 @@ def _adamw(g, decay, beta1, beta2, eps, step_size, w, m, v):
 
 
 def adamw(g, decay, beta1, beta2, eps, step_size, w, m, v):
-    """The update as kernels/cuda.py's ADAMW takes it; w, m, v C-contiguous (their flat views are theirs), in
-    place."""
+    """The update as kernels/cuda.py's ADAMW takes it, w, m, v in place. The kernel steps flat views; a strided
+    one (a parameter made from a transpose) would be reshape's copy, so it steps a contiguous copy written back."""
+    state = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in (w, m, v)]
     _adamw(np.ascontiguousarray(g).reshape(-1), _F32(decay), _F32(beta1), _F32(beta2), _F32(eps), _F32(step_size),
-           w.reshape(-1), m.reshape(-1), v.reshape(-1))
+           *(a.reshape(-1) for a in state))
+    for a, stepped in zip((w, m, v), state):
+        if stepped is not a:
+            a[...] = stepped
 
 
 # ---- clip_grad_norm_ -------------------------------------------------------------------

@@ -369,7 +369,7 @@ class GPT(nn.Module):
         cache_start = 0  # the token whose keys sit at cache position 0
         # NO_TOKEN (logits with NaN or inf) is refused before a step embeds it: the embedding refuses an id outside
         # wte (a wait for the device each dynamic step already). The static path's graph never waits: its kernel
-        # feeds id 0 on, and its tokens are looked at once, where the dynamic path or the copy at the end reads them.
+        # feeds id 0 on, and its tokens are looked at once, when it is done.
         was_training = self.training
         self.eval()
         try:
@@ -377,7 +377,7 @@ class GPT(nn.Module):
             # an empty batch has no row to launch a decode kernel's blocks for (CUDA refuses a grid of none)
             if use_cache and max_new_tokens and B and T <= self.config.block_size and self._static_decoding():
                 first = decode.run(self, tokens, T, T + max_new_tokens, temperature, top_k, top_p, make_cache)
-                if first < T + max_new_tokens and (tokens[:, T:first] == sampling.NO_TOKEN).any():
+                if (tokens[:, T:first] == sampling.NO_TOKEN).any():  # one look, once its graph has run
                     self._refuse_no_token(backend.to_host(tokens), T, T, first)
             for n in range(first, T + max_new_tokens):  # the dynamic cache: all of it, or past block_size
                 start = max(0, n - self.config.block_size)  # the window the model sees: tokens[:, start:n]
@@ -396,9 +396,7 @@ class GPT(nn.Module):
                     self._refuse_no_token(backend.to_host(tokens), T, n, n + 1)
         finally:
             self.train(was_training)
-        ids = out.numpy()
-        self._refuse_no_token(ids, T, T, T + max_new_tokens)
-        return give_back(ids)
+        return give_back(out.numpy())
 
     def _refuse_no_token(self, ids, T, start, stop):
         """A one-line error if the host array ids[:, start:stop] (after a prompt of T tokens) holds NO_TOKEN: it names
