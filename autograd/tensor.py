@@ -1089,6 +1089,9 @@ def _count(shape, axis, op):
         return int(np.prod(shape))
     axes = (axis,) if isinstance(axis, int) else axis
     _check_in_range(op, shape, axes)
+    if len({a % len(shape) for a in axes}) < len(axes):  # else Sum, which mean and var are made of, refuses it
+        raise ShapeError(f"{op}: axis {axis} names an axis of shape {shape} twice (-1 is the last axis); "
+                         "give each axis once")
     return int(np.prod([shape[a] for a in axes]))
 
 

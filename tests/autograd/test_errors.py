@@ -352,6 +352,13 @@ def test_an_axis_out_of_range_names_the_reduction_and_the_axes_there_are(reduce)
         getattr(Tensor(np.ones((3, 4))), reduce)(axis=2)
 
 
+@pytest.mark.parametrize("reduce", ["mean", "var"])
+def test_an_axis_given_twice_names_the_reduction_not_the_sum_it_is_made_of(reduce):
+    with pytest.raises(ShapeError, match=rf"^{reduce}: axis \(0, -2\) names an axis of shape \(3, 4\) twice "
+                                         r"\(-1 is the last axis\); give each axis once$"):
+        getattr(Tensor(np.ones((3, 4))), reduce)(axis=(0, -2))
+
+
 def test_a_comparison_of_shapes_that_do_not_broadcast_is_a_shape_error():
     with pytest.raises(ShapeError, match=r"^lt: .*\(3,\) \(2,\); broadcasting needs each trailing axis equal or 1"):
         Tensor([1.0, 2.0, 3.0]) < Tensor([1.0, 2.0])
