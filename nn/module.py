@@ -46,6 +46,15 @@ class Parameter(Tensor):
         super().__init__(data, requires_grad=requires_grad)
 
 
+def zero_gradient(t):
+    """Fill t's gradient with zeros: in place, so views of one flat buffer stay its views; a gradient that
+    backward(create_graph=True) left, a Tensor, becomes zeros without its graph, as in PyTorch."""
+    if isinstance(t.grad, Tensor):
+        t.grad = backend.xp_for(t.device).zeros_like(t.data)
+    else:
+        t.grad[...] = 0
+
+
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
 
@@ -329,7 +338,7 @@ class Module:
             if set_to_none or param.grad is None:
                 param.grad = None
             else:
-                param.grad[...] = 0
+                zero_gradient(param)
 
     def extra_repr(self):
         return ""

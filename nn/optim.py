@@ -16,6 +16,8 @@ import weakref
 from autograd import Tensor, backend, kernels
 from autograd.intervals import check
 
+from .module import zero_gradient
+
 
 # Buffers are updated in place, so a saved state and the live one must never share an array;
 # counters (AdamW's step) are plain ints and pass through.
@@ -111,7 +113,7 @@ class Optimizer:
             if set_to_none or p.grad is None or self.grad_buffer is not None:
                 p.grad = None
             else:
-                p.grad[...] = 0
+                zero_gradient(p)
         if self.grad_buffer is not None:  # a group added since has no view: its gradients were dropped above
             self.grad_buffer.zero_()
 

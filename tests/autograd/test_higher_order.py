@@ -25,6 +25,29 @@ def test_backward_with_create_graph_leaves_gradients_that_have_graphs(rng):
     assert isinstance(x.grad, np.ndarray)  # a plain backward again: an array
 
 
+def test_backward_with_create_graph_gives_each_leaf_a_gradient_of_its_own():
+    """Add's VJP hands both inputs one gradient Tensor, Sum's is a read-only broadcast and a leaf root's is the
+    caller's seed: each .grad is a copy that keeps its graph (PyTorch's too), so scaling one in place (a clip)
+    changes no other."""
+    a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    ((a + b) ** 2).sum().backward(create_graph=True)  # both .grad are 2(a + b)
+    a.grad.data *= 0.5
+    np.testing.assert_array_equal(a.grad.data, [4.0, 6.0])
+    np.testing.assert_array_equal(b.grad.data, [8.0, 12.0])
+    np.testing.assert_array_equal(ag.grad(b.grad.sum(), a)[0].data, [2.0, 2.0])  # its graph kept
+
+    x = leaf([1.0, 2.0, 3.0])
+    (x.sum() * 2).backward(create_graph=True)
+    x.grad.data *= 0.5
+    np.testing.assert_array_equal(x.grad.data, [1.0, 1.0, 1.0])
+
+    seed, c = Tensor(np.ones(2)), leaf([1.0, 2.0])
+    c.backward(seed, create_graph=True)
+    c.grad.data *= 3.0
+    np.testing.assert_array_equal(c.grad.data, [3.0, 3.0])
+    np.testing.assert_array_equal(seed.data, [1.0, 1.0])
+
+
 def test_any_depth(rng):
     x = rand(rng, 3)
     g = (x ** 5).sum()

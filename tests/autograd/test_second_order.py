@@ -316,6 +316,19 @@ def test_a_cast_passes_second_order_gradients_through():
     assert ops.Cast in {type(t.op) for t in topological_order(ours(x)) if t.op is not None}
 
 
+def test_a_float16_gradient_summed_over_broadcast_axes_keeps_its_graph():
+    """The engine sums a broadcast operand's gradient back to its shape; under create_graph in float16 that sum
+    called the array module's float32-accumulating sum on a Tensor and raised a TypeError."""
+    x, w = Tensor(np.ones((2, 3), np.float16), requires_grad=True), Tensor(np.array([1, 2, 3], np.float16),
+                                                                            requires_grad=True)
+    (gw,) = ag.grad(((x * w) ** 2).sum(), w, create_graph=True)  # Σᵢ 2 xᵢⱼ² wⱼ over the 2 rows of ones
+    assert gw.dtype == np.float16
+    np.testing.assert_array_equal(gw.data, [4, 8, 12])
+    hx, hw = ag.grad(gw.sum(), [x, w])  # ∂/∂xᵢⱼ = 4 xᵢⱼ wⱼ, ∂/∂wⱼ = 2 Σᵢ xᵢⱼ² = 4
+    np.testing.assert_array_equal(hx.data, [[4, 8, 12], [4, 8, 12]])
+    np.testing.assert_array_equal(hw.data, [4, 4, 4])
+
+
 def _fused(monkeypatch):
     pytest.importorskip("numba", reason="the fused CPU kernels need numba")
     monkeypatch.setenv("AUTOGRAD_FUSED", "1")

@@ -453,6 +453,21 @@ def test_zero_grad_drops_the_gradients_or_fills_them_with_zeros():
     assert layer.weight.grad is None and layer.bias.grad is None
 
 
+def test_zero_grad_fills_a_gradient_with_a_graph_with_zeros_without_it():
+    """backward(create_graph=True) leaves Tensors in .grad, which item assignment cannot zero (it raised a
+    TypeError): as in PyTorch, set_to_none=False leaves zeros without the graph, and a plain backward adds to them."""
+    layer = nn.Linear(2, 3)
+    x = ag.Tensor(np.ones((1, 2), np.float32))
+    (layer(x) ** 2).sum().backward(create_graph=True)
+    assert isinstance(layer.weight.grad, ag.Tensor)
+    layer.zero_grad(set_to_none=False)
+    for p in layer.parameters():
+        assert isinstance(p.grad, np.ndarray) and p.grad.shape == p.shape and p.grad.dtype == p.dtype
+        assert not p.grad.any()
+    layer(x).sum().backward()
+    np.testing.assert_array_equal(layer.bias.grad, np.ones(3))
+
+
 def test_pytorch_spellings_of_the_layers():
     norm = nn.LayerNorm((4,))
     assert norm.weight.shape == (4,)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import nn
+from autograd import Tensor
 from nn import Parameter
 from nn.optim import SGD, AdamW, WarmupCosineLR, clip_grad_norm_, warmup_cosine
 
@@ -813,6 +814,18 @@ def test_a_nan_norm_makes_every_gradient_nan_as_in_pytorch(flat):
     assert all(np.isnan(p.grad).all() for p in ps)
     opt.step()
     assert all(np.isnan(p.data).all() for p in ps)
+
+
+def test_optimizer_zero_grad_set_to_none_false_zeroes_a_gradient_with_a_graph():
+    """A .grad that backward(create_graph=True) left, a Tensor: zeros without its graph (as PyTorch), not a
+    TypeError from item assignment."""
+    p = param([1.0, 2.0])
+    opt = SGD([p], lr=0.1)
+    ((p * p).sum()).backward(create_graph=True)
+    assert isinstance(p.grad, Tensor)
+    opt.zero_grad(set_to_none=False)
+    assert isinstance(p.grad, np.ndarray)
+    np.testing.assert_array_equal(p.grad, [0.0, 0.0])
 
 
 @pytest.mark.parametrize("flat", [False, True])
