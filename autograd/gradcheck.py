@@ -20,7 +20,7 @@ softmax's diag(p) − ppᵀ, on inputs of a few elements.
 """
 import numpy as np
 
-from . import backend
+from . import backend, heatmaps
 from .tensor import Tensor, array_of, enable_grad, no_grad
 
 WORST_SHOWN = 5
@@ -93,6 +93,8 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0, picture=None):
     checked = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
     if not checked:
         raise ValueError("gradcheck: no input requires grad; pass Tensors with requires_grad=True")
+    if picture is not None:
+        heatmaps.picture_format(picture, "gradcheck: picture=")
     for t in checked:
         if t.dtype != np.float64:
             raise TypeError(f"gradcheck: inputs must be float64 for finite differences to be exact enough, got {t.dtype}")
@@ -128,15 +130,13 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0, picture=None):
 def _draw_failures(drawn, path):
     """Write the heatmaps of each failing input (analytic | numeric | analytic − numeric) to `path`; the line
     the error ends with: where the picture is, or why it could not be written (the mismatch is reported anyway)."""
-    from . import heatmaps
-
     rows = [[heatmaps.array_panel(f"input {position}: analytic (backward)", analytic, group=2 * position),
              heatmaps.array_panel(f"input {position}: numeric (central differences)", numeric, group=2 * position),
              heatmaps.array_panel(f"input {position}: analytic − numeric", analytic - numeric, group=2 * position + 1)]
             for position, analytic, numeric in drawn]
     try:
         heatmaps.figure(rows, "gradcheck: backward() against finite differences").savefig(path)
-    except (OSError, ValueError) as exc:  # a bad path or format must not hide the mismatch itself
+    except OSError as exc:  # a folder that is missing or not writable must not hide the mismatch itself
         return f"  picture: not written to {path} ({type(exc).__name__}: {exc})"
     return f"  picture: {path} (analytic, numeric and their difference for each failing input)"
 

@@ -14,7 +14,9 @@ hook that viz registers would leave `gradcheck(picture=...)` silently doing
 nothing in a program that never imported viz.
 """
 import io
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -22,6 +24,8 @@ COLOUR_MAP = "RdBu_r"
 NOT_FINITE = "black"  # NaN and ±inf: outside the colour scale, and unlike any colour on it
 LABELLED_TICKS = 16  # up to this many rows or columns every index is labelled; beyond, about this many
 ANNOTATED = 64  # a matrix of at most this many cells shows each value in its cell
+NOTES_FONT = {"family": "DejaVu Sans Mono", "size": 9}  # the lines under the panels
+FORMATS = ("png", "svg", "pdf")  # what a picture is written as, named by its file's suffix
 
 
 @dataclass
@@ -55,6 +59,18 @@ def array_panel(title, array, group=0):
     rows = "axis 0" if len(shape) == 2 else f"axes 0–{len(shape) - 2}"
     return Panel(title, as_matrix(array), ylabel=rows, xlabel=f"axis {len(shape) - 1}",
                  rows=index_labels(shape[:-1]), group=group)
+
+
+def picture_format(path, who):
+    """The format that `path`'s suffix names, one of FORMATS; otherwise an error naming `who`, so that a caller
+    can refuse the path before any work, not after it (matplotlib would add .png to a name without a suffix)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{who} must be a file name (a str or pathlib.Path), got {type(path).__name__}; "
+                        "e.g. 'mismatch.png'")
+    fmt = Path(path).suffix.lower()[1:]
+    if fmt not in FORMATS:
+        raise ValueError(f"{who} {str(path)!r}: a picture is written as .png, .svg or .pdf; end its name with one")
+    return fmt
 
 
 def index_labels(shape):
@@ -108,7 +124,8 @@ def figure(rows, title="", notes=()):
     tallest = [max(p.matrix.shape[0] for p in row) for row in rows]
     panel_width = min(7.5, max(3.6, cell * widest + 1.8))
     heights = [min(6.5, max(2.0, cell * h + 1.5)) for h in tallest]
-    size = (panel_width * ncols, sum(heights) + 0.2 * len(notes) + (0.6 if title else 0))
+    # as wide as the widest note too: the layout makes room below the panels, not beside them
+    size = (max(panel_width * ncols, _notes_width(notes)), sum(heights) + 0.2 * len(notes) + (0.6 if title else 0))
     picture = _picture_class()(figsize=size, layout="constrained")
     grid = picture.add_gridspec(len(rows), ncols, height_ratios=heights)
     limits = {}
@@ -137,5 +154,18 @@ def figure(rows, title="", notes=()):
     if title:
         picture.suptitle(title, fontsize=11)
     if notes:  # a figure-level label, so that the layout makes room for every line
-        picture.supxlabel("\n".join(notes), x=0.01, ha="left", fontsize=9, family="DejaVu Sans Mono")
+        picture.supxlabel("\n".join(notes), x=0.01, ha="left", fontsize=NOTES_FONT["size"],
+                          family=NOTES_FONT["family"])
     return picture
+
+
+def _notes_width(notes):
+    """Inches that the widest line of `notes` takes in NOTES_FONT, with a margin each side (0 without notes)."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextPath
+
+    if not notes:
+        return 0.0
+    font = FontProperties(**NOTES_FONT)
+    points = max(TextPath((0, 0), line, prop=font).get_extents().width for line in notes)
+    return (points + 36) / 72  # a quarter inch each side: the left offset and the layout's padding

@@ -30,7 +30,7 @@ import numpy as np
 
 import autograd as ag
 from autograd import Tensor, ops, topological_order
-from autograd.heatmaps import Panel, figure, index_labels
+from autograd.heatmaps import Panel, figure, index_labels, picture_format
 from models.io import atomic_path
 
 LARGEST = 64  # elements of the input (--shape): a picture for looking at, not a computation
@@ -358,9 +358,10 @@ def main(argv=None):
     if args.shape is not None and len(args.shape) not in case.ndim:
         p.error(f"--shape {','.join(map(str, args.shape))}: {args.op} takes {case.what}")
     out = Path(args.out or f"jacobian_{args.op}.png")
-    fmt = out.suffix.lower()[1:]  # x.PNG is a PNG, as viz.graph reads it
-    if fmt not in ("png", "svg", "pdf"):
-        p.error(f"--out {out}: the picture is written as .png, .svg or .pdf")
+    try:
+        fmt = picture_format(out, "--out")  # x.PNG is a PNG, as viz.graph reads it
+    except ValueError as exc:
+        p.error(str(exc))
     drawn = picture(args.op, args.shape, args.seed)
     try:
         with atomic_path(out) as tmp:  # whole or not at all

@@ -250,6 +250,24 @@ def test_gradcheck_reports_the_mismatch_when_the_picture_cannot_be_written(tmp_p
         ag.gradcheck(lambda t: WrongSquare.apply(t), [Tensor(np.ones(2), requires_grad=True)], picture=path)
 
 
+@pytest.mark.parametrize("picture, error, message", [
+    (123, TypeError, "gradcheck: picture= must be a file name (a str or pathlib.Path), got int"),
+    ("mismatch", ValueError, "gradcheck: picture= 'mismatch': a picture is written as .png, .svg or .pdf"),
+    ("mismatch.jpeg", ValueError, "gradcheck: picture= 'mismatch.jpeg': a picture is written as .png, .svg or .pdf"),
+])
+def test_gradcheck_refuses_a_picture_path_it_cannot_write_before_any_work(tmp_path, monkeypatch, picture, error,
+                                                                        message):
+    """A number ended in an AttributeError that hid the mismatch; a name without a suffix made matplotlib write
+    mismatch.png while the error named 'mismatch'; both only after every finite difference had been taken."""
+    monkeypatch.chdir(tmp_path)
+    calls = []
+    with pytest.raises(error) as info:
+        ag.gradcheck(lambda t: calls.append(t) or WrongSquare.apply(t), [Tensor(np.ones(2), requires_grad=True)],
+                     picture=picture)
+    assert str(info.value).startswith(message)
+    assert calls == [] and list(tmp_path.iterdir()) == []
+
+
 def test_gradcheck_that_passes_draws_nothing(tmp_path):
     path = tmp_path / "p.png"
     assert ag.gradcheck(lambda t: t * t, [Tensor(np.ones(2), requires_grad=True)], picture=path)

@@ -96,6 +96,19 @@ def test_draw_refuses_a_closed_form_of_the_wrong_shape():
         vj.draw(lambda t: t.tanh(), np.zeros(3), closed=np.zeros(3))
 
 
+@pytest.mark.parametrize("x", [np.array([0.5]), np.arange(6.0).reshape(2, 3)])
+def test_the_notes_under_a_single_heatmap_are_not_cut_off(x):
+    """Without a closed form there is one panel, narrower than the VJP line under it: the line ran off the
+    picture's right edge (a 1-element x kept 3.6 of its 5.6 inches)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    figure = vj.draw(lambda t: (t * t).sum(), x)
+    FigureCanvasAgg(figure).draw()
+    notes = figure._supxlabel
+    assert "backward never forms J" in notes.get_text()
+    extent = notes.get_window_extent()
+    assert 0 <= extent.x0 and extent.x1 <= figure.bbox.x1
+
 def test_the_command_writes_the_picture(tmp_path, capsys):
     out = tmp_path / "softmax.png"
     assert vj.main(["softmax", "--shape", "2,3", "--seed", "1", "--out", str(out)]) == 0
