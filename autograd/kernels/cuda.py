@@ -41,10 +41,11 @@ GELU_BACKWARD = ("T x, T g", "T dx", """
 """)
 
 # nn.optim.AdamW's update in one pass instead of a dozen (its docstring has the formula; w, m, v in place):
-# m ← m + (1−β₁)(g − m);  v ← β₂v + (1−β₂)g²;  w ← w·decay + step_size · m / (√v + eps)
-ADAMW = ("T g, T decay, T beta1, T beta2, T eps, T step_size", "T w, T m, T v", """
-    m += (T(1) - beta1) * (g - m);
-    v = beta2 * v + (T(1) - beta2) * g * g;
+# m ← m + (1−β₁)(g − m);  v ← β₂v + (1−β₂)g²;  w ← w·decay + step_size · m / (√v + eps).
+# The betas come in float64: 1 minus a float32 β₂ = 0.999 loses 1.3e-5 of its value (torch rounds 1 − β, not β)
+ADAMW = ("T g, T decay, float64 beta1, float64 beta2, T eps, T step_size", "T w, T m, T v", """
+    m += T(1.0 - beta1) * (g - m);
+    v = T(beta2) * v + T(1.0 - beta2) * g * g;
     w = w * decay + step_size * m / (sqrt(v) + eps);
 """)
 

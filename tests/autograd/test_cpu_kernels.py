@@ -19,6 +19,7 @@ import pytest
 import autograd as ag
 import nn
 from autograd import kernels
+from tests.nn.test_optim import adamw_by_hand
 
 numba = pytest.importorskip("numba", reason="numba is not installed: the CPU keeps its NumPy path")
 import llvmlite.binding  # noqa: E402  (numba's, after the skip)
@@ -556,6 +557,30 @@ def test_adamw_steps_a_parameter_whose_data_is_a_transposed_view(monkeypatch, sp
     assert spy["adamw"] == 3  # the kernel stepped it, and its result is the composed ops'
     close(fused, composed, rtol=1e-5, atol=1e-6)  # weights of about 1, each moved by about lr a step
     assert (start.T - fused[0]).min() > 1e-2  # every weight moved down, by about lr a step
+
+
+def test_adamw_kernel_rounds_one_minus_beta_as_torch_does(monkeypatch, spy):
+    """With torch's default β₂ = 0.999 the kernel took 1 − β₂ from a float32 β₂, 1.3e-5 short of 0.001: every
+    second moment came out that much small and every step 6e-6 long, a drift of 28 float32 ulps in 10 steps that
+    torch.optim.AdamW (and the composed update) does not have. Both now stay within float32's rounding of float64."""
+    rng = np.random.default_rng(0)
+    start = rng.standard_normal(4096).astype(np.float32)
+    gradients = [rng.standard_normal(4096).astype(np.float32) for _ in range(10)]
+
+    def run():
+        p = nn.Parameter(start.copy())
+        opt = nn.optim.AdamW([p], lr=0.1)  # betas=(0.9, 0.999), weight_decay=0.01: torch's defaults
+        for g in gradients:
+            p.grad = g.copy()
+            opt.step()
+        return p.data, opt.state[p]["exp_avg_sq"]
+    fused, composed = both(monkeypatch, run)
+    assert spy == {"adamw": 10}
+    exact = adamw_by_hand(start.astype(np.float64), gradients, 0.1, 0.9, 0.999, 1e-8, 0.01)
+    second_moment = sum(0.001 * 0.999 ** (9 - t) * g.astype(np.float64) ** 2 for t, g in enumerate(gradients))
+    for weights, exp_avg_sq in (fused, composed):
+        np.testing.assert_allclose(weights, exact, rtol=0, atol=2e-6)  # weights of about 2: 8 ulps
+        np.testing.assert_allclose(exp_avg_sq, second_moment, rtol=2e-6)
 
 
 def test_a_float64_matrix_times_a_float32_weight_keeps_numpys_products(monkeypatch, spy):
