@@ -134,17 +134,11 @@ def demo_loss():
 
 def main(argv=None):
     parser = Parser("python -m models.bigram", __doc__.split("\n")[0])
-    parser.add_argument("--dim", type=int, default=8, help="embedding size d")
-    parser.add_argument("--lr", type=float, default=1.0, help="SGD learning rate")
-    parser.add_argument("--steps", type=int, default=500, help="full-batch SGD steps")
+    parser.add_argument("--dim", type=interval(int, "[1, inf)"), default=8, help="embedding size d")
+    parser.add_argument("--lr", type=interval(float, "(0, inf)"), default=1.0, help="SGD learning rate")
+    parser.add_argument("--steps", type=interval(int, "[0, inf)"), default=500, help="full-batch SGD steps")
     parser.add_argument("--seed", type=interval(int, SEEDS), default=0, help="seed of the initial E and W_U")
     args = parser.parse_args(argv)
-    if args.dim < 1:
-        parser.error(f"--dim must be at least 1, got {args.dim}")
-    if args.steps < 0:
-        parser.error(f"--steps must be at least 0, got {args.steps}")
-    if not (math.isfinite(args.lr) and args.lr > 0):
-        parser.error(f"--lr must be a positive number, got {args.lr}")
 
     model, chars, cur, nxt = lesson_setup(args.dim, args.seed)
     vocab_size = len(chars)

@@ -52,6 +52,8 @@ import autograd as ag
 import nn
 from autograd.ops import GELU
 from models.cli import Parser
+from models.io import owning_folder
+from models.training.checkpoint import CHECKPOINT_MARKS, PREPARED_MARKS
 from models.training.data import load_text
 from models.gpt.gpt2 import GPT, MLP, GPTConfig
 from models.training.health import Health, layer_name, descent_check
@@ -236,6 +238,12 @@ def main(argv=None):
                         "under the system's temporary folder, never the current one: a lesson is no project)")
     args = p.parse_args(argv)
     out_dir = Path(args.out_dir) if args.out_dir else Path(tempfile.mkdtemp(prefix="gptgrad-troubleshoot-"))
+    # a run's health report there would be replaced, and a folder inside a checkpoint is one more that models.train
+    # refuses to save over
+    owner = owning_folder(out_dir, CHECKPOINT_MARKS + PREPARED_MARKS)
+    if owner is not None:
+        p.error(f"--out-dir {args.out_dir}: {owner} holds a checkpoint or a prepared corpus, which the lesson's "
+                "health.jsonl and health.png would change; give the lesson a folder of its own")
     try:  # now, not when failure 2 writes there seconds later: a --out-dir that cannot be a folder says so
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -21,8 +21,9 @@ import numpy as np
 DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "tinyshakespeare.txt"
 
 
-def load_text(path=None):
-    """The text of `path` (the shipped Shakespeare when None), with a one-line error when it is missing.
+def load_text(path=None, what="data file"):
+    """The text of `path` (the shipped Shakespeare when None), with a one-line error when it is missing; the
+    errors call it `what` (the option that gave it: "--prompt-file").
 
     Its characters as they are, "\r\n" included, as models.prepare reads them (text mode would make it "\n").
     """
@@ -33,11 +34,11 @@ def load_text(path=None):
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ValueError(not_utf8(f"data file {path}", raw, raw[exc.start], exc.start)) from None
+        raise ValueError(not_utf8(f"{what} {path}", raw, raw[exc.start], exc.start)) from None
     if "\0" in text:
-        raise ValueError(not_utf8(f"data file {path}", raw, 0, raw.index(b"\0")))
+        raise ValueError(not_utf8(f"{what} {path}", raw, 0, raw.index(b"\0")))
     if not text:
-        raise ValueError(f"data file {path} is empty")
+        raise ValueError(f"{what} {path} is empty; give it some text")
     return text
 
 

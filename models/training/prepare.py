@@ -728,8 +728,11 @@ def main(argv=None):
         return 1
     except KeyboardInterrupt:
         _drop_if_empty(out, made)
-        print(f"\nprepare: interrupted; the shards written so far are whole: run the same command again to go on "
-              f"(see {out / PROGRESS_FILE})", file=sys.stderr)
+        progress = out / PROGRESS_FILE  # written after each shard: without it there is nothing to go on from
+        kept = (f"the shards written so far are whole: run the same command again to go on (see {progress})"
+                if progress.is_file() else
+                "nothing was saved to go on from: run the same command again to start afresh")
+        print(f"\nprepare: interrupted; {kept}", file=sys.stderr)
         return 130
     return 0
 

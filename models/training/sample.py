@@ -66,7 +66,8 @@ def main(argv=None):
     if hasattr(sys.stdout, "reconfigure"):  # a text file's; a stand-in (io.StringIO) encodes nothing
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
-        text = args.prompt if args.prompt_file is None else load_text(args.prompt_file)  # before the model loads
+        # read before the model loads, so that a file that is no prompt is refused at once
+        text = args.prompt if args.prompt_file is None else load_text(args.prompt_file, "--prompt-file")
         model, tokenizer = checkpoint.load_model(args.checkpoint)
         prompt = tokenizer.encode(text)
         model.to(args.device).eval()

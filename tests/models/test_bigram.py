@@ -206,3 +206,18 @@ def test_cli_argument_errors_are_one_line(args):
     result = run_cli(*args)
     assert result.returncode == 2
     assert result.stderr.startswith("python -m models.bigram: error: ") and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--lr", "inf"], "argument --lr: must be in (0, inf), got inf"),
+    (["--lr", "nan"], "argument --lr: must be in (0, inf), got nan"),
+    (["--lr", "0"], "argument --lr: must be in (0, inf), got 0"),
+    (["--dim", "0"], "argument --dim: must be in [1, inf), got 0"),
+    (["--steps", "-5"], "argument --steps: must be in [0, inf), got -5"),
+])
+def test_cli_out_of_range_values_name_the_interval(args, message, capsys):
+    """--lr inf was refused as "--lr must be a positive number, got inf": infinity is positive; it is not finite."""
+    with pytest.raises(SystemExit) as exit_:
+        bigram.main(args)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == f"python -m models.bigram: error: {message} (see --help)\n"

@@ -411,6 +411,33 @@ def test_a_rerun_with_other_sections_starts_afresh_and_ends_the_same(tmp_path, c
     assert files_of(out) == files_of(tmp_path / "whole")
 
 
+def test_ctrl_c_says_whether_a_rerun_can_go_on_from_what_it_wrote(tmp_path, corpus, capsys, monkeypatch):
+    """Interrupted while reading, before any shard, it said "the shards written so far are whole: ... (see
+    out/prepare_progress.json)", of a folder and a file that were not there."""
+    argv = [str(corpus), "--tokenizer", "char", "--shard-tokens", "500", "--workers", "1",
+            "--out", str(tmp_path / "out")]
+
+    def interrupt(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prepare, "first_pass", interrupt)
+    assert run_prepare(capsys, *argv) == (130, "", "\nprepare: interrupted; nothing was saved to go on from: run the "
+                                                   "same command again to start afresh\n")
+    assert not (tmp_path / "out").exists()
+    monkeypatch.undo()
+    write_json = prepare.write_json
+
+    def interrupt_once_saved(*args):  # the first file written is the progress after the first shard
+        write_json(*args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prepare, "write_json", interrupt_once_saved)
+    progress = tmp_path / "out" / "prepare_progress.json"
+    assert run_prepare(capsys, *argv) == (130, "", "\nprepare: interrupted; the shards written so far are whole: run "
+                                                   f"the same command again to go on (see {progress})\n")
+    assert progress.is_file()
+
+
 FORK_THREADS = """
 import os, sys
 from models.training import prepare

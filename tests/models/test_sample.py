@@ -113,9 +113,17 @@ def test_a_prompt_file_that_is_not_utf8_is_one_line(trained, tmp_path, capsys):
     path = tmp_path / "latin1.txt"
     path.write_bytes(b"caf\xe9")
     assert sample.main([str(trained), "--prompt-file", str(path)]) == 1
-    assert capsys.readouterr().err == (f"sample: error: data file {path} is not UTF-8 text (byte 0xe9 at offset 3); "
-                                       "convert it first from its encoding, e.g. `iconv -f latin1 -t utf-8 FILE > NEW.txt` "
+    assert capsys.readouterr().err == (f"sample: error: --prompt-file {path} is not UTF-8 text (byte 0xe9 at "
+                                       "offset 3); convert it first from its encoding, e.g. `iconv -f latin1 -t utf-8 FILE > NEW.txt` "
                                        "(or cp1252, shift-jis, ...)\n")
+
+
+def test_an_empty_prompt_file_is_named_as_the_option(trained, tmp_path, capsys):
+    """It was refused as "data file p.txt is empty", a name the command line never gave it."""
+    path = tmp_path / "p.txt"
+    path.write_text("")
+    assert sample.main([str(trained), "--prompt-file", str(path)]) == 1
+    assert capsys.readouterr().err == f"sample: error: --prompt-file {path} is empty; give it some text\n"
 
 
 @pytest.mark.parametrize("temperature", ["1e-320", "5e-324", "1e-300"])

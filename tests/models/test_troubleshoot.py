@@ -124,3 +124,24 @@ def test_an_out_dir_that_cannot_be_a_folder_is_refused_before_the_lesson_runs(tm
         assert exit_.value.code == 2
         err = capsys.readouterr().err
         assert err.endswith(f"error: --out-dir {given}: cannot make that folder ({why}) (see --help)\n"), err
+
+
+@pytest.mark.parametrize("inside", ["", "lesson"])
+def test_an_out_dir_in_a_checkpoint_is_refused_before_the_lesson_runs(tmp_path, monkeypatch, capsys, inside):
+    """`--out-dir out` replaced the health report of the training run in out; `--out-dir out/lesson` made a folder
+    that models.train then refused to save over."""
+    run = tmp_path / "out"
+    run.mkdir()
+    for name, text in (("train_state.json", "{}"), ("health.jsonl", "the run's report\n")):
+        (run / name).write_text(text)
+    given = run / inside if inside else run
+    monkeypatch.setattr(troubleshoot, "lr_too_high", lambda: pytest.fail("ran the lesson before checking --out-dir"))
+    with pytest.raises(SystemExit) as exit_:
+        troubleshoot.main(["--out-dir", str(given)])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        f"python -m models.troubleshoot: error: --out-dir {given}: {run} holds a checkpoint or a prepared corpus, "
+        "which the lesson's health.jsonl and health.png would change; give the lesson a folder of its own "
+        "(see --help)\n")
+    assert sorted(p.name for p in run.iterdir()) == ["health.jsonl", "train_state.json"]
+    assert (run / "health.jsonl").read_text() == "the run's report\n"
