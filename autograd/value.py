@@ -1,4 +1,4 @@
-"""Value: a scalar that remembers how it was computed — the whole idea of autograd in one screen.
+"""Value: a scalar that remembers how it was computed — the whole idea of autograd in one short file.
 
 An op has one or two inputs, `a` and `b`; its result keeps them and their local
 derivatives ∂out/∂a, ∂out/∂b (`da`, `db`; `inputs` and `local_grads` read them

@@ -1,6 +1,9 @@
 """The front door and the pages behind it: every `python -m` command they show parses, every relative link and
 anchor resolves, every picture is what `python -m docs.make` draws now, and what the commands make is ignored."""
+import ast
+import inspect
 import json
+import pkgutil
 import re
 import subprocess
 import sys
@@ -118,9 +121,9 @@ def test_the_pictures_are_what_docs_make_draws_now():
 
 def made_paths():
     """The paths the pages' commands write, relative to where they run (the repository's root)."""
-    # the defaults of the main job, viz.graph (--double too), moons, newton, viz.jacobian and viz.diverge
-    paths = {"out", "graph_bigram.svg", "graph_tiny.png", "graph_bigram_double.svg", "moons.png", "newton.png",
-             "jacobian_softmax.png", "diverge_tiny.svg"}
+    # the defaults of the main job, viz.graph (--double and --flow too), moons, newton, viz.jacobian and viz.diverge
+    paths = {"out", "graph_bigram.svg", "graph_tiny.png", "graph_bigram_double.svg", "flow_tiny.svg", "moons.png",
+             "newton.png", "jacobian_softmax.png", "diverge_tiny.svg"}
     for page in PAGES:
         text = text_of(page)
         paths |= set(re.findall(r"--(?:out-dir|out|html|local-dir) ([\w./-]+)", text))
@@ -272,3 +275,45 @@ def test_the_training_pages_prepare_line_is_what_prepare_prints(tmp_path):
     printed = run_module("models.prepare", "models/corpus", "--out", str(out), "--tokenizer", "char")
     printed = printed.strip().replace(str(out), "data/shakespeare")
     assert shown.rsplit("; ", 1)[0] == printed.rsplit("; ", 1)[0]
+
+
+# (page, the signature as the page writes it, up to its opening parenthesis; where the code defines it): the page
+# must show that signature's parameters, in order, each with the code's default where it shows one
+SIGNATURES = [
+    ("engine.md", "Tensor(", "autograd.Tensor"),
+    ("engine.md", "backward(", "autograd.Tensor.backward"),
+    ("gpt2.md", "GPTConfig(", "models.gpt2.GPTConfig"),
+    ("higher_order.md", "ag.grad(", "autograd.grad"),
+    ("jacobian_diverge_flow.md", "viz.jacobian.draw(", "viz.jacobian.draw"),
+]
+
+
+def shown_parameters(page, opening):
+    """[(name, default as written or None)] of the longest `opening…)` on the page that writes a default (the
+    signature, not a call such as ag.grad(loss, x, create_graph=True))."""
+    shown = re.findall(re.escape(opening) + r"([^()`]*=[^()`]*)\)", text_of(REPO / "docs" / page))
+    assert shown, f"docs/{page} no longer shows {opening}…) with its defaults: update SIGNATURES with the page"
+    parts = max(shown, key=lambda inside: inside.count(",")).split(",")
+    return [(name.strip(), default.strip() if sep else None)
+            for name, sep, default in (part.partition("=") for part in parts)]
+
+
+def defined(path):
+    """[(name, default or None)] of what `path` (a dotted name) defines, self left out."""
+    return [(p.name, None if p.default is p.empty else p.default)
+            for p in inspect.signature(pkgutil.resolve_name(path)).parameters.values() if p.name != "self"]
+
+
+@pytest.mark.parametrize("page, opening, path", SIGNATURES, ids=[s[2] for s in SIGNATURES])
+def test_the_signatures_a_page_shows_are_the_codes(page, opening, path):
+    """docs/engine.md showed backward(grad=None, retain_graph=False) where the code has retain_graph=None (it
+    defaults to create_graph) and a create_graph parameter."""
+    real = defined(path)
+    shown = shown_parameters(page, opening)
+    names = [name for name, _ in real]
+    assert [name for name, _ in shown] == names[:len(shown)], f"docs/{page} shows {opening}…) with {shown}: {names}"
+    for (name, written), (_, default) in zip(shown, real):
+        if written is not None:
+            value = ast.literal_eval(written)
+            assert type(value) is type(default) and value == default, \
+                f"docs/{page} shows {opening}{name}={written}), the code's default is {default!r}"

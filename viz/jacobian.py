@@ -31,7 +31,7 @@ import numpy as np
 import autograd as ag
 from autograd import Tensor, ops, topological_order
 from autograd.heatmaps import Panel, figure, index_labels, picture_format
-from models.io import atomic_path
+from models.io import atomic_path, is_special
 
 LARGEST = 64  # elements of the input (--shape): a picture for looking at, not a computation
 
@@ -358,10 +358,13 @@ def main(argv=None):
     if args.shape is not None and len(args.shape) not in case.ndim:
         p.error(f"--shape {','.join(map(str, args.shape))}: {args.op} takes {case.what}")
     out = Path(args.out or f"jacobian_{args.op}.png")
-    try:
-        fmt = picture_format(out, "--out")  # x.PNG is a PNG, as viz.graph reads it
-    except ValueError as exc:
-        p.error(str(exc))
+    if is_special(out) and not out.suffix:  # a device or a pipe (/dev/null) takes the default's format
+        fmt = "png"
+    else:
+        try:
+            fmt = picture_format(out, "--out")  # x.PNG is a PNG, as viz.graph reads it
+        except ValueError as exc:
+            p.error(str(exc))
     drawn = picture(args.op, args.shape, args.seed)
     try:
         with atomic_path(out) as tmp:  # whole or not at all

@@ -42,6 +42,7 @@ import numpy as np
 
 from autograd import backend
 from autograd import Tensor, Value, backward_steps, root_grad
+from models.io import is_special
 
 from .graph import INSTALL_DOT, gradient_of
 from .loading import demo_loss_of
@@ -263,7 +264,8 @@ def main(argv=None):
     if args.decimals > MAX_DECIMALS:
         p.error(f"--decimals must be at most {MAX_DECIMALS} (past that, a float64's 17 significant digits "
                 f"are used up), got {args.decimals}")
-    if args.html and Path(args.html).suffix.lower() not in (".html", ".htm"):  # HTML in x.png opens nowhere
+    # HTML in x.png opens nowhere; a device or a pipe (/dev/null) is written in place, whatever its name
+    if args.html and Path(args.html).suffix.lower() not in (".html", ".htm") and not is_special(args.html):
         p.error(f"--html {args.html}: the page is HTML; name it with .html or .htm")
     if args.html and shutil.which("dot") is None:
         p.error(f"--html draws the graph, which needs Graphviz's `dot`: {INSTALL_DOT}")

@@ -1,4 +1,6 @@
 """viz.jacobian: each op's heatmap is ag.jacobian's matrix, beside a closed form that agrees with it."""
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -114,6 +116,13 @@ def test_the_command_writes_the_picture(tmp_path, capsys):
     assert vj.main(["softmax", "--shape", "2,3", "--seed", "1", "--out", str(out)]) == 0
     assert out.read_bytes().startswith(PNG)
     assert "max |ag.jacobian − closed form| = " in capsys.readouterr().out
+
+
+def test_a_device_without_a_suffix_gets_the_default_png_in_place(capsys):
+    """The README's `--out /dev/null` was refused: a device's name has no .png, .svg or .pdf to go by."""
+    assert vj.main(["softmax", "--shape", "2,3", "--out", "/dev/null"]) == 0
+    assert capsys.readouterr().out.startswith("wrote /dev/null: ")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
 
 
 def test_a_ctrl_c_while_the_picture_is_written_leaves_no_picture(tmp_path, monkeypatch):

@@ -234,12 +234,14 @@ def test_the_tools_need_nothing_from_models_but_its_shared_number_rule_and_atomi
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="makes a named pipe")
-def test_html_into_a_pipe_is_written_in_place_and_leaves_the_pipe_a_pipe(tmp_path, capsys):
+@pytest.mark.parametrize("name", ["page.html", "pipe"])
+def test_html_into_a_pipe_is_written_in_place_and_leaves_the_pipe_a_pipe(tmp_path, capsys, name):
     """The page is written beside its name and moved there, but over a device or a pipe that would leave a plain
-    file in its place (run as root, `--html /dev/null` replaced the system's null device)."""
+    file in its place (run as root, `--html /dev/null` replaced the system's null device). A pipe needs no .html
+    name: `--html /dev/null` was refused as not HTML."""
     if not shutil.which("dot"):
         pytest.skip("the page draws the graph with Graphviz's dot")
-    pipe = tmp_path / "page.html"
+    pipe = tmp_path / name
     os.mkfifo(pipe)
     read = []
     reader = threading.Thread(target=lambda: read.append(pipe.read_text(encoding="utf-8")), daemon=True)
@@ -247,7 +249,7 @@ def test_html_into_a_pipe_is_written_in_place_and_leaves_the_pipe_a_pipe(tmp_pat
     assert vt.main([MODULE, "--html", str(pipe)]) == 0
     reader.join(timeout=30)
     assert read and read[0].startswith("<!DOCTYPE html>") and "<svg" in read[0]
-    assert stat.S_ISFIFO(os.stat(pipe).st_mode) and [p.name for p in tmp_path.iterdir()] == ["page.html"]
+    assert stat.S_ISFIFO(os.stat(pipe).st_mode) and [p.name for p in tmp_path.iterdir()] == [name]
 
 
 def test_python_dash_m_entry_point():
