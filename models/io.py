@@ -7,14 +7,19 @@ or the new one, never a torn mix. `read_json` says which file
 is wrong and how (missing, larger than it may be, not JSON, nested too deep, not
 an object) instead of a traceback, and never reads more than its size limit:
 the files it reads may come from anyone (a downloaded checkpoint folder).
+`check_npz_sizes` vets an .npz archive's sizes likewise before NumPy unpacks it.
 """
 import contextlib
 import errno
 import json
+import math
 import os
 import shutil
 import stat
+import zipfile
 from pathlib import Path
+
+import numpy as np
 
 
 def fsync(path):
@@ -159,6 +164,32 @@ def _depth_exceeds(obj, max_depth):
         level = [child for node in level for child in (node.values() if isinstance(node, dict) else node)
                  if isinstance(child, containers)]
     return False
+
+
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def check_npz_sizes(path, limit=None, within=""):
+    """Refuse, before anything is unpacked, the npz archive `path` whose entries unpack to more than `limit`
+    bytes (`within` ends the message: what that limit is), or one with an entry that is not an .npy array of the
+    versions NumPy writes, or whose header claims more data than the entry holds: NumPy allocates what a header
+    claims before it reads a byte, so a file of a few bytes could ask for terabytes. (An entry never unpacks to
+    more than the size the archive lists for it: zipfile stops there.)"""
+    with zipfile.ZipFile(path) as archive:
+        entries = archive.infolist()
+        total = sum(entry.file_size for entry in entries)
+        if limit is not None and total > limit:
+            raise ValueError(f"it unpacks to {total:,} bytes, more than {within}")
+        for entry in entries:
+            with archive.open(entry) as f:
+                version = np.lib.format.read_magic(f)
+                if version not in _NPY_HEADERS:
+                    raise ValueError(f"entry {entry.filename} is an .npy of version {version}, which "
+                                     "np.savez never writes")
+                shape, _, dtype = _NPY_HEADERS[version](f)
+            if dtype.itemsize * math.prod(shape) > entry.file_size:
+                raise ValueError(f"entry {entry.filename} claims a {shape} {dtype} array, more than its "
+                                 f"{entry.file_size:,} bytes hold")
 
 
 def json_type(value):

@@ -35,11 +35,13 @@ class Optimizer:
 
     A subclass gives its hyper-parameters' defaults, checks them in `_check_group`,
     names the per-parameter state its update keeps (`buffers`, arrays shaped like
-    the parameter; `counters`, integers) and writes the update in `_update`.
+    the parameter, of which `squares` are never negative; `counters`, integers)
+    and writes the update in `_update`.
     Everything given is checked when it is given, and a refused call changes nothing.
     """
 
     buffers = ()
+    squares = ()
     counters = ()
 
     def __init__(self, params, defaults):
@@ -229,6 +231,14 @@ class Optimizer:
             elif value.dtype.kind != "f":  # a float buffer of another precision is cast to the parameter's
                 raise ValueError(f"{name}: {key} of parameter {i} is {value.dtype}; it must be floating point, "
                                  f"like the parameter ({p.dtype})")
+            # a step from a NaN moment, or from the square root of a negative one, makes every weight NaN, and the
+            # run that resumed it, not the state, would take the blame
+            elif not bool(backend.xp_for(backend.device_of(value)).isfinite(value).all()):
+                raise ValueError(f"{name}: {key} of parameter {i} holds NaN or infinite values; the run that saved "
+                                 "it had diverged, or the state was changed since: load one saved before that")
+            elif key in self.squares and bool((value < 0).any()):
+                raise ValueError(f"{name}: {key} of parameter {i} holds negative values, where it averages squares; "
+                                 "the state was changed since it was saved: load an unchanged one")
 
 
 def _positions(numbers):
@@ -289,7 +299,7 @@ class AdamW(Optimizer):
     array put in place of a parameter's .data since is copied in).
     """
 
-    buffers, counters = ("exp_avg", "exp_avg_sq"), ("step",)
+    buffers, squares, counters = ("exp_avg", "exp_avg_sq"), ("exp_avg_sq",), ("step",)
     _flat = None  # with flat_grads, from the first step: the parameters and moments as views of flat arrays
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, flat_grads=False):

@@ -67,12 +67,15 @@ def parse_setting_or_reference(text):
     """--b: a setting, or a .npz file of reference arrays by module name."""
     if not text.endswith(".npz"):
         return parse_setting(text)
-    from models.cli import input_file
+    from models.cli import input_file, machine_memory
+    from models.io import check_npz_sizes
     path = input_file(text)
     if not zipfile.is_zipfile(path):  # np.load would read a lone .npy array, or take any other file for a pickle
         raise argparse.ArgumentTypeError(f"{text} is not a .npz archive; save the arrays with "
                                          "np.savez(path, **{module name: array})")
+    memory = machine_memory()
     try:
+        check_npz_sizes(path, memory, f"this machine's {(memory or 0) / 2 ** 30:.1f} GiB of memory")
         with np.load(path, allow_pickle=False) as arrays:
             references = References((name, arrays[name]) for name in arrays.files)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:

@@ -54,7 +54,7 @@ from models.cli import show_default
 from models.gpt import hf_checkpoint
 from models.training.data import Layout
 from models.gpt.gpt2 import GPT
-from models.io import atomic_path, fsync, json_type, owning_folder, read_json
+from models.io import atomic_path, check_npz_sizes, fsync, json_type, owning_folder, read_json
 from models.training.shards import META_FILE, PROGRESS_FILE, shard_name
 from models.gpt.tokenizer import GPT2Tokenizer, tokenizer_from_dict
 
@@ -547,31 +547,17 @@ def _arrays_sha256(arrays):
     return digest.hexdigest()
 
 
-_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-
-
 def _check_npz_sizes(path, folder):
     """Refuse, before anything is unpacked, an npz whose arrays could not be an optimizer's for the weights beside
-    it (two moments a parameter: at most 3 × their file, and a little for the settings), or an entry whose header
-    claims more data than the entry holds (NumPy would allocate that much first)."""
+    it (two moments a parameter: at most 3 × their file, and a little for the settings), or that
+    models.io.check_npz_sizes refuses."""
     weights = next((p for p in (folder / WEIGHTS_FILE, folder / ADAPTERS_FILE) if p.is_file()), None)
-    limit = 3 * weights.stat().st_size + 2 ** 20 if weights is not None else None
-    with zipfile.ZipFile(path) as archive:
-        entries = archive.infolist()
-        total = sum(entry.file_size for entry in entries)
-        if limit is not None and total > limit:
-            raise ValueError(f"it unpacks to {total:,} bytes, more than an optimizer for {weights.name} "
-                             f"({weights.stat().st_size:,} bytes) holds; it is not the file models.train wrote")
-        for entry in entries:
-            with archive.open(entry) as f:
-                version = np.lib.format.read_magic(f)
-                if version not in _NPY_HEADERS:
-                    raise ValueError(f"entry {entry.filename} is an .npy of version {version}, which "
-                                     "models.train never writes")
-                shape, _, dtype = _NPY_HEADERS[version](f)
-            if dtype.itemsize * math.prod(shape) > entry.file_size:
-                raise ValueError(f"entry {entry.filename} claims a {shape} {dtype} array, more than its "
-                                 f"{entry.file_size:,} bytes hold")
+    if weights is None:
+        check_npz_sizes(path)
+        return
+    size = weights.stat().st_size
+    check_npz_sizes(path, 3 * size + 2 ** 20, f"an optimizer for {weights.name} ({size:,} bytes) holds; it is not "
+                                               "the file models.train wrote")
 
 
 def read_optimizer(folder, iteration, digest=None):

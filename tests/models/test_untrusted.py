@@ -601,6 +601,23 @@ def test_an_optimizer_file_that_would_unpack_past_its_weights_is_refused_before_
     assert code == 1 and message in one_line(err) and str(folder / "optimizer.npz") in err
 
 
+def test_an_optimizer_state_that_is_not_finite_is_refused_on_resume_naming_the_file(made, tmp_path, capsys):
+    """Resumed, it made every weight NaN at the first step, and the run blamed its own --lr."""
+    folder = copy_folder(made / "run", tmp_path / "run")
+    with np.load(folder / "optimizer.npz", allow_pickle=False) as f:
+        arrays = {key: f[key] for key in f.files}
+    arrays["state.0.exp_avg"] = np.full_like(arrays["state.0.exp_avg"], np.nan)
+    np.savez(folder / "optimizer.npz", **arrays)
+    state = json.loads((folder / "train_state.json").read_text())
+    state["sha256"]["optimizer.npz"] = checkpoint._arrays_sha256(arrays)  # as the diverged run would have saved it
+    (folder / "train_state.json").write_text(json.dumps(state))
+    code, _, err = run(train.main, capsys, "--resume", "--max-iters", "3", "--out-dir", str(folder))
+    assert code == 1 and one_line(err) == (
+        f"train: error: {folder / 'optimizer.npz'} does not fit this model: AdamW.load_state_dict: exp_avg of "
+        "parameter 0 holds NaN or infinite values; the run that saved it had diverged, or the state was changed "
+        "since: load one saved before that")
+
+
 def test_run_state_and_json_numbers_that_python_cannot_take_are_one_line(made, tmp_path, capsys):
     folder = copy_folder(made / "run", tmp_path / "run")
     state = json.loads((folder / "train_state.json").read_text())

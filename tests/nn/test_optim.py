@@ -597,6 +597,16 @@ def _bad_state_dicts():
          "exp_avg of parameter 1 has shape (4,), the parameter (2, 2)"),
         ("buffer-transposed", put(["state", 0, "exp_avg"], np.zeros((2, 1))),
          "exp_avg of parameter 0 has shape (2, 1), the parameter (2,)"),
+        # each was taken, and the next step made every weight NaN (or froze the parameter, from an infinite one)
+        ("buffer-nan", put(["state", 1, "exp_avg"], np.array([[0.0, np.nan], [0.0, 0.0]])),
+         "exp_avg of parameter 1 holds NaN or infinite values; the run that saved it had diverged, or the state was "
+         "changed since: load one saved before that"),
+        ("buffer-inf", put(["state", 0, "exp_avg_sq"], np.array([np.inf, 1.0])),
+         "exp_avg_sq of parameter 0 holds NaN or infinite values; the run that saved it had diverged, or the state "
+         "was changed since: load one saved before that"),
+        ("square-negative", put(["state", 0, "exp_avg_sq"], np.array([0.5, -1e-3])),
+         "exp_avg_sq of parameter 0 holds negative values, where it averages squares; the state was changed since "
+         "it was saved: load an unchanged one"),
         ("step-negative", put(["state", 0, "step"], -3), "step of parameter 0 must be an integer in [0, inf), got -3"),
         ("step-str", put(["state", 0, "step"], "1"), "step of parameter 0 must be an integer in [0, inf), got '1'"),
         ("step-float", put(["state", 0, "step"], 1.0), "step of parameter 0 must be an integer in [0, inf), got 1.0"),
@@ -634,6 +644,9 @@ def test_adamw_load_state_dict_checks_everything_before_changing_anything(change
                                                                  "got a list"),
     (lambda s: s["state"][0].update(momentum_buffer=np.zeros(2, dtype=np.int64)),
      "momentum_buffer of parameter 0 is int64; it must be floating point, like the parameter (float64)"),
+    (lambda s: s["state"][0].update(momentum_buffer=np.array([np.nan, 0.0])),
+     "momentum_buffer of parameter 0 holds NaN or infinite values; the run that saved it had diverged, or the state "
+     "was changed since: load one saved before that"),
     (lambda s: s["state"][0].update(step=1), "the state of parameter 0 must be empty or hold momentum_buffer, "
                                              "got ['momentum_buffer', 'step']"),
     (lambda s: s["param_groups"][0].update(momentum=1.0), "momentum must be a number in [0, 1), got 1.0"),

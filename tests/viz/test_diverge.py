@@ -9,6 +9,7 @@ pytest.importorskip("graphviz", reason='the Python package graphviz is not insta
 
 import autograd as ag  # noqa: E402
 from tests.autograd.test_divergence import matmul_a_thousandth_high, plant, small_model  # noqa: E402
+from tests.models.test_untrusted import add_npz_entry  # noqa: E402
 from tests.viz.test_graph import needs_dot, nodes  # noqa: E402
 from viz import diverge as vd  # noqa: E402
 from viz.graph import HIGHLIGHT  # noqa: E402
@@ -70,6 +71,24 @@ def test_bad_settings_are_refused_before_any_work(argv, message, capsys, tmp_pat
         vd.main(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("make, message", [
+    # NumPy allocated what the header claims first: a traceback, "Unable to allocate 3.64 TiB"
+    (lambda path: add_npz_entry(path, "attn.npy", (10 ** 12,), b"", compress=False),
+     "(entry attn.npy claims a (1000000000000,) float32 array, more than its 128 bytes hold)"),
+    # it unpacked whole, whatever the machine had
+    (lambda path: add_npz_entry(path, "attn.npy", (2 ** 25,), bytes(2 ** 27)),
+     "(it unpacks to 134,217,856 bytes, more than this machine's 0.1 GiB of memory)"),
+], ids=["header", "bomb"])
+def test_reference_arrays_beyond_memory_are_refused_before_they_are_unpacked(make, message, capsys, tmp_path,
+                                                                               monkeypatch):
+    monkeypatch.setattr("models.cli.machine_memory", lambda: 2 ** 30 // 10)
+    make(tmp_path / "captured.npz")
+    with pytest.raises(SystemExit) as exit_info:
+        vd.main(["models.tiny", "--b", str(tmp_path / "captured.npz")])
+    assert exit_info.value.code == 2
+    assert f"argument --b: {tmp_path / 'captured.npz'}: not a .npz file of arrays {message}" in capsys.readouterr().err
 
 
 @needs_dot
