@@ -337,8 +337,8 @@ def diverge(fn, inputs=(), a=None, b=None, reference=None):
         _check_reference_dtypes(reference)
     root = fn(*inputs)
     if isinstance(root, Value):
-        raise TypeError(f"{WHO}: diverge compares Tensor graphs (ops with fused and composed forms, float32 and "
-                        "float64); fn returned a chapter-one Value, which it does not support")
+        raise TypeError(f"{WHO}: only Tensor graphs can be compared (ops with fused and composed forms, float32 "
+                        "and float64); fn returned a chapter-one Value: build the loss from Tensors")
     if not isinstance(root, Tensor) or not root.requires_grad or root.size != 1:
         raise TypeError(f"{WHO}: fn must return a scalar Tensor that requires grad (a loss), got "
                         f"{root!r:.120}; reduce it first (e.g. .sum())")

@@ -145,7 +145,7 @@ def main(argv=None):
     try:
         _graphviz()
     except ImportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"viz.diverge: error: {exc}", file=sys.stderr)
         return 1
     name, demo = demo_of(args.module)
     try:

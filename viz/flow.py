@@ -16,7 +16,9 @@ up to 1 (Σ⟨p, T⟩ = ⟨T, T⟩); a part along the total has for its share it
 length over the total's, one at right angles to it 0, and a part that cancels
 the others a negative share. Parts are the engine's own numbers: `autograd.backward_steps`, the
 walk inside `Tensor.backward`, with the arrays an op sends to one input summed
-(x·x sends x two parts). Where a total is 0 there is no share (None).
+(x·x sends x two parts). Where a total is 0 there is no share (None). The shares
+of one sum are written to one decimal place (shares_text), so that the shares
+shown add up to 1 as well.
 
 For a block of residual Adds (GPT-2's x + attn(ln_1(x)), then + mlp(ln_2(·))),
 `blocks()` splits the gradient reaching the block's input into the skip part
@@ -25,6 +27,9 @@ each branch's part (what the branch sends into the stream where it reads
 it, carried on through the Adds before it) and any part from outside the
 block; the Adds' VJP is the identity, so these add up to the gradient exactly.
 """
+import math
+from decimal import Decimal
+
 import numpy as np
 
 from autograd import Tensor, backward_steps, ops, root_grad, topological_order
@@ -41,8 +46,29 @@ def share(part, total):
     return float((host(part).astype(np.float64) * t).sum() / size)
 
 
-def share_text(value):
-    return "—" if value is None else f"{value:.3g}"
+MOST_PLACES = 6  # a part under half a millionth of the total is written apart, in scientific notation
+
+
+def shares_text(values):
+    """The shares of one sum as text, all to one decimal place, so that the parts shown add up to their sum
+    (1) shown to that place: the place of the smallest part's third significant digit, or a later one where the
+    parts rounded there do not add up (up to MOST_PLACES, where three thirds still show 0.999999). A part too
+    small for that place is written in scientific notation (8.21e-11), not as a 0 it is not; None (the total is
+    0) as "—"."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]  # a NaN share: an anomaly's graph
+    sizes = [abs(v) for v in finite if v]  # None, NaN, inf and 0 set no place
+    if not sizes:
+        return ["—" if v is None else f"{v:.3g}" for v in values]
+
+    def fixed(value, places):
+        return Decimal(f"{value:.{places}f}")
+    places = min(max(2 - math.floor(math.log10(min(sizes))), 0), MOST_PLACES)
+    while (len(finite) == len(values) and places < MOST_PLACES
+           and sum(fixed(v, places) for v in values) != fixed(math.fsum(values), places)):
+        places += 1
+    tiny = 0.5 * 10.0 ** -places
+    return ["—" if v is None else "0" if not v else f"{v:.3g}" if abs(v) < tiny or not math.isfinite(v)
+            else f"{v:.{places}f}" for v in values]
 
 
 def _block_of(scope):

@@ -54,7 +54,7 @@ import autograd as ag
 from autograd import Constant, Function, Value, backend
 from models.io import atomic_path
 
-from .flow import Flow, inside, share_text
+from .flow import Flow, inside, shares_text
 from .loading import demo_loss_of
 from .numbers import host, norm, number, shape_text
 from .walk import GraphWalk, ValueWalk, input_names, walk_of
@@ -85,7 +85,7 @@ def _graphviz():
     try:
         import graphviz
     except ImportError:
-        raise ImportError(f"viz.graph needs the Python package `graphviz`: {INSTALL_PYTHON}; "
+        raise ImportError(f"drawing the graph needs the Python package `graphviz`: {INSTALL_PYTHON}; "
                           f"rendering pictures also needs the Graphviz program: {INSTALL_DOT}") from None
     return graphviz
 
@@ -678,6 +678,9 @@ def draw(tensor, collapse=False, depth=None, title=None, grads=None, highlight=(
     a plain backward() frees the graph, and only its last op can then be drawn.
     """
     # checked before anything is drawn: a bare tensor or a '2' would otherwise fail deep inside with no hint
+    if not isinstance(tensor, (ag.Tensor, Value)):
+        raise TypeError(f"draw: expected an autograd Tensor or Value, got {type(tensor).__name__}; pass the loss "
+                        "(or any result) of a computation on Tensors or Values, e.g. draw(loss)")
     if isinstance(highlight, (str, bytes)) or not isinstance(highlight, (tuple, list, set, frozenset)):
         raise TypeError(f"draw: highlight must be a tuple of ops or tensors, got {type(highlight).__name__}; "
                         "for one, pass highlight=(t,)")
@@ -724,20 +727,22 @@ def _show_shares(pic, walk, flow, tkey, okey, flow_to):
         edge = (pic.rep.get(a, a), pic.rep.get(b, b), 0)  # Flow gives a repeated input one part: its first arrow
         return edge if edge[0] != edge[1] and edge in pic.edges else None
 
-    summed = {}
+    labels = {}
     for x in walk.order:
         shares = flow.shares(x)
         if len(shares) < 2:
             continue
+        summed = {}
         for op, s in shares:
             edge = drawn(okey[id(op)], tkey[id(x)])
             if edge is not None:
                 summed[edge] = None if s is None or summed.get(edge, 0.0) is None else summed.get(edge, 0.0) + s
-    labels = {edge: f"share {share_text(s)}" for edge, s in summed.items()}
+        labels.update(zip(summed, (f"share {text}" for text in shares_text(list(summed.values())))))
     splits = {}
     for block, (x, shares) in (flow.blocks() if pic.rep else {}).items():  # a block's arrows fold into one
+        names = sorted(shares, key=lambda name: name != "skip")
         split = "into the block's input: " + " · ".join(
-            f"{name} {share_text(s)}" for name, s in sorted(shares.items(), key=lambda kv: kv[0] != "skip"))
+            f"{name} {text}" for name, text in zip(names, shares_text([shares[name] for name in names])))
         for op, _ in flow.parts(x):
             edge = drawn(okey[id(op)], tkey[id(x)]) if inside(op, block) else None
             if edge is not None:
@@ -777,16 +782,18 @@ def keep_gradients(loss, grad=None):
 def gradient_of(loss, leaf=None):
     """∂loss/∂leaf with a graph of its own (create_graph=True), named so: what `--double` draws and
     `viz.trace --double` walks. `leaf` is a leaf's name (default: the first the forward pass read that has
-    one, else the first). The forward graph's `.grad`s are left as they were (a Value's, zeroed)."""
+    one, else the first), a leaf that needs a gradient: not a Constant, which draw_value draws without one.
+    The forward graph's `.grad`s are left as they were (a Value's, zeroed)."""
     walk = walk_of(loss)
-    leaves = [t for t in walk.tensors if (not t.inputs if isinstance(t, Value) else t.is_leaf and t.requires_grad)]
+    leaves = [t for t in walk.tensors if (not t.inputs and not isinstance(t, Constant) if isinstance(t, Value)
+                                          else t.is_leaf and t.requires_grad)]
     named = [t for t in leaves if t.name] or leaves
     if leaf is None:
         chosen = named[0]
     else:
         chosen = next((t for t in leaves if walk.label(t) == leaf), None)
         if chosen is None:
-            raise SystemExit(f"no leaf named {leaf!r} below the loss; its leaves: "
+            raise SystemExit(f"--double {leaf}: no leaf of that name below the loss; name one of its leaves: "
                              + ", ".join(walk.label(t) for t in named))
     if isinstance(loss, Value):
         loss.backward(create_graph=True)
@@ -796,8 +803,8 @@ def gradient_of(loss, leaf=None):
     else:
         (grad,) = ag.grad(loss, chosen, create_graph=True)
     if not isinstance(grad, (Value, ag.Tensor)) or isinstance(grad, ag.Tensor) and not grad.requires_grad:
-        raise SystemExit(f"∂{walk.label(loss)}/∂{walk.label(chosen)} does not depend on anything that "
-                         "requires grad: it is a constant, with no graph to draw")
+        raise SystemExit(f"--double {walk.label(chosen)}: ∂{walk.label(loss)}/∂{walk.label(chosen)} does not "
+                         "depend on anything that requires grad: it is a constant, with no graph to draw")
     grad.name = f"∂{walk.label(loss)}/∂{walk.label(chosen)}"
     return grad
 
@@ -858,7 +865,7 @@ def main(argv=None):
     try:
         _graphviz()
     except ImportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"viz.graph: error: {exc}", file=sys.stderr)
         return 1
     collapse = args.collapse_depth if args.collapse_depth is not None else args.collapse
     when = "before backward" if args.no_backward else "after backward"

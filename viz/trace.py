@@ -21,7 +21,8 @@ graph must still be there: trace before `backward()`, or after
 A `Value`'s graph is traced the same way, into the same steps: `Value.backward`'s
 walk (every node in `topological_order()`, each input getting local
 derivative × g, added in the same order), its numbers Python floats; what an
-op "saved" is its local derivatives, ∂out/∂a for each input a.
+op "saved" is its local derivatives, ∂out/∂a for each input a. A Constant (a
+data point, the 1 of x + 1) gets no gradient, as the picture draws it.
 
 `--double [LEAF]` traces a double backward: the backward pass through the
 graph of the gradient ∂loss/∂LEAF (viz.graph.gradient_of, create_graph=True),
@@ -41,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from autograd import backend
-from autograd import Tensor, Value, backward_steps, root_grad
+from autograd import Constant, Tensor, Value, backward_steps, root_grad
 from models.io import is_special
 
 from .graph import INSTALL_DOT, gradient_of
@@ -132,7 +133,8 @@ def trace(root, grad=None):
                     arrivals[id(t)], saved=saved_values(t))
         for (x, xg, returned), role in zip(sent, input_names(t.op, len(sent))):
             if xg is None:
-                reason = "constant: needs no gradient" if not x.requires_grad else "the op returned none"
+                constant = isinstance(x, Constant) if isinstance(x, Value) else not x.requires_grad
+                reason = "constant: needs no gradient" if constant else "the op returned none"
                 step.inputs.append(InputGrad(x, walk.label(x), role, reason=reason))
                 continue
             arrivals[id(x)] = arrivals.get(id(x), 0) + 1
@@ -144,13 +146,19 @@ def trace(root, grad=None):
 
 def _value_steps(root):
     """Value.backward's walk, written down instead of stored: (v, g, sent) as backward_steps yields them, the
-    gradients added in Value.backward's order (sent: (input, local derivative × g, None) per input)."""
+    gradients added in Value.backward's order (sent: (input, local derivative × g, None) per input). A Constant
+    is left out as backward_steps leaves out a tensor that needs no gradient (sent: (it, None, None)), and as
+    viz.graph draws it: Value.backward writes its .grad, but nothing reads it."""
     grads = {id(root): 1.0}
     for v in root.topological_order():  # every consumer of v comes before v: its g is complete
-        g = grads[id(v)]
-        sent = [(x, local * g, None) for x, local in zip(v.inputs, v.local_grads)]
+        g = grads.get(id(v))
+        if g is None:  # a Constant
+            continue
+        sent = [(x, None if isinstance(x, Constant) else local * g, None)
+                for x, local in zip(v.inputs, v.local_grads)]
         for x, xg, _ in sent:
-            grads[id(x)] = grads.get(id(x), 0.0) + xg  # Value.backward's child.grad += local * v.grad, from 0
+            if xg is not None:
+                grads[id(x)] = grads.get(id(x), 0.0) + xg  # Value.backward's child.grad += local * v.grad, from 0
         yield v, g, sent
 
 
@@ -253,9 +261,9 @@ def main(argv=None):
                    help="write one self-contained page that steps through backward on the graph's picture "
                         "(default: none, the text trace only)")
     p.add_argument("--double", nargs="?", const="", metavar="LEAF",
-                   help="trace a double backward: the backward of ½‖g‖² through the graph of g = ∂loss/∂LEAF, "
-                        "built with create_graph=True (default: none, the loss's backward; LEAF left out: the "
-                        "first named leaf)")
+                   help="trace a double backward, through the graph of g = ∂loss/∂LEAF built with "
+                        "create_graph=True: the backward of ½‖g‖² for a Tensor's g (LEAF receives H g), of g itself "
+                        "for a Value's (default: none, the loss's backward; LEAF left out: the first named leaf)")
     args = p.parse_args(argv)
     if args.max_values < 0:
         p.error(f"--max-values must be at least 0, got {args.max_values}")

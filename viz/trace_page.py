@@ -33,10 +33,10 @@ import json
 import re
 import shutil
 
-from autograd import Constant, Value
+from autograd import Value
 from models.io import atomic_path
 
-from .flow import share, share_text
+from .flow import share, shares_text
 from .graph import INSTALL_DOT, draw, grad_rows, node_keys
 from .numbers import shape_text, summary_text, values_text
 from .walk import grad_of, walk_of
@@ -74,8 +74,6 @@ def gradient_states(steps):
     first = steps[0].grad if len(steps) else steps.leaves[0].grad
     states = {id(root): [[0, _rows(root, first), True]]}
     for view, inp, total, arrived in _running_totals(steps):
-        if isinstance(inp.tensor, Constant):  # its box shows its data and no gradient (viz.graph.draw_value):
-            continue                          # there is no line to write one over
         x = id(inp.tensor)
         states.setdefault(x, []).append([view, _rows(inp.tensor, total, arrived, parts[x]), arrived == parts[x]])
     return states
@@ -105,12 +103,16 @@ def _running_totals(steps):
 
 
 def part_shares(steps):
-    """{id(InputGrad): its share ⟨part, total⟩/‖total‖² of the gradient it is a part of} (viz/flow.py's share)."""
-    totals = {}
-    arrivals = list(_running_totals(steps))
-    for _, inp, total, _ in arrivals:
+    """{id(InputGrad): its share ⟨part, total⟩/‖total‖² of the gradient it is a part of, as text} (viz/flow.py's
+    share; the parts of one sum written alike, by shares_text)."""
+    totals, parts = {}, {}
+    for _, inp, total, _ in _running_totals(steps):
         totals[id(inp.tensor)] = total
-    return {id(inp): share(inp.grad, totals[id(inp.tensor)]) for _, inp, _, _ in arrivals}
+        parts.setdefault(id(inp.tensor), []).append(inp)
+    texts = {}
+    for x, inps in parts.items():
+        texts.update(zip(map(id, inps), shares_text([share(inp.grad, totals[x]) for inp in inps])))
+    return texts
 
 
 def page_steps(steps, max_values=16, decimals=6, states=None):
@@ -134,7 +136,7 @@ def page_steps(steps, max_values=16, decimals=6, states=None):
                 entry["grad"] = _array(inp.grad, max_values, decimals)
                 arrived[id(inp.tensor)] = arrived.get(id(inp.tensor), 0) + 1
                 entry["part"] = [arrived[id(inp.tensor)], parts[id(inp.tensor)]]
-                entry["share"] = share_text(shares[id(inp)])
+                entry["share"] = shares[id(inp)]
                 if inp.returned_shape is not None:  # the op returned a broadcast shape; the engine summed it back
                     entry["broadcast"] = shape_text(inp.returned_shape)
             inputs.append(entry)

@@ -1,6 +1,7 @@
 """Gradient shares (viz.flow), checked on the tiny transformer against a separate backward pass through each
 branch, and drawn: on the graph's arrows, on GPT-2's collapsed blocks and in the trace page."""
 import re
+from decimal import Decimal
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ import models.lessons.tiny as tiny  # noqa: E402
 from autograd import Tensor, topological_order  # noqa: E402
 from tests.viz.test_graph import needs_dot  # noqa: E402
 from viz import graph as vg  # noqa: E402
-from viz.flow import Flow, share, share_text  # noqa: E402
+from viz.flow import Flow, share, shares_text  # noqa: E402
 from viz.trace import trace  # noqa: E402
 from viz.trace_page import page_steps  # noqa: E402
 
@@ -72,7 +73,19 @@ def test_shares_add_up_to_one_and_cancellation_is_negative():
     x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
     loss = (x * 3.0 + x * -1.0).sum()  # parts 3 and −1 of a total 2
     assert [s for _, s in Flow(loss).shares(x)] == [1.5, -0.5]
-    assert share(np.zeros(2), np.zeros(2)) is None and share_text(None) == "—"
+    assert share(np.zeros(2), np.zeros(2)) is None and shares_text([None, None]) == ["—", "—"]
+
+
+def test_the_shares_of_a_sum_are_written_to_one_place_so_that_the_parts_shown_add_up_to_1():
+    # GPT-2's block 0 (3 significant digits each read "skip 1 · attn -0.000559 · mlp 0.00102", 1.000461)
+    assert shares_text([0.9995342579446457, -0.0005588250740405824, 0.0010245675603180306]) == [
+        "0.999534", "-0.000559", "0.001025"]
+    # tiny's H0: at the smallest part's third digit, the 5th place, they show 0.99999; the 6th adds up
+    assert shares_text([1.2328700692935701, -0.010405791714082473, -0.0025759728486433125,
+                        -0.21988830473084436]) == ["1.232870", "-0.010406", "-0.002576", "-0.219888"]
+    # a part under the 6th place is written apart, not as 0; three thirds cannot add up at any place
+    assert shares_text([0.9999999999179127, 8.208720307098638e-11]) == ["1.000000", "8.21e-11"]
+    assert shares_text([0.573, 0.427]) == ["0.573", "0.427"] and shares_text([1 / 3] * 3) == ["0.333333"] * 3
 
 
 def test_the_arrows_say_each_parts_share_and_the_path_to_the_leaf_is_red():
@@ -88,7 +101,7 @@ def test_the_arrows_say_each_parts_share_and_the_path_to_the_leaf_is_red():
             labels.setdefault(m.group(2), []).append(float(m.group(3).rsplit("share ", 1)[1]))
     assert len(labels) == 3  # E, H0, H1
     for values in labels.values():
-        assert abs(sum(values) - 1) < 0.01  # three significant digits each
+        assert abs(sum(values) - 1) < 1e-6  # written to one place, the parts shown add up to 1
     red = [(a, b) for line in graph.body if vg.HIGHLIGHT in line and "penwidth=3" in line
            for a, b in [re.match(r"\s*(\w+) -> (\w+)", line).groups()]]
     assert len(red) == 2 * len(flow.path(e)) == 8  # loss → CrossEntropy → … → Transpose → E: four ops
@@ -117,7 +130,10 @@ def test_the_collapsed_gpt2_picture_names_each_blocks_split_and_the_tied_tables_
     loss = gpt2.demo_loss()
     vg.keep_gradients(loss)
     source = vg.draw(loss, collapse=True, flow=True).source
-    assert len(re.findall(r"into the block's input: skip [\d.e-]+ · attn [-\d.e]+ · mlp [-\d.e]+", source)) == 2
+    splits = re.findall(r"into the block's input: skip ([\d.]+) · attn ([-\d.]+) · mlp ([-\d.]+)", source)
+    assert splits == [("0.98587", "0.00420", "0.00993"), ("0.999534", "-0.000559", "0.001025")]
+    for shown in splits:  # what docs/jacobian_diverge_flow.md quotes: shown to one place, they add up to 1
+        assert sum(map(Decimal, shown)) == 1
     assert len(re.findall(r'-> t\d+ \[label="W · share [\d.]+"', source)) == 1  # the lookup's arrow into wte
     assert re.search(r'label="share [\d.]+"', source)  # the head's
 
@@ -161,4 +177,4 @@ def test_the_trace_pages_parts_carry_their_shares():
                 by_tensor.setdefault(entry["key"], []).append(float(entry["share"]))
     assert len(by_tensor) == 3
     for values in by_tensor.values():
-        assert abs(sum(values) - 1) < 0.01
+        assert abs(sum(values) - 1) < 1e-6  # the parts of a sum written as the picture writes them

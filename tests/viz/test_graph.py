@@ -507,8 +507,19 @@ def test_gradient_of_is_the_gradient_with_a_graph_of_backwards_ops_named_by_step
     scopes = {op.scope for op in GraphWalk(grad).ops}
     assert "backward 1: CrossEntropy" in scopes and "lm_head.backward 2: MatMul" in scopes
     assert any(s.startswith("block.ln.backward") and s.endswith("LayerNorm") for s in scopes)
-    with pytest.raises(SystemExit, match="no leaf named 'nope' below the loss; its leaves: wte.weight, "):
+    with pytest.raises(SystemExit, match="^--double nope: no leaf of that name below the loss; name one of its "
+                                         "leaves: wte.weight, "):
         vg.gradient_of(demo_module.demo_loss(), "nope")
+
+
+def test_double_takes_no_constant_for_its_leaf():
+    """moons' first named leaf is α, the L2 penalty's constant, which the picture draws with no gradient."""
+    from models.lessons import moons
+    assert vg.gradient_of(moons.demo_loss()).name == "∂loss/∂L2.n0.b"
+    with pytest.raises(SystemExit, match="^--double α: no leaf of that name below the loss; name one of its "
+                                         "leaves: L2.n0.b, L2.n0.w1, L2.n0.w0, L1.n1.b, L1.n1.w1, L1.n1.w0, "
+                                         "L1.n0.b, L1.n0.w1, L1.n0.w0$"):
+        vg.gradient_of(moons.demo_loss(), "α")
 
 
 def test_build_double_leaves_a_hessian_vector_product_on_the_leaf():

@@ -3,6 +3,7 @@
 import json
 import re
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -103,7 +104,18 @@ def test_jacobian_suffix_is_case_insensitive(tmp_path, capsys):
 def test_diverge_refuses_a_value_module_in_one_line(capsys, tmp_path):
     assert vd.main(["models.neuron", "--out", str(tmp_path / "n.svg")]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "diverge compares Tensor graphs" in err and ".sum()" not in err
+    assert err == ("viz.diverge: error: diverge: only Tensor graphs can be compared (ops with fused and composed "
+                   "forms, float32 and float64); fn returned a chapter-one Value: build the loss from Tensors\n")
+
+
+@pytest.mark.parametrize("tool, argv", [(vg, ["models.tiny"]), (vd, ["models.tiny"])])
+def test_without_the_graphviz_package_the_tool_names_itself_and_the_install(tool, argv, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "graphviz", None)  # import graphviz raises ImportError
+    assert tool.main(argv) == 1
+    err = capsys.readouterr().err
+    prog = tool.__name__
+    assert err.startswith(f"{prog}: error: drawing the graph needs the Python package `graphviz`: pip install ")
+    assert err.count("\n") == 1
 
 
 @pytest.mark.parametrize("name", ["x.png", "x.HTML.txt"])
@@ -122,6 +134,9 @@ def test_draw_checks_highlight_and_depth_types():
     with pytest.raises(TypeError, match=r"draw: depth must be an int .* got '2'"):
         vg.draw(loss, depth="2")
     vg.draw(loss, highlight=[t], depth=1)
+    with pytest.raises(TypeError, match=r"^draw: expected an autograd Tensor or Value, got int; pass the loss .*"
+                                        r"draw\(loss\)$"):
+        vg.draw(3)
 
 
 DEMO = "tests.viz.demo_module"

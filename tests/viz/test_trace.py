@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import autograd as ag
-from autograd import Tensor, topological_order
+from autograd import Constant, Tensor, topological_order
 from models.numbers import fixed
 from tests.viz import demo_module
 from viz import trace as vt
@@ -368,15 +368,27 @@ def test_a_value_trace_is_value_backwards_to_the_bit():
     loss = moons.demo_loss()
     order = loss.topological_order()
     steps = vt.trace(loss)
-    assert (len(order), len(steps), len(steps.leaves)) == (56, 39, 17)
+    # its 17 leaves: 9 weights, and 8 constants (the point, the label, the 1 of the margin, α, …), which get none
+    assert (len(order), len(steps), len(steps.leaves)) == (56, 39, 9)
     assert [s.output for s in steps] == [v for v in order if v.inputs]  # backward's order, node for node
     loss.backward()
     for s in steps:
         assert s.grad == s.output.grad
-        assert [i.grad for i in s.inputs] == [local * s.grad for local in s.output.local_grads]
+        assert [i.grad for i in s.inputs] == [None if isinstance(x, Constant) else local * s.grad
+                                              for x, local in zip(s.output.inputs, s.output.local_grads)]
     for leaf in steps.leaves:
-        assert leaf.grad == leaf.tensor.grad
+        assert leaf.grad == leaf.tensor.grad and not isinstance(leaf.tensor, Constant)
     assert max(leaf.contributions for leaf in steps.leaves) == 3  # in the network once, in w·w twice
+
+
+def test_a_value_traces_constants_as_the_picture_draws_them_with_no_gradient():
+    """The leaves listed "1.grad 1.0", "0.grad" and "α.grad", which the picture draws as constants."""
+    from models.lessons import moons
+    text = vt.format_trace(vt.trace(moons.demo_loss()))
+    leaves = text[text.index("Leaves:"):].splitlines()[1:]
+    assert [line.split(".grad")[0].strip() for line in leaves] == [
+        f"L{layer}.n{n}.{p}" for layer, n in ((1, 0), (1, 1), (2, 0)) for p in ("w0", "w1", "b")]
+    assert "        α: constant: needs no gradient" in text and "∂L/∂α" not in text
 
 
 @pytest.mark.parametrize("module, first", [("models.neuron", "step 1/5  tanh"), ("models.moons", "step  1/39  +")])
@@ -406,6 +418,16 @@ def test_html_on_a_full_disk_is_one_line_and_leaves_no_part_file(tmp_path, capsy
     assert vt.main([MODULE, "--html", str(tmp_path / "t.html")]) == 1
     assert capsys.readouterr().err == f"viz.trace: error: cannot write {tmp_path / 't.html'}: No space left on device\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_help_says_what_double_seeds_for_a_tensor_and_for_a_value(capsys):
+    with pytest.raises(SystemExit):
+        vt.main(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "the backward of ½‖g‖² for a Tensor's g (LEAF receives H g), of g itself for a Value's" in help_text
+    from models.lessons import neuron
+    grad = vt.gradient_of(neuron.demo_loss(), "w1")
+    assert vt.trace(grad)[0].grad == 1.0  # a Value's g is traced from ∂g/∂g = 1: g's own backward
 
 
 def test_a_double_backward_is_traced_as_the_engine_runs_it(capsys):
