@@ -725,21 +725,26 @@ def _hide(xp, x, mask):
 
 
 def _softmax(xp, x, axis, mask=None, out=None):
-    """(p, lse): p = softmax(x) along `axis` and lse = log Σ exp x (axis kept): the one log-sum-exp of the ops.
+    """(p, m, log_s): p = softmax(x) along `axis`, m the row maximum and log_s = log Σ exp(x − m) (axes kept), so
+    that log Σ exp x = m + log_s: the one log-sum-exp of the ops.
 
-    Computed as exp(x − m) / Σ exp(x − m), m the row maximum, so nothing
-    overflows. Masked entries (mask False) get p = 0 exactly; a row with
-    nothing visible gives p = 0 and lse = 0 instead of NaNs. A visible −inf is
-    a score like any other: a row whose visible scores are all −inf is NaN, as
-    without a mask (and as the attention kernels). p is written into `out` when
-    given (x itself, when the caller owns x), else into a new array.
+    Computed as exp(x − m) / Σ exp(x − m), so nothing overflows. m and log_s
+    are kept apart for log softmax x = (x − m) − log_s, as PyTorch computes it:
+    added into a large m, log_s is lost (logits of 1e30 had every log
+    probability 0, float32 logits near 1e4 were off by up to 5e-4). Masked entries
+    (mask False) get p = 0 exactly; a row with nothing visible gives p = 0 and
+    m = log_s = 0 instead of NaNs. A visible −inf is a score like any other: a
+    row whose visible scores are all −inf is NaN, as without a mask (and as the
+    attention kernels). p is written into `out` when given (x itself, when the
+    caller owns x), else into a new array.
     """
     if x.ndim == 0:  # one number, p = 1 (as in PyTorch): as one row, since NumPy reduces a 0-d array to a scalar
-        p, lse = _softmax(xp, x.reshape(1), axis, None if mask is None else mask.reshape(1))
-        return p.reshape(()), lse.reshape(())
+        p, m, log_s = _softmax(xp, x.reshape(1), axis, None if mask is None else mask.reshape(1))
+        return p.reshape(()), m.reshape(()), log_s.reshape(())
     if not x.size:  # nothing to normalise, and no maximum over an axis of length 0 to subtract (NumPy has none)
         p = xp.exp(x, out=xp.empty_like(x))  # empty; out= refuses an integer x, as the exp below does
-        return p, xp.full(x.sum(axis=axis, keepdims=True).shape, -xp.inf, dtype=x.dtype)  # log Σ over nothing
+        kept = x.sum(axis=axis, keepdims=True).shape
+        return p, xp.zeros(kept, dtype=x.dtype), xp.full(kept, -xp.inf, dtype=x.dtype)  # log Σ over nothing
     if mask is not None:
         x = out = _hide(xp, x.copy() if out is None else out, mask)  # out is x itself, which the caller owns
     m = x.max(axis=axis, keepdims=True)
@@ -752,9 +757,7 @@ def _softmax(xp, x, axis, mask=None, out=None):
     if mask is not None:
         xp.copyto(s, 1, where=s == 0)  # not s[s == 0] = 1: on a GPU, boolean indexing waits for the device
     p /= s
-    xp.log(s, out=s)
-    s += m
-    return p, s
+    return p, m, xp.log(s, out=s)
 
 
 class Softmax(Function):
@@ -769,7 +772,7 @@ class Softmax(Function):
     widens_float16 = True
 
     def forward(self, x, axis=-1, mask=None):
-        p, _ = _softmax(self.xp, x, axis, mask)
+        p = _softmax(self.xp, x, axis, mask)[0]
         self.save(p)
         self.axis = axis
         return p
@@ -787,10 +790,12 @@ class LogSoftmax(Function):
     widens_float16 = True
 
     def forward(self, x, axis=-1):
-        p, lse = _softmax(self.xp, x, axis)
+        p, m, log_s = _softmax(self.xp, x, axis)
         self.save(p)
         self.axis = axis
-        return x - lse
+        y = x - m
+        y -= log_s
+        return y
 
     def saved_in_graph(self, inputs, out):
         return (out.exp(),)  # p = e^y: softmax from log-softmax, a graph node of the output
@@ -842,11 +847,10 @@ class CrossEntropy(Function):
         else:
             if valid is not None:
                 t = xp.where(valid, t, 0)
-            p, lse = _softmax(xp, z if classes is None else z[:, :classes], 1)
-            rows = xp.arange(len(t))
-            nll = lse[:, 0] - z[rows, t]
-            if valid is not None:
-                nll *= valid
+            p, m, log_s = _softmax(xp, z if classes is None else z[:, :classes], 1)
+            nll = log_s[:, 0] - (z[xp.arange(len(t)), t] - m[:, 0])
+            if valid is not None:  # not nll *= valid: an ignored row's stand-in target 0 may be a −inf logit
+                nll = xp.where(valid, nll, 0)
             self.save(p, t, valid)
         if reduction == "none":
             return nll.reshape(targets.shape)
@@ -1081,7 +1085,8 @@ class ScaledDotProductAttention(Function):
             self.save(q, k, v, out, drop, p if keep_p else None, None)
             return out
         scores = (q * self.scale) @ k.swapaxes(-1, -2)  # (B, H, Tq, Tk)
-        p, lse = _softmax(self.xp, scores, -1, mask, out=scores)
+        p, m, lse = _softmax(self.xp, scores, -1, mask, out=scores)
+        lse += m  # log Σ exp S, for P = exp(S − lse) again in backward
         drop = _dropout_mask(p, dropout_p) if dropout_p else None
         out = (p if drop is None else p * drop) @ v  # (B, H, Tq, Dv)
         keep_p = p.shape[-1] <= 4 * q.shape[-1]

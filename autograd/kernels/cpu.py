@@ -718,7 +718,7 @@ def _cross_entropy_forward(z, dz, targets, loss, vocab, ignore):
         for j in range(vocab):  # each exp once: kept in dz, summed and normalised below
             dz[r, j] = _exp32(z[r, j] - m)
         total = _sum(dz[r], vocab)
-        loss[r] = m + math.log(total) - target if valid else _F32(0)
+        loss[r] = math.log(total) - (target - m) if valid else _F32(0)  # not m + log Σ: a large m absorbs it
         for j in range(vocab):
             dz[r, j] = dz[r, j] / total - (_F32(1) if j == t else _F32(0)) if valid else _F32(0)
         for j in range(vocab, stride):

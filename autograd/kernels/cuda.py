@@ -223,7 +223,8 @@ __global__ void cross_entropy_forward(const T* z, T* dz, const long long* target
         if (lane == 0) {
             shared_m[0] = m;
             shared_s[0] = s;
-            loss[blockIdx.x] = t == ignore ? T(0) : m + log(s) - row[t];  // read before the row is overwritten
+            // read before the row is overwritten; log s apart from m, which absorbs it when large (1e30)
+            loss[blockIdx.x] = t == ignore ? T(0) : log(s) - (row[t] - m);
         }
     }
     __syncthreads();

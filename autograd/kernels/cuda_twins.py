@@ -160,7 +160,7 @@ def cross_entropy_forward(z, targets, vocab, ignore, out):
     m, s = block_merge(m, s, threads)
     valid = targets != ignore
     picked = z[np.arange(rows), np.where(valid, targets, 0)]
-    loss = np.where(valid, m + np.log(s) - picked, 0)  # read before the row is overwritten
+    loss = np.where(valid, np.log(s) - (picked - m), 0)  # read before the row is overwritten
     inv = 1 / s
     for j in lane_chunks(stride, threads):
         jj = j[j < stride]

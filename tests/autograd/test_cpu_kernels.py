@@ -517,6 +517,30 @@ def test_cross_entropy_with_ignored_rows_and_a_padded_vocabulary(monkeypatch, sp
     assert np.all(fused[1][:, 65:] == 0) and np.all(fused[1][::7] == 0)
 
 
+def test_cross_entropy_of_huge_logits_and_of_ignored_rows_of_minus_inf_as_the_float64_reference(monkeypatch, spy):
+    # the kernel's m + log Σ rounded to m for rows of 1e30 (a loss of 0, not ln 2); the composed op's ignored row
+    # of a −inf class 0 was inf · 0 = NaN
+    rng = np.random.default_rng(0)
+    logits = (rng.standard_normal((768, 65)) * 3).astype(np.float32)
+    logits[0, :2] = 1e30
+    logits[1] += 1e4
+    logits[2, 0] = -np.inf
+    targets = rng.integers(0, 65, size=768)
+    targets[0], targets[2] = 1, -1
+    z = logits.astype(np.float64)
+    m = z.max(axis=1)
+    expected = np.log(np.exp(z - m[:, None]).sum(axis=1)) - (z[np.arange(768), targets] - m)
+    expected[2] = 0
+
+    def run():
+        return [ag.cross_entropy(ag.Tensor(logits), ag.Tensor(targets), ignore_index=-1, reduction="none").data]
+    fused, composed = both(monkeypatch, run)
+    assert spy == {"cross_entropy_forward": 1}
+    assert fused[0][0] == pytest.approx(np.log(2), rel=1e-6)
+    for losses in fused + composed:
+        np.testing.assert_allclose(losses, expected, rtol=2e-5, atol=1e-6)
+
+
 def test_adamw_steps_with_clipping(monkeypatch, spy):
     rng = np.random.default_rng(0)
     start = [rng.standard_normal(shape).astype(np.float32) for shape in ((128, 384), (384,), (64, 128))]

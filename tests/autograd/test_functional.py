@@ -190,7 +190,7 @@ def _ce_reference(z, t, ignore=None):
     t2 = t.reshape(-1)
     valid = np.ones(len(t2), bool) if ignore is None else t2 != ignore
     safe = np.where(valid, t2, 0)
-    nll = -_log_softmax_ref(z2)[np.arange(len(t2)), safe] * valid
+    nll = np.where(valid, -_log_softmax_ref(z2)[np.arange(len(t2)), safe], 0)
     grad = _softmax_ref(z2)
     grad[np.arange(len(t2)), safe] -= 1
     grad *= valid[:, None]
@@ -323,6 +323,36 @@ def test_cross_entropy_is_stable_for_huge_logits_float32():
     assert np.isfinite(loss.item()) and np.all(np.isfinite(logits.grad))
     assert loss.item() == pytest.approx(nll.mean(), rel=1e-6)
     np.testing.assert_allclose(logits.grad, grad / 2, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_log_softmax_and_cross_entropy_keep_the_log_sum_apart_from_a_huge_maximum(dtype):
+    # log Σ exp z = m + log Σ exp(z − m) rounds to m once m is large: z minus it was 0 for each tied maximum
+    # (PyTorch: −ln 2, −ln 4), and float32 logits near 1e4 were off by up to 5e-4
+    z = np.array([[1e30, 1e30, -1e30, 0.0], [3e38, 3e38, 3e38, 3e38], [1e4, 1e4 - 1, 1e4 - 2, 1e4 - 3]]).astype(dtype)
+    expected = _log_softmax_ref(z.astype(np.float64))
+    np.testing.assert_allclose(expected[:2, :2], -np.log([[2, 2], [4, 4]]))
+    logits = Tensor(z, requires_grad=True)
+    np.testing.assert_allclose(ag.log_softmax(logits).data, expected, rtol=1e-6)
+    t = np.array([0, 3, 1])
+    loss = ag.cross_entropy(logits, t, reduction="none")
+    np.testing.assert_allclose(loss.data, -expected[np.arange(3), t], rtol=1e-6)
+    loss.backward(np.ones(3, dtype))
+    _, grad, _ = _ce_reference(z.astype(np.float64), t)
+    np.testing.assert_allclose(logits.grad, grad, rtol=1e-6, atol=1e-7)
+
+
+def test_cross_entropy_gives_an_ignored_row_no_loss_whatever_its_logits():
+    # an ignored row was scored against class 0 and multiplied by 0: a class 0 masked with −inf made inf · 0 = NaN
+    z = np.array([[-np.inf, 0.0, 1.0], [0.0, 1.0, 2.0]])
+    logits = leaf(z)
+    losses = ag.cross_entropy(logits, [-100, 2], ignore_index=-100, reduction="none")
+    np.testing.assert_array_equal(losses.data, [0.0, -_log_softmax_ref(z[1:])[0, 2]])
+    loss = ag.cross_entropy(logits, [-100, 2], ignore_index=-100)
+    assert loss.item() == pytest.approx(-_log_softmax_ref(z[1:])[0, 2], rel=1e-12)
+    loss.backward()
+    _, grad, _ = _ce_reference(z, np.array([-100, 2]), ignore=-100)
+    np.testing.assert_allclose(logits.grad, grad, rtol=1e-12, atol=1e-15)
 
 
 # embedding
