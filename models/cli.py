@@ -130,6 +130,11 @@ class Parser(argparse.ArgumentParser):
         return value
 
 
+def counted(n, noun, plural=None):
+    """`n` and its noun, in the plural (noun + "s" unless given) where n is not 1: "1 step", "2 steps"."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def machine_memory():
     """This machine's memory in bytes (os.sysconf, else /proc/meminfo), or None where neither says."""
     try:

@@ -119,6 +119,23 @@ MAX_JSON_BYTES = 256 * 2 ** 20  # far above any file this project writes (GPT-2'
 MAX_JSON_DEPTH = 64  # this project's files nest 4 deep, Hugging Face's configs a few more
 
 
+def read_bounded(path, max_bytes, kind):
+    """The bytes of the regular file `path` (`kind` of file, for the messages), or a one-line error: it is missing,
+    not a regular file (reading a FIFO would wait forever, a device may never end), or over `max_bytes`."""
+    path = Path(path)
+    if not path.is_file():  # a folder, FIFO or device of that name is no more the file than nothing is
+        raise FileNotFoundError(f"{path} is missing" if not path.exists()
+                                else f"{path} is not a regular file (a folder, FIFO or device)")
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise ValueError(f"{path} is {size:,} bytes, more than the {max_bytes:,} {kind} here may have")
+    with open(path, "rb") as f:
+        data = f.read(max_bytes + 1)  # the file may have grown since stat()
+    if len(data) > max_bytes:
+        raise ValueError(f"{path} is more than the {max_bytes:,} bytes {kind} here may have")
+    return data
+
+
 def read_json(path, max_bytes=MAX_JSON_BYTES, max_depth=MAX_JSON_DEPTH):
     """The JSON object in `path`, or a one-line error that names the file and what is wrong with it.
 
@@ -127,16 +144,7 @@ def read_json(path, max_bytes=MAX_JSON_BYTES, max_depth=MAX_JSON_DEPTH):
     parser itself gives up at about a thousand levels, with a RecursionError).
     """
     path = Path(path)
-    if not path.is_file():  # a folder, FIFO or device of that name is no more the file than nothing is
-        raise FileNotFoundError(f"{path} is missing" if not path.exists()
-                                else f"{path} is not a regular file (a folder, FIFO or device)")
-    size = path.stat().st_size
-    if size > max_bytes:
-        raise ValueError(f"{path} is {size:,} bytes, more than the {max_bytes:,} a JSON file here may have")
-    with open(path, "rb") as f:
-        data = f.read(max_bytes + 1)  # the file may have grown since stat(), or be a pipe
-    if len(data) > max_bytes:
-        raise ValueError(f"{path} is more than the {max_bytes:,} bytes a JSON file here may have")
+    data = read_bounded(path, max_bytes, "a JSON file")
     try:
         obj = json.loads(data.decode("utf-8"))
     except ValueError as exc:  # not UTF-8, not JSON, or a number of more digits than Python converts

@@ -246,10 +246,13 @@ class Module:
     def load_state_dict(self, state_dict, strict=True):
         """Copy arrays into the parameters by name; checks everything before changing anything.
 
-        A tied weight may come under any of its names (a PyTorch GPT-2's state dict
-        holds its embedding twice, as `transformer.wte.weight` and `lm_head.weight`),
-        and two of them that differ are refused. Returns (missing_keys,
-        unexpected_keys): what strict=False skipped, as PyTorch returns them.
+        A tied weight (one parameter held by two modules) may come under any of
+        its names, and two of them that differ are refused. A key that names no
+        parameter is unexpected: a PyTorch GPT-2's `lm_head.weight` is one for
+        models' GPT, whose LM head is `transformer.wte` itself and no module
+        (GPT.from_pretrained checks that it equals wte and drops it; strict=False
+        skips it). Returns (missing_keys, unexpected_keys): what strict=False
+        skipped, as PyTorch returns them.
         """
         who = f"load_state_dict into {type(self).__name__}"
         self._refuse_state(who)

@@ -37,7 +37,7 @@ import numpy as np
 import regex
 
 from models.cli import Parser
-from models.io import read_json
+from models.io import MAX_JSON_BYTES, json_type, read_bounded, read_json
 
 # GPT-2's pre-tokenisation: contractions, letter runs, digit runs and punctuation
 # runs each keep one leading space, and a run of spaces gives its last space to the
@@ -56,7 +56,7 @@ def tokenizer_from_dict(description):
     """Rebuild the tokenizer that `to_dict()` described (e.g. from a checkpoint)."""
     kinds = {cls.kind: cls for cls in (CharTokenizer, ByteBPETokenizer, GPT2Tokenizer)}
     kind = description.get("kind") if isinstance(description, Mapping) else None
-    if kind not in kinds:
+    if not isinstance(kind, str) or kind not in kinds:  # an array or object as the kind is no key of `kinds`
         raise ValueError(
             f"tokenizer_from_dict: unknown tokenizer kind {kind!r}; "
             f"expected a dict made by to_dict() with 'kind' one of {sorted(kinds)}"
@@ -87,6 +87,16 @@ def _check_kind(description, cls):
             f"{cls.__name__}.from_dict: this dict describes a tokenizer of kind "
             f"{description.get('kind')!r}, not {cls.kind!r}; use tokenizer_from_dict()"
         )
+
+
+def _field(description, cls, name, kind, expected):
+    """description[name] if it is a `kind`, else a one-line ValueError naming the field and what it should be."""
+    value = description.get(name)
+    if not isinstance(value, kind):
+        found = "missing" if name not in description else f"{json_type(value)} {value!r:.40}"
+        raise ValueError(f"{cls.__name__}.from_dict: {name!r} should be {expected}, as to_dict() writes it, but it is "
+                         f"{found}")
+    return value
 
 
 def _merge_pair(symbols, pair, merged):
@@ -174,8 +184,8 @@ class CharTokenizer:
     @classmethod
     def from_dict(cls, description):
         _check_kind(description, cls)
-        chars = description["chars"]
-        if not isinstance(chars, str) or chars != "".join(sorted(set(chars))):
+        chars = _field(description, cls, "chars", str, "a string of distinct characters in sorted order")
+        if chars != "".join(sorted(set(chars))):
             raise ValueError(f"CharTokenizer.from_dict: 'chars' should be a string of distinct characters in "
                              f"sorted order, as to_dict writes it, not {chars!r:.40}")
         return cls(chars)
@@ -361,8 +371,8 @@ class ByteBPETokenizer(_ByteLevelBPE):
         ranks, merged_ids = {}, {}
         for rank, merge in enumerate(merges):
             new_id = 256 + rank
-            pair = tuple(merge)
-            if len(pair) != 2 or not all(isinstance(i, int) and 0 <= i < new_id for i in pair):
+            pair = tuple(merge) if isinstance(merge, (list, tuple)) else ()
+            if len(pair) != 2 or not all(type(i) is int and 0 <= i < new_id for i in pair):
                 raise ValueError(
                     f"ByteBPETokenizer: merge {rank} is {merge!r}; a merge is a pair of ids "
                     f"made before it (each in 0..{new_id - 1})"
@@ -446,7 +456,7 @@ class ByteBPETokenizer(_ByteLevelBPE):
             raise ValueError(f"ByteBPETokenizer.from_dict: the pre-tokenisation pattern {pattern!r:.60} is not "
                              "GPT-2's, and a pattern read from a file is not trusted (one can take hours to match "
                              "a short text); build ByteBPETokenizer(merges, pattern) yourself for a pattern you trust")
-        return cls(description["merges"], pattern)
+        return cls(_field(description, cls, "merges", list, "an array of [id, id] pairs"), pattern)
 
     def __repr__(self):
         return f"ByteBPETokenizer(vocab_size={self.vocab_size})"
@@ -520,17 +530,20 @@ class GPT2Tokenizer(_ByteLevelBPE):
             except ValueError as exc:
                 raise ValueError(f"GPT2Tokenizer: {exc}; encoder_json is a file like GPT-2's encoder.json, a JSON "
                                  "object of token → id") from None
-            try:
-                merge_lines = Path(merges_path).read_text(encoding="utf-8").splitlines()
+            try:  # GPT-2's vocab.bpe is 456 KB: the limit of a JSON file is far above any such file
+                merge_lines = read_bounded(merges_path, MAX_JSON_BYTES, "a vocab.bpe file").decode("utf-8").splitlines()
             except UnicodeDecodeError as exc:
                 raise ValueError(f"GPT2Tokenizer: {merges_path} is not UTF-8 text (byte {exc.start}); vocab_bpe is "
                                  "a file like GPT-2's vocab.bpe, its merges one a line") from None
-        if merge_lines and merge_lines[0].startswith("#version"):
-            merge_lines = merge_lines[1:]
+            except ValueError as exc:
+                raise ValueError(f"GPT2Tokenizer: {exc}; vocab_bpe is a file like GPT-2's vocab.bpe, its merges one "
+                                 "a line") from None
         if not (isinstance(encoder, dict) and all(isinstance(k, str) and type(v) is int for k, v in encoder.items())
                 and isinstance(merge_lines, list) and all(isinstance(line, str) for line in merge_lines)):
             raise ValueError(f"GPT2Tokenizer: the encoder of {encoder_path} should map tokens to integer ids "
                              "and the merges be lines of text")
+        if merge_lines and merge_lines[0].startswith("#version"):
+            merge_lines = merge_lines[1:]
         self._vocabulary = None if encoder_json is None and vocabulary is None else (encoder, merge_lines)
         if sorted(encoder.values()) != list(range(len(encoder))):  # else an id would pass the embedding's rows
             ids = sorted(encoder.values())
@@ -542,7 +555,8 @@ class GPT2Tokenizer(_ByteLevelBPE):
 
         def token_id(token, where):
             if token not in encoder:
-                raise ValueError(f"GPT2Tokenizer: {where} uses {token!r}, which is not in {encoder_path}")
+                raise ValueError(f"GPT2Tokenizer: {where} uses {token!r}, which is not in {encoder_path}; every "
+                                 "token that a merge joins or makes is in the encoder of the same vocabulary")
             return encoder[token]
 
         alphabet = bytes_to_unicode()
@@ -551,7 +565,8 @@ class GPT2Tokenizer(_ByteLevelBPE):
         for rank, line in enumerate(filter(None, merge_lines)):
             parts = line.split(" ")
             if len(parts) != 2:
-                raise ValueError(f"GPT2Tokenizer: {merges_path}: merge line {line!r} is not two tokens")
+                raise ValueError(f"GPT2Tokenizer: {merges_path}: merge line {line!r} is not two tokens; each line of "
+                                 "a vocab.bpe is two tokens with one space between")
             where = f"merge {rank} ({line!r}) of {merges_path}"
             pair = (token_id(parts[0], where), token_id(parts[1], where))
             ranks[pair], merged_ids[pair] = rank, token_id(parts[0] + parts[1], where)
@@ -605,7 +620,8 @@ class GPT2Tokenizer(_ByteLevelBPE):
                              "file a description names is read; describe the vocabulary itself "
                              "(GPT2Tokenizer.from_files(...).to_dict() carries its 'encoder' and 'merges')")
         if "encoder" in description or "merges" in description:
-            return cls(vocabulary=(description["encoder"], description["merges"]))
+            return cls(vocabulary=(_field(description, cls, "encoder", dict, "an object of token → id"),
+                                   _field(description, cls, "merges", list, "an array of merge lines")))
         return cls()
 
     def __repr__(self):

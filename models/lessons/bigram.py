@@ -23,7 +23,7 @@ import numpy as np
 
 import autograd as ag
 import nn
-from models.cli import SEEDS, Parser, interval
+from models.cli import SEEDS, Parser, counted, interval
 from models.numbers import fixed, section
 
 CORPUS = "我吃苹果。你吃米饭。我喝水。他吃苹果。苹果很甜。米饭很香。我爱你。他喝水。"
@@ -146,7 +146,7 @@ def main(argv=None):
     section("语料与词表", "corpus, vocabulary and pairs")
     print(f"  corpus: {CORPUS}")
     print(f"  V = {vocab_size} characters, B = {len(cur)} (current, next) pairs")
-    section("训练", f"d = {args.dim}, lr = {args.lr}, {args.steps} full-batch SGD steps, seed {args.seed}")
+    section("训练", f"d = {args.dim}, lr = {args.lr}, {counted(args.steps, 'full-batch SGD step')}, seed {args.seed}")
     try:
         losses = train(model, cur, nxt, args.lr, args.steps,
                        on_log=lambda step, loss: print(f"  step {step:4d}  loss {loss:.4f}"))
@@ -171,21 +171,21 @@ def main(argv=None):
     if not reached and args.dim == 1:
         print(": with d = 1, E·W_U has rank at most 1 and cannot hold the bigram table")
     elif not reached:  # d = 2 ends within 0.01 of the bound after 5000 steps: what is missing is training, not rank
-        print(f": {args.steps} steps at lr {args.lr:g} have not got there; train longer (--steps) "
-              "or faster (--lr)")
+        print(f": {counted(args.steps, 'step')} at lr {args.lr:g} {'has' if args.steps == 1 else 'have'} not got "
+              "there; train longer (--steps) or faster (--lr)")
     else:
         print()
 
     eat = chars.index("吃")
     learned = next_distribution(model, eat)
     counts = bigram_counts(cur, nxt, vocab_size)[eat]
-    counted = counts / counts.sum()
+    frequencies = counts / counts.sum()
     section("预测", "p(next | 吃): what it learned beside the counts")
     print(f"  next  {'learned':>8}  {'counted':>8}")
     for j in np.argsort(-learned)[:4]:  # a tiny probability prints as 1.19e-05, wider than 0.6655: right-aligned
-        print(f"  {chars[j]}    {fixed(learned[j], 4):>8}  {fixed(counted[j], 4):>8}")
+        print(f"  {chars[j]}    {fixed(learned[j], 4):>8}  {fixed(frequencies[j], 4):>8}")
     if reached:
-        gap = np.abs(learned - counted).max()
+        gap = np.abs(learned - frequencies).max()
         print(f"  learned and counted differ by at most {fixed(gap, 4)}: the counted frequencies minimise the loss;")
         print(f"  training approaches them but, {fixed(final - bound, 4)} above the bound, has not reached them")
 

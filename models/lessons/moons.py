@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from models.cli import SEEDS, Parser, interval, output_file
+from models.cli import SEEDS, Parser, counted, interval, output_file
 from models.io import atomic_path
 from models.lessons.value_nn import DEMO_SIZES, MLP, max_margin_loss, train_step
 
@@ -135,14 +135,14 @@ def main(argv=None):
     model = MLP(DEMO_SIZES, seed=args.init_seed)
     print(f"micrograd's demo on Value: MLP {'-'.join(map(str, DEMO_SIZES))} ({len(model.parameters())} parameters), "
           f"{args.points} moons points (noise {args.noise}, seed {args.seed})")
-    print(f"loss = mean relu(1 − y·score) + 1e-4·Σp², SGD with lr 1.0 → 0.1 over {args.steps} steps")
+    print(f"loss = mean relu(1 − y·score) + 1e-4·Σp², SGD with lr 1.0 → 0.1 over {counted(args.steps, 'step')}")
     history = train(model, points, labels, args.steps, log_every=args.log_every,
                     on_log=lambda step, loss, acc: print(f"  step {step:4d}  loss {loss:.4f}  accuracy {acc:.0%}"))
     loss, accuracy = history[args.steps]
-    print(f"after {args.steps} steps: loss {loss:.4f}, accuracy {accuracy:.0%} "
+    print(f"after {counted(args.steps, 'step')}: loss {loss:.4f}, accuracy {accuracy:.0%} "
           f"({round(accuracy * args.points)} of {args.points} points on the right side)")
     plot_boundary(args.out, model, points, labels,
-                  f"MLP {'-'.join(map(str, DEMO_SIZES))} on {args.points} moons points after {args.steps} steps: "
+                  f"MLP {'-'.join(map(str, DEMO_SIZES))} on {args.points} moons points after {counted(args.steps, 'step')}: "
                   f"accuracy {accuracy:.0%}")
     print(f"wrote {args.out}: the decision boundary")
 

@@ -36,7 +36,7 @@ import numpy as np
 
 import autograd as ag
 from models.lessons.bigram import Diverged, counting_lower_bound, demo_loss, lesson_setup  # noqa: F401 (demo_loss: viz's)
-from models.cli import Parser, interval, output_file
+from models.cli import Parser, counted, interval, output_file
 from models.io import atomic_path
 from models.numbers import fixed, section
 
@@ -196,7 +196,7 @@ def main(argv=None):
     print(f"  against (∇L(θ + εv) − ∇L(θ − εv)) / 2ε for a random v: largest difference {fixed(worst, 3)}"
           f" (‖H v‖ = {fixed(math.sqrt(_dot(exact, exact)), 4)})")
 
-    section("gradient descent", f"lr {args.lr}, {args.gd_steps} full-batch steps, one backward pass each")
+    section("gradient descent", f"lr {args.lr}, {counted(args.gd_steps, 'full-batch step')}, one backward pass each")
     try:
         descent = gradient_descent(lesson_setup()[0], cur, nxt, args.gd_steps, args.lr)
     except Diverged as exc:
@@ -205,7 +205,7 @@ def main(argv=None):
         if step % 100 == 0 or step == args.gd_steps:
             print(f"  step {step:4d}  loss {loss:.4f}  above the bound {fixed(loss - bound, 4)}")
 
-    section("Newton-CG", f"(H + λI) p = −g by ≤ {args.cg_iters} CG iterations a step, λ from {args.damping}")
+    section("Newton-CG", f"(H + λI) p = −g by ≤ {counted(args.cg_iters, 'CG iteration')} a step, λ from {args.damping}")
     newton_run = newton(lesson_setup()[0], cur, nxt, args.newton_steps, args.cg_iters, args.damping,
                         on_step=lambda step, passes, loss, damping: print(
                             f"  step {step:4d}  loss {loss:.4f}  above the bound {fixed(loss - bound, 4)}"
@@ -216,11 +216,11 @@ def main(argv=None):
     section("side by side", "the same loss, the counting lower bound beneath both")
     gd_final = descent[-1][2]
     beats = next((s for s, _, l in newton_run if l < gd_final), None)
-    print(f"  counting lower bound {bound:.4f}; gradient descent ends at {gd_final:.4f} after {args.gd_steps} "
-          f"passes, Newton-CG at {loss:.4f} after {passes}")
+    print(f"  counting lower bound {bound:.4f}; gradient descent ends at {gd_final:.4f} after "
+          f"{counted(args.gd_steps, 'pass', 'passes')}, Newton-CG at {loss:.4f} after {passes}")
     if beats is not None:
         print(f"  Newton-CG is below descent's final loss from step {beats}, "
-              f"after {next(p for s, p, _ in newton_run if s == beats)} passes")
+              f"after {counted(next(p for s, p, _ in newton_run if s == beats), 'pass', 'passes')}")
     plot_losses(args.out, {"gradient descent": descent, "Newton-CG": newton_run}, bound,
                 f"lesson 1's bigram (d = 8): gradient descent (lr {args.lr}) beside Newton-CG "
                 f"by Hessian-vector products")

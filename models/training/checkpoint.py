@@ -620,9 +620,9 @@ def load_model(folder, dropout=0.0):
         description = read_json(path)
         try:
             tokenizer = tokenizer_from_dict(description)
-        except (KeyError, TypeError, ValueError, OSError) as exc:
-            problem = f"it lacks {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
-            raise ValueError(f"{path} does not describe a tokenizer: {problem}") from None
+        except (ValueError, OSError) as exc:
+            raise ValueError(f"{path} does not describe a tokenizer: {exc}; put back the {TOKENIZER_FILE} of the "
+                             "run that trained this model") from None
         if tokenizer.vocab_size != vocab_size:
             raise ValueError(f"{path} has {tokenizer.vocab_size} tokens but the model in {folder} has "
                              f"vocab_size {vocab_size}; the two files come from different runs")

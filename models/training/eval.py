@@ -87,10 +87,12 @@ def main(argv=None):
             raise ValueError(f"--stride {stride} exceeds the block size {block}: tokens between windows would "
                              "go unscored")
         n = min(len(tokens), args.max_tokens or len(tokens))
-        if n <= block:
-            raise ValueError(f"the {args.split} split of {args.data} has {n:,} tokens"
-                             f"{' (--max-tokens)' if n < len(tokens) else ''}, too few for one window of the "
-                             f"model's block size {block} and its targets")
+        if n <= block:  # the bound is the checkpoint's, which the parser has not read
+            if n < len(tokens):
+                raise ValueError(f"--max-tokens {n:,} is too few for one window of the model's block size {block} "
+                                 f"and its targets; give --max-tokens {block + 1:,} or more")
+            raise ValueError(f"the {args.split} split of {args.data} has {n:,} tokens, too few for one window of the "
+                             f"model's block size {block} and its targets ({block + 1:,} tokens); prepare more text")
         for k in np.flatnonzero(tokens.starts[:-1] < n):  # the shards this reads, checked before any work
             tokens.verify(k)
         model.to(args.device)

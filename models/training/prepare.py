@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.cli import Parser, interval, machine_memory, output_folder, shows_progress
+from models.cli import Parser, counted, interval, machine_memory, output_folder, shows_progress
 from models.io import atomic_path, json_type, owning_folder, read_json
 from models.training.checkpoint import CHECKPOINT_MARKS
 from models.training.data import not_utf8
@@ -503,6 +503,11 @@ def prepare(args):
         if not any(part.end > part.start for part in parts if part.split == split):
             for path in files:  # a binary file has no line to cut at either: that is the thing to say
                 check_start_is_text(path)
+            if split_by == "file":
+                held = [part.path for part in parts if part.split == split]
+                raise ValueError(f"--val-fraction {args.val_fraction:g} splits the {len(files)} files by whole file, "
+                                 f"and the {split} split's {'file is' if len(held) == 1 else 'files are all'} empty "
+                                 f"({', '.join(map(str, held))}); leave the empty files out, or put text in them")
             uncut = max((p for p in parts if p.split == "train"), key=lambda p: p.end - p.start)
             tail = uncut.end - int(uncut.end * (1 - args.val_fraction))
             if split == "val" and split_by == "tail" and tail >= UNCUT_TAIL:
@@ -647,10 +652,10 @@ def describe(meta):
     """The corpus of a meta.json in a few words: files, tokens per split, tokenizer, shards."""
     train, val = (meta["splits"][split] for split in SPLITS)
     kind, shards = meta["tokenizer"]["kind"], len(train["shards"]) + len(val["shards"])
-    return (f"{len(meta['sources'])} file{'s' * (len(meta['sources']) != 1)} ({meta['bytes'] / 1e6:.1f} MB) → "
+    return (f"{counted(len(meta['sources']), 'file')} ({meta['bytes'] / 1e6:.1f} MB) → "
             f"{train['tokens']:,} train + {val['tokens']:,} val tokens (held out by {meta['split']['by']}), "
             f"{kind} tokenizer ({meta['vocab_size']:,} ids, {meta['dtype']}), "
-            f"{shards} shard{'s' * (shards != 1)}")
+            f"{counted(shards, 'shard')}")
 
 
 class Encoders:

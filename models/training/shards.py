@@ -251,8 +251,9 @@ class PreparedData(TokenData):
         """The tokenizer that meta.json describes, whose ids the shards hold (as many as its 'vocab_size')."""
         try:
             made = tokenizer_from_dict(self.meta["tokenizer"])
-        except (KeyError, TypeError, ValueError, OSError) as exc:
-            raise ShardError(f"{self.folder / META_FILE}: 'tokenizer' does not describe a tokenizer ({exc})") from None
+        except (ValueError, OSError) as exc:
+            raise ShardError(f"{self.folder / META_FILE}: 'tokenizer' does not describe a tokenizer ({exc}); "
+                             "prepare the corpus again") from None
         check_vocab_size(self, made)
         return made
 

@@ -41,8 +41,8 @@ import numpy as np
 import autograd as ag
 import nn
 from models.training import checkpoint, health
-from models.cli import (SEEDS, Parser, device, folder_path, interval, machine_memory, model_folder, output_folder,
-                        show_default, shows_progress)
+from models.cli import (SEEDS, Parser, counted, device, folder_path, interval, machine_memory, model_folder,
+                        output_folder, show_default, shows_progress)
 from models.training.data import Layout, TokenData, load_text
 from models.gpt import hf_checkpoint, sampling
 from models.gpt.gpt2 import GPT, LINEAR_LAYERS, GPTConfig
@@ -260,7 +260,7 @@ def check_combinations(args):
     if args.lr_decay_iters is not None and args.lr_decay_iters <= args.warmup_iters:
         # warmup_cosine warms up first: the lr would climb to --lr and fall to --min-lr in one step, never decaying
         raise ValueError(f"--lr-decay-iters {args.lr_decay_iters} does not come after the --warmup-iters "
-                         f"{args.warmup_iters} steps of warm-up, so the lr would jump from --lr to --min-lr with no "
+                         f"{counted(args.warmup_iters, 'step')} of warm-up, so the lr would jump from --lr to --min-lr with no "
                          f"decay between; give --lr-decay-iters above {args.warmup_iters}, or fewer --warmup-iters")
     if args.lora_r and args.init_from and not args.eval_only \
             and Path(args.init_from).resolve() == Path(args.out_dir).resolve():
@@ -338,7 +338,8 @@ def started_facts(args, started):
     state = hashlib.sha256(json.dumps(run.to_json(run.digests), sort_keys=True).encode()).hexdigest()
     facts["the run state"] = f"iteration {run.iter}, val loss {run.val_loss:.4f} (SHA-256 {state[:12]})"
     facts["the data"] = data.fingerprint(tokenizer)
-    facts["the model"] = (f"{cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, block {cfg.block_size}, "
+    facts["the model"] = (f"{counted(cfg.n_layer, 'layer')}, {counted(cfg.n_head, 'head')}, {cfg.n_embd} wide, "
+                          f"block {cfg.block_size}, "
                           f"vocab {cfg.vocab_size}, bias {cfg.bias}")
     return facts
 
@@ -500,7 +501,7 @@ def encode_data(tokenizer, text, source):
         missing = sorted(set(text) - set(tokenizer.chars))
         if missing:
             listed = ", ".join(repr(ch) for ch in missing[:10]) + (", …" if len(missing) > 10 else "")
-            raise ValueError(f"the data has {len(missing)} character{'s' if len(missing) > 1 else ''} that the "
+            raise ValueError(f"the data has {counted(len(missing), 'character')} that the "
                              f"model in {source} has no token for ({listed}): its {tokenizer.vocab_size} "
                              "characters are fixed with its weights. Train a new model on this text (without "
                              "--resume or --init-from), or remove or replace those characters in the data")
@@ -515,7 +516,8 @@ def evaluate_only(args, world):
     # a checkpoint's saved options hold its own --init-from: that names the base, not what was evaluated
     source = f"the checkpoint in {args.out_dir} (iteration {run.iter})" if args.resume else args.init_from
     print(f"eval-only: {source}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f} "
-          f"({args.eval_iters} batches of {run.layout.rows} x {args.block_size} tokens per split)")
+          f"({counted(args.eval_iters, 'batch', 'batches')} of {run.layout.rows} x {args.block_size} tokens per "
+          "split)")
 
 
 def evaluate(model, tokenizer, optimizer, data, run, args, world, say):
@@ -629,7 +631,8 @@ class Progress:
         self.steps, self.step_seconds, self.comm_seconds = 0, 0.0, 0.0
         self.first_seconds = None  # this process's first step: it loads or compiles the kernels, so speed() skips it
         rows_note = f" ({run.layout.describe()})" if run.layout.rows != args.batch_size else ""
-        print(f"model: {cfg.n_layer} layers, {cfg.n_head} heads, {cfg.n_embd} wide, block {args.block_size}, "
+        print(f"model: {counted(cfg.n_layer, 'layer')}, {counted(cfg.n_head, 'head')}, {cfg.n_embd} wide, "
+              f"block {args.block_size}, "
               f"vocab {cfg.vocab_size}: {n_params:,} parameters on {args.device}")
         print(f"data: {len(data.splits['train']):,} train / {len(data.splits['val']):,} val tokens; "
               f"{self.tokens_per_iter:,} tokens per iteration{rows_note}; peak {self.peak / 1e9:,.1f} GFLOP/s for MFU "
@@ -707,8 +710,8 @@ class Progress:
             return None
         comm = self.comm_seconds / self.steps
         comm_note = f", {comm * 1e3:.1f} ms of it communicating" if self.world.size > 1 else ""
-        return (f"speed: {self.steps * self.tokens_per_iter / self.step_seconds:,.0f} tokens/s over {self.steps} "
-                f"iterations ({self.step_seconds / self.steps * 1e3:.1f} ms each{comm_note}; the first iteration, "
+        return (f"speed: {self.steps * self.tokens_per_iter / self.step_seconds:,.0f} tokens/s over "
+                f"{counted(self.steps, 'iteration')} ({self.step_seconds / self.steps * 1e3:.1f} ms each{comm_note}; the first iteration, "
                 f"{self.first_seconds * 1e3:,.0f} ms with the kernels' loading, and evaluations not counted)")
 
 

@@ -625,7 +625,29 @@ BROKEN = {
     "tokenizer not JSON": (lambda f: (f / "gptgrad_tokenizer.json").write_text("{chars"),
                            "gptgrad_tokenizer.json is not valid JSON"),
     "tokenizer lacks chars": (edit_json("gptgrad_tokenizer.json", drop_key("chars")),
-                              "gptgrad_tokenizer.json does not describe a tokenizer: it lacks 'chars'"),
+                              "gptgrad_tokenizer.json does not describe a tokenizer: CharTokenizer.from_dict: 'chars' "
+                              "should be a string of distinct characters in sorted order, as to_dict() writes it, but "
+                              "it is missing; put back the gptgrad_tokenizer.json of the run that trained this model"),
+    # these gave Python's own words: "unhashable type: 'list'", "'int' object is not iterable", a KeyError, and
+    # an AttributeError as a traceback
+    "tokenizer kind a list": (edit_json("gptgrad_tokenizer.json", set_key("kind", ["char"])),
+                              "gptgrad_tokenizer.json does not describe a tokenizer: tokenizer_from_dict: unknown "
+                              "tokenizer kind ['char']; expected a dict made by to_dict() with 'kind' one of"),
+    "tokenizer merges a number": (lambda f: (f / "gptgrad_tokenizer.json").write_text(json.dumps(
+        {"kind": "byte_bpe", "merges": 5})),
+        "gptgrad_tokenizer.json does not describe a tokenizer: ByteBPETokenizer.from_dict: 'merges' should be an "
+        "array of [id, id] pairs, as to_dict() writes it, but it is a number 5; put back the gptgrad_tokenizer.json"),
+    "tokenizer merge a number": (lambda f: (f / "gptgrad_tokenizer.json").write_text(json.dumps(
+        {"kind": "byte_bpe", "merges": [5]})),
+        "does not describe a tokenizer: ByteBPETokenizer: merge 0 is 5; a merge is a pair of ids made before it"),
+    "tokenizer gpt2 lacks encoder": (lambda f: (f / "gptgrad_tokenizer.json").write_text(json.dumps(
+        {"kind": "gpt2", "merges": []})),
+        "does not describe a tokenizer: GPT2Tokenizer.from_dict: 'encoder' should be an object of token → id, as "
+        "to_dict() writes it, but it is missing"),
+    "tokenizer gpt2 merges of numbers": (lambda f: (f / "gptgrad_tokenizer.json").write_text(json.dumps(
+        {"kind": "gpt2", "encoder": {"a": 0}, "merges": [5]})),
+        "does not describe a tokenizer: GPT2Tokenizer: the encoder of the tokenizer's own vocabulary should map "
+        "tokens to integer ids and the merges be lines of text"),
     "tokenizer of another kind": (edit_json("gptgrad_tokenizer.json", set_key("kind", "words")),
                                   "gptgrad_tokenizer.json does not describe a tokenizer: tokenizer_from_dict: "
                                   "unknown"),

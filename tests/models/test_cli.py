@@ -90,3 +90,9 @@ def test_init_from_gpt2_without_the_folder_says_how_to_get_it(tmp_path, capsys, 
         "gpt2 here (see --help)\n")
     assert unknown_option_line(["--init-from", "gpt3"], capsys) == (
         "python -m models.train: error: argument --init-from: no folder gpt3 (see --help)\n")
+
+
+def test_counted_says_a_count_of_1_in_the_singular():
+    from models.cli import counted
+    assert [counted(n, "step") for n in (0, 1, 2)] == ["0 steps", "1 step", "2 steps"]
+    assert [counted(n, "batch", "batches") for n in (1, 3)] == ["1 batch", "3 batches"]

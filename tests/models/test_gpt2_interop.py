@@ -206,3 +206,15 @@ def test_a_gpt2model_checkpoint_loads_with_the_head_tied_to_its_embedding(tmp_pa
     with torch.no_grad():
         expected = (body.eval()(torch.from_numpy(tokens)).last_hidden_state @ body.wte.weight.T).numpy()
     np.testing.assert_allclose(GPT.from_pretrained(tmp_path)(tokens)[0].data, expected, atol=1e-5, rtol=0)
+
+
+def test_load_state_dict_of_a_pytorch_gpt2_is_as_its_docstring_says(hf_folder):
+    """The docstring gave a PyTorch GPT-2's state dict as a tied weight that loads under either name; GPT has no
+    lm_head module, so strict refuses lm_head.weight and strict=False loads the rest (from_pretrained drops it)."""
+    state = {k: v.numpy() for k, v in load_hf(hf_folder).state_dict().items() if not k.endswith(MASK_BUFFERS)}
+    model = GPT.from_pretrained(hf_folder)
+    with pytest.raises(KeyError, match=r"unexpected keys \['lm_head.weight'\]"):
+        model.load_state_dict(state)
+    assert model.load_state_dict(state, strict=False) == ([], ["lm_head.weight"])
+    assert np.array_equal(model.transformer.wte.weight.numpy(), state["lm_head.weight"])
+    assert "GPT.from_pretrained checks that it equals wte" in nn.Module.load_state_dict.__doc__

@@ -83,3 +83,10 @@ def test_bad_options_cost_one_line(argv, message):
     run = subprocess.run([sys.executable, "-m", "models.moons", *argv], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [f"python -m models.moons: error: {message} (see --help)"]
+
+
+def test_one_step_is_said_in_the_singular(tmp_path, capsys):
+    """It printed "over 1 steps" and "after 1 steps"."""
+    assert moons.main(["--steps", "1", "--points", "4", "--out", str(tmp_path / "b.png")]) in (0, None)
+    out = capsys.readouterr().out
+    assert "SGD with lr 1.0 → 0.1 over 1 step\n" in out and "\nafter 1 step: loss " in out

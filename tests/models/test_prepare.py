@@ -291,6 +291,21 @@ def test_a_corpus_training_could_not_use_is_refused_before_any_folder_is_made(tm
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.parametrize("empty, split", [("b.txt", "val"), ("a.txt", "train")])
+def test_an_empty_file_that_is_a_whole_split_is_named_not_called_a_corpus_too_small(tmp_path, capsys, empty, split):
+    """Split by file, an empty file that was the whole val (or train) split read "the corpus (2,400 bytes) is too
+    small to hold out a val split"."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (corpus / name).write_text("" if name == empty else "hello world\n" * 200)
+    code, _, err = run_prepare(capsys, str(corpus), "--out", str(tmp_path / "out"), "--tokenizer", "char",
+                               "--val-fraction", "0.5")
+    assert code == 1 and err == (f"prepare: error: --val-fraction 0.5 splits the 2 files by whole file, and the "
+                                 f"{split} split's file is empty ({corpus / empty}); leave the empty files out, or "
+                                 "put text in them\n")
+
+
 def test_a_tail_with_no_cut_is_named_as_such_not_as_a_corpus_too_small(tmp_path, capsys):
     (tmp_path / "one.txt").write_text("x" * 300_000)
     code, _, err = run_prepare(capsys, str(tmp_path / "one.txt"), "--out", str(tmp_path / "out"), "--tokenizer",
@@ -544,6 +559,16 @@ def test_prepare_train_eval(tmp_path, prepared, capsys):
     assert line.startswith(f"eval: {run} on the val split of {prepared} (its first 60 of "
                            f"{len(data.splits['val']):,} tokens, 59 scored): loss {mean:.4f}, "
                            f"perplexity {np.exp(mean):.2f} (block 16, stride 1, ")
+
+
+def test_eval_max_tokens_below_a_window_names_the_option_its_bound_and_the_fix(tmp_path, prepared, capsys):
+    """The parser takes any --max-tokens from 2 (the block size is the checkpoint's, read later); at or below the
+    block size it read "the val split of DIR has 16 tokens (--max-tokens), too few ...", with no bound and no fix."""
+    assert train_on(capsys, "--data", str(prepared), "--max-iters", "1", "--out-dir", str(tmp_path / "r"))[0] == 0
+    assert evaluate.main([str(tmp_path / "r"), "--data", str(prepared), "--max-tokens", "16", "--no-progress"]) == 1
+    assert capsys.readouterr().err == ("eval: error: --max-tokens 16 is too few for one window of the model's block "
+                                       "size 16 and its targets; give --max-tokens 17 or more\n")
+    assert evaluate.main([str(tmp_path / "r"), "--data", str(prepared), "--max-tokens", "17", "--no-progress"]) == 0
 
 
 def test_eval_windows_score_every_target_once_with_the_context_promised():

@@ -4,6 +4,9 @@ it is installed)."""
 
 import importlib.util
 import json
+import os
+import threading
+import time
 from collections import Counter
 from itertools import accumulate
 from pathlib import Path
@@ -487,11 +490,55 @@ def test_gpt2_from_dict_reads_no_file_a_description_names(paths, monkeypatch):
     assert opened == []
 
 
-@pytest.mark.parametrize("vocabulary", [{"encoder": [], "merges": []}, {"encoder": {"a": "0"}, "merges": []},
-                                        {"encoder": {"a": 0}, "merges": "a b"}, {"encoder": {"a": True}, "merges": []}])
+@pytest.mark.parametrize("vocabulary, message", [
+    ({"encoder": [], "merges": []}, "'encoder' should be an object of token → id, as to_dict() writes it, but it is "
+                                    "an array []"),
+    ({"merges": []}, "'encoder' should be an object of token → id, as to_dict() writes it, but it is missing"),
+    ({"encoder": {"a": 0}, "merges": "a b"}, "'merges' should be an array of merge lines, as to_dict() writes it, "
+                                             "but it is a string 'a b'"),
+    ({"encoder": {"a": 0}, "merges": 5}, "'merges' should be an array of merge lines, as to_dict() writes it, but "
+                                         "it is a number 5"),
+    ({"encoder": {"a": 0}}, "'merges' should be an array of merge lines, as to_dict() writes it, but it is missing"),
+])
+def test_gpt2_from_dict_names_a_field_of_the_wrong_type(vocabulary, message):
+    """'merges': 5 gave "'int' object is not subscriptable", a missing field a bare KeyError."""
+    with pytest.raises(ValueError) as error:
+        tokenizer_from_dict({"kind": "gpt2", **vocabulary})
+    assert str(error.value) == f"GPT2Tokenizer.from_dict: {message}"
+
+
+@pytest.mark.parametrize("vocabulary", [{"encoder": {"a": "0"}, "merges": []}, {"encoder": {"a": True}, "merges": []},
+                                        {"encoder": {"a": 0}, "merges": [5]}])
 def test_gpt2_from_dict_refuses_a_vocabulary_of_the_wrong_shape(vocabulary):
+    """merges [5] raised AttributeError ('int' object has no attribute 'startswith'), which no caller caught."""
     with pytest.raises(ValueError, match="should map tokens to integer ids and the merges be lines of text"):
         tokenizer_from_dict({"kind": "gpt2", **vocabulary})
+
+
+@pytest.mark.parametrize("description, message", [
+    ({"kind": ["char"]}, "tokenizer_from_dict: unknown tokenizer kind ['char']; expected a dict made by to_dict() "
+                         "with 'kind' one of ['byte_bpe', 'char', 'gpt2']"),
+    ({"kind": {"char": 1}}, "tokenizer_from_dict: unknown tokenizer kind {'char': 1}; expected a dict made by "
+                            "to_dict() with 'kind' one of ['byte_bpe', 'char', 'gpt2']"),
+    ({"kind": "char"}, "CharTokenizer.from_dict: 'chars' should be a string of distinct characters in sorted "
+                       "order, as to_dict() writes it, but it is missing"),
+    ({"kind": "char", "chars": 5}, "CharTokenizer.from_dict: 'chars' should be a string of distinct characters in "
+                                   "sorted order, as to_dict() writes it, but it is a number 5"),
+    ({"kind": "byte_bpe", "merges": 5}, "ByteBPETokenizer.from_dict: 'merges' should be an array of [id, id] pairs, "
+                                        "as to_dict() writes it, but it is a number 5"),
+    ({"kind": "byte_bpe"}, "ByteBPETokenizer.from_dict: 'merges' should be an array of [id, id] pairs, as to_dict() "
+                           "writes it, but it is missing"),
+    ({"kind": "byte_bpe", "merges": [5]}, "ByteBPETokenizer: merge 0 is 5; a merge is a pair of ids made before it "
+                                          "(each in 0..255)"),
+    ({"kind": "byte_bpe", "merges": [[True, 2]]}, "ByteBPETokenizer: merge 0 is [True, 2]; a merge is a pair of ids "
+                                                  "made before it (each in 0..255)"),
+])
+def test_a_description_with_a_field_of_the_wrong_type_is_one_value_error_naming_it(description, message):
+    """These gave Python's own words ("unhashable type: 'list'", "'int' object is not iterable"), a bare KeyError,
+    or (true as an id) loaded as id 1."""
+    with pytest.raises(ValueError) as error:
+        tokenizer_from_dict(description)
+    assert str(error.value) == message
 
 
 @pytest.mark.parametrize("pattern", ["(unclosed", "[z-a]", "a{2,1}", 7])
@@ -551,6 +598,65 @@ def test_gpt2_files_that_are_not_what_they_should_be_are_one_line_naming_them(tm
         GPT2Tokenizer.from_files(ENCODER_JSON, tmp_path / "vocab.bpe")
     assert str(error.value) == (f"GPT2Tokenizer: {tmp_path / 'vocab.bpe'} is not UTF-8 text (byte 0); vocab_bpe is "
                                 "a file like GPT-2's vocab.bpe, its merges one a line")
+
+
+def byte_encoder(folder):
+    """folder/encoder.json of the 256 byte tokens and "he": a vocabulary small enough to write in a test."""
+    encoder = {ch: i for i, ch in enumerate(bytes_to_unicode().values())} | {"he": 256}
+    (folder / "encoder.json").write_text(json.dumps(encoder), encoding="utf-8")
+    return folder / "encoder.json"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="makes a named pipe")
+def test_gpt2_from_files_refuses_a_pipe_as_vocab_bpe_without_reading_it(tmp_path):
+    """vocab.bpe was read with no check: a FIFO blocked until some program wrote to it. Here one writes once it is
+    read (so that reading it fails the test rather than hangs it)."""
+    pipe = tmp_path / "vocab.bpe"
+    os.mkfifo(pipe)
+
+    def write_once_read():  # a writer opened without blocking gets in only while a reader has the pipe open
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            try:
+                fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                time.sleep(0.01)
+                continue
+            os.write(fd, b"h e\n")
+            os.close(fd)
+            return
+
+    writer = threading.Thread(target=write_once_read, daemon=True)
+    writer.start()
+    with pytest.raises(FileNotFoundError) as error:
+        GPT2Tokenizer.from_files(byte_encoder(tmp_path), pipe)
+    writer.join()
+    assert str(error.value) == f"{pipe} is not a regular file (a folder, FIFO or device)"
+
+
+def test_gpt2_from_files_refuses_a_vocab_bpe_over_the_size_limit_before_reading_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(tokenizer_module, "MAX_JSON_BYTES", 100)
+    (tmp_path / "vocab.bpe").write_text("h e\n" * 30, encoding="utf-8")
+    with pytest.raises(ValueError) as error:
+        GPT2Tokenizer.from_files(byte_encoder(tmp_path), tmp_path / "vocab.bpe")
+    assert str(error.value) == (f"GPT2Tokenizer: {tmp_path / 'vocab.bpe'} is 120 bytes, more than the 100 a vocab.bpe "
+                                "file here may have; vocab_bpe is a file like GPT-2's vocab.bpe, its merges one a line")
+
+
+@pytest.mark.parametrize("lines, message", [
+    ("h e x\n", "{bpe}: merge line 'h e x' is not two tokens; each line of a vocab.bpe is two tokens with one "
+                "space between"),
+    ("h  e\n", "{bpe}: merge line 'h  e' is not two tokens; each line of a vocab.bpe is two tokens with one space "
+               "between"),
+    ("e h\n", "merge 0 ('e h') of {bpe} uses 'eh', which is not in {encoder}; every token that a merge joins or "
+              "makes is in the encoder of the same vocabulary"),
+])
+def test_gpt2_from_files_names_a_merge_line_it_cannot_use_and_the_fix(tmp_path, lines, message):
+    encoder = byte_encoder(tmp_path)
+    (tmp_path / "vocab.bpe").write_text("#version: 0.2\n" + lines, encoding="utf-8")
+    with pytest.raises(ValueError) as error:
+        GPT2Tokenizer.from_files(encoder, tmp_path / "vocab.bpe")
+    assert str(error.value) == "GPT2Tokenizer: " + message.format(bpe=tmp_path / "vocab.bpe", encoder=encoder)
 
 
 def test_gpt2_works_with_a_small_vocabulary(tmp_path):

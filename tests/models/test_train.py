@@ -99,7 +99,7 @@ def test_resume_says_which_options_change_and_which_it_ignores(tmp_path, capsys)
     assert ("resume: the command line changes --max-iters 10 → 11, --beta1 0.9 → 0.8; "
             "all else as the checkpoint had it\n") in out
     assert "resume: the checkpoint fixes the model, so it ignores --n-layer 3 (keeping 1)\n" in out
-    assert "model: 1 layers" in out
+    assert "model: 1 layer, 2 heads, " in out
     options = json.loads((tmp_path / "train_state.json").read_text())["options"]
     assert options["beta1"] == 0.8 and options["n_layer"] == 1
 

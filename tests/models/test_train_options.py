@@ -111,6 +111,18 @@ def test_the_speed_leaves_out_the_first_step_as_it_leaves_out_evaluations(tmp_pa
         tokens / (float(each) - 0.05) * 1e3 + 1
 
 
+def test_a_count_of_1_is_singular_in_what_train_prints(tmp_path, capsys):
+    """It printed "over 1 iterations" and "model: 1 layers"."""
+    code, out, err = run(capsys, "--max-iters", "2", "--n-head", "1", "--out-dir", str(tmp_path))
+    assert code == 0, err
+    assert "\nmodel: 1 layer, 1 head, 16 wide, block 16, vocab " in "\n" + out
+    assert re.search(r"^speed: [\d,]+ tokens/s over 1 iteration \(", out, re.MULTILINE), out
+    code, out, err = run(capsys, "--max-iters", "2", "--eval-only", "--eval-iters", "1", "--resume",
+                         "--out-dir", str(tmp_path))
+    assert code == 0, err
+    assert out.endswith("(1 batch of 4 x 16 tokens per split)\n"), out
+
+
 def test_log_interval_0_prints_no_step_lines(tmp_path, capsys):
     code, out, err = run(capsys, "--max-iters", "10", "--log-interval", "0", "--out-dir", str(tmp_path))
     assert code == 0, err
