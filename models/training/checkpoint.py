@@ -172,7 +172,12 @@ def writer_lock(folder):
         os.write(fd, str(os.getpid()).encode())
         yield
     finally:
-        path.unlink()
+        # Only while the path still names the file this run locked: one deleted by hand (and perhaps taken by the
+        # next run) is not this run's to remove, and a leftover file costs nothing (the next run takes it over), so
+        # its removal failing must not turn a finished run, or the error that ended it, into an errno line.
+        with contextlib.suppress(OSError):
+            if path.stat().st_ino == os.fstat(fd).st_ino:
+                path.unlink()
         os.close(fd)
 
 
@@ -183,6 +188,9 @@ def check_out_dir(folder, resume, overwrite):
         what = "a prepared corpus" if owning_folder(folder, PREPARED_MARKS, itself=False) == owner else "a checkpoint"
         raise ValueError(f"--out-dir {folder} is inside {owner}, which holds {what} that a save here would break; "
                          "give the checkpoints a folder of their own")
+    if os.path.ismount(_real(folder)):  # a save's new folder is made beside it, on the disk above: no rename crosses
+        raise ValueError(f"--out-dir {folder} is a mount point, and every save puts a whole new folder in its "
+                         f"place, which a mount point cannot take; give a folder inside it, e.g. {folder / 'out'}")
     current = _current(folder)
     names = sorted(p.name for p in current.iterdir()) if current.is_dir() else []
     foreign = [name for name in names if name not in (*FILES, *REPORT_FILES)

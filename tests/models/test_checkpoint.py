@@ -505,6 +505,24 @@ def test_training_onto_a_disk_too_small_ends_in_one_line_naming_what_it_keeps(sm
         assert checkpoint.RunState.load(folder).iter == last
 
 
+def test_a_mount_point_as_the_out_dir_is_refused_before_training(small_disk, small_text, capsys):
+    """A Docker volume or a mounted disk given as --out-dir itself: every save's swap of the folder failed
+    (Device or resource busy), at the first evaluation, after the training until then was done."""
+    folder = small_disk("1m")
+    with pytest.raises(SystemExit) as exit_:
+        train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", "2", "--eval-interval", "2",
+                    "--out-dir", str(folder)])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        f"python -m models.train: error: --out-dir {folder} is a mount point, and every save puts a whole new "
+        f"folder in its place, which a mount point cannot take; give a folder inside it, e.g. {folder / 'out'} "
+        "(see --help)\n")
+    assert list(folder.iterdir()) == []
+    assert train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", "2", "--eval-interval", "2",
+                       "--out-dir", str(folder / "out")]) == 0  # the fix the line gives
+    assert checkpoint.saved_iteration(folder / "out") == 2
+
+
 def test_a_full_disk_for_the_loss_curve_is_one_line_and_the_run_ends_well(small_disk, small_text, capsys):
     folder = small_disk("100k") / "out"  # the checkpoint fits, its picture does not
     code = train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", "2", "--eval-interval", "2",

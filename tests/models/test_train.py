@@ -280,6 +280,27 @@ def test_a_second_run_into_the_same_folder_is_refused_while_the_first_writes(tmp
     assert run(capsys, "--max-iters", "1", "--out-dir", str(tmp_path / "o"))[0] == 0
 
 
+@pytest.mark.skipif(os.name != "posix", reason="flock is POSIX's")
+@pytest.mark.parametrize("taken_over", [False, True])
+def test_a_lock_file_deleted_during_the_run_leaves_it_to_end_well(tmp_path, capsys, monkeypatch, taken_over):
+    """Someone deletes .o.lock while the run trains (and, `taken_over`, a second run makes its own): the run used to
+    end with status 1 and `[Errno 2] No such file or directory: '.o.lock'`, or to delete the second run's lock."""
+    lock = tmp_path / ".o.lock"
+    estimate = train.estimate_loss
+
+    def delete_the_lock(*args):
+        if lock.exists():
+            lock.unlink()
+            if taken_over:
+                lock.write_text("4242")
+        return estimate(*args)
+    monkeypatch.setattr(train, "estimate_loss", delete_the_lock)
+    code, out, err = run(capsys, "--max-iters", "2", "--eval-interval", "2", "--out-dir", str(tmp_path / "o"))
+    assert (code, err) == (0, "")
+    assert f"{tmp_path / 'o'}/ holds the checkpoint of iteration 2" in out
+    assert (lock.read_text() if lock.exists() else None) == ("4242" if taken_over else None)
+
+
 def test_an_interruption_says_which_checkpoint_the_folder_holds(tmp_path, capsys, monkeypatch):
     estimate = train.estimate_loss
 
