@@ -9,12 +9,12 @@ What this file promises:
   the embedding E (logits = h Eᵀ). Its forward can hand back every intermediate
   tensor, named as the article names them.
 * The article's numbers, reproduced by the engine: for the input 我爱 the last
-  position's logits are [0, −0.1, −0.3, 0.4, −0.7, 0.2] (to 6 decimals: the
-  article rounds), p(你) = 0.084807, loss = 2.467373, ∂L/∂logits = p − y, and
-  ∂L/∂E[你] = (−0.915189, 0.915189). That row gets its gradient only through the
-  tied head, since 你 is not in the input. One SGD step with lr 0.1 moves it to
-  (0.291519, 0.808481), and logit(你) for the same last hidden state rises from
-  −0.7 to −0.516960.
+  position's logits are [0, −0.1, −0.3, 0.4, −0.7, 0.2] to 5 decimals (within
+  2.8e-6 of the article's: LayerNorm's ε), p(你) = 0.084807, loss = 2.467373,
+  ∂L/∂logits = p − y, and ∂L/∂E[你] = (−0.915189, 0.915189). That row gets its
+  gradient only through the tied head, since 你 is not in the input. One SGD
+  step with lr 0.1 moves it to (0.291519, 0.808481), and logit(你) for the same
+  last hidden state rises from −0.699997 to −0.516960.
 * Sampling views of a logit vector: `temperature_probs`, `top_k_probs`, `top_p_probs`.
 * `demo_loss()`: that loss, with every op of the model in its graph, for `viz`.
 

@@ -73,6 +73,17 @@ def test_logits_are_the_articles_rounded_values(run):
     np.testing.assert_array_equal(np.round(last, 1) + 0.0, ARTICLE_LOGITS)
 
 
+def test_the_docstrings_logits_and_update_hold_to_the_decimals_it_states():
+    """The promises in tiny's docstring against the forward worked out at 50 digits (mpmath), not by the engine."""
+    exact_logits = [0, -0.09999959417, -0.2999987825, 0.3999983767, -0.6999971592, 0.1999991883]
+    doc = " ".join(tiny.__doc__.replace("−", "-").split())
+    stated, decimals = re.search(r"logits are \[([^\]]*)\] \(?to (\d) decimals", doc).groups()
+    np.testing.assert_array_equal(np.round(exact_logits, int(decimals)), [float(v) for v in stated.split(",")])
+    stepped_logit = -0.5169601155  # h · (E[你] − 0.1 · ∂L/∂E[你]) for the same last hidden state h
+    before, after = re.search(r"rises from (\S+) to (\S+)\.", doc).groups()
+    assert (before, after) == (fixed(exact_logits[tiny.TARGET_ID]), fixed(stepped_logit))
+
+
 def test_probability_loss_and_logit_gradient(run):
     _, _, logits, loss = run
     p = ag.softmax(logits.detach()[-1]).numpy()
