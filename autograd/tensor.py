@@ -625,12 +625,11 @@ class Tensor:
         free = not (create_graph if retain_graph is None else retain_graph)
         if create_graph:
             with enable_grad():  # recorded under no_grad() too: see backward_steps
-                grad = _higher.root_tensor(self, grad, "backward")
-                adopted = {id(grad.data)}  # the caller may hold `grad`: never adopt it as a .grad
-                for t, g, _ in backward_steps(self, grad, free, True):
+                for t, g, _ in backward_steps(self, _higher.root_tensor(self, grad, "backward"), free, True):
                     if t._op is None or t._retains_grad:
-                        if t.grad is None:
-                            t.grad = own_gradient(g, t, adopted)
+                        if t.grad is None:  # a copy that keeps g's graph, as PyTorch's: g may be another
+                            # leaf's, the caller's seed, or an array the graph saved
+                            t.grad = _ops.Cast.apply(g, dtype=t.data.dtype)
                         else:
                             t.grad = t.grad + g if _anomaly is None else _anomaly.add_to_grad(t, g)
             return
@@ -1049,22 +1048,16 @@ def _accumulate(t, g, adopted):
 
 
 def own_gradient(g, t, adopted):
-    """`g` (an array, or under create_graph a Tensor) as a gradient that `t` may keep, sharing memory with no
-    other's.
+    """`g` as an array that `t` may keep as its gradient, sharing memory with no other's.
 
-    A gradient whose array owns its memory and was handed to no other tensor in
-    this backward (`adopted` holds the ids of those arrays) is kept as it is; a
-    view, a read-only broadcast or a shared array is copied: a Tensor by the op
-    Cast to its own dtype (astype copies), which keeps its graph, as PyTorch's
-    .grad under create_graph is a copy of the gradient, never another leaf's.
+    A gradient that owns its memory and was handed to no other tensor in this
+    backward (`adopted` holds the ids of those that were) is kept as it is; a
+    view, a read-only broadcast or a shared array is copied.
     """
-    array = array_of(g)
-    if (getattr(array, "base", 0) is None and getattr(array.flags, "writeable", True) and id(array) not in adopted
-            and array.dtype == t.data.dtype and array.ndim == t.data.ndim):
-        adopted.add(id(array))
+    if (getattr(g, "base", 0) is None and getattr(g.flags, "writeable", True) and id(g) not in adopted
+            and g.dtype == t.data.dtype and g.ndim == t.data.ndim):
+        adopted.add(id(g))
         return g
-    if isinstance(g, Tensor):
-        return _ops.Cast.apply(g, dtype=t.data.dtype)
     # xp.array, not g.astype: a NumPy op on 0-d arrays returns a scalar, and a gradient must be an array
     return backend.xp_for(t.device).array(g, dtype=t.data.dtype, copy=True)
 

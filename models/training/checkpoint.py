@@ -40,6 +40,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import zipfile
@@ -181,6 +182,20 @@ def writer_lock(folder):
         os.close(fd)
 
 
+def _is_mount_point(path):
+    """Whether `path` is a mount point: os.path.ismount sees one only where its device differs from its parent's,
+    so a bind mount from the same disk (a container's volume often is) is looked up in the kernel's mount table
+    too, where there is one (Linux's /proc/self/mountinfo: the fifth field, spaces written as \\040)."""
+    if os.path.ismount(path):
+        return True
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            points = {re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4]) for line in f}
+    except OSError:
+        return False
+    return str(path) in points
+
+
 def check_out_dir(folder, resume, overwrite):
     """Refuse, in one line, to train into `folder` where that would lose something or find nothing to resume."""
     owner = owning_folder(folder, CHECKPOINT_MARKS + PREPARED_MARKS, itself=False)
@@ -188,7 +203,7 @@ def check_out_dir(folder, resume, overwrite):
         what = "a prepared corpus" if owning_folder(folder, PREPARED_MARKS, itself=False) == owner else "a checkpoint"
         raise ValueError(f"--out-dir {folder} is inside {owner}, which holds {what} that a save here would break; "
                          "give the checkpoints a folder of their own")
-    if os.path.ismount(_real(folder)):  # a save's new folder is made beside it, on the disk above: no rename crosses
+    if _is_mount_point(_real(folder)):  # a save's new folder is made beside it, on the disk above: no rename crosses
         raise ValueError(f"--out-dir {folder} is a mount point, and every save puts a whole new folder in its "
                          f"place, which a mount point cannot take; give a folder inside it, e.g. {folder / 'out'}")
     current = _current(folder)

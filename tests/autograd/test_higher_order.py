@@ -47,6 +47,12 @@ def test_backward_with_create_graph_gives_each_leaf_a_gradient_of_its_own():
     np.testing.assert_array_equal(c.grad.data, [3.0, 3.0])
     np.testing.assert_array_equal(seed.data, [1.0, 1.0])
 
+    # the first leaf's gradient here is also the array Mul saved for w's: scaling a.grad changed the graph
+    a, w = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    ((a + w * w) ** 2).sum().backward(create_graph=True)  # w.grad = 4w(a + w²)
+    a.grad.data *= 0.5
+    np.testing.assert_array_equal(ag.grad(w.grad.sum(), w)[0].data, [112.0, 200.0])  # 4a + 12w², as PyTorch
+
 
 def test_any_depth(rng):
     x = rand(rng, 3)

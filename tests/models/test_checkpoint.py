@@ -523,6 +523,24 @@ def test_a_mount_point_as_the_out_dir_is_refused_before_training(small_disk, sma
     assert checkpoint.saved_iteration(folder / "out") == 2
 
 
+def test_a_bind_mount_from_the_same_disk_is_refused_as_a_mount_point(tmp_path):
+    """os.path.ismount compares a folder's device with its parent's, so a bind mount of a folder on the same disk
+    (a container's volume often is one) passed, and the first save's folder swap failed with EBUSY."""
+    volume, point = tmp_path / "volume", tmp_path / "point"
+    volume.mkdir()
+    point.mkdir()
+    check = (f"from pathlib import Path; from models.training import checkpoint; "
+             f"checkpoint.check_out_dir(Path({str(point)!r}), False, False)")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind {volume} {point} || exit 99; "
+                           f"{sys.executable} -c {check!r}"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[2])})
+    if done.returncode == 99 or "unshare" in done.stderr and "Traceback" not in done.stderr:
+        pytest.skip(f"cannot bind-mount here ({done.stderr.strip()})")
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"ValueError: --out-dir {point} is a mount point, and every save puts a whole new folder in its place, "
+        f"which a mount point cannot take; give a folder inside it, e.g. {point / 'out'}")
+
+
 def test_a_full_disk_for_the_loss_curve_is_one_line_and_the_run_ends_well(small_disk, small_text, capsys):
     folder = small_disk("100k") / "out"  # the checkpoint fits, its picture does not
     code = train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", "2", "--eval-interval", "2",
