@@ -52,23 +52,26 @@ MOST_PLACES = 6  # a part under half a millionth of the total is written apart, 
 def shares_text(values):
     """The shares of one sum as text, all to one decimal place, so that the parts shown add up to their sum
     (1) shown to that place: the place of the smallest part's third significant digit, or a later one where the
-    parts rounded there do not add up (up to MOST_PLACES, where three thirds still show 0.999999). A part too
-    small for that place is written in scientific notation (8.21e-11), not as a 0 it is not; None (the total is
-    0) as "—"."""
+    parts rounded there do not add up (up to MOST_PLACES, where three thirds still show 0.999999). A part that
+    would read 0 at that place is written in scientific notation (8.21e-11), not as a 0 it is not, and sets no
+    place; None (the total is 0) as "—"."""
     finite = [v for v in values if v is not None and math.isfinite(v)]  # a NaN share: an anomaly's graph
-    sizes = [abs(v) for v in finite if v]  # None, NaN, inf and 0 set no place
-    if not sizes:
-        return ["—" if v is None else f"{v:.3g}" for v in values]
+    sizes = [abs(v) for v in finite if abs(v) >= 0.5 * 10.0 ** -MOST_PLACES]  # None, NaN, inf, 0 set no place
 
     def fixed(value, places):
         return Decimal(f"{value:.{places}f}")
-    places = min(max(2 - math.floor(math.log10(min(sizes))), 0), MOST_PLACES)
-    while (len(finite) == len(values) and places < MOST_PLACES
+    places = min(max(2 - math.floor(math.log10(min(sizes))), 0), MOST_PLACES) if sizes else MOST_PLACES
+    while (sizes and len(finite) == len(values) and places < MOST_PLACES
            and sum(fixed(v, places) for v in values) != fixed(math.fsum(values), places)):
         places += 1
-    tiny = 0.5 * 10.0 ** -places
-    return ["—" if v is None else "0" if not v else f"{v:.3g}" if abs(v) < tiny or not math.isfinite(v)
-            else f"{v:.{places}f}" for v in values]
+
+    def text(v):
+        if v is None:
+            return "—"
+        if not v:
+            return "0"
+        return f"{v:.{places}f}" if math.isfinite(v) and fixed(v, places) else f"{v:.3g}"
+    return [text(v) for v in values]
 
 
 def _block_of(scope):

@@ -84,7 +84,8 @@ def test_the_shares_of_a_sum_are_written_to_one_place_so_that_the_parts_shown_ad
     assert shares_text([1.2328700692935701, -0.010405791714082473, -0.0025759728486433125,
                         -0.21988830473084436]) == ["1.232870", "-0.010406", "-0.002576", "-0.219888"]
     # a part under the 6th place is written apart, not as 0; three thirds cannot add up at any place
-    assert shares_text([0.9999999999179127, 8.208720307098638e-11]) == ["1.000000", "8.21e-11"]
+    assert shares_text([0.9999999999179127, 8.208720307098638e-11]) == ["1.000", "8.21e-11"]  # no 0.000000 for it
+    assert shares_text([5e-7, 0.9999995]) == ["5e-07", "1.000000"]  # it rounds to 0.000000: not written so
     assert shares_text([0.573, 0.427]) == ["0.573", "0.427"] and shares_text([1 / 3] * 3) == ["0.333333"] * 3
 
 
