@@ -308,15 +308,14 @@ def _save_adapters(folder, model):
     adapters = {name: np.ascontiguousarray(p.numpy()) for name, p in model.named_parameters() if p.requires_grad}
     with atomic_path(folder / ADAPTERS_FILE) as tmp:  # and the mode every other file has
         save_file(adapters, str(tmp))
-    (folder / ADAPTER_CONFIG_FILE).write_text(json.dumps({**model.lora_base, "block_size": model.config.block_size},
-                                                         indent=2), encoding="utf-8")
+    (folder / ADAPTER_CONFIG_FILE).write_text(json.dumps(model.lora_base, indent=2), encoding="utf-8")
 
 
 def _load_adapted(folder, dropout):
     """The base model an adapter_config.json names (if its fingerprint still matches) with the adapters in it."""
     path = folder / ADAPTER_CONFIG_FILE
     config = read_json(path)
-    fields = {"folder": str, "sha256": str, "r": int, "alpha": _NUMBER, "targets": list, "block_size": int}
+    fields = {"folder": str, "sha256": str, "r": int, "alpha": _NUMBER, "targets": list}
     _require_fields(path, config, fields)
     base = Path(config["folder"])
     if not (base / CONFIG_FILE).is_file():
@@ -327,8 +326,6 @@ def _load_adapted(folder, dropout):
                          "holds other weights; these adapters fit only the base they were trained on")
     model = GPT.from_pretrained(base, dropout=dropout)
     try:
-        if config["block_size"] < model.config.block_size:
-            model.crop_block_size(config["block_size"])
         adapt(model, base, config["r"], config["alpha"], config["targets"])
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None

@@ -2,11 +2,10 @@
 Hugging Face GPT-2 folder (config.json, model.safetensors and the tokenizer files) that transformers loads.
 
 Each adapted layer's weight becomes W + B·A·alpha/r (nn.LoRALinear.merge), so
-the folder gives the adapted model's logits. It keeps the base's context
-(n_positions): a run with a shorter --block-size cropped the position table
-only in memory, and LoRA froze it, so the base's whole table is still the
-adapted model's. A checkpoint without adapters is copied out the same way,
-with its own context. OUT appears whole or not at all.
+the folder gives the adapted model's logits. It has the base's context
+(n_positions): LoRA freezes the position table, so a run with a shorter
+--block-size keeps it whole. A checkpoint without adapters is copied out the
+same way, with its own context. OUT appears whole or not at all.
 """
 import sys
 from pathlib import Path
@@ -16,8 +15,6 @@ from models.training import checkpoint
 from models.cli import Parser, input_folder, output_folder
 from models.gpt.gpt2 import GPT
 from models.io import atomic_path, owning_folder
-
-POSITIONS = "transformer.wpe.weight"
 
 
 def parse_args(argv=None):
@@ -36,15 +33,9 @@ def parse_args(argv=None):
 
 def merged(model):
     """A plain GPT with `model`'s function: every LoRA layer's update folded into its weight, no adapter keys."""
-    weights = model.plain_weights()
-    base = getattr(model, "lora_base", None)
-    if base:  # the base as it is on disk, its position table whole; load_model checked its fingerprint
-        plain = GPT.from_pretrained(base["folder"])
-        weights[POSITIONS] = plain.state_dict()[POSITIONS]
-    else:
-        with ag.seeded(0):  # its initialisation is overwritten at once
-            plain = GPT(model.config)
-    plain.load_state_dict(weights)
+    with ag.seeded(0):  # its initialisation is overwritten at once
+        plain = GPT(model.config)
+    plain.load_state_dict(model.plain_weights())
     return plain
 
 

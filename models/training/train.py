@@ -466,7 +466,9 @@ def new_model(args, text, prepared=None):
             print(f"init-from: the model and its tokenizer come from {args.init_from}, so {', '.join(ignored)} "
                   "does not apply")
         model, tokenizer = checkpoint.load_model(args.init_from, dropout=args.dropout)
-        if args.block_size < model.config.block_size:
+        # a full fine-tune trains (and saves) the rows it uses; LoRA freezes the base's table, which stays whole:
+        # the adapted model, its samples and its export then have the base's context
+        if args.block_size < model.config.block_size and not (args.lora_r or getattr(model, "lora_base", None)):
             model.crop_block_size(args.block_size)
         if args.lora_r:
             if getattr(model, "lora_base", None):

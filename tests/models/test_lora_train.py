@@ -156,6 +156,24 @@ def test_the_merged_export_keeps_the_bases_context(base, capsys):
     np.testing.assert_array_equal(merged.transformer.wpe.weight.data, based.transformer.wpe.weight.data)
 
 
+def test_a_lora_checkpoint_samples_past_its_training_blocks_as_its_merged_export_does(base, capsys):
+    """Trained on blocks of 16, the adapted model keeps the base's 32 positions, as its export does: the two sample
+    the same tokens for the same seed past the 16th (the checkpoint once cropped its context to 16 on loading)."""
+    lora_run(capsys, base, base / "o", "--max-iters", "2", "--lora-alpha", "5", "--lora-targets", "c_attn,c_proj,c_fc")
+    assert export_merged.main([str(base / "o"), str(base / "merged")]) == 0
+    capsys.readouterr()
+    texts = []
+    for folder in ("o", "merged"):  # 4 + 40 tokens: the window slides past 32 too
+        assert sample.main([str(base / folder), "--prompt", "All:", "--max-new-tokens", "40", "--seed", "3"]) == 0
+        texts.append(capsys.readouterr().out)
+    assert texts[0] == texts[1]
+    adapted, tokenizer = checkpoint.load_model(base / "o")
+    merged, _ = checkpoint.load_model(base / "merged")
+    assert adapted.config.block_size == merged.config.block_size == 32
+    ids = np.array([tokenizer.encode(TEXT[:32])])
+    np.testing.assert_allclose(merged(ids)[0].data, adapted(ids)[0].data, rtol=1e-5, atol=1e-6)
+
+
 def test_a_checkpoint_without_adapters_is_exported_as_a_copy_and_says_so(base, capsys):
     assert train.main([*RUN, "--data", str(base / "text.txt"), "--n-embd", "16", "--n-head", "2", "--max-iters", "2",
                        "--out-dir", str(base / "plain")]) == 0
@@ -174,7 +192,7 @@ def test_init_from_a_lora_checkpoint_says_its_adapters_train_on_and_leaves_the_b
                        "--out-dir", str(base / "more")]) == 0
     out = capsys.readouterr().out
     assert (f"lora: {base / 'o'} holds rank 2 adapters (c_attn, c_fc), which train on with their base frozen; "
-            "576 of 7,904 parameters train (to fine-tune them all, merge the adapters first: "
+            "576 of 8,160 parameters train (to fine-tune them all, merge the adapters first: "
             "python -m models.export_merged)") in out, out
     config = json.loads((base / "more" / "adapter_config.json").read_text())
     assert config["folder"] == str((base / "base").resolve())  # the adapters' own base, not the checkpoint

@@ -486,15 +486,6 @@ def test_lora_adapters_that_lack_or_add_a_key_are_refused_naming_it_as_what_it_i
     assert "(rank 2 in c_attn); the two files come from different runs" in line
 
 
-def test_lora_an_adapter_config_with_a_block_size_below_one_is_refused_naming_it(lora, tmp_path, capsys):
-    run_dir = copy_folder(lora / "run", tmp_path / "run")
-    config = json.loads((run_dir / "adapter_config.json").read_text())
-    (run_dir / "adapter_config.json").write_text(json.dumps({**config, "block_size": 0}))
-    code, _, err = run(sample.main, capsys, str(run_dir), "--max-new-tokens", "1")
-    assert code == 1 and one_line(err) == (f"sample: error: {run_dir / 'adapter_config.json'}: crop_block_size: "
-                                           "block_size must be in [1, 32], got 0")
-
-
 @pytest.mark.parametrize("inside", ["run/merged", "run/a/b"])
 def test_lora_export_into_the_checkpoints_own_folder_is_refused(lora, capsys, inside):
     before = sorted(p.name for p in (lora / "run").iterdir())
