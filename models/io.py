@@ -195,6 +195,8 @@ def check_npz_sizes(path, limit=None, within=""):
                     raise ValueError(f"entry {entry.filename} is an .npy of version {version}, which "
                                      "np.savez never writes")
                 shape, _, dtype = _NPY_HEADERS[version](f)
+            if any(n < 0 for n in shape):
+                raise ValueError(f"entry {entry.filename} claims the shape {shape}, with a negative length")
             if dtype.itemsize * math.prod(shape) > entry.file_size:
                 raise ValueError(f"entry {entry.filename} claims a {shape} {dtype} array, more than its "
                                  f"{entry.file_size:,} bytes hold")

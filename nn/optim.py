@@ -232,8 +232,9 @@ class Optimizer:
                 raise ValueError(f"{name}: {key} of parameter {i} is {value.dtype}; it must be floating point, "
                                  f"like the parameter ({p.dtype})")
             # a step from a NaN moment, or from the square root of a negative one, makes every weight NaN, and the
-            # run that resumed it, not the state, would take the blame
-            elif not bool(backend.xp_for(backend.device_of(value)).isfinite(value).all()):
+            # run that resumed it, not the state, would take the blame; judged as the parameter's dtype, which the
+            # buffer is cast to (a float64 1e39 is a float32 inf)
+            elif not bool((abs(value) <= backend.xp_for(backend.device_of(value)).finfo(p.dtype).max).all()):
                 raise ValueError(f"{name}: {key} of parameter {i} holds NaN or infinite values; the run that saved "
                                  "it had diverged, or the state was changed since: load one saved before that")
             elif key in self.squares and bool((value < 0).any()):

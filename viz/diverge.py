@@ -79,7 +79,7 @@ def parse_setting_or_reference(text):
         with np.load(path, allow_pickle=False) as arrays:
             references = References((name, arrays[name]) for name in arrays.files)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise argparse.ArgumentTypeError(f"{text}: not a .npz file of arrays ({exc})") from None
+        raise argparse.ArgumentTypeError(f"{text}: cannot be read as reference arrays ({exc})") from None
     if not references:
         raise argparse.ArgumentTypeError(f"{text} holds no arrays; save each module's output by its name, "
                                          "e.g. np.savez(path, **{'transformer.h.0': array})")

@@ -615,6 +615,20 @@ def _bad_state_dicts():
     ]
 
 
+def test_a_saved_moment_beyond_the_parameters_dtype_is_refused_as_infinite():
+    """A float64 moment of 1e39 is finite, but the float32 parameter's state it is cast to holds inf, which froze
+    the parameter for good: it is judged as the dtype it will have."""
+    p = Parameter(np.array([1.0, 2.0], dtype=np.float32))
+    p.grad = np.array([0.1, -0.2], dtype=np.float32)
+    saved = AdamW([p], lr=0.01)
+    saved.step()
+    state = saved.state_dict()
+    state["state"][0]["exp_avg_sq"] = np.array([1e39, 1.0])
+    with pytest.raises(ValueError, match=r"^AdamW.load_state_dict: exp_avg_sq of parameter 0 holds NaN or infinite "
+                                         r"values; the run that saved it had diverged"):
+        AdamW([p], lr=0.01).load_state_dict(state)
+
+
 @pytest.mark.parametrize("change, message", [case[1:] for case in _bad_state_dicts()],
                          ids=[case[0] for case in _bad_state_dicts()])
 def test_adamw_load_state_dict_checks_everything_before_changing_anything(change, message):

@@ -80,7 +80,10 @@ def test_bad_settings_are_refused_before_any_work(argv, message, capsys, tmp_pat
     # it unpacked whole, whatever the machine had
     (lambda path: add_npz_entry(path, "attn.npy", (2 ** 25,), bytes(2 ** 27)),
      "(it unpacks to 134,217,856 bytes, more than this machine's 0.1 GiB of memory)"),
-], ids=["header", "bomb"])
+    # np.load refused it, but with "negative dimensions are not allowed", naming no entry
+    (lambda path: add_npz_entry(path, "attn.npy", (-1, 10 ** 15), b"", compress=False),
+     "(entry attn.npy claims the shape (-1, 1000000000000000), with a negative length)"),
+], ids=["header", "bomb", "negative"])
 def test_reference_arrays_beyond_memory_are_refused_before_they_are_unpacked(make, message, capsys, tmp_path,
                                                                                monkeypatch):
     monkeypatch.setattr("models.cli.machine_memory", lambda: 2 ** 30 // 10)
@@ -88,7 +91,8 @@ def test_reference_arrays_beyond_memory_are_refused_before_they_are_unpacked(mak
     with pytest.raises(SystemExit) as exit_info:
         vd.main(["models.tiny", "--b", str(tmp_path / "captured.npz")])
     assert exit_info.value.code == 2
-    assert f"argument --b: {tmp_path / 'captured.npz'}: not a .npz file of arrays {message}" in capsys.readouterr().err
+    assert f"argument --b: {tmp_path / 'captured.npz'}: cannot be read as reference arrays {message}" in (
+        capsys.readouterr().err)
 
 
 @needs_dot
