@@ -19,25 +19,37 @@ from tests.nvrtc import ARCHES, compile_cuda
 
 CUPY = {"options": ()}  # as CuPy compiles: NVRTC's default C++ standard, no extra options
 
+C_TYPES = {"float64": "double", "float32": "float", "int64": "long long", "int32": "int"}  # CuPy's names → C's
+
+
 def elementwise_harness(name, inputs, outputs, body, dtype):
-    """A __global__ function that gives every parameter a per-element variable, as ElementwiseKernel does
-    (a `raw` parameter stays a pointer)."""
+    """A __global__ function that gives every parameter a per-element variable of its declared type (T, or a
+    fixed one: `float64 beta1` is a double), as ElementwiseKernel does (a `raw` parameter stays a pointer)."""
     def parts(params):
-        return [p.split() for p in params.split(",")]
+        return [(C_TYPES.get(p.split()[-2], p.split()[-2]), p.split()[-1], p.split()[0] == "raw")
+                for p in params.split(",")]
     args, loads = [], []
-    for words in parts(inputs):
-        if words[0] == "raw":
-            args.append(f"const T* {words[-1]}")
+    for ctype, var, raw in parts(inputs):
+        if raw:
+            args.append(f"const {ctype}* {var}")
         else:
-            args.append(f"const T* {words[-1]}_in")
-            loads.append(f"const T {words[-1]} = {words[-1]}_in[i];")
-    outs = [words[-1] for words in parts(outputs)]
-    args += [f"T* {n}_out" for n in outs] + ["int n"]
-    decls = " ".join(f"T {n} = {n}_out[i];" for n in outs)
-    stores = " ".join(f"{n}_out[i] = {n};" for n in outs)
+            args.append(f"const {ctype}* {var}_in")
+            loads.append(f"const {ctype} {var} = {var}_in[i];")
+    outs = parts(outputs)
+    args += [f"{ctype}* {var}_out" for ctype, var, _ in outs] + ["int n"]
+    decls = " ".join(f"{ctype} {var} = {var}_out[i];" for ctype, var, _ in outs)
+    stores = " ".join(f"{var}_out[i] = {var};" for _, var, _ in outs)
     return (f"typedef {dtype} T;\nextern \"C\" __global__ void {name}({', '.join(args)}) {{\n"
             f"  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
             f"  if (i < n) {{ {' '.join(loads)} {decls}\n{body}\n {stores} }}\n}}\n")
+
+
+def test_the_harness_declares_each_parameter_as_its_type():
+    """ADAMW takes its betas as float64 whatever T is; the harness wrote every parameter as T, so the compile
+    test built a kernel other than the one CuPy builds."""
+    source = elementwise_harness("adamw", *cuda.ADAMW, "float")
+    assert "const double* beta1_in" in source and "const double beta2 = beta2_in[i];" in source
+    assert "const T* g_in" in source and "T* w_out" in source
 
 
 @pytest.mark.cpu_only("compiles the sources with NVRTC instead of running them")
