@@ -251,7 +251,7 @@ def test_ids_outside_the_table_or_the_classes_are_refused_on_a_gpu(device, rng):
 
 def test_each_cuda_kernel_matches_its_twin_in_float64(device, rng):
     """Under --device cuda: the kernels themselves, launched by kernels.fused, against their twins."""
-    from autograd import backend
+    from autograd import backend, kernels
     cp = backend.xp_for(device)
 
     def on(a):

@@ -18,7 +18,7 @@ import pytest
 import autograd as ag
 from models.training import checkpoint, export_merged, prepare, sample, train
 from models.training import eval as evaluate
-from models.training.shards import HEADER, MAGIC, PreparedData, ShardError, read_header
+from models.training.shards import HEADER, MAGIC, PreparedData, ShardError
 from models.gpt.gpt2 import GPT, GPTConfig
 from models.gpt.tokenizer import CharTokenizer
 from tests.models.conftest import random_gpt2_folder
