@@ -142,8 +142,8 @@ def main(argv=None):
     print(f"after {counted(args.steps, 'step')}: loss {loss:.4f}, accuracy {accuracy:.0%} "
           f"({round(accuracy * args.points)} of {args.points} points on the right side)")
     plot_boundary(args.out, model, points, labels,
-                  f"MLP {'-'.join(map(str, DEMO_SIZES))} on {args.points} moons points after {counted(args.steps, 'step')}: "
-                  f"accuracy {accuracy:.0%}")
+                  f"MLP {'-'.join(map(str, DEMO_SIZES))} on {args.points} moons points after "
+                  f"{counted(args.steps, 'step')}: accuracy {accuracy:.0%}")
     print(f"wrote {args.out}: the decision boundary")
 
 

@@ -205,7 +205,8 @@ def main(argv=None):
         if step % 100 == 0 or step == args.gd_steps:
             print(f"  step {step:4d}  loss {loss:.4f}  above the bound {fixed(loss - bound, 4)}")
 
-    section("Newton-CG", f"(H + λI) p = −g by ≤ {counted(args.cg_iters, 'CG iteration')} a step, λ from {args.damping}")
+    section("Newton-CG",
+            f"(H + λI) p = −g by ≤ {counted(args.cg_iters, 'CG iteration')} a step, λ from {args.damping}")
     newton_run = newton(lesson_setup()[0], cur, nxt, args.newton_steps, args.cg_iters, args.damping,
                         on_step=lambda step, passes, loss, damping: print(
                             f"  step {step:4d}  loss {loss:.4f}  above the bound {fixed(loss - bound, 4)}"

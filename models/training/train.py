@@ -260,8 +260,9 @@ def check_combinations(args):
     if args.lr_decay_iters is not None and args.lr_decay_iters <= args.warmup_iters:
         # warmup_cosine warms up first: the lr would climb to --lr and fall to --min-lr in one step, never decaying
         raise ValueError(f"--lr-decay-iters {args.lr_decay_iters} does not come after the --warmup-iters "
-                         f"{counted(args.warmup_iters, 'step')} of warm-up, so the lr would jump from --lr to --min-lr with no "
-                         f"decay between; give --lr-decay-iters above {args.warmup_iters}, or fewer --warmup-iters")
+                         f"{counted(args.warmup_iters, 'step')} of warm-up, so the lr would jump from --lr to "
+                         f"--min-lr with no decay between; give --lr-decay-iters above {args.warmup_iters}, or fewer "
+                         "--warmup-iters")
     if args.lora_r and args.init_from and not args.eval_only \
             and Path(args.init_from).resolve() == Path(args.out_dir).resolve():
         # its checkpoint holds the adapters alone and names --init-from as their base: a save there deletes the base
@@ -339,8 +340,7 @@ def started_facts(args, started):
     facts["the run state"] = f"iteration {run.iter}, val loss {run.val_loss:.4f} (SHA-256 {state[:12]})"
     facts["the data"] = data.fingerprint(tokenizer)
     facts["the model"] = (f"{counted(cfg.n_layer, 'layer')}, {counted(cfg.n_head, 'head')}, {cfg.n_embd} wide, "
-                          f"block {cfg.block_size}, "
-                          f"vocab {cfg.vocab_size}, bias {cfg.bias}")
+                          f"block {cfg.block_size}, vocab {cfg.vocab_size}, bias {cfg.bias}")
     return facts
 
 
@@ -634,8 +634,7 @@ class Progress:
         self.first_seconds = None  # this process's first step: it loads or compiles the kernels, so speed() skips it
         rows_note = f" ({run.layout.describe()})" if run.layout.rows != args.batch_size else ""
         print(f"model: {counted(cfg.n_layer, 'layer')}, {counted(cfg.n_head, 'head')}, {cfg.n_embd} wide, "
-              f"block {args.block_size}, "
-              f"vocab {cfg.vocab_size}: {n_params:,} parameters on {args.device}")
+              f"block {args.block_size}, vocab {cfg.vocab_size}: {n_params:,} parameters on {args.device}")
         print(f"data: {len(data.splits['train']):,} train / {len(data.splits['val']):,} val tokens; "
               f"{self.tokens_per_iter:,} tokens per iteration{rows_note}; peak {self.peak / 1e9:,.1f} GFLOP/s for MFU "
               f"({peak_source})")
@@ -713,8 +712,9 @@ class Progress:
         comm = self.comm_seconds / self.steps
         comm_note = f", {comm * 1e3:.1f} ms of it communicating" if self.world.size > 1 else ""
         return (f"speed: {self.steps * self.tokens_per_iter / self.step_seconds:,.0f} tokens/s over "
-                f"{counted(self.steps, 'iteration')} ({self.step_seconds / self.steps * 1e3:.1f} ms each{comm_note}; the first iteration, "
-                f"{self.first_seconds * 1e3:,.0f} ms with the kernels' loading, and evaluations not counted)")
+                f"{counted(self.steps, 'iteration')} ({self.step_seconds / self.steps * 1e3:.1f} ms each{comm_note}; "
+                f"the first iteration, {self.first_seconds * 1e3:,.0f} ms with the kernels' loading, and evaluations "
+                "not counted)")
 
 
 def finish(model, tokenizer, data, run, args, progress):
