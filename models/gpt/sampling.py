@@ -106,7 +106,11 @@ def check_fits_memory(rows, length, what="generate: max_new_tokens", available=N
 
 def as_batch(idx, vocab_size):
     """`idx` as a (B, T) int64 host array, and a function that turns the output back into idx's kind (and dtype,
-    which must hold every id below `vocab_size`: a uint8 prompt would get new ids wrapped modulo 256)."""
+    which must hold every id below `vocab_size`: a uint8 prompt would get new ids wrapped modulo 256).
+
+    Every id must be a token, 0 to vocab_size - 1: the embedding alone would pass a padded vocabulary's rows
+    (pad_vocab) and never sees the ids before the last block_size, which generate hands back as they came.
+    """
     if isinstance(idx, Tensor):
         device = idx.device
         ids = idx.numpy()
@@ -128,4 +132,9 @@ def as_batch(idx, vocab_size):
     if np.iinfo(ids.dtype).max < vocab_size - 1:
         raise ValueError(f"generate: idx is {ids.dtype}, which cannot hold this model's token ids (0 to "
                          f"{vocab_size - 1:,}); pass int32 or int64 ids")
+    outside = (ids < 0) | (ids >= vocab_size)
+    if outside.any():
+        where = tuple(int(i) for i in np.argwhere(outside)[0])
+        raise ValueError(f"generate: idx[{', '.join(map(str, where))}] is {ids[where]}, not a token of this model "
+                         f"(ids 0 to {vocab_size - 1:,}); encode the prompt with the tokenizer the model was made for")
     return (ids if ids.ndim == 2 else ids[None]).astype(np.int64), back

@@ -349,6 +349,18 @@ def test_generate_refuses_ids_its_output_dtype_cannot_hold_and_ragged_prompts():
         model.generate([[1, 2, 3], [4, 5]], 3)
 
 
+@pytest.mark.parametrize("idx, where, value", [
+    ([[1, 16]], "idx[0, 1]", 16),  # a padding row of wte: the embedding took it, and generate sampled on
+    ([-1] + [1] * 8, "idx[0]", -1),  # before the last block_size tokens: never embedded, handed back as it came
+])
+def test_generate_refuses_prompt_ids_outside_the_vocabulary_before_any_work(idx, where, value):
+    model = tiny().pad_vocab(64)  # wte has 64 rows for vocab_size 16
+    with pytest.raises(ValueError) as error:
+        model.generate(idx, 3)
+    assert str(error.value) == (f"generate: {where} is {value}, not a token of this model (ids 0 to 15); encode the "
+                                "prompt with the tokenizer the model was made for")
+
+
 def test_generate_keeps_the_input_kind_and_mode():
     model = tiny()
     model.train()
