@@ -11,8 +11,13 @@ output went non-finite first: an op whose inputs are all finite made the bad
 value itself; an input that was already non-finite came from outside the
 checked ops (a leaf: a parameter the optimizer wrote, or the data).
 
-Off, it costs the engine one test of a module global per op and per VJP
-(`autograd.tensor._anomaly is not None`) and nothing else. On, every op's
+It checks the ops of the thread that entered it, as no_grad() stops only its
+own thread's recording (PyTorch's anomaly mode is the whole process's): a
+thread sampling beside a training run under --detect-anomaly is neither
+slowed by the scans nor stopped by an error naming the training iteration.
+
+Off, it costs the engine one test per op and per VJP
+(`autograd.tensor._mode.anomaly is not None`) and nothing else. On, every op's
 output, every VJP's gradients and every sum of gradients (for a tensor that
 several ops use, in a `.grad` that adds up over backward() calls, and over the
 axes broadcasting stretched, as a bias's over the batch: finite parts can
@@ -35,6 +40,7 @@ the graph around the culprit and a trace page opening at its step); with
 walk the whole pass.
 """
 import contextlib
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -123,18 +129,18 @@ def _marks(parts, total):
 def is_anomaly_enabled():
     """Whether a detect_anomaly is active (as torch.is_anomaly_enabled): code that skips work no op needs, such as
     a module's name scope under no_grad, does it after all, for the report."""
-    return _tensor._anomaly is not None
+    return _tensor._mode.anomaly is not None
 
 
 @contextlib.contextmanager
 def paused():
     """No op checked inside: detect_anomaly's own drawing, and a gradient that backward computes as ops of the
     graph (create_graph), which it checks as a whole, as it checks an array VJP's."""
-    previous, _tensor._anomaly = _tensor._anomaly, None
+    previous, _tensor._mode.anomaly = _tensor._mode.anomaly, None
     try:
         yield
     finally:
-        _tensor._anomaly = previous
+        _tensor._mode.anomaly = previous
 
 
 def _origin(t):
@@ -162,15 +168,16 @@ class detect_anomaly(contextlib.ContextDecorator):
             raise TypeError(f"{WHO}: pictures must be a function of the Anomaly returning {{what: path}}, "
                             f"got {type(pictures).__name__}; e.g. viz.anomaly.pictures('out')")
         self.pictures, self.where = pictures, where
-        self._previous = []  # a stack: a decorated function may call itself
+        self._previous = threading.local()  # a stack per thread: a decorated function may call itself, in any
+        # thread, and checks only its own thread's ops (as no_grad)
 
     def __enter__(self):
-        self._previous.append(_tensor._anomaly)
-        _tensor._anomaly = self
+        self._previous.__dict__.setdefault("modes", []).append(_tensor._mode.anomaly)
+        _tensor._mode.anomaly = self
         return self
 
     def __exit__(self, *exc):
-        _tensor._anomaly = self._previous.pop()
+        _tensor._mode.anomaly = self._previous.modes.pop()
 
     # ---- called by the engine (autograd/tensor.py), only while this is active ----
 
@@ -179,7 +186,7 @@ class detect_anomaly(contextlib.ContextDecorator):
             return
         names = op.input_labels(len(inputs))
         bad = [name for name, t in zip(names, inputs) if not _finite(t.data)]
-        scope = op.scope or (_tensor._scopes[-1] if _tensor._scopes else "")
+        scope = op.scope or (_tensor._mode.scopes[-1] if _tensor._mode.scopes else "")
         anomaly = Anomaly("forward", op, scope, result, bad[0] if bad else "output", where=self._where())
         lines = [f"output: {summary(result.data)}" + ("  ← first non-finite: every input is finite" if not bad else "")]
         for name, t in zip(names, inputs):

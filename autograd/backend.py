@@ -243,7 +243,8 @@ def _checked_seed(who, seed):
 
 
 def manual_seed(seed):
-    """Seed the random generators of every device (dropout, randn, init)."""
+    """Seed the random generators of every device (dropout, randn, init): the process's, shared by its threads, as
+    torch.manual_seed's."""
     global _seed
     _seed = _checked_seed("manual_seed", seed)
     _generators.clear()
@@ -274,6 +275,8 @@ def seeded(seed):
     reseeded, so a generator first asked for afterwards still starts from the
     caller's seed. For work that must be reproducible whatever the caller
     seeded (a demo model's initialisation), or whose draws are thrown away.
+    The generators are the process's (as torch.random.fork_rng's): another
+    thread drawing meanwhile draws from this block's streams.
     """
     global _seed, _generators
     seed = _checked_seed("seeded", seed)

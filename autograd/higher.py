@@ -204,7 +204,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     wanted = {}
     for i, x in enumerate(inputs):
         wanted.setdefault(id(x), []).append(i)
-    outer, _tensor._grad_only = _tensor._grad_only, True
+    outer, _tensor._mode.grad_only = _tensor._mode.grad_only, True
     try:
         with enable_grad() if create_graph else contextlib.nullcontext():  # recorded under no_grad() too
             root, seed, seeds = _root(outputs, grad_outputs, create_graph)
@@ -214,7 +214,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                     found[i] = g if create_graph else Tensor._make(_tensor.own_gradient(g, t, adopted), t.device,
                                                                    False, None)
     finally:
-        _tensor._grad_only = outer
+        _tensor._mode.grad_only = outer
     missing = [i for i, g in enumerate(found) if g is None]
     if missing and not allow_unused:
         raise RuntimeError(f"grad: input {missing[0]} was not used to compute the outputs (no path leads from it "

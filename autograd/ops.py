@@ -1183,7 +1183,7 @@ class Checkpoint(Function):
         return out.data
 
     def backward(self, g):
-        if tensor._grad_only:
+        if tensor._mode.grad_only:
             raise RuntimeError(
                 "checkpoint: its backward adds the gradients of fn's parameters into their .grad, as backward() "
                 "does, so ag.grad (which returns gradients and writes no .grad) cannot go through it; call "

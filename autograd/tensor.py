@@ -36,15 +36,19 @@ from .switches import SwitchError
 _default_dtype = np.dtype(np.float32)
 
 
-class _GradMode(threading.local):
-    """Whether ops record, each thread's own (as in PyTorch): one thread's no_grad() must not stop another's
-    recording, nor leave it off where two threads' no_grad() overlap."""
-    enabled = True
+class _Mode(threading.local):
+    """What ops record and check, each thread's own (grad mode is in PyTorch too): one thread's no_grad(),
+    name_scope(), detect_anomaly() or ag.grad must not change what another thread's ops do (a server sampling
+    under no_grad() beside a training thread), nor be undone by it where two threads' blocks overlap."""
+
+    def __init__(self):
+        self.grad = True  # False inside no_grad(): ops record nothing
+        self.scopes = []  # dotted names of the modules whose forward is running, innermost last
+        self.anomaly = None  # the active detect_anomaly (autograd/anomaly.py), checking every op; None: no check
+        self.grad_only = False  # True while ag.grad walks a graph: it returns the gradients and writes no .grad
 
 
-_grad_mode = _GradMode()
-_scopes = []  # dotted names of the modules whose forward is running, innermost last
-_anomaly = None  # the active detect_anomaly (autograd/anomaly.py), checking every op; None: no check at all
+_mode = _Mode()
 _changes = 0  # how many times a tensor's array was changed in place (Tensor.mark_changed); each op notes it
 # Each array changed in place (Tensor.mark_changed) while it lives, by id: [a weak reference to it, its _span, the
 # _changes count when it was last changed]. A change marked on one tensor changes every tensor sharing that memory
@@ -59,7 +63,6 @@ _dead = []
 # dead view).
 _freed = {}
 _FREED_KEPT = 1 << 16
-_grad_only = False  # True while ag.grad walks a graph: it returns the gradients and writes no .grad
 
 _SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 FLOAT_KINDS = "f"
@@ -74,7 +77,8 @@ class ShapeError(ValueError):
 
 
 def set_default_dtype(dtype):
-    """The float dtype of tensors made from Python numbers and lists (float32 to start with)."""
+    """The float dtype of tensors made from Python numbers and lists (float32 to start with), in every thread (as
+    torch.set_default_dtype): a setting of the program, not a mode to enter around some ops."""
     global _default_dtype
     dtype = np.dtype(dtype)
     if dtype.kind != "f":
@@ -87,7 +91,7 @@ def get_default_dtype():
 
 
 def is_grad_enabled():
-    return _grad_mode.enabled
+    return _mode.grad
 
 
 class no_grad(contextlib.ContextDecorator):
@@ -98,32 +102,32 @@ class no_grad(contextlib.ContextDecorator):
         # recursive calls, and by other threads
 
     def __enter__(self):
-        self._previous.__dict__.setdefault("modes", []).append(_grad_mode.enabled)
-        _grad_mode.enabled = False
+        self._previous.__dict__.setdefault("modes", []).append(_mode.grad)
+        _mode.grad = False
 
     def __exit__(self, *exc):
-        _grad_mode.enabled = self._previous.modes.pop()
+        _mode.grad = self._previous.modes.pop()
 
 
 @contextlib.contextmanager
 def enable_grad():
     """Record again inside no_grad() (PyTorch's enable_grad): for work that builds a graph whatever the caller's
     mode, such as a backward that recomputes its forward (Checkpoint) or records its own VJPs (create_graph)."""
-    previous, _grad_mode.enabled = _grad_mode.enabled, True
+    previous, _mode.grad = _mode.grad, True
     try:
         yield
     finally:
-        _grad_mode.enabled = previous
+        _mode.grad = previous
 
 
 @contextlib.contextmanager
 def name_scope(name):
-    """Tag every op recorded inside with `name` (nn.Module passes its dotted path, e.g. 'h.0.attn')."""
-    _scopes.append(name)
+    """Tag every op recorded inside with `name` (nn.Module passes its dotted path, e.g. 'h.0.attn'), in this thread."""
+    _mode.scopes.append(name)
     try:
         yield
     finally:
-        _scopes.pop()
+        _mode.scopes.pop()
 
 
 # The ops (autograd/ops.py) as Tensor's methods call them, `_ops.Add.apply(self, other)`: each op joins as ops.py
@@ -213,7 +217,7 @@ class Function:
                 _refuse_inputs(cls.__name__, inputs)
         op = cls()
         op.xp = backend.xp_for(device)
-        op.needs_grad = tuple(t._requires_grad for t in inputs) if _grad_mode.enabled else (False,) * len(inputs)
+        op.needs_grad = tuple(t._requires_grad for t in inputs) if _mode.grad else (False,) * len(inputs)
         arrays = [t._data for t in inputs]
         if cls.widens_float16 and any(a.dtype == "float16" for a in arrays):
             op.widened = True
@@ -249,11 +253,11 @@ class Function:
         requires_grad = any(op.needs_grad) and out.dtype.kind in FLOAT_KINDS
         if requires_grad:
             op.inputs, op.params, op.changes = inputs, params, _changes
-            if _scopes:
-                op.scope = _scopes[-1]
+            if _mode.scopes:
+                op.scope = _mode.scopes[-1]
         result = Tensor._make(out, out_device, requires_grad, op if requires_grad else None)
-        if _anomaly is not None:
-            _anomaly.check_forward(op, inputs, result)
+        if _mode.anomaly is not None:
+            _mode.anomaly.check_forward(op, inputs, result)
         return result
 
     def forward(self, *arrays, **params):
@@ -590,7 +594,7 @@ class Tensor:
             return self
         backend.check_device(device)
         backend.xp_for(device)
-        if not self.requires_grad or not _grad_mode.enabled:
+        if not self.requires_grad or not _mode.grad:
             return Tensor._make(backend.to_device(self.data, device), device, False, None)
         return _ops.ToDevice.apply(self, device=device)
 
@@ -631,7 +635,7 @@ class Tensor:
                             # leaf's, the caller's seed, or an array the graph saved
                             t.grad = _ops.Cast.apply(g, dtype=t.data.dtype)
                         else:
-                            t.grad = t.grad + g if _anomaly is None else _anomaly.add_to_grad(t, g)
+                            t.grad = t.grad + g if _mode.anomaly is None else _mode.anomaly.add_to_grad(t, g)
             return
         grad = root_grad(self, grad, "backward")
         adopted = {id(grad)}  # the caller may hold `grad`: never adopt it as a .grad
@@ -895,8 +899,8 @@ def backward_steps(root, grad, free=True, create_graph=False):
     gradient of several parts comes out without their graph.
     """
     checks = None  # detect_anomaly's checks of this pass: its own, as a checkpoint's backward runs a pass inside it
-    if _anomaly is not None:
-        checks, free = _anomaly.begin_backward(root, grad.data if create_graph else grad, free)
+    if _mode.anomaly is not None:
+        checks, free = _mode.anomaly.begin_backward(root, grad.data if create_graph else grad, free)
     grads = {id(root): grad}
     # Where nothing reads an op's own VJP (`sent`: viz.trace and divergence walk with free=False), a running sum
     # that this walk made is added into in place: these tensors' ids
@@ -1041,8 +1045,8 @@ def _accumulate(t, g, adopted):
         raise RuntimeError(f"backward: the .grad already on {t.name or 'a tensor'} (shape {t.shape}, {t.dtype}, on "
                            f"{t.device}) is {what}, so this gradient cannot be added to it; set .grad to None "
                            "first (zero_grad), or assign an array of the tensor's shape, dtype and device")
-    if _anomaly is not None:  # the sum checked before .grad holds it: two finite parts can overflow
-        t.grad[...] = _anomaly.add_to_grad(t, g)
+    if _mode.anomaly is not None:  # the sum checked before .grad holds it: two finite parts can overflow
+        t.grad[...] = _mode.anomaly.add_to_grad(t, g)
     else:
         t.grad += g
 

@@ -14,6 +14,7 @@ variable (`transformer.h.0.attn.q`; the last variable wins where one tensor has
 two). Under no_grad nothing is named, and generation pays nothing for it.
 """
 import sys
+import threading
 from collections import OrderedDict, namedtuple
 from collections.abc import Mapping
 
@@ -22,7 +23,16 @@ import numpy as np
 import autograd as ag
 from autograd import Tensor, backend
 
-_running = []  # [module, its forward's frame or None] for each forward on the call stack, outermost first
+
+class _Running(threading.local):
+    """The forwards on this thread's call stack: a model another thread calls meanwhile is a root of its own, named
+    and scoped as if it ran alone (each thread's name scopes are its own, autograd.name_scope)."""
+
+    def __init__(self):
+        self.forwards = []  # [module, its forward's frame or None] for each forward running, outermost first
+
+
+_running = _Running()
 _tree_version = 0  # bumped whenever a module gains or loses an attribute: the names may have changed
 
 
@@ -119,22 +129,23 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
 
     def __call__(self, *args, **kwargs):
-        if not _running and not self._scope_name and self._named_at != _tree_version:
+        forwards = _running.forwards
+        if not forwards and not self._scope_name and self._named_at != _tree_version:
             self._name_tree()  # a root (a sub-module called alone keeps the names its root gave it)
             object.__setattr__(self, "_named_at", _tree_version)
         # nothing is recorded, so no op needs to know which module made it; but anomaly mode names the module
         # where an op made a NaN, recorded or not
         if not ag.is_grad_enabled() and not ag.is_anomaly_enabled():
             return self.forward(*args, **kwargs)
-        if _running and _running[-1][1] is None:
-            _catch_frame(_running[-1])
+        if forwards and forwards[-1][1] is None:
+            _catch_frame(forwards[-1])
         running = [self, None]  # the module, and its forward's frame once a call from that forward catches it
-        _running.append(running)
+        forwards.append(running)
         try:
             with ag.name_scope(self._scope_name):
                 out = self.forward(*args, **kwargs)
         finally:
-            _running.pop()
+            forwards.pop()
         if running[1] is not None:  # popped, not read: a frame kept here would be in a cycle with this call's
             self._name_locals(running.pop().f_locals)  # own (its f_back), which held each step's arrays until gc ran
         if isinstance(out, Tensor):

@@ -1,6 +1,8 @@
 """Small helpers for the autograd tests: float64 leaves, a gradcheck that fails the test loudly, what a call
-does to the random streams (also for the model tests that promise to leave them alone), and the matrices a
-heatmap picture shows (also for viz.jacobian's tests)."""
+does to the random streams (also for the model tests that promise to leave them alone), the matrices a
+heatmap picture shows (also for viz.jacobian's tests), and a second thread paused inside a mode (also for nn's)."""
+import threading
+
 import numpy as np
 
 import autograd as ag
@@ -25,6 +27,34 @@ def away_from_zero(rng, *shape, margin=0.3, scale=2.0, requires_grad=True):
     magnitude = rng.uniform(margin, scale, size=shape)
     sign = np.where(rng.random(size=shape) < 0.5, -1.0, 1.0)
     return leaf(magnitude * sign, requires_grad)
+
+
+def while_another_thread_pauses(hold, probe):
+    """probe()'s result, run in this thread while another thread is paused where hold(pause) calls pause(), say
+    inside a no_grad() block: events, not timing, force the interleaving; an error in that thread fails the test."""
+    paused, resume, errors = threading.Event(), threading.Event(), []
+
+    def pause():
+        paused.set()
+        resume.wait(10)
+
+    def other():
+        try:
+            hold(pause)
+        except BaseException as exc:
+            errors.append(exc)
+            paused.set()
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    paused.wait(10)
+    try:
+        return probe()
+    finally:
+        resume.set()
+        worker.join(10)
+        if errors:
+            raise errors[0]
 
 
 def check(fn, *inputs, **kwargs):

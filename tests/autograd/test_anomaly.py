@@ -1,4 +1,6 @@
 """detect_anomaly: a NaN put at a known op in a known module is named exactly, forward and backward; off, nothing changes."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -6,6 +8,8 @@ import autograd as ag
 import nn
 from autograd import Function, Tensor
 from autograd import tensor as engine
+
+from ._helpers import while_another_thread_pauses
 
 
 class Poison(Function):
@@ -56,7 +60,7 @@ def test_a_nan_made_in_forward_is_named_with_its_op_module_rule_and_inputs():
     anomaly = caught.value.anomaly
     assert (anomaly.phase, anomaly.op.name, anomaly.scope, anomaly.culprit) == ("forward", "Poison", "h.1.mlp", "output")
     assert isinstance(caught.value, FloatingPointError)
-    assert engine._anomaly is None  # the mode ends with the block, error or not
+    assert engine._mode.anomaly is None  # the mode ends with the block, error or not
 
 
 def test_a_nan_made_by_a_vjp_is_named_with_its_step_of_backward():
@@ -104,23 +108,46 @@ def test_as_a_decorator_nested_and_reentered_it_restores_the_previous_mode():
 
     @ag.detect_anomaly()
     def inner():
-        assert engine._anomaly is not outer
-        return engine._anomaly
+        assert engine._mode.anomaly is not outer
+        return engine._mode.anomaly
 
     with outer:
-        assert engine._anomaly is outer
+        assert engine._mode.anomaly is outer
         assert inner() is not outer
-        assert engine._anomaly is outer
-    assert engine._anomaly is None
+        assert engine._mode.anomaly is outer
+    assert engine._mode.anomaly is None
 
 
+def test_it_checks_only_the_ops_of_the_thread_that_entered_it():
+    """One process-wide mode: a log(-1) here raised another thread's AnomalyError (and was scanned at every op)."""
+    def hold(pause):
+        with ag.detect_anomaly():
+            pause()
+
+    with np.errstate(all="ignore"):
+        out = while_another_thread_pauses(hold, lambda: Tensor([-1.0]).log())
+    assert np.isnan(out.item())
+
+
+def test_two_threads_overlapping_blocks_leave_it_off():
+    """Entered here, then in another thread, left here, then there: the other thread's exit restored this
+    thread's finished mode, which then checked every op of the process for good."""
+    def hold(pause):
+        with ag.detect_anomaly():
+            pause()
+        assert not ag.is_anomaly_enabled()
+
+    with contextlib.ExitStack() as mine:
+        mine.enter_context(ag.detect_anomaly())
+        while_another_thread_pauses(hold, mine.close)  # this thread leaves while the other is still inside
+    assert not ag.is_anomaly_enabled() and engine._mode.anomaly is None
 def test_pictures_hook_gets_the_anomaly_and_its_paths_are_in_the_message(tmp_path):
     x, w = inputs()
     seen = []
 
     def pictures(anomaly):
         seen.append(anomaly)
-        assert engine._anomaly is None  # drawing runs ops: the check is off meanwhile
+        assert engine._mode.anomaly is None  # drawing runs ops: the check is off meanwhile
         assert anomaly.root.op.inputs is not None  # with pictures the graph is kept, so a trace can walk all of it
         return {"graph": str(tmp_path / "g.svg")}
 
@@ -212,7 +239,7 @@ def test_a_checkpoints_inner_backward_leaves_the_outer_pass_its_root_and_steps()
 def test_under_no_grad_the_module_that_made_the_nan_is_named():
     class Log(nn.Module):
         def forward(self, t):
-            scopes.append(list(engine._scopes))
+            scopes.append(list(engine._mode.scopes))
             return t.log()
 
     class Outer(nn.Module):

@@ -7,7 +7,7 @@ import autograd as ag
 import nn
 from autograd import Tensor
 
-from ._helpers import check, leaf
+from ._helpers import check, leaf, while_another_thread_pauses
 
 
 def test_readme_example():
@@ -684,3 +684,16 @@ def test_grad_mode_is_each_threads_own():
         leave.set()
         worker.join(10)
     assert ag.is_grad_enabled() and seen["after"]
+
+
+def test_name_scope_is_each_threads_own():
+    """One process-wide stack: an op recorded here while another thread was inside name_scope('server') was
+    tagged 'server' (and the two threads' pops took each other's names)."""
+    def hold(pause):
+        with ag.name_scope("server"):
+            pause()
+            assert (leaf([1.0]) * 2).op.scope == "server"
+
+    assert while_another_thread_pauses(hold, lambda: (leaf([1.0]) * 2).op.scope) == ""
+    with ag.name_scope("h.0"):
+        assert while_another_thread_pauses(hold, lambda: (leaf([1.0]) * 2).op.scope) == "h.0"

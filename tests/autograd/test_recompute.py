@@ -7,6 +7,8 @@ import nn
 from autograd import Tensor
 from models.gpt.gpt2 import GPT, GPTConfig
 
+from ._helpers import while_another_thread_pauses
+
 
 def gpt_step(checkpoint_blocks, grad_accum=1):
     """Loss, every gradient and the random stream after a training step of a tiny GPT with dropout."""
@@ -112,3 +114,30 @@ def test_ag_grad_through_a_checkpoint_is_refused_rather_than_writing_grad():
                                            r"their \.grad"):
         ag.grad(ag.checkpoint(block, x).sum(), [x])
     assert block.weight.grad is None
+
+
+def test_ag_grad_in_another_thread_does_not_refuse_this_threads_checkpoint():
+    """ag.grad's 'no .grad written' was the process's: a backward here through a checkpoint, while another thread's
+    ag.grad walked its own graph, was refused as if it were that ag.grad."""
+    class Pause(ag.Function):
+        def forward(self, a):
+            return a * 2
+
+        def backward(self, g):
+            self.pause()
+            return (2 * g,)
+
+    def hold(pause):
+        Pause.pause = staticmethod(pause)
+        w = Tensor(np.array([3.0]), requires_grad=True)
+        assert ag.grad(Pause.apply(w).sum(), [w])[0].tolist() == [2.0]
+
+    block = nn.Linear(3, 3)
+    x = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3), requires_grad=True)
+    block(x).sum().backward()
+    expected = block.weight.grad.copy(), x.grad.copy()
+    block.zero_grad()
+    x.grad = None
+    while_another_thread_pauses(hold, lambda: ag.checkpoint(block, x).sum().backward())
+    np.testing.assert_array_equal(block.weight.grad, expected[0])
+    np.testing.assert_array_equal(x.grad, expected[1])

@@ -7,6 +7,7 @@ import pytest
 import autograd as ag
 import nn
 from nn import Module, Parameter
+from tests.autograd._helpers import while_another_thread_pauses
 
 
 class Block(Module):
@@ -430,6 +431,22 @@ def test_an_error_in_forward_leaves_no_scope_behind():
     assert out.op.scope == ""
 
 
+def test_a_model_called_while_another_thread_runs_a_forward_is_named_as_if_alone():
+    """One process-wide stack of running forwards: a model called here while another thread was inside a module's
+    forward was taken for a sub-module, so its tree went unnamed and its ops unscoped."""
+    class Paused(Module):
+        def forward(self, x):
+            self.pause()
+            return x * 2
+
+    def hold(pause):
+        server = nn.Sequential(Paused())
+        server[0].pause = pause
+        assert server(ag.Tensor(np.ones(2, dtype=np.float32), requires_grad=True)).op.scope == "0"
+
+    seq = nn.Sequential(nn.Linear(2, 2))
+    out = while_another_thread_pauses(hold, lambda: seq(ag.Tensor(np.ones((1, 2), dtype=np.float32))))
+    assert out.op.scope == "0" and seq[0].weight.name == "0.weight"
 def test_apply_named_children_and_requires_grad_as_in_pytorch():
     model = TinyLM()
     seen = []
