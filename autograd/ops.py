@@ -940,7 +940,9 @@ class LayerNorm(Function):
     widens_float16 = True
 
     def forward(self, x, weight, bias=None, eps=1e-5):
-        xp, n = self.xp, x.shape[-1]
+        # no features (x of shape (..., 0), as PyTorch takes it): each row's sums are over nothing, 0 whatever n
+        # scales them by, and the outputs empty; 1/n must only not divide by 0
+        xp, n = self.xp, max(x.shape[-1], 1)
         # the kernels are compiled for x's dtype and read γ and β as that: γ or β of another keeps the composed op
         same_dtype = weight.dtype == x.dtype and (bias is None or bias.dtype == x.dtype)
         self.kernel = kernels.fused("layer_norm_backward", x) if same_dtype else None
@@ -981,7 +983,7 @@ class LayerNorm(Function):
         if self.kernel is not None:
             grads = self.kernel(self.xp.ascontiguousarray(g), xhat, weight, rstd)  # (dx, dγ, dβ)
             return tuple(d if need else None for d, need in zip(grads, self.needs_grad))
-        n = xhat.shape[-1]
+        n = max(xhat.shape[-1], 1)  # as forward's, for no features
         gxhat = g * xhat
         dweight = _rows(gxhat).sum(axis=0) if self.needs_grad[1] else None
         dbias = _rows(g).sum(axis=0) if len(self.needs_grad) == 3 and self.needs_grad[2] else None
@@ -1060,7 +1062,9 @@ class ScaledDotProductAttention(Function):
 
     def forward(self, q, k, v, mask=None, dropout_p=0.0, causal=False):
         """`causal`: `mask` is the causal one, query i seeing keys up to i + Tk − Tq (the GPU kernel's own)."""
-        self.scale, self.mask = 1.0 / math.sqrt(q.shape[-1]), mask
+        # D = 0 (as PyTorch takes it): every score q·k is a sum over nothing, 0 whatever it is scaled by, so each
+        # query averages the values it sees; 1/√D must only not divide by 0
+        self.scale, self.mask = 1.0 / math.sqrt(max(q.shape[-1], 1)), mask
         # no keys (Tk = 0): the composed path's O = 0, where the GPU's launchers count rows as size // Tk; the
         # kernels are compiled for q's dtype and read K and V as that (a float64 V through float32 BLAS: NaNs)
         kernel = (kernels.fused("attention_softmax_forward", q)

@@ -647,9 +647,13 @@ class Tensor:
         """A constant operand as a Tensor; Python numbers and lists take this tensor's float dtype, as in
         PyTorch (`float32 + [1, 2]` stays float32), and a Python int that an integer tensor's dtype holds takes
         that dtype, as in NumPy and PyTorch (`int32 + 1` stays int32; one it cannot hold widens the result rather
-        than wrap). NumPy arrays keep their dtype and NumPy's promotion."""
+        than wrap). A NumPy number (np.float32(0), np.int64(3)) counts as the Python number it holds, as in
+        PyTorch: np.float64 is a Python float already, and float16 * np.float32(2) would otherwise be float32
+        where float16 * np.float64(2) stays float16. NumPy arrays keep their dtype and NumPy's promotion."""
         if isinstance(other, Tensor):
             return other
+        if isinstance(other, (np.floating, np.integer)):
+            other = other.item()
         dtype = self.data.dtype
         if dtype.kind in FLOAT_KINDS:
             if isinstance(other, (int, float)):
@@ -781,7 +785,8 @@ class Tensor:
 
     def _truth(self, reduce, axis, keepdims):
         if axis is not None:
-            _check_in_range(reduce.__name__, self.shape, axis if isinstance(axis, tuple) else (axis,))
+            _check_in_range(reduce.__name__, self.shape, axis if isinstance(axis, tuple) else (axis,),
+                            reduction=True)
         return Tensor._make(backend.xp_for(self.device).asarray(reduce(axis=axis, keepdims=keepdims)),
                             self.device, False, None)
 
@@ -1095,18 +1100,24 @@ def _count(shape, axis, op):
     if axis is None:
         return int(np.prod(shape))
     axes = (axis,) if isinstance(axis, int) else axis
-    _check_in_range(op, shape, axes)
-    if len({a % len(shape) for a in axes}) < len(axes):  # else Sum, which mean and var are made of, refuses it
+    _check_in_range(op, shape, axes, reduction=True)
+    # an axis named twice: else Sum, which mean and var are made of, refuses it
+    if len({a % max(len(shape), 1) for a in axes}) < len(axes):
         raise ShapeError(f"{op}: axis {axis} names an axis of shape {shape} twice (-1 is the last axis); "
                          "give each axis once")
-    return int(np.prod([shape[a] for a in axes]))
+    return int(np.prod([shape[a] for a in axes])) if shape else 1  # a 0-d tensor: its one element
 
 
-def _check_in_range(op, shape, axes):
-    """Refuse an int of `axes` that names no axis of `shape` (they run from −ndim to ndim − 1)."""
+def _check_in_range(op, shape, axes, reduction=False):
+    """Refuse an int of `axes` that names no axis of `shape` (they run from −ndim to ndim − 1). A `reduction` of
+    a 0-d tensor may name axis 0 or −1, as in PyTorch and as Sum and Max take it: x.mean(0) is x, as x.sum(0) is."""
+    ndim = max(len(shape), 1) if reduction else len(shape)
     for a in axes:
-        if not -len(shape) <= a < len(shape):
-            there = f"its axes are {-len(shape)} to {len(shape) - 1}" if shape else "a 0-d tensor has no axes"
+        if not -ndim <= a < ndim:
+            if shape:
+                there = f"its axes are {-ndim} to {ndim - 1}"
+            else:
+                there = "a 0-d tensor reduces over axis 0 or -1 only" if reduction else "a 0-d tensor has no axes"
             raise ShapeError(f"{op}: axis {a} is out of range for shape {shape}; {there}")
 
 

@@ -1,7 +1,7 @@
 """The engine at the edges against PyTorch itself (torch 2.13, CPU): powers with a zero base or exponent,
-variance without degrees of freedom, means of nothing, softmax, matmul and attention of one number or over no
-numbers, truth values and Python numbers, integer data that does not fit, constant operands' dtypes, integer
-operands of floating-point ops, the dim=/keepdim= spellings, and the one settled difference
+variance without degrees of freedom, means of nothing, softmax, reductions, matmul, attention and layer norm of
+one number or over no numbers, truth values and Python numbers, integer data that does not fit, constant operands'
+dtypes, integer operands of floating-point ops, the dim=/keepdim= spellings, and the one settled difference
 (cross-entropy whose every target is ignored). Each case runs through both engines in float64."""
 import math
 import warnings
@@ -219,6 +219,20 @@ def test_a_python_int_keeps_an_integer_tensors_dtype_as_in_pytorch(dtype, op):
     np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32", "int32", "int64"])
+@pytest.mark.parametrize("number", [np.float32(2), np.float64(2.5), np.int64(3), np.float32(0)], ids=repr)
+@pytest.mark.parametrize("op", [lambda t, s: t * s, lambda t, s: s - t, lambda t, s: t / s],
+                         ids=["mul", "rsub", "div"])
+def test_a_numpy_number_operand_gives_pytorchs_result_dtype(dtype, number, op):
+    """A NumPy number counts as the Python number it holds, as in PyTorch: float16 * np.float32(2) stays float16
+    (it was float32, where float16 * np.float64(2) stayed float16), int64 * np.float64 is the default float."""
+    with np.errstate(divide="ignore", invalid="ignore"):  # / np.float32(0): inf and NaN, in both
+        ours = op(Tensor(np.array([1, 0, 5], dtype=dtype)), number)
+    theirs = op(torch.tensor([1, 0, 5], dtype=getattr(torch, dtype)), number)
+    assert str(ours.dtype) == str(theirs.dtype).removeprefix("torch.")
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
 def test_a_python_int_that_an_integer_tensors_dtype_cannot_hold_widens_it_rather_than_wrap():
     out = Tensor(np.array([1, 2], dtype=np.uint8)) + 300
     assert out.dtype == np.int64
@@ -283,6 +297,30 @@ def test_softmax_of_one_number_or_over_none_as_pytorch(name, shape, axis):
     assert ag.gradcheck(lambda t: getattr(t, name)(axis) * 3.0, [Tensor(data, requires_grad=True)])
 
 
+@pytest.mark.parametrize("name", ["sum", "mean", "var", "max"])
+@pytest.mark.parametrize("axis", [0, -1])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_a_reduction_of_one_number_over_axis_0_or_minus_1_as_pytorch(name, axis, keepdims):
+    """PyTorch reduces a 0-d tensor over dim 0 or -1, as Sum and Max did here; mean, var, any and all refused."""
+    def reduce(t):
+        if isinstance(t, Tensor):
+            return getattr(t, name)(axis, keepdims)
+        return t.amax(axis, keepdims) if name == "max" else (
+            t.var(axis, keepdim=keepdims, correction=0) if name == "var" else getattr(t, name)(axis, keepdim=keepdims))
+    ours, theirs = both(lambda t: reduce(t) * 3.0, 1.5)
+    assert ours[0].shape == theirs[0].shape == ()
+    assert_same(ours, theirs)
+    for truth in ("any", "all"):
+        assert getattr(Tensor(np.float64(1.5)), truth)(axis, keepdims).item() is True
+
+
+@pytest.mark.parametrize("name", ["mean", "var", "any", "all"])
+def test_a_reduction_of_one_number_over_another_axis_is_refused_by_name(name):
+    with pytest.raises(ag.ShapeError, match=f"{name}: axis 1 is out of range for shape \\(\\); a 0-d tensor "
+                                            "reduces over axis 0 or -1 only"):
+        getattr(Tensor(np.float64(1.5)), name)(1)
+
+
 @pytest.mark.parametrize("a_shape, b_shape", [((2, 0), (0, 4)), ((3, 2, 0), (0, 4)), ((2, 0), (3, 0, 4)),
                                               ((0,), (0, 4)), ((0,), (0,)), ((2, 3), (3, 0))], ids=str)
 def test_matmul_with_an_axis_of_length_0_as_pytorch(a_shape, b_shape):
@@ -305,6 +343,40 @@ def test_attention_over_no_keys_is_zeros_as_pytorch(causal):
     np.testing.assert_array_equal(out.numpy(), ref.detach().numpy())
     for t, r in zip(ours, theirs):
         np.testing.assert_array_equal(t.grad, r.grad.numpy())
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_with_no_features_averages_the_values_it_sees_as_pytorch(causal):
+    """D = 0: every score is 0 (an empty dot product; 1/√D divided by 0 here before), so each query averages
+    the values it sees."""
+    v = np.random.default_rng(0).normal(size=(2, 3, 5, 6))
+    weights = np.random.default_rng(1).normal(size=(2, 3, 5, 6))  # a gradient that is not all ones
+    def attend(q, k, v):
+        if isinstance(q, Tensor):
+            return ag.scaled_dot_product_attention(q, k, v, causal) * weights
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal) * torch.tensor(weights)
+    ours, theirs = both(attend, np.zeros((2, 3, 5, 0)), np.zeros((2, 3, 5, 0)), v)
+    assert_same(ours, theirs, atol=1e-15)
+    seen = np.tril(np.ones((5, 5))) if causal else np.ones((5, 5))
+    np.testing.assert_allclose(ours[0] / weights, (seen / seen.sum(1, keepdims=True)) @ v, rtol=1e-12)
+    assert [g.shape for g in ours[1]] == [(2, 3, 5, 0), (2, 3, 5, 0), (2, 3, 5, 6)]
+    q, k = Tensor(np.zeros((1, 2, 4, 0))), Tensor(np.zeros((1, 2, 4, 0)))
+    assert ag.gradcheck(lambda v: ag.scaled_dot_product_attention(q, k, v, causal) * 3.0,
+                        [Tensor(v[:1, :2, :4], requires_grad=True)])
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (2, 0, 0)], ids=str)
+@pytest.mark.parametrize("bias", [True, False])
+def test_layer_norm_of_no_features_as_pytorch(shape, bias):
+    """A last axis of length 0 normalises nothing: empty outputs and gradients (1/n divided by 0 here before)."""
+    def norm(x, w, *b):
+        if isinstance(x, Tensor):
+            return ag.layer_norm(x, w, *b)
+        return torch.nn.functional.layer_norm(x, (0,), w, *b)
+    ours, theirs = both(norm, np.zeros(shape), np.zeros(0), *([np.zeros(0)] if bias else []))
+    assert_same(ours, theirs)
+    assert ours[0].shape == shape
+    assert [g.shape for g in ours[1]] == [shape, (0,), (0,)][:len(ours[1])]
 
 
 @pytest.mark.parametrize("op", [lambda a, b: a / b, lambda a, b: a / 2, lambda a, b: 3 / b, lambda a, b: a.exp(),
