@@ -10,8 +10,9 @@ A checkpoint folder (models.train's --out-dir) holds, all from one iteration:
     optimizer.npz                    the optimizer's own state_dict: its step count, hyper-parameters and buffers
     train_state.json                 the `RunState`: the iteration, the losses so far, the evaluations, the
                                      checkpoint's val loss, the run's options, how an iteration's rows were
-                                     made (batch x grad-accum x ranks) and the random generators' states
-                                     (the batches', and every rank's dropout generator)
+                                     made (batch x grad-accum x ranks), the random generators' states
+                                     (the batches', and every rank's dropout generator) and a fingerprint
+                                     of the data it trained on (check_data)
     loss.png                         the loss curve, which models.train redraws at the end of a run
 
 `save` writes a whole new checkpoint into `.NAME.tmp/` beside the folder, flushes
@@ -28,7 +29,8 @@ holds `.NAME.lock`, so that a second run into the same folder is refused.
 
 `resume` is the one way back in: it reads the run state, puts the checkpoint's
 options into the command line's, and loads the model, tokenizer and optimizer
-state. The loaders check what they read and name the file and what is wrong
+state; `check_data` then refuses data that changed since the checkpoint trained
+on it. The loaders check what they read and name the file and what is wrong
 with it in one line: a missing file, damaged JSON or npz, a field of the wrong
 type, an optimizer of another model, a tokenizer that does not fit the weights.
 """
@@ -438,14 +440,16 @@ class RunState:
     saved_iter: int | None = None
     model_rngs: list = field(default_factory=list)
     digests: dict = field(default_factory=dict)  # file name → SHA-256 of each _DIGESTED file the checkpoint has
+    data_fingerprint: str | None = None  # of the data it trains on (check_data); None in older checkpoints
 
     @classmethod
-    def start(cls, options, layout, seed, world):
-        """A new run's state. Ranks after 0 draw their dropout masks from streams of their own, rank 0 keeps the
-        single process's; every rank draws the same batches."""
+    def start(cls, options, layout, seed, world, data_fingerprint):
+        """A new run's state, on the data of `data_fingerprint`. Ranks after 0 draw their dropout masks from streams
+        of their own, rank 0 keeps the single process's; every rank draws the same batches."""
         if not world.is_root:
             ag.manual_seed(_rank_seed(seed, 0, world.rank))
-        return cls(options=options, layout=layout, data_rng=np.random.default_rng(seed))
+        return cls(options=options, layout=layout, data_rng=np.random.default_rng(seed),
+                   data_fingerprint=data_fingerprint)
 
     def record(self, loss):
         """One more iteration done, with its training loss."""
@@ -468,7 +472,8 @@ class RunState:
         """train_state.json's object; `digests` are the SHA-256 of the files saved with it (name → hex)."""
         return {"format": FORMAT, "iter": self.iter, "history": self.history, "evals": self.evals,
                 "val_loss": self.val_loss, "options": self.options, "batch": self.layout.to_dict(),
-                "data_rng": self.data_rng.bit_generator.state, "model_rngs": self.model_rngs, "sha256": digests}
+                "data_rng": self.data_rng.bit_generator.state, "model_rngs": self.model_rngs, "sha256": digests,
+                "data_fingerprint": self.data_fingerprint}
 
     @classmethod
     def load(cls, folder):
@@ -500,6 +505,10 @@ class RunState:
                 and all(isinstance(v, str) for v in digests.values())):
             raise ValueError(f"{path}: 'sha256' should map some of {', '.join(_DIGESTED)} to their SHA-256, "
                              f"not {json.dumps(digests)[:60]}")
+        data_fingerprint = state.get("data_fingerprint")  # older saves have none
+        if not (data_fingerprint is None or isinstance(data_fingerprint, str)):
+            raise ValueError(f"{path}: 'data_fingerprint' should be a string (the data's tokenizer, token counts "
+                             f"and CRC-32), not {json.dumps(data_fingerprint)[:60]}")
         data_rng = np.random.default_rng()
         streams = {"data_rng": state["data_rng"], **{f"model_rngs[{i}]": s for i, s in enumerate(state["model_rngs"])}}
         for key, stream in streams.items():
@@ -512,7 +521,7 @@ class RunState:
         data_rng.bit_generator.state = state["data_rng"]
         return cls(options=state["options"], layout=Layout(**state["batch"]), data_rng=data_rng, iter=state["iter"],
                    history=history, evals=evals, val_loss=state["val_loss"], saved_iter=state["iter"],
-                   model_rngs=state["model_rngs"], digests=digests)
+                   model_rngs=state["model_rngs"], digests=digests, data_fingerprint=data_fingerprint)
 
 
 def _rank_seed(seed, step, rank):
@@ -695,10 +704,12 @@ def resume(folder, args, check, world):
     what the command line changed (and the number of ranks, from `world`) and
     what it could not. The dropout generators are restored; the optimizer
     state goes into the optimizer the caller builds from `args`, through
-    `restore_optimizer`.
+    `restore_optimizer`. Where the command line names other data, the checkpoint's
+    fingerprint of its own is dropped (check_data has nothing to compare it with);
+    where the checkpoint has none, a line says so.
     """
     run = RunState.load(folder)
-    changed, ignored = [], []
+    changed, ignored, other_data = [], [], False
     for name, old in run.options.items():
         if not hasattr(args, name):
             continue
@@ -713,6 +724,7 @@ def resume(folder, args, check, world):
                                  "out, or start a new run with --overwrite")
             if name not in MODEL_OPTIONS:
                 changed.append(f"{flag} {_option_text(old)} → {_option_text(new)}")
+                other_data |= name == "data"
                 continue
             ignored.append(f"{flag} {_option_text(new)} (keeping {_option_text(old)})")
         if name not in MODEL_OPTIONS:
@@ -736,12 +748,31 @@ def resume(folder, args, check, world):
               + (f"; {remark}" if remark else ""))
     if ignored:
         print("resume: the checkpoint fixes the model, so it ignores " + ", ".join(ignored))
+    if other_data:  # named on purpose (the line above says so): the checkpoint's fingerprint is not of it
+        run.data_fingerprint = None
+    elif run.data_fingerprint is None:
+        print(f"resume: {_current(folder) / STATE_FILE} records no fingerprint of its data (an older models.train "
+              "saved it), so the data is not checked against it; the next save records its fingerprint")
     optimizer_state = read_optimizer(folder, run.iter, run.digests.get(OPTIMIZER_FILE))
     for name in _DIGESTED:
         if name != OPTIMIZER_FILE and name in run.digests and _sha256(_current(folder) / name) != run.digests[name]:
             raise ValueError(_not_saved_with(_current(folder) / name))
     run.restore_rngs(args.seed, world)
     return model, tokenizer, optimizer_state, run
+
+
+def check_data(folder, run, fingerprint, path):
+    """Refuse, in one line, to go on with the checkpoint in `folder` (its RunState `run`) on data other than it
+    trained on: `fingerprint` is that of the data at `path` now (TokenData.fingerprint: its tokenizer, token counts
+    and CRC-32; for a prepared corpus, of the shards' checksums that meta.json lists, so the same text prepared again
+    is the same data). `run` then records it, for its next save."""
+    saved = run.data_fingerprint
+    if saved is not None and saved != fingerprint:
+        raise ValueError(f"the data {path} has changed since the checkpoint in {folder} trained on it: it was "
+                         f"{saved}, it is {fingerprint}; put back the data it trained on, or train on this data "
+                         "from the start in a new --out-dir (to go on with it on purpose, give it another path and "
+                         "pass that as --data)")
+    run.data_fingerprint = fingerprint
 
 
 def _option_text(value):

@@ -78,7 +78,8 @@ class TokenData:
         self.splits = {"train": ids[:cut], "val": ids[cut:]}
 
     def fingerprint(self, tokenizer):
-        """One line that differs wherever the tokenizer or the tokens differ: what MPI ranks compare."""
+        """One line that differs wherever the tokenizer or the tokens differ: what MPI ranks compare, and what a
+        checkpoint records of the data it trained on, for --resume to compare (checkpoint.check_data)."""
         digest = self._tokens_crc(zlib.crc32(json.dumps(tokenizer.to_dict(), sort_keys=True).encode()))
         return (f"a {tokenizer.kind} tokenizer of {tokenizer.vocab_size} tokens, {len(self.splits['train']):,} train "
                 f"/ {len(self.splits['val']):,} val tokens (CRC-32 {digest:08x})")

@@ -43,7 +43,7 @@ import nn
 from models.training import checkpoint, health
 from models.cli import (SEEDS, Parser, counted, device, folder_path, interval, machine_memory, model_folder,
                         output_folder, show_default, shows_progress)
-from models.training.data import Layout, TokenData, load_text
+from models.training.data import DEFAULT_CORPUS, Layout, TokenData, load_text
 from models.gpt import hf_checkpoint, sampling
 from models.gpt.gpt2 import GPT, LINEAR_LAYERS, GPTConfig
 from models.interrupts import came_from_ctrl_c
@@ -336,7 +336,9 @@ def started_facts(args, started):
         return facts
     model, tokenizer, data, optimizer, run = started
     cfg = model.config
-    state = hashlib.sha256(json.dumps(run.to_json(run.digests), sort_keys=True).encode()).hexdigest()
+    # without the data's fingerprint: ranks that read other data disagree on "the data", which says how
+    state = {key: value for key, value in run.to_json(run.digests).items() if key != "data_fingerprint"}
+    state = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
     facts["the run state"] = f"iteration {run.iter}, val loss {run.val_loss:.4f} (SHA-256 {state[:12]})"
     facts["the data"] = data.fingerprint(tokenizer)
     facts["the model"] = (f"{counted(cfg.n_layer, 'layer')}, {counted(cfg.n_head, 'head')}, {cfg.n_embd} wide, "
@@ -434,6 +436,9 @@ def start(args, world):
         data = prepared
     else:
         data = encode_data(tokenizer, text, source)
+    fingerprint = data.fingerprint(tokenizer)  # the tokens this run trains on, which a resumed run must be given
+    if args.resume:  # before a step is taken
+        checkpoint.check_data(out_dir, run, fingerprint, args.data or DEFAULT_CORPUS)
     data.check_fits(args.block_size)
     model.to(args.device)
     model.pad_vocab(args.pad_vocab or (64 if args.device == "cuda" else 1))  # GPT-2 on a GPU: 50,304 rows
@@ -451,7 +456,7 @@ def start(args, world):
             print(f"resume: from iteration {run.iter} of {out_dir} (val loss {run.val_loss:.4f})")
     else:
         run = checkpoint.RunState.start(options, Layout(args.batch_size, args.grad_accum, world.size),
-                                        args.seed, world)
+                                        args.seed, world, fingerprint)
     return model, tokenizer, data, optimizer, run
 
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -718,6 +719,9 @@ BROKEN = {
     "state sha256 garbage": (edit_json("train_state.json", set_key("sha256", {"/etc/passwd": "x"})),
                              "'sha256' should map some of model.safetensors, adapters.safetensors, "
                              "adapter_config.json, config.json, gptgrad_tokenizer.json, optimizer.npz to their SHA-256"),
+    "state data_fingerprint an object": (edit_json("train_state.json", set_key("data_fingerprint", {"bytes": 1})),
+                                         "'data_fingerprint' should be a string (the data's tokenizer, token counts "
+                                         "and CRC-32), not {\"bytes\": 1}"),
     "state deep": (lambda f: (f / "train_state.json").write_text("[" * 100000 + "]" * 100000),
                    "train_state.json nests arrays or objects more than 64 deep"),
     "state huge": (lambda f: os.truncate(f / "train_state.json", 2 ** 30),
@@ -854,6 +858,73 @@ def test_a_resumed_checkpoint_without_digests_still_resumes(tmp_path, small_text
     assert train.main(["--out-dir", str(a), "--resume", "--max-iters", "6", "--no-progress"]) == 0
     assert checkpoint.RunState.load(a).iter == 6 and set(checkpoint.RunState.load(a).digests) == {
         "model.safetensors", "config.json", "gptgrad_tokenizer.json", "optimizer.npz"}
+
+
+# ---- the data a checkpoint trained on --------------------------------------------------------
+
+
+def data_fingerprint(folder):
+    return json.loads((folder / "train_state.json").read_text())["data_fingerprint"]
+
+
+def text_fingerprint(text, chars):
+    """What a character tokenizer of `chars` makes of `text`, worked out here: its 90 / 10 split's token counts and the
+    CRC-32 of the tokenizer's description followed by the int64 ids."""
+    ids = np.array([chars.index(c) for c in text], dtype=np.int64)
+    crc = zlib.crc32(ids.tobytes(), zlib.crc32(json.dumps({"kind": "char", "chars": chars}, sort_keys=True).encode()))
+    cut = int(len(ids) * 0.9)
+    return (f"a char tokenizer of {len(chars)} tokens, {cut:,} train / {len(ids) - cut:,} val tokens "
+            f"(CRC-32 {crc:08x})")
+
+
+def test_resume_on_the_same_data_goes_on_and_records_its_fingerprint(tmp_path, small_text, capsys):
+    a, _ = two_runs(tmp_path, small_text, iters=("2", "2"))
+    text = small_text.read_text()
+    expected = text_fingerprint(text, "".join(sorted(set(text))))
+    assert data_fingerprint(a) == expected
+    capsys.readouterr()
+    assert train.main(["--out-dir", str(a), "--resume", "--max-iters", "4", "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "fingerprint" not in out
+    assert checkpoint.RunState.load(a).iter == 4 and data_fingerprint(a) == expected
+
+
+def test_resume_refuses_data_changed_under_the_same_path_before_any_work(tmp_path, small_text, capsys):
+    a, _ = two_runs(tmp_path, small_text, iters=("2", "2"))
+    old = small_text.read_text()
+    chars = "".join(sorted(set(old)))
+    edited = old + "abc\n"
+    small_text.write_text(edited)
+    before = {p.name: p.read_bytes() for p in a.iterdir()}
+    capsys.readouterr()
+    assert train.main(["--out-dir", str(a), "--resume", "--max-iters", "4", "--no-progress"]) == 1
+    out, err = capsys.readouterr()
+    assert err == (f"train: error: the data {small_text} has changed since the checkpoint in {a} trained on it: it "
+                   f"was {text_fingerprint(old, chars)}, it is {text_fingerprint(edited, chars)}; put back the data "
+                   "it trained on, or train on this data from the start in a new --out-dir (to go on with it on "
+                   "purpose, give it another path and pass that as --data)\n")
+    assert "iter " not in out and {p.name: p.read_bytes() for p in a.iterdir()} == before
+    other = tmp_path / "other.txt"  # the same edit, named as other data: resumed as the command line says
+    other.write_text(edited)
+    assert train.main(["--out-dir", str(a), "--resume", "--max-iters", "4", "--data", str(other),
+                       "--no-progress"]) == 0
+    assert f"--data {small_text} → {other}" in capsys.readouterr().out
+    assert data_fingerprint(a) == text_fingerprint(edited, chars)
+
+
+def test_a_checkpoint_without_a_data_fingerprint_resumes_with_one_note_and_then_records_one(tmp_path, small_text,
+                                                                                            capsys):
+    """train_state.json of a models.train from before the fingerprint: it resumes, saying its data is unchecked."""
+    a, _ = two_runs(tmp_path, small_text, iters=("2", "2"))
+    expected = data_fingerprint(a)
+    edit_json("train_state.json", drop_key("data_fingerprint"))(a)
+    capsys.readouterr()
+    assert train.main(["--out-dir", str(a), "--resume", "--max-iters", "4", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("records no fingerprint") == 1 and (
+        f"resume: {a / 'train_state.json'} records no fingerprint of its data (an older models.train saved it), so "
+        "the data is not checked against it; the next save records its fingerprint\n") in out
+    assert checkpoint.RunState.load(a).iter == 4 and data_fingerprint(a) == expected
 
 
 @pytest.mark.interop

@@ -5,6 +5,7 @@ import io
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -589,6 +590,38 @@ def test_resume_on_prepared_data_continues_exactly(tmp_path, prepared, capsys):
     code, _, err = train_on(capsys, "--max-iters", "20", "--out-dir", str(split), "--resume")  # --data saved
     assert code == 0, err
     assert history(split) == history(straight)
+
+
+def test_resume_takes_the_same_corpus_prepared_again_and_refuses_another(tmp_path, corpus, prepared, capsys):
+    """The checkpoint's fingerprint is of the shards meta.json lists (their token counts and checksums), not of its
+    bytes: preparing the same text again (other mtimes in meta.json) resumes; other text prepared into the same folder
+    is refused before any step."""
+    run, again = tmp_path / "run", ("--out", str(prepared), "--tokenizer", "char", "--shard-tokens", "1000")
+    assert train_on(capsys, "--data", str(prepared), "--max-iters", "10", "--out-dir", str(run))[0] == 0
+    saved = json.loads((run / "train_state.json").read_text())["data_fingerprint"]
+    data = PreparedData(prepared)
+    assert f"{len(data.splits['train']):,} train / {len(data.splits['val']):,} val tokens" in saved
+    meta = (prepared / "meta.json").read_bytes()
+    for book in corpus.rglob("*.txt"):
+        os.utime(book, ns=(10 ** 18, 10 ** 18))
+    shutil.rmtree(prepared)
+    assert run_prepare(capsys, str(corpus), *again)[0] == 0
+    assert (prepared / "meta.json").read_bytes() != meta
+    code, _, err = train_on(capsys, "--out-dir", str(run), "--resume", "--max-iters", "20")
+    assert code == 0, err
+    (corpus / "book01.txt").unlink()
+    shutil.rmtree(prepared)
+    assert run_prepare(capsys, str(corpus), *again)[0] == 0
+    data = PreparedData(prepared)
+    now = data.fingerprint(data.tokenizer())
+    assert now != saved
+    before = files_of(run)
+    code, out, err = train_on(capsys, "--out-dir", str(run), "--resume", "--max-iters", "30")
+    assert code == 1 and err == (
+        f"train: error: the data {prepared} has changed since the checkpoint in {run} trained on it: it was {saved}, "
+        f"it is {now}; put back the data it trained on, or train on this data from the start in a new --out-dir (to "
+        "go on with it on purpose, give it another path and pass that as --data)\n")
+    assert "iter " not in out and files_of(run) == before
 
 
 def test_a_tokenizer_other_than_the_checkpoints_is_one_line(tmp_path, prepared, gpt2_prepared, capsys):
