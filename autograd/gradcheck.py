@@ -18,6 +18,8 @@ jacobian: the full matrix ∂f/∂x, one backward() per output element. The ops
 never build it (they apply it as a VJP); this is for looking at one, e.g.
 softmax's diag(p) − ppᵀ, on inputs of a few elements.
 """
+from pathlib import Path
+
 import numpy as np
 
 from . import backend, heatmaps
@@ -83,7 +85,8 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0, picture=None):
     gradient backward() gave (analytic), the finite-difference estimate
     (numeric) and their absolute difference. `picture`: a path (.png, .svg or
     .pdf) where a failure also draws each failing input's analytic gradient,
-    numeric gradient and difference as heatmaps; the error names the file.
+    numeric gradient and difference as heatmaps; the error names the file (a device or a pipe without a suffix,
+    /dev/null, gets a PNG).
     Each checked input's `.grad` is left holding what backward() gave for the
     check's random projection of fn's output (what was there before is dropped).
     The inputs' arrays are left as they were, the same objects with the same
@@ -93,8 +96,7 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0, picture=None):
     checked = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
     if not checked:
         raise ValueError("gradcheck: no input requires grad; pass Tensors with requires_grad=True")
-    if picture is not None:
-        heatmaps.picture_format(picture, "gradcheck: picture=")
+    fmt = None if picture is None else heatmaps.picture_format(picture, "gradcheck: picture=")
     for t in checked:
         if t.dtype != np.float64:
             raise TypeError(f"gradcheck: inputs must be float64 for finite differences to be exact enough, got {t.dtype}")
@@ -120,22 +122,24 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0, picture=None):
             failures += [(position, index, analytic[index], numeric[index], error[index])
                          for index in np.ndindex(bad.shape) if bad[index]]
     if failures:
-        drawing = "" if picture is None else "\n" + _draw_failures(drawn, picture)
+        drawing = "" if picture is None else "\n" + _draw_failures(drawn, picture, fmt)
         raise GradcheckError(f"gradcheck: backward() disagrees with finite differences for "
                              f"{', '.join(failed_inputs)}; the worst entries:\n"
                              + _failure_table(failures, atol, rtol) + drawing)
     return True
 
 
-def _draw_failures(drawn, path):
-    """Write the heatmaps of each failing input (analytic | numeric | analytic − numeric) to `path`; the line
-    the error ends with: where the picture is, or why it could not be written (the mismatch is reported anyway)."""
+def _draw_failures(drawn, path, fmt):
+    """Write the heatmaps of each failing input (analytic | numeric | analytic − numeric) to `path` as `fmt`; the
+    line the error ends with: where the picture is, or why it could not be written (the mismatch is reported
+    anyway)."""
     rows = [[heatmaps.array_panel(f"input {position}: analytic (backward)", analytic, group=2 * position),
              heatmaps.array_panel(f"input {position}: numeric (central differences)", numeric, group=2 * position),
              heatmaps.array_panel(f"input {position}: analytic − numeric", analytic - numeric, group=2 * position + 1)]
             for position, analytic, numeric in drawn]
+    picture = heatmaps.figure(rows, "gradcheck: backward() against finite differences")
     try:
-        heatmaps.figure(rows, "gradcheck: backward() against finite differences").savefig(path)
+        Path(path).write_bytes(heatmaps.picture_bytes(picture, fmt))
     except OSError as exc:  # a folder that is missing or not writable must not hide the mismatch itself
         return f"  picture: not written to {path} ({type(exc).__name__}: {exc})"
     return f"  picture: {path} (analytic, numeric and their difference for each failing input)"

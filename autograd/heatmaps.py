@@ -5,7 +5,9 @@ with a diverging colour map centred at 0 (blue below, red above, white at 0;
 NaN and ±inf black, off the scale) and its axes labelled, with lines of text
 under them; it returns a `Picture`, a matplotlib Figure that Jupyter shows inline and `savefig` writes as PNG,
 SVG or PDF. Panels of one `group` share their colour scale, so that two
-matrices meant to be equal look equal.
+matrices meant to be equal look equal. `picture_format` and `is_special` are
+the rules of where a picture goes (models.io writes by the same `is_special`),
+and `picture_bytes` draws it in memory, bytes that a pipe takes too.
 
 matplotlib is imported when a picture is made, not with autograd: the engine
 stays free of it, and a gradcheck without `picture=` never loads it. It is
@@ -15,6 +17,7 @@ nothing in a program that never imported viz.
 """
 import io
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,12 +64,24 @@ def array_panel(title, array, group=0):
                  rows=index_labels(shape[:-1]), group=group)
 
 
+def is_special(path):
+    """Whether `path` is there and neither a regular file nor a folder: a device or a pipe, written where it is."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def picture_format(path, who):
     """The format that `path`'s suffix names, one of FORMATS; otherwise an error naming `who`, so that a caller
-    can refuse the path before any work, not after it (matplotlib would add .png to a name without a suffix)."""
+    can refuse the path before any work, not after it (matplotlib would add .png to a name without a suffix).
+    A device or a pipe without a suffix (/dev/null, a FIFO) takes PNG: its name has no format to go by."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{who} must be a file name (a str or pathlib.Path), got {type(path).__name__}; "
                         "e.g. 'mismatch.png'")
+    if not Path(path).suffix and is_special(path):
+        return "png"
     fmt = Path(path).suffix.lower()[1:]
     if fmt not in FORMATS:
         raise ValueError(f"{who} {str(path)!r}: a picture is written as .png, .svg or .pdf; end its name with one")
@@ -100,11 +115,17 @@ def _picture_class():
         """A matplotlib Figure that shows itself in Jupyter as a PNG, with or without pyplot's inline backend."""
 
         def _repr_png_(self):
-            buffer = io.BytesIO()
-            self.savefig(buffer, format="png")
-            return buffer.getvalue()
+            return picture_bytes(self)
 
     return Picture
+
+
+def picture_bytes(figure, fmt="png"):
+    """The file of a matplotlib `figure` in `fmt`, drawn in memory: matplotlib's PNG writer seeks back in
+    the file it writes, which a pipe (a FIFO, /dev/stdout) refuses, so callers write these bytes instead."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=fmt)
+    return buffer.getvalue()
 
 
 def figure(rows, title="", notes=()):

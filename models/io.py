@@ -15,11 +15,12 @@ import json
 import math
 import os
 import shutil
-import stat
 import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from autograd.heatmaps import is_special  # defined below models, where gradcheck's picture= needs the same rule
 
 
 def fsync(path):
@@ -94,15 +95,6 @@ def atomic_path(path):
             tmp.unlink(missing_ok=True)
 
 
-def is_special(path):
-    """Whether `path` is there and neither a regular file nor a folder: a device or a pipe, written where it is."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False
-    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
-
-
 def owning_folder(path, marks, itself=True):
     """The first of `path` (unless not `itself`) and the folders above it that holds all the files of one of
     `marks` (each a tuple of names: a checkpoint's train_state.json, a prepared corpus's meta.json and first
@@ -117,6 +109,7 @@ def owning_folder(path, marks, itself=True):
 
 MAX_JSON_BYTES = 256 * 2 ** 20  # far above any file this project writes (GPT-2's vocabulary inline is 2 MB)
 MAX_JSON_DEPTH = 64  # this project's files nest 4 deep, Hugging Face's configs a few more
+MAX_TEXT_BYTES = 256 * 2 ** 20  # a text file read whole: far above any vocabulary's merges (GPT-2's vocab.bpe: 456 KB)
 
 
 def read_bounded(path, max_bytes, kind):

@@ -6,8 +6,10 @@ there with the same computation on the CPU. On the CPU itself that comparison
 is empty, so those tests say so and skip; a test that cannot run on CUDA is
 marked `cpu_only` and skips, with its reason, under --device cuda.
 """
+import contextlib
 import os
 import signal
+import threading
 
 import pytest
 
@@ -57,3 +59,28 @@ def device(request):
         pytest.skip("cross-device check: run `python -m pytest --device cuda` on a machine with a GPU")
     backend.xp_for(name)  # a clear error naming CuPy when the device is missing
     return name
+
+
+@pytest.fixture
+def piped(tmp_path):
+    """`path, received = piped(name)`: a named pipe `name` in tmp_path with a reader on it; after the write,
+    received() is every byte the reader got (b"" if nothing opened the pipe to write)."""
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("makes a named pipe")
+
+    def make(name):
+        path = tmp_path / name
+        os.mkfifo(path)
+        got = []
+        reader = threading.Thread(target=lambda: got.append(path.read_bytes()), daemon=True)
+        reader.start()
+
+        def received():
+            reader.join(timeout=10)
+            if reader.is_alive():  # still waiting for a writer to open the pipe: open it, so that the read ends
+                with contextlib.suppress(OSError):  # (ENXIO: the reader went meanwhile)
+                    os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+                reader.join(timeout=10)
+            return got[0] if got else b""
+        return path, received
+    return make

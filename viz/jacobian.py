@@ -30,8 +30,8 @@ import numpy as np
 
 import autograd as ag
 from autograd import Tensor, ops, topological_order
-from autograd.heatmaps import Panel, figure, index_labels, picture_format
-from models.io import atomic_path, is_special
+from autograd.heatmaps import Panel, figure, index_labels, picture_bytes, picture_format
+from models.io import atomic_path
 
 LARGEST = 64  # elements of the input (--shape): a picture for looking at, not a computation
 
@@ -358,17 +358,14 @@ def main(argv=None):
     if args.shape is not None and len(args.shape) not in case.ndim:
         p.error(f"--shape {','.join(map(str, args.shape))}: {args.op} takes {case.what}")
     out = Path(args.out or f"jacobian_{args.op}.png")
-    if is_special(out) and not out.suffix:  # a device or a pipe (/dev/null) takes the default's format
-        fmt = "png"
-    else:
-        try:
-            fmt = picture_format(out, "--out")  # x.PNG is a PNG, as viz.graph reads it
-        except ValueError as exc:
-            p.error(str(exc))
+    try:
+        fmt = picture_format(out, "--out")  # x.PNG is a PNG, as viz.graph reads it; /dev/null one too
+    except ValueError as exc:
+        p.error(str(exc))
     drawn = picture(args.op, args.shape, args.seed)
     try:
         with atomic_path(out) as tmp:  # whole or not at all
-            drawn.figure.savefig(tmp, format=fmt)
+            tmp.write_bytes(picture_bytes(drawn.figure, fmt))
     except OSError as exc:
         print(f"viz.jacobian: error: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
         return 1

@@ -43,7 +43,7 @@ import numpy as np
 
 from autograd import backend
 from autograd import Constant, Tensor, Value, backward_steps, root_grad
-from models.io import is_special
+from autograd.heatmaps import is_special
 
 from .graph import INSTALL_DOT, gradient_of
 from .loading import demo_loss_of

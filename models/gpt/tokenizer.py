@@ -37,7 +37,7 @@ import numpy as np
 import regex
 
 from models.cli import Parser
-from models.io import MAX_JSON_BYTES, json_type, read_bounded, read_json
+from models.io import MAX_TEXT_BYTES, json_type, read_bounded, read_json
 
 # GPT-2's pre-tokenisation: contractions, letter runs, digit runs and punctuation
 # runs each keep one leading space, and a run of spaces gives its last space to the
@@ -530,8 +530,8 @@ class GPT2Tokenizer(_ByteLevelBPE):
             except ValueError as exc:
                 raise ValueError(f"GPT2Tokenizer: {exc}; encoder_json is a file like GPT-2's encoder.json, a JSON "
                                  "object of token → id") from None
-            try:  # GPT-2's vocab.bpe is 456 KB: the limit of a JSON file is far above any such file
-                merge_lines = read_bounded(merges_path, MAX_JSON_BYTES, "a vocab.bpe file").decode("utf-8").splitlines()
+            try:
+                merge_lines = read_bounded(merges_path, MAX_TEXT_BYTES, "a vocab.bpe file").decode("utf-8").splitlines()
             except UnicodeDecodeError as exc:
                 raise ValueError(f"GPT2Tokenizer: {merges_path} is not UTF-8 text (byte {exc.start}); vocab_bpe is "
                                  "a file like GPT-2's vocab.bpe, its merges one a line") from None

@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from autograd.heatmaps import picture_bytes
 from models.cli import SEEDS, Parser, counted, interval, output_file
 from models.io import atomic_path
 from models.lessons.value_nn import DEMO_SIZES, MLP, max_margin_loss, train_step
@@ -107,7 +108,7 @@ def plot_boundary(path, model, points, labels, title):
     ax.set_aspect("equal")
     fig.tight_layout()
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
+        tmp.write_bytes(picture_bytes(fig))
     plt.close(fig)
 
 

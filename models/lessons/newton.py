@@ -35,6 +35,7 @@ import sys
 import numpy as np
 
 import autograd as ag
+from autograd.heatmaps import picture_bytes
 from models.lessons.bigram import Diverged, counting_lower_bound, demo_loss, lesson_setup  # noqa: F401 (demo_loss: viz's)
 from models.cli import Parser, counted, interval, output_file
 from models.io import atomic_path
@@ -168,7 +169,7 @@ def plot_losses(path, runs, bound, title):
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
+        tmp.write_bytes(picture_bytes(fig))
     plt.close(fig)
 
 

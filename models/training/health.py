@@ -46,6 +46,7 @@ import numpy as np
 
 import autograd as ag
 from autograd import backend
+from autograd.heatmaps import picture_bytes
 from autograd.ops import GELU
 from models.gpt.gpt2 import Block
 from models.training.checkpoint import HEALTH_FILES
@@ -438,5 +439,5 @@ def plot(path, records, matrices):
     fig.suptitle("Training health")
     fig.tight_layout(rect=(0, 0, 0.88, 0.96))
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
+        tmp.write_bytes(picture_bytes(fig))
     plt.close(fig)

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 import autograd as ag
+from autograd.heatmaps import picture_bytes
 import nn
 from models.training import checkpoint, health
 from models.cli import (SEEDS, Parser, counted, device, folder_path, interval, machine_memory, model_folder,
@@ -780,7 +781,7 @@ def plot_losses(path, history, evals):
     ax.legend()
     fig.tight_layout()
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
+        tmp.write_bytes(picture_bytes(fig))
     plt.close(fig)
 
 

@@ -268,6 +268,26 @@ def test_gradcheck_refuses_a_picture_path_it_cannot_write_before_any_work(tmp_pa
     assert calls == [] and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("name", ["mismatch.png", "pipe"])
+def test_gradchecks_picture_goes_into_a_pipe(piped, name):
+    """matplotlib's PNG writer seeks, which a pipe refuses: the picture was "not written (UnsupportedOperation: File
+    or stream is not seekable)"; a pipe without a suffix takes PNG, as viz.jacobian's --out does."""
+    pipe, received = piped(name)
+    with pytest.raises(ag.GradcheckError) as info:
+        ag.gradcheck(lambda t: WrongSquare.apply(t), [Tensor(np.ones(2), requires_grad=True)], picture=pipe)
+    assert str(info.value).splitlines()[-1] == (f"  picture: {pipe} (analytic, numeric and their difference for each "
+                                                "failing input)")
+    assert received().startswith(PNG)
+
+
+def test_gradcheck_draws_into_a_device_as_viz_jacobian_does():
+    """picture='/dev/null' was refused as a name without .png, .svg or .pdf, where viz.jacobian --out takes it."""
+    with pytest.raises(ag.GradcheckError) as info:
+        ag.gradcheck(lambda t: WrongSquare.apply(t), [Tensor(np.ones(2), requires_grad=True)], picture="/dev/null")
+    assert str(info.value).splitlines()[-1] == ("  picture: /dev/null (analytic, numeric and their difference for "
+                                                "each failing input)")
+
+
 def test_gradcheck_that_passes_draws_nothing(tmp_path):
     path = tmp_path / "p.png"
     assert ag.gradcheck(lambda t: t * t, [Tensor(np.ones(2), requires_grad=True)], picture=path)

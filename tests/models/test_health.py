@@ -204,6 +204,19 @@ def test_the_norm_panels_legend_names_clipping_only_where_it_scaled_a_step(model
                       else ["global gradient norm"])
 
 
+def test_the_picture_goes_into_a_pipe(model, piped):
+    """matplotlib's PNG writer seeks, which a pipe refuses: a health.png that is a FIFO ended in "File or stream is
+    not seekable"."""
+    pipe, received = piped("health.png")
+    x, y = batch()
+    monitor = health.Health(model, 1, pipe.parent, say=lambda line: None)
+    model(ag.Tensor(x), ag.Tensor(y))[1].backward()
+    monitor.after_backward(0, x)
+    monitor.after_step(0)
+    monitor.close()
+    assert received()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_interval_zero_does_nothing(model, tmp_path):
     monitor = health.Health(model, 0, tmp_path)
     monitor.after_backward(0, batch()[0])

@@ -1,6 +1,8 @@
 """models.moons: micrograd's demo on Value: the data, the NumPy picture's scores, and the full run's 100 %."""
 import math
+import os
 import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -90,3 +92,10 @@ def test_one_step_is_said_in_the_singular(tmp_path, capsys):
     assert moons.main(["--steps", "1", "--points", "4", "--out", str(tmp_path / "b.png")]) in (0, None)
     out = capsys.readouterr().out
     assert "SGD with lr 1.0 → 0.1 over 1 step\n" in out and "\nafter 1 step: loss " in out
+
+
+def test_the_picture_goes_into_a_pipe(piped):
+    """matplotlib's PNG writer seeks, which a pipe refuses: --out a FIFO ended in "File or stream is not seekable"."""
+    pipe, received = piped("moons.png")
+    assert moons.main(["--steps", "1", "--points", "4", "--out", str(pipe)]) in (0, None)
+    assert received()[:8] == b"\x89PNG\r\n\x1a\n" and stat.S_ISFIFO(os.stat(pipe).st_mode)

@@ -61,6 +61,13 @@ def test_the_command_prints_both_runs_and_writes_the_picture(tmp_path, capsys):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_picture_goes_into_a_pipe(piped, capsys):
+    """matplotlib's PNG writer seeks, which a pipe refuses: --out a FIFO ended in "File or stream is not seekable"."""
+    pipe, received = piped("newton.png")
+    newton.main(["--gd-steps", "2", "--newton-steps", "1", "--out", str(pipe)])
+    assert received()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {pipe}" in capsys.readouterr().out
+
+
 def test_a_diverging_descent_is_one_line_and_draws_nothing(tmp_path, capsys):
     """--lr 1e30 once printed NaN losses and ended in a traceback from the plot's axis limits."""
     out = tmp_path / "n.png"

@@ -635,7 +635,7 @@ def test_gpt2_from_files_refuses_a_pipe_as_vocab_bpe_without_reading_it(tmp_path
 
 
 def test_gpt2_from_files_refuses_a_vocab_bpe_over_the_size_limit_before_reading_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(tokenizer_module, "MAX_JSON_BYTES", 100)
+    monkeypatch.setattr(tokenizer_module, "MAX_TEXT_BYTES", 100)
     (tmp_path / "vocab.bpe").write_text("h e\n" * 30, encoding="utf-8")
     with pytest.raises(ValueError) as error:
         GPT2Tokenizer.from_files(byte_encoder(tmp_path), tmp_path / "vocab.bpe")

@@ -3,6 +3,7 @@ import json
 import os
 import re
 import shutil
+import stat
 
 import numpy as np
 import pytest
@@ -22,6 +23,14 @@ def run(capsys, *argv):
 
 def history(folder):
     return json.loads((folder / "train_state.json").read_text())["history"]
+
+
+def test_the_loss_plot_goes_into_a_pipe(piped):
+    """matplotlib's PNG writer seeks, which a pipe refuses: a loss.png that is a FIFO ended the run in "File or
+    stream is not seekable"."""
+    pipe, received = piped("loss.png")
+    train.plot_losses(pipe, [3.0, 2.5, 2.2], [{"iter": 2, "train": 2.2, "val": 2.4}])
+    assert received()[:8] == b"\x89PNG\r\n\x1a\n" and stat.S_ISFIFO(os.stat(pipe).st_mode)
 
 
 def test_run_writes_checkpoint_plot_and_sample(tmp_path, capsys):
