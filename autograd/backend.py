@@ -111,9 +111,15 @@ def scatter_add(target, index, values):
 
     Plain `target[index] += values` would keep only the last of repeated rows,
     the bug lesson 1 warns about: the embedding row of a token seen twice must
-    receive both gradients.
+    receive both gradients. float16 is added in float32 and rounded once:
+    numpy.add.at and CuPy's atomics add it in float16, where 2048 + 1 rounds
+    back to 2048 (4096 picks of a row of ones summed to 2048).
     """
-    if not isinstance(target, numpy.ndarray):
+    if target.dtype == "float16":
+        wide = target.astype("float32")
+        scatter_add(wide, index, values.astype("float32"))
+        target[...] = wide
+    elif not isinstance(target, numpy.ndarray):
         import cupyx
         cupyx.scatter_add(target, index, values)
     elif isinstance(index, numpy.ndarray) and index.ndim == 1 and target.ndim == values.ndim == 2:

@@ -1055,10 +1055,17 @@ class ScaledDotProductAttention(Function):
     where their threads share one pool with BLAS (kernels.cpu.SHARED_POOL),
     without dropout, one kernel computes each head's S, P and O on a thread
     of its own, and one its four backward products (dV, dP, dQ, dK) and dS.
+
+    float16 q, k, v are computed in float32, O and the gradients rounded
+    once (Function.widens_float16), as PyTorch accumulates: in float16 S, P
+    and the row sums were each rounded (over 2048 keys, O six times
+    PyTorch's error); near scores of 1000, which float16 holds to 0.5, P
+    (and the log-sum-exp kept to rebuild it) was tens of percent off.
     """
 
     rule = "dV = PᵀG, dS = P·(GVᵀ − G·O), dQ = dS K/√D, dK = dSᵀQ/√D"
     input_names, saved_names = ("q", "k", "v"), ("q", "k", "v", "O", "dropout mask", "P", "logsumexp")
+    widens_float16 = True
 
     def forward(self, q, k, v, mask=None, dropout_p=0.0, causal=False):
         """`causal`: `mask` is the causal one, query i seeing keys up to i + Tk − Tq (the GPU kernel's own)."""

@@ -75,6 +75,16 @@ def test_op_forward_and_backward_match_the_cpu(device, name):
     assert_same(both(fn, arrays, device))
 
 
+def test_float16_picks_repeated_4096_times_add_up_in_float32(device):
+    """CuPy's scatter_add adds float16 with float16 atomics, where 2048 + 1 rounds back to 2048: an embedding row
+    picked 4096 times got 2048 from a gradient of ones. backend.scatter_add adds in float32: exactly 4096."""
+    ids = np.zeros(4096, np.int64)
+    for pick in (lambda w: w[ids], lambda w: ag.embedding(w, ids)):
+        w = Tensor(np.ones((3, 8), np.float16), requires_grad=True, device=device)
+        pick(w).sum().backward()
+        np.testing.assert_array_equal(backend.to_host(w.grad), np.outer([4096, 0, 0], np.ones(8)))
+
+
 def test_python_and_numpy_read_a_device_tensor_through_the_host(device):
     t = Tensor(f32(3, 4), device=device, requires_grad=True)
     a = np.asarray(t)
