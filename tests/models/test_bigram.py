@@ -1,10 +1,13 @@
 """models.bigram against lesson 1: the set-up, the loss trajectory, the first gradient, the bound, the CLI."""
 import math
+import re
 import subprocess
 import sys
 from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 
+import mpmath
 import numpy as np
 import pytest
 
@@ -41,6 +44,20 @@ def test_initial_weights_are_the_lessons_draws():
     assert model.E.dtype == model.W_U.dtype == np.float64
     assert isinstance(model, nn.Module)
     assert [name for name, _ in model.named_parameters()] == ["E", "W_U"]
+
+
+def test_demo_loss_states_the_exact_step_0_loss():
+    # mean −log softmax(E[cur] W_U)[next] at 40 digits from the lesson's float64 draws, by mpmath, not the engine
+    _, ids = bigram.vocabulary(bigram.CORPUS)
+    cur, nxt = bigram.pairs(ids)
+    rng = np.random.default_rng(0)
+    E, W = rng.normal(0, 1, (15, 8)), rng.normal(0, 0.1, (8, 15))
+    with mpmath.workdps(40):
+        logits = mpmath.matrix(E[cur].tolist()) * mpmath.matrix(W.tolist())
+        exact = mpmath.fsum(mpmath.log(mpmath.fsum(mpmath.exp(logits[i, j]) for j in range(15))) - logits[i, t]
+                            for i, t in enumerate(nxt)) / len(cur)
+    stated = re.search(r"step-0 loss, (\S+),", bigram.demo_loss.__doc__).group(1)
+    assert stated == f"{Decimal(mpmath.nstr(exact, 40)):.{len(stated.split('.')[1])}f}" == "2.7319984903342006"
 
 
 def test_trajectory_through_nn_and_sgd_matches_the_lesson():

@@ -1,9 +1,12 @@
 """models.neuron: micrograd's lecture neuron on Value, against the lecture's numbers worked out by hand."""
 import math
+import re
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
+import mpmath
 import pytest
 
 from autograd import Value
@@ -47,6 +50,33 @@ def test_command_prints_every_node():
     assert rows["o"] == ["0.7071", "1.0000"] and rows["b"] == ["6.8814", "0.5000"]
     assert "1 − 0.7071² = 0.5000" in out
     assert "d²o/dn² = -0.70710678118654" in out and "−2o(1 − o²) = -0.70710678118654" in out
+
+
+def _exact_o():
+    """o = tanh(x₁w₁ + x₂w₂ + b) at 40 digits, from the lecture's float inputs (b's double, not its decimal)."""
+    with mpmath.workdps(40):
+        inputs = {name: mpmath.mpf(value) for name, value in neuron.LECTURE.items()}
+        return mpmath.tanh(inputs["x1"] * inputs["w1"] + inputs["x2"] * inputs["w2"] + inputs["b"])
+
+
+def _rounded(exact, shown):
+    """The exact value rounded to as many decimals as the string `shown` has."""
+    return f"{Decimal(mpmath.nstr(exact, 40)):.{len(shown.split('.')[1])}f}"
+
+
+def test_demo_loss_states_o_correctly_rounded():
+    stated = re.search(r"o = tanh\(n\) = (\S+) ", neuron.demo_loss.__doc__).group(1)
+    assert stated == _rounded(_exact_o(), stated) == "0.7071067811865476"
+
+
+def test_command_prints_the_second_derivative_correctly_rounded():
+    out = subprocess.run([sys.executable, "-m", "models.neuron"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    engine, by_hand = re.search(r"d²o/dn² = (\S+) from the engine, −2o\(1 − o²\) = (\S+) by hand", out).groups()
+    o = _exact_o()
+    with mpmath.workdps(40):
+        exact = -2 * o * (1 - o * o)  # −0.70710678118654745764…
+    assert engine == by_hand == _rounded(exact, engine)
 
 
 @pytest.mark.parametrize("x", [-2.0, -0.3, 0.0, math.asinh(1.0), 1.7])
