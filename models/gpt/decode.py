@@ -149,7 +149,9 @@ class StaticDecoder:
         """Sample token `start` from the prefill's last logits (B, V), and set the step's position to it."""
         xp = backend.xp_for(self.device)
         key = xp.floor(backend.generator(self.device).random(2) * 2.0 ** 32)  # this call's Philox key, on the device
-        self.params[:3] = xp.asarray([temperature, top_k or 0, 1.0 if top_p is None else top_p])
+        # a top_k of V or more keeps every token, as 0 does: clamped, it fits the kernel's int (a C cast of a
+        # double beyond INT_MAX is undefined)
+        self.params[:3] = xp.asarray([temperature, min(top_k or 0, logits.shape[-1]), 1.0 if top_p is None else top_p])
         self.params[3:] = key
         self.pos[...] = start - 1
         self.logits[...] = logits

@@ -396,6 +396,16 @@ def test_graph_eager_and_cpu_give_the_same_tokens(device, monkeypatch):
         np.testing.assert_array_equal(runs[2], runs[0])
 
 
+def test_a_top_k_beyond_the_vocabulary_keeps_every_token_on_the_device(device, monkeypatch):
+    """The kernel reads top_k as a C int: one past INT_MAX is clamped to V first, not cast (undefined in C)."""
+    m = model(dtype=np.float32, vocab_size=300).to(device)
+    runs = []
+    for top_k in (None, 300, 2 ** 40):
+        ag.manual_seed(4)
+        runs.append(generate(m, [[3, 1, 4]], 30, "static", monkeypatch, temperature=1.5, top_k=top_k))
+    assert runs[1] == runs[0] and runs[2] == runs[0]
+
+
 def test_nan_logits_on_the_device_are_refused_at_the_token_the_cpu_names(device, monkeypatch):
     """On a GPU the check waits for the tokens' one copy to the host; the kernel feeds id 0 on, CuPy wraps -1."""
     m = model(dtype=np.float32)
