@@ -28,7 +28,7 @@ MUL = Op("*", "∂out/∂a = b, ∂out/∂b = a", lambda out: (out.b, out.a))
 EXP = Op("exp", "∂out/∂x = eˣ = out", lambda out: (out,))
 LOG = Op("log", "∂out/∂x = 1/x", lambda out: (out.a ** -1,))
 TANH = Op("tanh", "∂out/∂x = 1 − out²", lambda out: (1 - out * out,))
-SIGMOID = Op("sigmoid", "∂out/∂x = out·(1 − out)", lambda out: (out * (1 - out),))
+SIGMOID = Op("sigmoid", "∂out/∂x = out·(1 − out) = σ(x)·σ(−x)", lambda out: (out * (-out.a).sigmoid(),))
 RELU = Op("relu", "∂out/∂x = 1[x > 0]", lambda out: (out.da,))  # 0 or 1: flat on either side of 0
 POW_RULE = "∂out/∂x = k·x^(k−1)"
 
@@ -115,10 +115,10 @@ class Value:
         t = math.tanh(self.data)
         return _result(t, TANH, self, 1 - t * t)
 
-    def sigmoid(self):  # σ' = σ(1 − σ)
+    def sigmoid(self):  # σ' = σ(1 − σ) = σ(x)·σ(−x): 1 − σ would cancel as σ nears 1, σ(−x) does not
         e = math.exp(-abs(self.data))  # never overflows; 1 − e or e/(1 + e) would cancel for x ≪ 0, this does not
-        s = 1 / (1 + e) if self.data >= 0 else e / (1 + e)
-        return _result(s, SIGMOID, self, s * (1 - s))
+        high, low = 1 / (1 + e), e / (1 + e)  # σ(|x|), σ(−|x|)
+        return _result(high if self.data >= 0 else low, SIGMOID, self, high * low)
 
     def relu(self):  # 1 where x > 0, else 0; NaN passes on, as in PyTorch
         x = self.data
@@ -144,7 +144,10 @@ class Value:
         if base <= 0:
             raise ValueError(f"{base} ** Value: the derivative in the exponent, {base} ** x · ln {base}, is not a "
                              "real number for a base ≤ 0; use a positive base")
-        return (self * math.log(base)).exp()
+        try:
+            return (self * math.log(base)).exp()
+        except OverflowError:  # name the power the learner wrote, not the exp it is computed by
+            raise OverflowError(f"{base} ** Value: {base} ** {self.data:g} is beyond a float's range") from None
 
     def topological_order(self):
         """Every Value below self, each before the Values it was computed from (self first): the order
@@ -179,7 +182,7 @@ class Value:
         for v in order:
             if v.op is not None:
                 v.grad = 0.0
-        one = Value(1.0) if create_graph else 1.0
+        one = Constant(1.0) if create_graph else 1.0  # d(self)/d(self): a number of the graph, not a leaf to train
         # the root's own gradient, 1: added to what a leaf holds (x.backward() twice gives 2, as in PyTorch)
         self.grad = self.grad + one if self.op is None and (isinstance(self.grad, Value) or self.grad) else one
         if create_graph:

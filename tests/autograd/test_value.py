@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from autograd import Tensor, Value, topological_order
+from autograd import Constant, Tensor, Value, topological_order
 
 
 def approx(x):
@@ -418,6 +418,8 @@ def test_second_derivatives_start_at_zero_where_the_first_does():
     # 1e-200 ** -1 = 1e200 is a float; its derivative, −1e400, is not (the message blamed the power)
     (lambda: 3 / Value(1e-200), OverflowError,
      "Value \\*\\* -1: at 1e-200, the derivative -1 · x \\*\\* -2 is beyond a float's range"),
+    # 10 ** x is e^(x ln 10) inside: the message named Value.exp and e ** 921.034, which the learner never wrote
+    (lambda: 10 ** Value(400.0), OverflowError, "^10 \\*\\* Value: 10 \\*\\* 400 is beyond a float's range$"),
 ])
 def test_math_errors_name_the_value_op(make, error, message):
     with pytest.raises(error, match=message):
@@ -435,3 +437,31 @@ def test_tensor_sigmoid_keeps_its_digits_far_below_zero_as_value_does():
 
 def test_a_0_d_array_is_a_number():
     assert Value(np.array(2.0)).data == 2.0 and Value(Tensor(3.0)).data == 3.0
+
+
+@pytest.mark.parametrize("x", [20.0, 30.0, 37.0, 40.0])
+def test_sigmoid_derivative_keeps_its_digits_far_above_zero_too(x):
+    """σ'(x) = σ(x)·σ(−x) = e/(1 + e)² with e = e^−|x|, the same on both sides of 0. σ(1 − σ) lost the digits of
+    1 − σ as σ neared 1: relative error 3.6e-8 at x = 20, 1e-3 at 30, and 0 in place of 8.5e-17 from x = 37;
+    the create_graph path too, and the second derivative σ'' = σ'·(1 − 2σ) = e(e − 1)/(1 + e)³ with it."""
+    e = math.exp(-x)
+    for sign in (1, -1):
+        v = Value(sign * x)
+        v.sigmoid().backward()
+        assert v.grad == pytest.approx(e / (1 + e) ** 2, rel=1e-15, abs=0)
+        v.grad = 0.0
+        v.sigmoid().backward(create_graph=True)
+        first, v.grad = v.grad, 0.0
+        assert first.data == pytest.approx(e / (1 + e) ** 2, rel=1e-15, abs=0)
+        first.backward()
+        assert v.grad == pytest.approx(sign * e * (e - 1) / (1 + e) ** 3, rel=1e-14, abs=0)
+
+
+def test_create_graphs_seed_is_a_constant_not_a_leaf_to_train():
+    """The gradient's graph holds backward's seed, d(out)/d(out) = 1: a plain Value made it a leaf like a weight
+    (viz.graph --double drew it green, and its own backward gave it a gradient)."""
+    x = Value(0.5, name="x")
+    x.tanh().backward(create_graph=True)
+    leaves = [v for v in x.grad.topological_order() if not v.inputs]
+    assert [v for v in leaves if not isinstance(v, Constant)] == [x]
+    assert [v.data for v in leaves if isinstance(v, Constant)].count(1.0) == 2  # tanh's 1 − out², and the seed
