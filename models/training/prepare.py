@@ -13,7 +13,8 @@ in memory (models/training/shards.py describes the folder it writes).
   the corpus or the shard size.
 * --workers N tokenizes sections in N processes, each reading its sections'
   bytes itself; the sections' ids come back in order, so the output is byte for
-  byte the same for any N.
+  byte the same for any N. N and --section-kb whose sections in flight would
+  hold more than half of the memory are refused before any work (check_fits_memory).
 * The validation split is held out by document: with at least 1/--val-fraction
   files, floor(n·f) of the n files in sorted order, spread evenly (the i-th
   when floor((i+1)·f) > floor(i·f): every tenth for 0.1); with fewer, the tail of
@@ -29,6 +30,7 @@ in memory (models/training/shards.py describes the folder it writes).
   is written last, so a folder without it is never mistaken for a finished one.
 """
 import argparse
+import bisect
 import codecs
 import hashlib
 import json
@@ -65,14 +67,16 @@ def make_parser():
     p.add_argument("--tokenizer", choices=["char", "gpt2"], default="gpt2",
                    help="characters (a vocabulary from the data) or GPT-2's byte-level BPE")
     p.add_argument("--workers", type=interval(int, "[1, 1024]"), default=default_workers(),
-                   help="tokenizing processes (the output does not depend on it)")
+                   help="tokenizing processes (the output does not depend on it); more than the cores are allowed, "
+                        "but no faster, and the sections in flight must fit half of the memory")
     p.add_argument("--val-fraction", type=interval(float, "[0, 1)"), default=0.1,
                    help="the share held out for validation, by file or by each file's tail")
     p.add_argument("--shard-tokens", type=interval(int, "[1, inf)"), default=1 << 24, help="tokens per shard")
     p.add_argument("--pattern", type=file_pattern, default="*.txt",
                    help="the files a folder contributes (searched recursively)")
-    p.add_argument("--section-kb", type=section_kb, default=1024,
-                   help="text per piece of work (the output does not depend on it)")
+    p.add_argument("--section-kb", type=interval(int, "[1, inf)"), default=1024,
+                   help="text per piece of work (the output does not depend on it); each worker's takes about "
+                        f"{SECTION_COPIES} times its size in memory as it is tokenized")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar (there is none where stderr is not a terminal)")
     return p
@@ -99,20 +103,52 @@ def file_pattern(text):
     return text
 
 
-# A section is held a few times over in memory (its bytes, its text, its ids and the slot they come back in) by
-# each of the 2 x workers + 1 sections in flight: one larger than this share of the memory cannot be prepared.
-SECTION_SHARE = 64
+# A section being tokenized takes about this many times its bytes at its peak (its bytes, its text, the code
+# points or the BPE chunks, int64 ids, then the shards' dtype): tracemalloc's peak for a 1 MB section of English
+# words was 13 times with characters and 18 with GPT-2's BPE (16 for 16 MB; its word cache is up to 2 MB).
+SECTION_COPIES = 18
 
 
-def section_kb(text):
-    """A `type=` function: --section-kb, at least 1 and at most 1/SECTION_SHARE of this machine's memory."""
-    value = interval(int, "[1, inf)")(text)
+def slot_tokens(section_kb):
+    """The ids a section's slot in Encoders' buffer holds: as many as its bytes, and 64 Ki more for a cut that came
+    late (a section with more goes back whole)."""
+    return section_kb * 1024 + (1 << 16)
+
+
+def sections_in_flight(workers):
+    """How many sections a pool of `workers` has handed out and not yet given back: two a worker, and one."""
+    return 2 * workers + 1
+
+
+def memory_needed(workers, section_kb):
+    """The bytes that tokenizing with `workers` and `section_kb` holds at once: each worker's section as it is
+    tokenized and, with a pool, the buffer its ids come back in (Encoders), as uint16 (the narrowest ids)."""
+    buffer = sections_in_flight(workers) * slot_tokens(section_kb) * token_dtype(1).itemsize if workers > 1 else 0
+    return workers * SECTION_COPIES * section_kb * 1024 + buffer
+
+
+def check_fits_memory(workers, section_kb):
+    """A one-line error naming both options unless memory_needed fits half of this machine's memory (the rest
+    is the parent's, the page cache's and the other programs'); made before any file is read or worker forked."""
     memory = machine_memory()
-    if memory is not None and value * 1024 > memory // SECTION_SHARE:
-        raise argparse.ArgumentTypeError(f"{value:,} KB is more than a section may take of this machine's "
-                                         f"{memory / 2 ** 30:.1f} GiB of memory (at most "
-                                         f"{memory // SECTION_SHARE // 1024:,} KB)")
-    return value
+    if memory is None:
+        return
+    budget, needed = memory // 2, memory_needed(workers, section_kb)
+    if needed <= budget:
+        return
+    # the largest value below the one given that fits, with the other option as given (0 where none does)
+    most_workers = bisect.bisect_left(range(1, workers), True, key=lambda w: memory_needed(w, section_kb) > budget)
+    most_kb = bisect.bisect_left(range(1, section_kb), True, key=lambda kb: memory_needed(workers, kb) > budget)
+    fixes = []
+    if most_workers:
+        fixes.append(f"fewer --workers (at most {most_workers} with --section-kb {section_kb})")
+    if most_kb:
+        fixes.append(f"a smaller --section-kb (at most {most_kb} with --workers {workers})")
+    ids = f", and {sections_in_flight(workers)} sections of ids" if workers > 1 else ""
+    raise ValueError(f"--workers {workers} with --section-kb {section_kb} would hold about {needed / 2 ** 30:.1f} "
+                     f"GiB at once (each worker's section as it is tokenized, about {SECTION_COPIES} times its size"
+                     f"{ids}), more than half of this machine's {memory / 2 ** 30:.1f} GiB of memory; give "
+                     + " or ".join(fixes))
 
 
 @dataclass(frozen=True)
@@ -571,8 +607,7 @@ def prepare(args):
         return next((path for path, was, is_ in zip(files, plan["sources"], now) if was != is_), None)
 
     try:
-        slot_tokens = args.section_kb * 1024 + (1 << 16)  # a section's ids, unless no cut came near its size
-        with Encoders(SectionEncoder(tokenizer, dtype), args.workers, slot_tokens) as encode:
+        with Encoders(SectionEncoder(tokenizer, dtype), args.workers, slot_tokens(args.section_kb)) as encode:
             for section, ids in encode(tasks, lambda section: writers[section.part.split].wants(section.index)):
                 if writers[section.part.split].add(section.index, ids):
                     save_progress()
@@ -680,7 +715,7 @@ class Encoders:
         # workers, which only encode in numba's serial kernels, take no lock of theirs.
         forked = sys.platform == "linux"
         if forked:  # an anonymous shared mapping, which forked workers inherit
-            in_flight, dtype = 2 * self.workers + 1, np.dtype(self.encoder.dtype)
+            in_flight, dtype = sections_in_flight(self.workers), np.dtype(self.encoder.dtype)
             buffer = mmap.mmap(-1, in_flight * self.slot_tokens * dtype.itemsize)
             self.slots = np.frombuffer(buffer, dtype=dtype).reshape(in_flight, self.slot_tokens)
         self.pool = multiprocessing.get_context("fork" if forked else "spawn").Pool(
@@ -690,7 +725,7 @@ class Encoders:
     def _in_pool(self, tasks, wanted):
         """Each wanted section with its ids; at most two sections per worker in flight, so memory stays bounded.
         A worker reads its section's text itself: only its place in the file is sent."""
-        pending, free = deque(), list(range(2 * self.workers + 1))
+        pending, free = deque(), list(range(sections_in_flight(self.workers)))
 
         def oldest():
             section, slot, result = pending.popleft()
@@ -718,7 +753,12 @@ class Encoders:
 
 
 def main(argv=None):
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    try:
+        check_fits_memory(args.workers, args.section_kb)
+    except ValueError as exc:
+        parser.error(str(exc))
     out = Path(args.out)
     made = None  # the first folder of --out's path that this run makes, if any
     if not out.exists():

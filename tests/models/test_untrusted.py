@@ -276,6 +276,49 @@ def test_prepare_a_section_beyond_memory_is_refused_at_parse_time(tmp_path, caps
     assert code == 2 and "--section-kb" in line and "memory" in line
 
 
+MEMORY_ERROR = ("python -m models.prepare: error: --workers {} with --section-kb {} would hold about {} GiB at once "
+                "(each worker's section as it is tokenized, about 18 times its size{}), more than half of this "
+                "machine's 1.0 GiB of memory; give {} (see --help)")
+
+
+@pytest.mark.parametrize("workers, kb, gib, ids, fixes", [
+    # 64 x 18 MiB of sections being tokenized and 129 slots of (1 MiB + 64 KiB) x 2 bytes: 1.39 GiB
+    (64, 1024, "1.4", ", and 129 sections of ids",
+     "fewer --workers (at most 22 with --section-kb 1024) or a smaller --section-kb (at most 360 with --workers 64)"),
+    (23, 1024, "0.5", ", and 47 sections of ids",
+     "fewer --workers (at most 22 with --section-kb 1024) or a smaller --section-kb (at most 1020 with --workers 23)"),
+    (64, 361, "0.5", ", and 129 sections of ids",
+     "fewer --workers (at most 63 with --section-kb 361) or a smaller --section-kb (at most 360 with --workers 64)"),
+    (1, 29128, "0.5", "", "a smaller --section-kb (at most 29127 with --workers 1)"),
+])
+def test_prepare_workers_and_sections_beyond_memory_are_refused_before_any_work(tmp_path, capsys, monkeypatch,
+                                                                                 workers, kb, gib, ids, fixes):
+    """2 x workers + 1 sections' ids share one buffer, and each worker tokenizes a section of its own: a pool
+    whose buffer mmap could not allocate failed with a bare '[Errno 12] Cannot allocate memory' after reading
+    the corpus, and 1024 workers forked with a 4.3 GiB buffer. Refused by name before a file is read."""
+    monkeypatch.setattr(prepare, "machine_memory", lambda: 2 ** 30)
+    code, _, err = run(prepare.main, capsys, str(tmp_path / "none.txt"), "--out", str(tmp_path / "p"),
+                       "--workers", str(workers), "--section-kb", str(kb))
+    assert code == 2 and one_line(err) == MEMORY_ERROR.format(workers, kb, gib, ids, fixes)
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("workers, kb", [(22, 1024), (64, 360), (1, 29127)])
+def test_prepare_workers_and_sections_that_fit_memory_go_on_to_the_work(tmp_path, capsys, monkeypatch, workers, kb):
+    """The largest settings the refusal offers pass it: the run goes on to look for its (missing) input."""
+    monkeypatch.setattr(prepare, "machine_memory", lambda: 2 ** 30)
+    code, _, err = run(prepare.main, capsys, str(tmp_path / "none.txt"), "--out", str(tmp_path / "p"),
+                       "--workers", str(workers), "--section-kb", str(kb))
+    assert code == 1 and one_line(err) == f"prepare: error: no file or folder {tmp_path / 'none.txt'}"
+
+
+def test_prepare_defaults_fit_this_machines_memory():
+    """Every core as workers (more than the cores is allowed) and 1 MB sections pass on this machine."""
+    args = prepare.make_parser().parse_args(["x.txt", "--out", "out"])
+    prepare.check_fits_memory(args.workers, args.section_kb)
+    prepare.check_fits_memory(4 * os.cpu_count(), args.section_kb)
+
+
 @pytest.mark.parametrize("where", ["run", "run/sub"])
 def test_prepare_into_a_training_checkpoints_folder_is_refused(made, capsys, where):
     before = sorted(p.name for p in (made / "run").iterdir())
