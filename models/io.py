@@ -102,9 +102,20 @@ def owning_folder(path, marks, itself=True):
     as the write would follow them."""
     folder = Path(os.path.realpath(path))
     for candidate in ([folder] if itself else []) + list(folder.parents):
-        if any(all((candidate / name).is_file() for name in mark) for mark in marks):
+        if _holds(candidate, marks):
             return candidate
     return None
+
+
+def owned_folder_below(path, marks):
+    """The first folder under `path` (not `path` itself) that holds all the files of one of `marks`; None when
+    there is none. Symbolic links to folders are not followed: what they name is not in `path`'s tree."""
+    top = os.path.realpath(path)
+    return next((Path(root) for root, _, _ in os.walk(top) if root != top and _holds(Path(root), marks)), None)
+
+
+def _holds(folder, marks):
+    return any(all((folder / name).is_file() for name in mark) for mark in marks)
 
 
 MAX_JSON_BYTES = 256 * 2 ** 20  # far above any file this project writes (GPT-2's vocabulary inline is 2 MB)

@@ -121,7 +121,8 @@ def draw(report, title=None, collapse=False, depth=None):
 
 
 def main(argv=None):
-    from models.cli import Parser, output_file  # here, not at the top: draw() needs nothing from models
+    from models.cli import Parser  # here, not at the top: draw() needs nothing from models
+    from models.training.checkpoint import picture_file
     p = Parser("python -m viz.diverge", "Run a model module's demo_loss() and its backward under two settings and "
                                         "find the first op, forward then backward, where the runs part beyond "
                                         "the drift a float64 run of the same graph predicts.",
@@ -132,7 +133,7 @@ def main(argv=None):
     p.add_argument("--b", type=parse_setting_or_reference, metavar="SETTING", default="composed",
                    help="how run b is made, or a .npz of reference arrays by module name")
     p.add_argument("--format", choices=FORMATS, help="output format (default: --out's suffix, else svg)")
-    p.add_argument("--out", type=output_file,
+    p.add_argument("--out", type=picture_file,
                    help="output file (default: diverge_<module>.<format> in the current directory)")
     p.add_argument("--collapse", action="store_true", help="fold each module into one box")
     p.add_argument("--depth", type=int, metavar="N",

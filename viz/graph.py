@@ -830,13 +830,14 @@ def title_of(name, loss, backward):
 
 
 def main(argv=None):
-    from models.cli import Parser, output_file  # here, not at the top: draw() needs nothing from models
+    from models.cli import Parser  # here, not at the top: draw() needs nothing from models
+    from models.training.checkpoint import picture_file
     p = Parser("python -m viz.graph", "Draw the backward graph of a model module's demo_loss() with Graphviz.",
                epilog=f"Needs the Python package graphviz ({INSTALL_PYTHON}) and Graphviz's `dot` program "
                       f"to render; without `dot` the .dot source is written and the exit status is {NO_DOT_EXIT}.")
     p.add_argument("module", help="a module defining demo_loss(), e.g. models.bigram (model.bigram works too)")
     p.add_argument("--format", choices=FORMATS, help="output format (default: --out's suffix, else svg)")
-    p.add_argument("--out", type=output_file,
+    p.add_argument("--out", type=picture_file,
                    help="output file (default: graph_<module>.<format> in the current directory, flow_<module> with --flow)")
     p.add_argument("--collapse", action="store_true", help="fold each module into one box")
     p.add_argument("--collapse-depth", type=int, metavar="N",

@@ -342,7 +342,8 @@ def _shape(text):
 
 
 def main(argv=None):
-    from models.cli import SEEDS, Parser, interval, output_file  # here, not at the top: draw() needs nothing from models
+    from models.cli import SEEDS, Parser, interval  # here, not at the top: draw() needs nothing from models
+    from models.training.checkpoint import picture_file
     cases = "; ".join(f"{c.name}: {c.what} (default {','.join(map(str, c.shape))})" for c in OPS.values())
     p = Parser("python -m viz.jacobian", "Draw an op's local Jacobian (ag.jacobian) as a heatmap beside the closed "
                                          "form its docstring states, computed from the op's saved values.",
@@ -351,7 +352,7 @@ def main(argv=None):
     p.add_argument("--shape", type=_shape, help="the input's shape, sizes separated by commas "
                                                 "(default: the op's own, listed below)")
     p.add_argument("--seed", type=interval(int, SEEDS), default=0, help="seed of the input and of the op's other arguments")
-    p.add_argument("--out", type=output_file, help="output file, .png, .svg or .pdf "
+    p.add_argument("--out", type=picture_file, help="output file, .png, .svg or .pdf "
                                                    "(default: jacobian_<op>.png in the current directory)")
     args = p.parse_args(argv)
     case = OPS[args.op]

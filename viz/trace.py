@@ -249,7 +249,8 @@ def print_trace(root, max_values=16, decimals=6, file=None, grad=None):
 
 
 def main(argv=None):
-    from models.cli import Parser, output_file  # here, not at the top: trace() needs nothing from models
+    from models.cli import Parser  # here, not at the top: trace() needs nothing from models
+    from models.training.checkpoint import picture_file
     p = Parser("python -m viz.trace", "Print the backward pass of a model module's demo_loss(), one op at a time, "
                                       "in the order the engine runs it.")
     p.add_argument("module", help="a module defining demo_loss(), e.g. models.tiny (model.tiny works too)")
@@ -257,7 +258,7 @@ def main(argv=None):
                    help="print the values of arrays with at most N elements, shape and norm otherwise")
     p.add_argument("--decimals", type=int, default=6, metavar="D",
                    help=f"round values to D decimals (at most {MAX_DECIMALS})")
-    p.add_argument("--html", metavar="PATH", type=output_file,
+    p.add_argument("--html", metavar="PATH", type=picture_file,
                    help="write one self-contained page that steps through backward on the graph's picture "
                         "(default: none, the text trace only)")
     p.add_argument("--double", nargs="?", const="", metavar="LEAF",

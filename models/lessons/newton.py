@@ -37,8 +37,9 @@ import numpy as np
 import autograd as ag
 from autograd.heatmaps import picture_bytes
 from models.lessons.bigram import Diverged, counting_lower_bound, demo_loss, lesson_setup  # noqa: F401 (demo_loss: viz's)
-from models.cli import Parser, counted, interval, output_file
+from models.cli import Parser, counted, interval
 from models.io import atomic_path
+from models.training.checkpoint import picture_file
 from models.numbers import fixed, section
 
 
@@ -182,7 +183,7 @@ def main(argv=None):
                         help="conjugate-gradient iterations (Hessian-vector products) per Newton step at most")
     parser.add_argument("--damping", type=interval(float, "(0, inf)"), default=1.0,
                         help="the damping λ of (H + λI) p = −g to start from")
-    parser.add_argument("--out", type=output_file, default="newton.png",
+    parser.add_argument("--out", type=picture_file, default="newton.png",
                         help="where to write the picture of both losses (a PNG)")
     args = parser.parse_args(argv)
 

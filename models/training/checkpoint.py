@@ -34,6 +34,7 @@ on it. The loaders check what they read and name the file and what is wrong
 with it in one line: a missing file, damaged JSON or npz, a field of the wrong
 type, an optimizer of another model, a tokenizer that does not fit the weights.
 """
+import argparse
 import contextlib
 import ctypes
 import errno
@@ -53,7 +54,7 @@ import numpy as np
 
 import autograd as ag
 import nn
-from models.cli import show_default
+from models.cli import output_file, show_default
 from models.gpt import hf_checkpoint
 from models.training.data import Layout
 from models.gpt.gpt2 import GPT
@@ -231,6 +232,19 @@ def check_out_dir(folder, resume, overwrite):
 
 class SaveFailed(OSError):
     """A save that the system refused (a full or read-only disk): one line naming the file and what the folder holds."""
+
+
+def picture_file(text):
+    """A `type=` function for what a command draws (a picture, a page, a graph's source): cli.output_file's checks,
+    and outside every checkpoint's, model's and prepared corpus's folder, a link counting where it points. A file
+    there would replace one of theirs (moons --out ck/model.safetensors wrote a PNG over the weights), or be one
+    that --resume refuses; no command but models.train and models.prepare writes into them."""
+    output_file(text)
+    owner = owning_folder(text, CHECKPOINT_MARKS + PREPARED_MARKS, itself=False)
+    if owner is not None:
+        raise argparse.ArgumentTypeError(f"{text} is inside {owner}, which holds a checkpoint, a model or a prepared "
+                                         "corpus that the file would break; write it outside that folder")
+    return text
 
 
 def save(folder, model, tokenizer, optimizer, run):

@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from models.cli import Parser, counted, interval, machine_memory, output_folder, shows_progress
-from models.io import atomic_path, json_type, owning_folder, read_json
+from models.io import atomic_path, json_type, owned_folder_below, owning_folder, read_json
 from models.training.checkpoint import CHECKPOINT_MARKS
 from models.training.data import not_utf8
 from models.training.shards import (META_FILE, META_FORMAT, PROGRESS_FILE, SPLITS, PreparedData, ShardError,
@@ -84,13 +84,19 @@ def make_parser():
 
 def prepared_folder(text):
     """A `type=` function: --out, a folder that can be written and is neither in nor above a training checkpoint's
-    or a model's folder (a save replaces the whole checkpoint folder, and its --resume refuses files it lacks)."""
+    or a model's folder (a save replaces the whole checkpoint folder, and its --resume refuses files it lacks; and
+    models.train's check_out_dir refuses a checkpoint inside a prepared corpus)."""
     output_folder(text)
     owner = owning_folder(text, CHECKPOINT_MARKS)
     if owner is not None:
         where = "" if owner == Path(os.path.realpath(text)) else "inside "
         raise argparse.ArgumentTypeError(f"{text} is {where}{owner}, which holds a training checkpoint or a model; "
                                          "prepare into a folder of its own")
+    below = owned_folder_below(text, CHECKPOINT_MARKS)
+    if below is not None:
+        raise argparse.ArgumentTypeError(f"{text} holds {below}, a training checkpoint or a model, and models.train "
+                                         "saves no checkpoint inside a prepared corpus; prepare into a folder of "
+                                         "its own")
     return text
 
 

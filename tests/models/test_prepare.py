@@ -27,6 +27,7 @@ from models.training.shards import (HEADER, MAGIC, PreparedData, ShardError, Sha
                            token_dtype)
 from models.gpt.gpt2 import GPT, GPTConfig
 from models.gpt.tokenizer import CharTokenizer, GPT2Tokenizer
+from tests.models.conftest import random_gpt2_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDS = ["the", "king", "queen", "of", "and", "thou", "art", "it's", "don't", "1999", "café", "中文", "🙂", "—"]
@@ -267,6 +268,22 @@ def test_an_out_folder_in_an_input_folder_is_refused_before_any_work(tmp_path, c
                                  "that matches its meta.json or shards would read them as text; prepare into a "
                                  f"folder outside {corpus}\n")
     assert sorted(corpus.rglob("*")) == before  # nothing made, not even the folder
+
+
+@pytest.mark.parametrize("out", ["runs", "runs/base/.."])
+def test_an_out_folder_that_holds_a_checkpoint_is_refused_at_parse_time(tmp_path, corpus, capsys, out):
+    """It once prepared there, and models.train then refused to save into the checkpoint inside the corpus."""
+    (tmp_path / "runs").mkdir()
+    random_gpt2_folder(tmp_path / "runs", "ab\n", n_layer=1)
+    before = {p: p.read_bytes() for p in sorted((tmp_path / "runs").rglob("*")) if p.is_file()}
+    with pytest.raises(SystemExit) as exit_:
+        run_prepare(capsys, str(corpus), "--out", str(tmp_path / out), "--tokenizer", "char")
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        f"python -m models.prepare: error: argument --out: {tmp_path / out} holds {tmp_path.resolve() / 'runs/base'}, "
+        "a training checkpoint or a model, and models.train saves no checkpoint inside a prepared corpus; prepare "
+        "into a folder of its own (see --help)\n")
+    assert {p: p.read_bytes() for p in sorted((tmp_path / "runs").rglob("*")) if p.is_file()} == before
 
 
 @pytest.mark.parametrize("content, message", [(b"ok\n\xff\xfe bad", "is not UTF-8 text (byte 0xff at offset 3)")])

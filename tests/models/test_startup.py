@@ -13,7 +13,9 @@ from types import SimpleNamespace
 import pytest
 
 from models import cli
+from models.lessons import moons
 from models.training import sample, train
+from tests.models.conftest import random_gpt2_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -118,6 +120,42 @@ def test_an_output_pipe_that_cannot_be_written_is_one_line(tmp_path):
     os.mkfifo(pipe, 0o444)
     with pytest.raises(argparse.ArgumentTypeError, match=f"^cannot write {pipe}: it is not writable$"):
         cli.output_file(str(pipe))
+
+
+@pytest.mark.parametrize("name, owner", [
+    ("base/model.safetensors", "base"), ("base/new.png", "base"), ("base/sub/x.png", "base"),
+    ("link.png", "base"), ("corpus/train_000000.bin", "corpus"), ("corpus/../base/loss.png", "base")])
+def test_a_picture_into_a_checkpoint_or_a_prepared_corpus_is_refused_at_parse_time(tmp_path, capsys, name, owner):
+    """moons --out (and every --out of viz: checkpoint.picture_file) once overwrote a checkpoint's weights, or left
+    a file that models.train --resume refuses; a link is written through, so it counts where it points."""
+    random_gpt2_folder(tmp_path, "ab\n", n_layer=1)
+    (tmp_path / "corpus").mkdir()
+    for shard in ("meta.json", "train_000000.bin"):
+        (tmp_path / "corpus" / shard).write_bytes(b"x")
+    (tmp_path / "link.png").symlink_to(tmp_path / "base" / "model.safetensors")
+    before = {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+    with pytest.raises(SystemExit) as exit_:
+        moons.main(["--steps", "0", "--out", str(tmp_path / name)])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        f"python -m models.moons: error: argument --out: {tmp_path / name} is inside {tmp_path.resolve() / owner}, "
+        "which holds a checkpoint, a model or a prepared corpus that the file would break; write it outside that "
+        "folder (see --help)\n")
+    assert {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()} == before
+
+
+@pytest.mark.parametrize("command", [["viz.graph", "models.neuron"], ["viz.jacobian", "softmax"],
+                                     ["viz.trace", "models.tiny", "--html"], ["models.newton", "--steps", "1"]])
+def test_every_picture_writer_refuses_an_out_inside_a_checkpoint(tmp_path, command):
+    random_gpt2_folder(tmp_path, "ab\n", n_layer=1)
+    weights = tmp_path / "base" / "model.safetensors"
+    before = weights.read_bytes()
+    flag = [] if command[-1] == "--html" else ["--out"]
+    done = subprocess.run([sys.executable, "-m", *command, *flag, str(weights)], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert done.returncode == 2
+    assert f"{weights} is inside {tmp_path.resolve() / 'base'}, which holds a checkpoint" in done.stderr
+    assert weights.read_bytes() == before
 
 
 # ---- a model too large for the machine ----------------------------------------------------------------
