@@ -185,6 +185,23 @@ def writer_lock(folder):
         os.close(fd)
 
 
+def writer_of(folder):
+    """The process id of the training run writing to `folder` (holding writer_lock's lock), or None: probed, not
+    taken, so a reader makes no lock file."""
+    try:
+        import fcntl
+        fd = os.open(_sibling(_real(folder), "lock"), os.O_RDONLY)
+    except (ImportError, OSError):  # Windows, or no lock file: no writer
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None
+    except BlockingIOError:
+        return os.read(fd, 20).decode(errors="replace") or "?"
+    finally:
+        os.close(fd)  # which releases a lock this probe took
+
+
 def _is_mount_point(path):
     """Whether `path` is a mount point: os.path.ismount sees one only where its device differs from its parent's,
     so a bind mount from the same disk (a container's volume often is) is looked up in the kernel's mount table

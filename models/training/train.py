@@ -270,6 +270,11 @@ def check_combinations(args):
         raise ValueError(f"--lora-r {args.lora_r} saves the adapters alone, which need their base --init-from "
                          f"{args.init_from}, and --out-dir {args.out_dir} is that folder, which a save replaces; "
                          "give the checkpoints another --out-dir")
+    writer = checkpoint.writer_of(args.init_from) if args.lora_r and args.init_from and not args.eval_only else None
+    if writer is not None:  # its next save would replace the base that the adapters name by its weights' SHA-256
+        raise ValueError(f"--init-from {args.init_from} is being written by another training run (process {writer}), "
+                         f"whose next save replaces the weights that --lora-r {args.lora_r}'s adapters are trained "
+                         "on; wait for it to end, or adapt a copy of the folder")
     if args.init_from and not args.resume:  # refused from its config.json, before the weights and the text load
         config = Path(args.init_from) / checkpoint.CONFIG_FILE
         fields = hf_checkpoint.config_fields(read_json(config)) if config.is_file() else {}

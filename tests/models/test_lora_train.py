@@ -1,6 +1,7 @@
 """models.train --lora-r on a tiny random GPT-2 folder: adapters-only checkpoints, exact resume, sampling, the merged
 export that transformers loads, a base that changed, and --checkpoint-blocks changing no number."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -131,6 +132,23 @@ def test_adapters_cannot_be_saved_over_their_own_base(base, capsys):
     assert train.main([*RUN, "--data", str(base / "text.txt"), "--init-from", str(base / "base"), "--max-iters", "2",
                        "--out-dir", str(base / "base"), "--overwrite"]) == 0
     assert checkpoint.saved_iteration(base / "base") == 2
+
+
+@pytest.mark.skipif(os.name != "posix", reason="flock is POSIX's")
+def test_adapters_of_a_base_that_a_run_is_still_writing_are_refused(base, capsys):
+    """Adapters record their base's SHA-256: trained on a folder that another run saves into, they named weights
+    that were gone at its next save, and export_merged refused them ("the folder there now holds other weights")."""
+    with checkpoint.writer_lock(base / "base"):
+        with pytest.raises(SystemExit) as exit_info:
+            train.main([*RUN, "--data", str(base / "text.txt"), "--init-from", str(base / "base"), "--lora-r", "2",
+                        "--out-dir", str(base / "lora"), "--max-iters", "2"])
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err == (
+            f"python -m models.train: error: --init-from {base / 'base'} is being written by another training run "
+            f"(process {os.getpid()}), whose next save replaces the weights that --lora-r 2's adapters are trained "
+            "on; wait for it to end, or adapt a copy of the folder (see --help)\n")
+        assert not (base / "lora").exists()
+    lora_run(capsys, base, base / "lora", "--max-iters", "2")  # the run over, its folder is a base again
 
 
 def test_checkpointed_blocks_train_the_very_same_run(base, capsys):
