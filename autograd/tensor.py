@@ -499,13 +499,15 @@ class Tensor:
 
     @requires_grad.setter
     def requires_grad(self, flag):
+        if not isinstance(flag, bool):  # requires_grad="no" would be truthy: a gradient where none was meant
+            raise TypeError(f"requires_grad must be True or False, got {flag!r}")
         if flag and self.data.dtype.kind not in FLOAT_KINDS:
             raise TypeError(
                 f"only floating-point tensors can require grad, this one is {self.data.dtype}; "
                 "make it with float data or call .astype('float32') first")
         if not flag and self._op is not None:
             raise RuntimeError("requires_grad: cannot switch off a non-leaf tensor; use .detach()")
-        self._requires_grad = bool(flag)
+        self._requires_grad = flag
 
     @property
     def op(self):

@@ -6,6 +6,7 @@ weights (PyTorch's nn.Linear stores the transpose).
 """
 import math
 import numbers
+import operator
 
 import autograd as ag
 from autograd.intervals import check
@@ -121,16 +122,29 @@ class ModuleList(Module):
         self.extend(modules)
 
     def append(self, module):
-        if not isinstance(module, Module):  # else it would be a plain attribute, never called nor trained
-            raise TypeError(f"{type(self).__name__}: item {len(self._modules)} ({type(module).__name__}) is not an "
-                            "nn.Module; wrap it in a Module whose forward calls it")
-        setattr(self, str(len(self._modules)), module)
+        setattr(self, str(len(self._modules)), self._checked(module, len(self._modules)))
         return self
 
     def extend(self, modules):
         for module in modules:
             self.append(module)
         return self
+
+    def _checked(self, module, position):
+        if not isinstance(module, Module):  # else it would be a plain attribute, never called nor trained
+            raise TypeError(f"{type(self).__name__}: item {position} ({type(module).__name__}) is not an "
+                            "nn.Module; wrap it in a Module whose forward calls it")
+        return module
+
+    def _position(self, index):
+        """`index` (an integer, negative from the end) as a position from 0; refused as a list would, naming this."""
+        try:
+            return range(len(self._modules))[operator.index(index)]
+        except TypeError:
+            raise TypeError(f"{type(self).__name__}: index must be an integer, got {index!r}") from None
+        except IndexError:
+            raise IndexError(f"{type(self).__name__}: index {index} is out of range for {len(self._modules)} "
+                             "modules") from None
 
     def __getitem__(self, index):
         """A module, or for a slice a new container of this kind holding those modules (as in PyTorch)."""
@@ -139,11 +153,12 @@ class ModuleList(Module):
             picked = type(self).__new__(type(self))
             ModuleList.__init__(picked, modules[index])
             return picked
-        try:
-            return modules[index]
-        except IndexError:
-            raise IndexError(f"{type(self).__name__}: index {index} is out of range for {len(modules)} "
-                             "modules") from None
+        return modules[self._position(index)]
+
+    def __setitem__(self, index, module):
+        """Put `module` in the place of the one at `index`, under its name (`h.3` stays `h.3`), as in PyTorch."""
+        position = self._position(index)
+        setattr(self, str(position), self._checked(module, position))
 
     def __len__(self):
         return len(self._modules)

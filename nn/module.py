@@ -95,20 +95,19 @@ class Module:
                             f"{type(value).__name__}, or it would drop out of parameters() and state_dict(); to "
                             f"change its values, assign {name}.data")
         if name in modules and not (value is None or isinstance(value, Module)):
-            raise TypeError(f"{type(self).__name__}.{name} is a sub-module ({type(modules[name]).__name__}): assign "
+            held = "set to None" if modules[name] is None else type(modules[name]).__name__
+            raise TypeError(f"{type(self).__name__}.{name} is a sub-module ({held}): assign "
                             f"a Module (or None), not a {type(value).__name__}, or its parameters would drop out "
                             "of parameters() and state_dict()")
         _tree_changed()
         # A name already registered keeps its place in the order (parameters(), state_dict()), as in PyTorch;
-        # a parameter set to None keeps its slot, so that only a Parameter can fill it again
+        # a parameter or sub-module set to None keeps its slot, so that only its own kind can fill it again
         if isinstance(value, Parameter) or (value is None and name in params):
             modules.pop(name, None)
             params[name] = value
-        elif isinstance(value, Module):
+        elif isinstance(value, Module) or (value is None and name in modules):
             params.pop(name, None)
             modules[name] = value
-        else:
-            modules.pop(name, None)
         object.__setattr__(self, name, value)
 
     def register_parameter(self, name, param):
@@ -189,18 +188,19 @@ class Module:
                 continue
             seen.add(id(module))
             yield name, module
-            children = [(f"{name}.{child}" if name else child, m) for child, m in module._modules.items()]
+            children = [(f"{name}.{child}" if name else child, m) for child, m in module.named_children()]
             stack.extend(reversed(children))
 
     def modules(self):
         return [m for _, m in self.named_modules()]
 
     def children(self):
-        return list(self._modules.values())
+        return [module for _, module in self.named_children()]
 
     def named_children(self):
-        """(attribute name, sub-module) for each sub-module this module holds itself, in registration order."""
-        return list(self._modules.items())
+        """(attribute name, sub-module) for each sub-module this module holds itself, in registration order (a slot
+        set to None holds none)."""
+        return [(name, module) for name, module in self._modules.items() if module is not None]
 
     def apply(self, fn):
         """Call `fn` on every sub-module, then on this module, as PyTorch does (nanoGPT initialises its weights with
@@ -271,7 +271,8 @@ class Module:
             raise TypeError(f"{who}: expected a dict of parameter name → array (what state_dict() gives), "
                             f"got {type(state_dict).__name__}")
         for key, value in state_dict.items():
-            if not (isinstance(value, Tensor) or backend.device_of(value) is not None):
+            # a NumPy scalar is what arithmetic on a 0-d array gives back: state_dict()["scale"] * 2
+            if not (isinstance(value, (Tensor, np.generic)) or backend.device_of(value) is not None):
                 kind = type(value)  # by its full name where that is not Python's own: torch.Tensor, not Tensor
                 kind = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
                 raise TypeError(f"{who}: {key!r} is a {kind}, not a NumPy or CuPy "
@@ -331,13 +332,33 @@ class Module:
     def eval(self):
         return self.train(False)
 
-    def to(self, device):
-        """Move every parameter (and its gradient) to `device`, keeping the Parameter objects."""
+    def to(self, device=None, dtype=None):
+        """Move every parameter (and its gradient) to `device` and cast the floating ones to `dtype`, keeping the
+        Parameter objects, so ties hold and an optimizer still updates them; `to(dtype)` alone works too, as in
+        PyTorch. Make the optimizer after a change of dtype or device: the state it keeps stays as it was."""
+        if dtype is None and device is not None and device not in backend.DEVICES:  # to(np.float64): to(dtype)
+            device, dtype = None, device
+        fix = "pass a device, a floating dtype (np.float64, 'float32', ...) or both: to('cpu', dtype=np.float64)"
+        if dtype is not None:
+            try:
+                dtype = np.dtype(dtype)
+            except TypeError:
+                raise TypeError(f"{type(self).__name__}.to: {dtype!r} is neither a device {backend.DEVICES} nor a "
+                                f"dtype; {fix}") from None
+            if dtype.kind != "f":  # a parameter that requires grad must stay floating
+                raise TypeError(f"{type(self).__name__}.to: {dtype} is not a floating dtype; {fix}")
+        if device is not None:
+            backend.check_device(device)
+            backend.xp_for(device)  # 'cuda' without CuPy fails here, before any parameter has moved
+
+        def converted(array):
+            array = array if device is None else backend.to_device(array, device)
+            return array if dtype is None or array.dtype.kind != "f" else array.astype(dtype, copy=False)
+
         for param in self.parameters():
-            moved = param.detach().to(device)
-            param.data, param.device = moved.data, moved.device
+            param.data = converted(param.data)
             if param.grad is not None:
-                param.grad = Tensor(param.grad).to(device).data
+                param.grad = converted(param.grad.data if isinstance(param.grad, Tensor) else param.grad)
         return self
 
     def requires_grad_(self, requires_grad=True):

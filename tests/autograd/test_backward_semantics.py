@@ -502,6 +502,17 @@ def test_requires_grad_cannot_be_switched_off_on_a_non_leaf():
     assert not x.requires_grad
 
 
+@pytest.mark.parametrize("flag", ["no", 0, 1, None, np.True_])
+def test_requires_grad_takes_only_a_bool_as_in_pytorch(flag):
+    """requires_grad="no" was truthy: the tensor required grad where none was meant."""
+    with pytest.raises(TypeError, match=rf"^requires_grad must be True or False, got {flag!r}$"):
+        Tensor([1.0], requires_grad=flag)
+    x = leaf([1.0], requires_grad=False)
+    with pytest.raises(TypeError, match="^requires_grad must be True or False"):
+        x.requires_grad = flag
+    assert x.requires_grad is False
+
+
 def test_gradients_only_reach_inputs_that_require_grad():
     a = leaf([1.0, 2.0])
     b = leaf([3.0, 4.0], requires_grad=False)

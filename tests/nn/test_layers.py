@@ -152,6 +152,25 @@ def test_a_slice_of_a_sequential_is_a_sequential_and_a_non_module_is_refused():
         stack[7]
 
 
+def test_an_item_of_a_module_list_is_replaced_in_its_place_as_in_pytorch():
+    """`blocks[1] = layer` was "object does not support item assignment"; a bad index was a list's error."""
+    x = f64(np.ones((1, 2)))
+    stack = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1))
+    replacement = nn.Linear(2, 2)
+    stack[-2] = replacement
+    assert stack[1] is replacement and len(stack) == 3
+    assert [name for name, _ in stack.named_parameters()] == ["0.weight", "0.bias", "1.weight", "1.bias",
+                                                              "2.weight", "2.bias"]
+    np.testing.assert_array_equal(stack(x).numpy(), stack[2](replacement(stack[0](x))).numpy())
+    with pytest.raises(TypeError, match=r"^Sequential: item 0 \(method\) is not an nn.Module"):
+        stack[0] = nn.ReLU().forward
+    with pytest.raises(IndexError, match=r"^Sequential: index -4 is out of range for 3 modules$"):
+        stack[-4] = nn.ReLU()
+    with pytest.raises(TypeError, match=r"^Sequential: index must be an integer, got '1'$"):
+        stack["1"]
+    assert stack[1] is replacement
+
+
 def test_assigning_a_non_parameter_over_a_parameter_is_refused():
     """It silently unregistered the weight: no longer trained, no longer saved."""
     lin = nn.Linear(2, 2)

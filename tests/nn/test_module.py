@@ -102,6 +102,21 @@ def test_a_registered_name_takes_only_its_own_kind():
         layer.register_parameter("scale", ag.Tensor(np.ones(4)))
 
 
+def test_a_sub_module_set_to_none_keeps_its_slot_as_in_pytorch():
+    """Set to None, a sub-module's slot was dropped: a Tensor could then take the name unregistered, and a module
+    assigned again moved to the end of parameters() and state_dict()."""
+    model = TinyLM()
+    order = [name for name, _ in model.named_parameters()]
+    model.h = None
+    assert [name for name, _ in model.named_children()] == ["wte", "head"] and model.h is None
+    assert "(h): None" in repr(model)
+    with pytest.raises(TypeError, match=r"^TinyLM.h is a sub-module \(set to None\): assign a Module \(or None\), "
+                                        "not a Tensor"):
+        model.h = ag.Tensor(np.ones(3))
+    model.h = nn.ModuleList([Block(), Block()])
+    assert [name for name, _ in model.named_parameters()] == order
+
+
 def test_assigning_before_super_init_is_a_clear_error():
     class Forgetful(Module):
         def __init__(self):
@@ -238,6 +253,18 @@ def test_a_pytorch_tensor_in_a_state_dict_is_named_with_the_fix():
         nn.Linear(2, 2).load_state_dict({"weight": Foreign(), "bias": np.zeros(2)})
 
 
+def test_a_numpy_scalar_loads_into_a_0_d_parameter():
+    """It was refused as "a numpy.float64, not a NumPy or CuPy array": what state_dict()["t"] * 2 gives."""
+    model = Module()
+    model.t = Parameter(np.array(1.0, dtype=np.float32))
+    state = model.state_dict()
+    state["t"] = state["t"] * 2
+    assert model.load_state_dict(state) == ([], [])
+    assert model.t.shape == () and model.t.dtype == np.float32 and model.t.item() == 2.0
+    with pytest.raises(KeyError, match=r"bias: checkpoint \(\) vs model \(2,\)"):  # a shape's error, not a type's
+        nn.Linear(2, 2).load_state_dict({"weight": np.eye(2), "bias": np.float64(0)})
+
+
 def test_load_state_dict_casts_to_the_parameter_dtype():
     model = nn.Linear(2, 2)
     model.load_state_dict({"weight": np.eye(2), "bias": np.zeros(2)})  # float64 into float32
@@ -301,6 +328,48 @@ def test_to_cpu_keeps_parameters_data_and_gradients():
     assert_unchanged(m, before)
     for p in params:
         np.testing.assert_array_equal(p.grad, grads[id(p)])
+
+
+@pytest.mark.parametrize("call", [lambda m: m.to(np.float64), lambda m: m.to("float64"),
+                                  lambda m: m.to(np.dtype("float64")),  # equal to None, as NumPy compares them
+                                  lambda m: m.to(dtype="float64"), lambda m: m.to("cpu", dtype=np.float64)])
+def test_to_a_dtype_casts_every_parameter_and_gradient_keeping_ties_and_the_optimizer(call):
+    """to(dtype) was read as a device: "unknown device <class 'numpy.float64'>", and no way to cast a model."""
+    m = TinyLM().eval()
+    ids = np.array([[0, 1, 2]])
+    expected = m(ids).numpy().astype(np.float64)
+    m(ids).sum().backward()
+    grads = {name: p.grad.astype(np.float64) for name, p in m.named_parameters()}
+    params = m.parameters()
+    optimizer = nn.optim.SGD(params, lr=0.5)
+    assert call(m) is m
+    assert m.parameters() == params and m.head.weight is m.wte.weight
+    assert all(p.dtype == np.float64 and p.grad.dtype == np.float64 for p in params)
+    logits = m(ids)
+    assert logits.dtype == np.float64
+    np.testing.assert_allclose(logits.numpy(), expected, rtol=1e-5, atol=1e-6)
+    for name, p in m.named_parameters():
+        np.testing.assert_array_equal(p.grad, grads[name])
+    before = m.scale.numpy().copy()
+    optimizer.step()
+    np.testing.assert_array_equal(m.scale.numpy(), before - 0.5 * grads["scale"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (("cuda:0",), r"'cuda:0' is neither a device \('cpu', 'cuda'\) nor a dtype"),
+    ((np.int64,), "int64 is not a floating dtype"),
+    ((), None),
+])
+def test_to_refuses_what_is_neither_a_device_nor_a_floating_dtype(args, message):
+    m = TinyLM()
+    before, dtypes = snapshot(m), [p.dtype for p in m.parameters()]
+    if message is None:
+        assert m.to() is m
+    else:
+        with pytest.raises(TypeError, match=rf"^TinyLM.to: {message}; pass a device, a floating dtype"):
+            m.to(*args)
+    assert [p.dtype for p in m.parameters()] == dtypes
+    assert_unchanged(m, before)
 
 
 def test_to_cuda_without_cupy_is_a_clear_error_that_changes_nothing():
@@ -456,6 +525,9 @@ def test_apply_named_children_and_requires_grad_as_in_pytorch():
     assert [name for name, _ in model.named_children()] == ["wte", "h", "head"]
     assert model.requires_grad_(False) is model and not any(p.requires_grad for p in model.parameters())
     model.requires_grad_()
+    assert all(p.requires_grad for p in model.parameters())
+    with pytest.raises(TypeError, match="^requires_grad must be True or False, got 'no'$"):
+        model.requires_grad_("no")  # truthy: it switched gradients on where off was meant
     assert all(p.requires_grad for p in model.parameters())
 
 
