@@ -289,7 +289,7 @@ def save(folder, model, tokenizer, optimizer, run):
         writing = TOKENIZER_FILE
         write_tokenizer(new, tokenizer, model.config.block_size)
         writing = OPTIMIZER_FILE
-        digests = {OPTIMIZER_FILE: _save_optimizer(new / OPTIMIZER_FILE, optimizer.state_dict())}
+        digests = {OPTIMIZER_FILE: _save_optimizer(new / OPTIMIZER_FILE, _real_vocabulary_state(optimizer, model))}
         writing = STATE_FILE
         for name in _DIGESTED:  # every file resume relies on, of those this checkpoint has
             if name not in digests and (new / name).is_file():
@@ -696,14 +696,28 @@ def load_model(folder, dropout=0.0):
 
 
 def _fit_rows(value, shape):
-    """A saved 2-D buffer cut or padded with zero rows to `shape` when only its row count differs: the
-    embedding's moments from a run whose vocabulary was padded (on a GPU) or not. The padding rows never get
-    a gradient, so their moments are zero and the cut or the padding is exact."""
+    """A 2-D buffer cut or padded with zero rows to `shape` when only its row count differs: the embedding's
+    moments between a run whose vocabulary is padded (on a GPU) and a checkpoint's real vocabulary (which older
+    checkpoints padded too). The padding rows never get a gradient, so their moments are zero and the cut or the
+    padding is exact."""
     if getattr(value, "ndim", 0) != 2 or len(shape) != 2 or value.shape[1] != shape[1] or value.shape[0] == shape[0]:
         return value
     if value.shape[0] > shape[0]:
         return value[:shape[0]]
     return np.concatenate([value, np.zeros((shape[0] - value.shape[0], shape[1]), dtype=value.dtype)])
+
+
+def _real_vocabulary_state(optimizer, model):
+    """The optimizer's state_dict with wte's moments cut to the real vocabulary, as save_pretrained cuts the weights:
+    a padded vocabulary (pad_vocab, a run option that is not saved) is how a run trains, and its rows' moments are
+    zero, so a checkpoint is the same file whether the run that wrote it padded or not."""
+    state = optimizer.state_dict()
+    wte = model.transformer.wte.weight
+    rows = (model.config.vocab_size, wte.shape[1])
+    for i, param in enumerate(optimizer._params()):
+        if param is wte and i in state["state"]:  # LoRA freezes wte: no moments
+            state["state"][i] = {k: _fit_rows(v, rows) for k, v in state["state"][i].items()}
+    return state
 
 
 def restore_optimizer(optimizer, state_dict, folder):

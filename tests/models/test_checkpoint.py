@@ -1017,3 +1017,22 @@ def test_optimizer_state_moves_between_a_padded_and_an_unpadded_vocabulary(tmp_p
     checkpoint.restore_optimizer(back, target.state_dict(), tmp_path)
     np.testing.assert_array_equal(back.state_dict()["state"][0]["exp_avg_sq"],
                                   source.state_dict()["state"][0]["exp_avg_sq"])
+
+
+def test_a_checkpoint_holds_the_real_vocabularys_moments_whatever_pad_vocab_trained(tmp_path, small_text, capsys):
+    """--pad-vocab is how a run trains, not saved with it: its zero rows once stayed in optimizer.npz (64 rows beside
+    model.safetensors' 10), so a run padded until its checkpoint and resumed unpadded wrote another optimizer.npz
+    than the uninterrupted run, its weights and losses the same."""
+    def optimizer_arrays(folder):
+        with np.load(folder / "optimizer.npz") as f:
+            return {key: f[key] for key in f.files}
+
+    for folder, pad in (("plain", "1"), ("padded", "64")):
+        assert train.main([*TINY_RUN, "--data", str(small_text), "--max-iters", "2", "--pad-vocab", pad,
+                           "--out-dir", str(tmp_path / folder)]) == 0
+    capsys.readouterr()
+    plain, padded = optimizer_arrays(tmp_path / "plain"), optimizer_arrays(tmp_path / "padded")
+    assert padded["state.0.exp_avg"].shape == (10, 16)  # wte's moments: the text's 10 characters, as its weights
+    assert plain.keys() == padded.keys()
+    for key in plain:
+        np.testing.assert_array_equal(padded[key], plain[key], err_msg=key)
