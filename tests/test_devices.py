@@ -6,6 +6,7 @@ primitive included), the seed models, GPT-2 logits within 1e-4, optimizers,
 checkpoints moved between devices, generation, and the CLIs.
 """
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -190,3 +191,18 @@ def test_train_and_sample_clis_on_the_device(device, tmp_path, capsys):
     assert json.loads((out / "train_state.json").read_text())["iter"] == 4
     assert sample.main([str(out), "--device", device, "--max-new-tokens", "5", "--prompt", "A"]) == 0
     assert capsys.readouterr().out.rstrip("\n").split("\n")[-1].startswith("A")
+
+
+def test_a_resumed_run_with_dropout_repeats_itself_on_the_device(device, tmp_path, capsys):
+    """CuPy's generators cannot be saved: a resume seeds the device's from (seed, iteration, rank), where it drew
+    from the OS's entropy, so two resumes of one checkpoint give the same weights."""
+    from models.training import train
+    argv = ["--device", device, "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+            "--batch-size", "4", "--eval-interval", "2", "--eval-iters", "1", "--dropout", "0.2", "--no-progress",
+            "--sample-tokens", "0"]
+    assert train.main([*argv, "--max-iters", "2", "--out-dir", str(tmp_path / "a")]) == 0
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    for run in ("a", "b"):
+        assert train.main([*argv, "--max-iters", "4", "--out-dir", str(tmp_path / run), "--resume"]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()

@@ -493,11 +493,13 @@ class RunState:
         self.model_rngs = world.gather(ag.get_rng_state())
 
     def restore_rngs(self, seed, world):
-        """Each rank takes back its dropout stream from the checkpoint; a rank it did not have starts a fresh one."""
+        """Each rank takes back its CPU dropout stream from the checkpoint. A rank it did not have starts a fresh one,
+        as a GPU's does (CuPy's generators cannot be saved), seeded by (seed, iteration, rank): a resumed run repeats
+        itself, where a GPU's generator left unseeded drew from the OS's entropy, though its masks from there on
+        are not the uninterrupted run's."""
+        ag.manual_seed(_rank_seed(seed, self.iter, world.rank))
         if world.rank < len(self.model_rngs):
             ag.set_rng_state(self.model_rngs[world.rank])
-        else:
-            ag.manual_seed(_rank_seed(seed, self.iter, world.rank))
 
     def to_json(self, digests):
         """train_state.json's object; `digests` are the SHA-256 of the files saved with it (name → hex)."""
