@@ -45,15 +45,22 @@ _BODY = re.compile(r"^(wte|wpe|ln_f|h\.\d+)\.")  # the keys of GPT2Model's own t
 _READABLE_DTYPES = ("BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64", "F16", "BF16", "F32", "F64", "C64")
 # the names transformers gives the tanh GELU, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))); "gelu" is the erf one
 _TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python_tanh", "gelu_accurate")
+# GPT2Config.attribute_map: transformers reads these generic names as GPT-2's own fields, and where a config.json
+# spells both, the generic one wins
+_ALIASES = {"hidden_size": "n_embd", "max_position_embeddings": "n_positions", "num_attention_heads": "n_head",
+            "num_hidden_layers": "n_layer"}
 
 
 def config_fields(hf):
     """GPTConfig's fields (all but dropout) from a transformers GPT-2 config.json dict; refuses what this model
-    cannot compute, naming each field, its value and the one this model computes. GPTConfig checks the values
+    cannot compute, naming each field, its value and the one this model computes. A size spelled by its generic
+    name (num_attention_heads, hidden_size, …) is read as transformers reads it. GPTConfig checks the values
     themselves. reorder_and_upcast_attn is accepted: it only moves the 1/√head_size scaling before the query-key
     product and computes that product in float32, which is the same attention for the float32 weights loaded here."""
     if hf.get("model_type", "gpt2") != "gpt2":
-        raise ValueError(f"from_pretrained: config.json describes a {hf['model_type']!r} model, not 'gpt2'")
+        raise ValueError(f"from_pretrained: config.json has model_type={json.dumps(hf['model_type'])}, and this "
+                         "model loads GPT-2 alone (model_type \"gpt2\"); give a GPT2LMHeadModel or GPT2Model folder")
+    hf = {**hf, **{name: hf[alias] for alias, name in _ALIASES.items() if alias in hf}}
     fields = {"vocab_size": hf.get("vocab_size", 50257), "block_size": hf.get("n_positions", hf.get("n_ctx", 1024)),
               "n_layer": hf.get("n_layer", 12), "n_head": hf.get("n_head", 12), "n_embd": hf.get("n_embd", 768),
               "bias": hf.get("bias", True),  # "bias" is ours: only bias=False folders have it
@@ -81,7 +88,7 @@ def config_fields(hf):
         unsupported.append(f"{asked('tie_word_embeddings')} (the LM head here is the token embedding: true)")
     if unsupported:
         raise ValueError("from_pretrained: config.json asks for what this GPT-2 does not implement: "
-                         + "; ".join(unsupported))
+                         + "; ".join(unsupported) + "; run such a variant in transformers' GPT2LMHeadModel")
     return fields
 
 

@@ -190,6 +190,25 @@ def test_a_config_variant_this_model_computes_gives_transformers_logits(tmp_path
                                atol=1e-5, rtol=0)
 
 
+def test_a_config_spelling_the_sizes_by_their_generic_names_gives_transformers_logits(tmp_path, tokens):
+    """num_attention_heads and the like are GPT2Config.attribute_map's names, which transformers reads; here 4 heads
+    where n_head's default is 12 and the config.json also says n_head 1: transformers takes 4."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(**{**TINY, "n_embd": 48, "n_head": 4})
+    hf = transformers.GPT2LMHeadModel(config)
+    hf.save_pretrained(tmp_path)
+    spelled = json.loads((tmp_path / "config.json").read_text())
+    aliases = {"hidden_size": "n_embd", "max_position_embeddings": "n_positions", "num_attention_heads": "n_head",
+               "num_hidden_layers": "n_layer"}
+    spelled = {**{k: v for k, v in spelled.items() if k not in aliases.values()},
+               **{alias: spelled[field] for alias, field in aliases.items()}, "n_head": 1}
+    (tmp_path / "config.json").write_text(json.dumps(spelled))
+    reread = transformers.GPT2LMHeadModel.from_pretrained(tmp_path)
+    assert reread.config.n_head == 4
+    np.testing.assert_allclose(GPT.from_pretrained(tmp_path)(tokens)[0].data, _hf_logits(reread, tokens),
+                               atol=1e-5, rtol=0)
+
+
 def test_a_sharded_checkpoint_transformers_wrote_loads(tmp_path, hf_folder, tokens):
     hf = load_hf(hf_folder)
     hf.save_pretrained(tmp_path, max_shard_size="20KB")

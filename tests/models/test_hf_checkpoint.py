@@ -157,6 +157,7 @@ def test_a_config_this_model_does_not_compute_is_refused_naming_the_field_its_va
         GPT.from_pretrained(tmp_path)
     assert str(error.value).startswith(f"{tmp_path / 'config.json'}: from_pretrained: config.json asks for what "
                                        "this GPT-2 does not implement: " + said)
+    assert str(error.value).endswith("; run such a variant in transformers' GPT2LMHeadModel")
 
 
 @pytest.mark.parametrize("field, value", [
@@ -170,6 +171,37 @@ def test_a_config_spelling_what_this_model_computes_loads_with_the_same_logits(t
     (tmp_path / "config.json").write_text(json.dumps({**hf, field: value}))
     x, _ = batch(model.config)
     np.testing.assert_array_equal(GPT.from_pretrained(tmp_path)(x)[0].data, model(x)[0].data)
+
+@pytest.mark.parametrize("alias, field", [("num_attention_heads", "n_head"), ("hidden_size", "n_embd"),
+                                          ("num_hidden_layers", "n_layer"), ("max_position_embeddings", "n_positions")])
+def test_a_size_spelled_by_its_generic_name_is_read_as_transformers_reads_it(tmp_path, alias, field):
+    """GPT2Config.attribute_map: transformers reads num_attention_heads as n_head (and so on), and where a
+    config.json spells both, the generic name wins; n_head was left at 12 or taken from the other spelling."""
+    model = tiny()
+    model.save_pretrained(tmp_path)
+    hf = json.loads((tmp_path / "config.json").read_text())
+    value = hf.pop(field)
+    (tmp_path / "config.json").write_text(json.dumps({**hf, alias: value}))
+    x, _ = batch(model.config)
+    assert GPT.from_pretrained(tmp_path).config == model.config
+    (tmp_path / "config.json").write_text(json.dumps({**hf, field: 1, alias: value}))
+    loaded = GPT.from_pretrained(tmp_path)
+    assert loaded.config == model.config
+    np.testing.assert_array_equal(loaded(x)[0].data, model(x)[0].data)
+
+
+@pytest.mark.parametrize("model_type", ["gpt_neo", "llama", None])
+def test_another_model_type_is_refused_naming_the_field_and_the_fix(tmp_path, monkeypatch, model_type):
+    tiny().save_pretrained(tmp_path)
+    hf = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**hf, "model_type": model_type}))
+    monkeypatch.setattr(GPT, "__init__", lambda self, config: pytest.fail("a model was built"))
+    with pytest.raises(ValueError) as error:
+        GPT.from_pretrained(tmp_path)
+    assert str(error.value) == (f"{tmp_path / 'config.json'}: from_pretrained: config.json has "
+                                f"model_type={json.dumps(model_type)}, and this model loads GPT-2 alone "
+                                '(model_type "gpt2"); give a GPT2LMHeadModel or GPT2Model folder')
+
 
 def test_missing_and_unexpected_keys_are_named_with_the_folder(tmp_path):
     from safetensors.numpy import save_file
