@@ -25,8 +25,11 @@ the CPU) and in float32 (composed, on the CPU), and the float32 run's
 distance from the float64 one at each op is how far float32 arithmetic alone
 drifts there, the error already carried in from the ops before it included.
 Two runs part at an op when they differ by more than DRIFT_FACTOR times that
-drift, scaled to the coarser of the runs' dtypes (float64's rounding is
-2⁻²⁹ of float32's) and never below one rounding of the op's largest value.
+drift, scaled to the coarsest dtype either run has computed in up to that
+op, in the order the ops are compared (float64's rounding is 2⁻²⁹ of
+float32's; a second implementation in float32 is float32 there, and so is a
+float32 model's loss cast to float64, which carries float32's error on), and
+never below one rounding of the op's largest value.
 The first such op in forward order is where the runs start to disagree;
 after it everything downstream differs too. Backward is compared in its own
 order, which finds a VJP that is wrong though its forward is right; a
@@ -44,6 +47,7 @@ Random ops (dropout) are refused, as they part two runs by design.
 import contextlib
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -96,7 +100,10 @@ def setting(value, which="a"):
                         f"the keys are {', '.join(SETTING_KEYS)}")
     dtype = value.get("dtype")
     if dtype is not None:
-        dtype = np.dtype(dtype)
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:  # numpy's "data type 'floaty' not understood" names neither diverge nor the setting
+            raise TypeError(f"{WHO}: setting {which}'s dtype must be float32 or float64, got {dtype!r}") from None
         if dtype not in (np.float32, np.float64):
             raise TypeError(f"{WHO}: setting {which}'s dtype must be float32 or float64, got {dtype}")
     device = value.get("device")
@@ -127,7 +134,7 @@ class Comparison:
     output: str  # the recorded output tensor's name, or its shape for an unnamed one
     abs: float = 0.0  # max |a − b| over the compared arrays
     rel: float = 0.0  # that over the largest |value| the float64 run has there
-    drift: float = 0.0  # how far float32 alone drifts from float64 there, scaled to the runs' dtype
+    drift: float = 0.0  # how far float32 alone drifts from float64 there, scaled to the runs' coarsest dtype so far
     parts: bool = False
     note: str = ""  # why the op could not be compared (the graphs differ there)
 
@@ -279,14 +286,25 @@ def _run_function(fn, inputs, made, visit):
     return None
 
 
+def _rounding(dtype):
+    return float(np.finfo(dtype).eps)
+
+
+def _coarsest_rounding(arrays):
+    """The largest rounding among the float arrays one run has at an op (float64's where it has none)."""
+    return max([_rounding(a.dtype) for a in arrays if a.dtype.kind == "f"], default=_rounding(np.float64))
+
+
 class _Stored:
-    """Each op's arrays in one run, as float64 host copies: {(phase, k): [arrays]}."""
+    """Each op's arrays in one run, as float64 host copies: {(phase, k): [arrays]}, and the rounding of the
+    dtypes they had: {(phase, k): eps}."""
 
     def __init__(self):
-        self.arrays = {}
+        self.arrays, self.rounding = {}, {}
 
     def __call__(self, phase, k, arrays):
         self.arrays[(phase, k)] = [_host(a) for a in arrays]
+        self.rounding[(phase, k)] = _coarsest_rounding(arrays)
 
 
 def _largest_difference(ours, theirs):
@@ -302,23 +320,17 @@ def _largest_difference(ours, theirs):
 
 
 class _Against:
-    """A run compared with a stored one as it goes: {(phase, k): max difference}."""
+    """A run compared with a stored one as it goes: {(phase, k): max difference}, and {(phase, k): the coarser
+    rounding of the two runs' dtypes there}."""
 
     def __init__(self, stored):
-        self.stored, self.difference = stored, {}
+        self.stored, self.difference, self.rounding = stored, {}, {}
 
     def __call__(self, phase, k, arrays):
-        if (phase, k) in self.stored.arrays:  # not where the stored run's graph had already left the recorded one
-            self.difference[(phase, k)] = _largest_difference([_host(a) for a in arrays],
-                                                              self.stored.arrays[(phase, k)])
-
-
-def _rounding(dtype):
-    return float(np.finfo(dtype).eps)
-
-
-def _dtype_of(s, recorded):
-    return s.dtype if s.dtype is not None else recorded
+        key = (phase, k)
+        if key in self.stored.arrays:  # not where the stored run's graph had already left the recorded one
+            self.difference[key] = _largest_difference([_host(a) for a in arrays], self.stored.arrays[key])
+            self.rounding[key] = max(_coarsest_rounding(arrays), self.stored.rounding[key])
 
 
 def diverge(fn, inputs=(), a=None, b=None, reference=None):
@@ -330,6 +342,9 @@ def diverge(fn, inputs=(), a=None, b=None, reference=None):
     sa, sb = setting(a, "a"), setting(b, "b")
     if reference is not None and b is not None:
         raise TypeError(f"{WHO}: give setting b or reference arrays, not both (the references stand for run b)")
+    if reference is not None and not isinstance(reference, Mapping):
+        raise TypeError(f"{WHO}: reference must map module names to their output arrays, "
+                        f"{{'transformer.h.0': array, ...}}; got {type(reference).__name__}")
     if reference is not None and not reference:  # else the report would say "not compared" as if all were well
         raise ValueError(f"{WHO}: the reference holds no arrays; give {{module name: its output array}}, "
                          "e.g. {'transformer.h.0': ...}")
@@ -351,7 +366,6 @@ def diverge(fn, inputs=(), a=None, b=None, reference=None):
     _replay(made, root, FLOAT32, drift32)
     scale = {key: max((float(np.abs(x).max()) if x.size else 0.0) for x in arrays) if arrays else 0.0
              for key, arrays in truth.arrays.items()}
-    recorded = root.dtype
     run_a = _Stored()
     broken = _run(sa, fn, inputs, made, root, run_a)
     if reference is not None:
@@ -359,19 +373,20 @@ def diverge(fn, inputs=(), a=None, b=None, reference=None):
             raise ValueError(f"{WHO}: setting a's function leaves the recorded graph at op #{broken[0] + 1} "
                              f"({broken[1]}), so its modules' outputs cannot be matched with the references; "
                              "compare the references with a run of fn's own graph (a dict setting, or None)")
-        return _against_reference(made, root, sa, run_a, reference, drift32.difference, scale, recorded)
+        return _against_reference(made, root, sa, run_a, reference, drift32.difference, scale)
     against = _Against(run_a)
     broken_b = _run(sb, fn, inputs, made, root, against)
     if broken is None or (broken_b is not None and broken_b[0] < broken[0]):
         broken = broken_b  # the earlier place where a second implementation's graph leaves the recorded one
-    coarse = max(_rounding(_dtype_of(sa, recorded)), _rounding(_dtype_of(sb, recorded)))
     rows = {phase: [] for phase in ("forward", "backward")}
     # a second implementation whose graph leaves the recorded one is compared up to that op, and not backward
     order = {"forward": list(range(len(made) if broken is None else broken[0])),
              "backward": [k for phase, k in truth.arrays if phase == "backward"] if broken is None else []}
+    coarse = 0.0
     for phase, ks in order.items():
         for step, k in enumerate(ks, 1):
             key = (phase, k)
+            coarse = max(coarse, against.rounding[key])  # a float64 op carries on the error a float32 op made
             drift = max(drift32.difference[key] * coarse / _rounding(np.float32), coarse * scale[key])
             d = against.difference[key]
             rows[phase].append(_comparison(phase, step, k, made, d, d / scale[key] if scale[key] else 0.0, drift,
@@ -432,9 +447,9 @@ def _check_reference_modules(made, reference):
     outputs = _module_outputs(made)
     missing = sorted(set(reference) - set(outputs))
     if missing:
-        known = ", ".join(sorted(outputs, key=outputs.get)[:12])
-        raise KeyError(f"{WHO}: no module named {', '.join(map(repr, missing))} recorded ops in fn's graph; the "
-                       f"modules it has include {known}")
+        known = (f"the modules it has include {', '.join(sorted(outputs, key=outputs.get)[:12])}" if outputs else
+                 "it has no modules (no op ran inside an nn.Module or ag.name_scope), so there is nothing to match")
+        raise KeyError(f"{WHO}: no module named {', '.join(map(repr, missing))} recorded ops in fn's graph; {known}")
     for name, array in reference.items():
         theirs = tuple(array.shape) if hasattr(array, "shape") else np.asarray(array).shape  # a CuPy array stays put
         ours = tuple(made[outputs[name]].shape)
@@ -444,10 +459,9 @@ def _check_reference_modules(made, reference):
                              "where it returns a tuple)")
 
 
-def _against_reference(made, root, sa, run_a, reference, drift32, scale, recorded):
+def _against_reference(made, root, sa, run_a, reference, drift32, scale):
     """Setting a's module outputs against arrays captured elsewhere (assumed float32, another library's)."""
     outputs = _module_outputs(made)
-    coarse = max(_rounding(_dtype_of(sa, recorded)), _rounding(np.float32))
     rows = {"forward": [], "backward": []}
     for step, (name, k) in enumerate(sorted(((n, outputs[n]) for n in reference), key=lambda nk: nk[1]), 1):
         ours = run_a.arrays[("forward", k)][0]
@@ -455,6 +469,7 @@ def _against_reference(made, root, sa, run_a, reference, drift32, scale, recorde
                             reference[name], dtype=np.float64)
         key = ("forward", k)
         d = _largest_difference([ours], [theirs])
+        coarse = max(_rounding(np.float32), *(run_a.rounding[("forward", j)] for j in range(k + 1)))
         drift = max(drift32[key] * coarse / _rounding(np.float32), coarse * scale[key])
         c = _comparison("forward", step, k, made, d, d / scale[key] if scale[key] else 0.0, drift,
                         d > DRIFT_FACTOR * drift)

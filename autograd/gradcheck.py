@@ -149,11 +149,16 @@ def jacobian(fn, x):
     """The full Jacobian J[i..., j...] = ∂fn(x)[i...]/∂x[j...] as a host float64 array of shape out.shape + x.shape.
 
     `x` is a Tensor or array of floats (a new leaf is made from its data, so
-    the caller's tensor is left alone); `fn` maps one Tensor to one Tensor.
+    the caller's tensor is left alone; the entries carry its dtype's rounding,
+    float32's for float32); `fn` maps one Tensor to one Tensor.
     It runs one backward() per element of the output: for teaching on a few
     elements, never inside a model.
     """
     data = array_of(x)
+    dtype = data.dtype if hasattr(data, "dtype") else np.asarray(data).dtype
+    if dtype.kind != "f":  # Tensor's own refusal would name neither jacobian nor the float64 it wants
+        raise TypeError(f"jacobian: x holds {dtype} values, and a Jacobian is taken with respect to floats; "
+                        "pass np.asarray(x, dtype=np.float64)")
     leaf = Tensor(data, requires_grad=True)
     if leaf.size > 1024:
         raise ValueError(f"jacobian: x has {leaf.size} elements; the full matrix is for small teaching inputs "

@@ -92,6 +92,38 @@ def test_a_float64_graph_expects_float64s_rounding():
     assert "the runs agree to the bit at all 3 ops" in str(report)
 
 
+def matmul_one_rounding_high(a, b, bias=None):
+    """The product one float32 step up: a kernel that sums in another order differs by as much."""
+    return np.nextafter(a @ b, np.float32(np.inf))
+
+
+@pytest.mark.parametrize("kernel, parts", [(matmul_one_rounding_high, False), (matmul_a_thousandth_high, True)])
+def test_a_float32_models_loss_cast_to_float64_expects_float32s_drift(monkeypatch, kernel, parts):
+    """The drift was scaled to the loss's dtype: a float32 model whose loss is cast to float64 was held to
+    float64's rounding at every op, and one float32 rounding in a kernel parted the runs 10⁷ drifts apart."""
+    plant(monkeypatch, "matmul", kernel)
+    fn = small_model()
+    report = ag.diverge(lambda: fn().astype(np.float64), a={"fused": True}, b={"fused": False})
+    matmul = report.rows["forward"][1]
+    assert matmul.op == "MatMul" and matmul.abs > 0
+    assert 1e-7 < matmul.drift < 1e-6  # float32's rounding of values near 4 (float64's would be 1e-15)
+    assert (report.forward is matmul) == parts
+
+
+def test_a_second_implementation_in_float32_is_held_to_float32s_drift():
+    """The drift was scaled to the recorded graph's dtype alone: a float32 implementation of a float64 graph
+    parted from it at its first op, 10⁸ drifts apart, though it differed by float32's rounding only."""
+    x = Tensor(np.linspace(-1, 1, 8), requires_grad=True)
+
+    def in_float32(scale):
+        return lambda t: (Tensor(t.data.astype(np.float32), requires_grad=True) * scale).tanh().sum()
+    agrees = ag.diverge(lambda t: (t * 2.0).tanh().sum(), [x], a=in_float32(2.0))
+    assert agrees.forward is None and agrees.backward is None
+    assert agrees.first_difference["forward"].op == "Mul"  # the runs do differ, by float32's rounding
+    parts = ag.diverge(lambda t: (t * 2.0).tanh().sum(), [x], a=in_float32(2.002))
+    assert (parts.forward.op, parts.forward.index) == ("Mul", 1)
+
+
 def test_one_tensor_given_as_the_inputs_is_fns_one_argument():
     x = Tensor(np.linspace(-2, 2, 6).reshape(2, 3), requires_grad=True)  # list() made its two rows two arguments
     report = ag.diverge(lambda t: (t * t).tanh().sum(), x, a={"fused": True}, b={"fused": False})
@@ -178,6 +210,20 @@ def test_a_reference_for_a_module_the_graph_lacks_is_refused_by_name():
         ag.diverge(small_model(), reference={"transformer.h.0": np.zeros(3)})
 
 
+def test_a_reference_for_a_graph_without_modules_says_it_has_none():
+    """The list of the graph's modules was left empty: "... the modules it has include " and nothing."""
+    x = Tensor(np.ones(4), requires_grad=True)
+    with pytest.raises(KeyError, match=r"no module named 'head' .*; it has no modules \(no op ran inside an "
+                                       r"nn.Module or ag.name_scope\)"):
+        ag.diverge(lambda t: (t * t).sum(), [x], reference={"head": np.ones(4)})
+
+
+def test_a_reference_that_is_not_a_mapping_is_refused_by_name():
+    """A list of arrays failed with AttributeError: 'list' object has no attribute 'items'."""
+    with pytest.raises(TypeError, match="reference must map module names to their output arrays.*; got list"):
+        ag.diverge(small_model(), reference=[np.zeros((2, 3, 6))])
+
+
 def test_an_empty_reference_is_refused_not_reported_as_compared():
     """{} was taken as references and the report said "forward: not compared (no op)", as if fn had no ops."""
     with pytest.raises(ValueError, match="the reference holds no arrays; give {module name: its output array}"):
@@ -204,6 +250,7 @@ def test_a_reference_that_cannot_be_compared_is_refused_before_any_replay(monkey
 @pytest.mark.parametrize("a, error, message", [
     ({"fusd": True}, TypeError, "unknown key\\(s\\) 'fusd'; the keys are fused, device, dtype, threads"),
     ({"dtype": "float16"}, TypeError, "dtype must be float32 or float64"),
+    ({"dtype": "floaty"}, TypeError, "setting a's dtype must be float32 or float64, got 'floaty'"),
     ({"threads": 0}, ValueError, "threads must be a positive int"),
     ("fused", TypeError, "must be a dict of fused, device, dtype, threads"),
 ])

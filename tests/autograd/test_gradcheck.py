@@ -212,6 +212,14 @@ def test_jacobian_refuses_large_inputs_and_non_tensor_results():
         ag.jacobian(lambda t: 1.0, np.zeros(2))
 
 
+@pytest.mark.parametrize("x, dtype", [(np.array([1, 2]), "int64"), (3, "int64"), ([True, False], "bool")])
+def test_jacobian_refuses_a_non_float_input_by_name(x, dtype):
+    """An integer x failed inside Tensor, naming neither jacobian nor float64 ("only floating-point tensors can
+    require grad ... call .astype('float32')")."""
+    with pytest.raises(TypeError, match=f"jacobian: x holds {dtype} values, .* np.asarray\\(x, dtype=np.float64\\)"):
+        ag.jacobian(lambda t: t * t, x)
+
+
 def test_gradcheck_draws_analytic_numeric_and_their_difference_on_a_failure(tmp_path, monkeypatch):
     pictures = []
     original = heatmaps.figure
