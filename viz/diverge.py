@@ -19,7 +19,6 @@ if __name__ == "__main__":  # before the imports below: a Ctrl-C while they load
     exit_quietly_on_interrupt("viz.diverge")
 
 import argparse
-import html
 import sys
 import zipfile
 from pathlib import Path
@@ -28,8 +27,8 @@ import numpy as np
 
 from autograd import divergence as engine
 
-from .graph import (FORMATS, HIGHLIGHT, INSTALL_PYTHON, _graphviz, _write, draw as draw_graph, keep_gradients,
-                    picture_format)
+from .graph import (FORMATS, HIGHLIGHT, INSTALL_PYTHON, _graphviz, _write, dot_text, draw as draw_graph,
+                    keep_gradients, picture_format)
 from .loading import demo_of
 
 WORDS = {"fused": ("fused", True), "composed": ("fused", False), "cpu": ("device", "cpu"),
@@ -91,7 +90,7 @@ def _table(report):
     columns = len(engine.COLUMNS)
 
     def line(text, bold=False):
-        text = html.escape(text, quote=False)
+        text = dot_text(text)
         return f'<TR><TD COLSPAN="{columns}" ALIGN="LEFT" BORDER="0">{"<B>" + text + "</B>" if bold else text}</TD></TR>'
 
     rows = [line(text, i == 0) for i, text in enumerate(engine.heading(report))]
@@ -99,12 +98,12 @@ def _table(report):
         text, shown = engine.summary(report, phase)
         rows += [line(t, bold=(i == 0)) for i, t in enumerate(text)]
         if shown:
-            rows.append("<TR>" + "".join(f"<TD><B>{html.escape(c)}</B></TD>" if c else "<TD></TD>"
+            rows.append("<TR>" + "".join(f"<TD><B>{dot_text(c)}</B></TD>" if c else "<TD></TD>"
                                          for c in engine.COLUMNS) + "</TR>")
             for c in shown:
                 colour = f' BGCOLOR="{HIGHLIGHT}"' if c.parts else ""
                 font = ('<FONT COLOR="white">', "</FONT>") if c.parts else ("", "")
-                rows.append("<TR>" + "".join(f'<TD ALIGN="LEFT"{colour}>{font[0]}{html.escape(cell)}{font[1]}</TD>'
+                rows.append("<TR>" + "".join(f'<TD ALIGN="LEFT"{colour}>{font[0]}{dot_text(cell)}{font[1]}</TD>'
                                              for cell in engine.cells(c)) + "</TR>")
     return ('<<TABLE BORDER="1" COLOR="#bbbbbb" CELLBORDER="1" CELLSPACING="0" CELLPADDING="4">'
             + "".join(rows) + "</TABLE>>")

@@ -57,7 +57,7 @@ from models.io import atomic_path
 from .flow import Flow, inside, shares_text
 from .loading import demo_loss_of
 from .numbers import host, norm, number, shape_text
-from .walk import GraphWalk, ValueWalk, input_names, walk_of
+from .walk import GraphWalk, ValueWalk, input_names, visible, walk_of
 
 INSTALL_PYTHON = 'pip install -e ".[viz]"  (or: pip install graphviz)'
 INSTALL_DOT = ("install Graphviz, which provides `dot`: sudo apt-get install graphviz (Debian/Ubuntu), "
@@ -90,8 +90,15 @@ def _graphviz():
     return graphviz
 
 
+def dot_text(text):
+    """`text` as Graphviz is to draw it, letter for letter, in a label, HTML-like or plain (a title, a module's
+    frame): & < > as entities, which both kinds decode, and each backslash doubled, or \\N would draw the node's
+    name and \\l end the line; control characters as walk.visible writes them, or they cut the source or the SVG."""
+    return html.escape(visible(text), quote=False).replace("\\", "\\\\")
+
+
 def _small(text, size=9, color=MUTED):
-    return f'<FONT POINT-SIZE="{size}" COLOR="{color}">{html.escape(text, quote=False)}</FONT>'
+    return f'<FONT POINT-SIZE="{size}" COLOR="{color}">{dot_text(text)}</FONT>'
 
 
 def _bytes(n):
@@ -175,7 +182,7 @@ def _tensor_node(t, walk, cluster, grads=None):
     """Name, shape, and the gradient: values for at most SMALL elements (data too), the norm for more;
     `grads(t)`, when given, are the gradient's lines instead (see draw)."""
     name = walk.label(t)
-    lines = [f"<B>{html.escape(name, quote=False)}</B>" if t.name else f"<I>{html.escape(name, quote=False)}</I>"]
+    lines = [f"<B>{dot_text(name)}</B>" if t.name else f"<I>{dot_text(name)}</I>"]
     small = t.data.size <= SMALL
     if t.data.size == 1 and t.data.ndim <= 1:
         value = float(host(t.data).ravel()[0])
@@ -232,7 +239,7 @@ def _nonfinite_line(array):
 
 def _constant_node(name, array, cluster):
     """Data an op was given outside the graph (targets, ids, a mask): no gradient flows into it."""
-    lines = [f"<B>{html.escape(name, quote=False)}</B>",
+    lines = [f"<B>{dot_text(name)}</B>",
              _small(f"{shape_text(array.shape)} {array.dtype}", 10, "#1f1f1f")]
     if array.size <= SMALL:
         lines += _values_lines("", array)
@@ -243,8 +250,9 @@ def _constant_node(name, array, cluster):
 
 
 def _tooltip(text):
-    """Hover text for SVG viewers, in DOT's escape syntax (a backslash is literal, \\n a new line)."""
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+    """Hover text for SVG viewers, its lines joined by DOT's \\n: & < > as entities, and each backslash written
+    four times, as Graphviz reads a tooltip's escapes (\\N, the node's name) twice over."""
+    return html.escape(text, quote=False).replace("\\", "\\" * 4).replace("\n", "\\n")
 
 
 def _tensor_tooltip(t, walk, name):
@@ -295,7 +303,7 @@ def _saved_line(arrays):
 
 
 def _op_node(op, walk):
-    lines = [f"<B>{op.name}</B>"]
+    lines = [f"<B>{dot_text(op.name)}</B>"]
     if op.rule:
         lines.append(_small(op.rule, 9, "#1f3c6e"))
     note = _reduction_note(op)
@@ -305,7 +313,7 @@ def _op_node(op, walk):
     if saved:
         lines.append(saved)
     doc = inspect.cleandoc(type(op).__doc__ or op.name)
-    tooltip = (f"recorded in {op.scope}\n\n" if op.scope else "") + doc
+    tooltip = (f"recorded in {visible(op.scope)}\n\n" if op.scope else "") + doc
     attrs = {"shape": "box", "style": "rounded,filled", "fillcolor": OP[0], "color": OP[1],
              "tooltip": _tooltip(tooltip)}
     return _Node("op", "<" + "<BR/>".join(lines) + ">", attrs, op.scope, {"op"})
@@ -452,7 +460,7 @@ def _module_node(name, contents, walk):
     counts = Counter(op.name for op in reversed(contents["ops"]))  # forward order
     ops = ", ".join(name if n == 1 else f"{name} ×{n}" for name, n in counts.items())
     n_ops = len(contents["ops"])
-    lines = [f"<B>{html.escape(name, quote=False)}</B>"]
+    lines = [f"<B>{dot_text(name)}</B>"]
     lines += [_small(line, 9, "#1f1f1f") for line in _wrap(f"{n_ops} op{'s' if n_ops > 1 else ''}: {ops}")]
     params = sorted(contents["params"], key=walk.label)
     for t in params[:6]:
@@ -568,7 +576,7 @@ def _emit(pic, graph):
             g.node(key, label=node.label, **node.attrs)
         for child in children.get(scope, ()):
             with g.subgraph(name=f"cluster_{next(counter)}") as sub:
-                sub.attr(label=child, style="rounded,dashed", color="#9aa5b1", fontcolor=MUTED,
+                sub.attr(label=dot_text(child), style="rounded,dashed", color="#9aa5b1", fontcolor=MUTED,
                          fontsize="10", labeljust="l")
                 fill(sub, child)
 
@@ -601,7 +609,7 @@ def _digraph(title):
         node_attr={"fontname": FONT, "fontsize": "11", "margin": "0.12,0.06"},
         edge_attr={"color": "#4a4a4a", "arrowsize": "0.7", "fontname": FONT})
     if title:
-        graph.attr(label=title)
+        graph.attr(label=dot_text(title))
     return graph
 
 
@@ -622,7 +630,7 @@ def draw_value(root, title=None, grads=None):
             legend, (fill, border), style = "constant", CONSTANT, "filled,dashed"
         else:
             legend, (fill, border) = "leaf", PARAMETER
-        name = f"<B>{html.escape(walk.label(v), quote=False)}</B>" if v.name or legend == "constant" \
+        name = f"<B>{dot_text(walk.label(v))}</B>" if v.name or legend == "constant" \
             else f"<I>{walk.label(v)}</I>"
         if legend == "constant":
             rows = []
@@ -634,7 +642,7 @@ def draw_value(root, title=None, grads=None):
         if not v.inputs:
             continue
         op = okey[id(v)]
-        text = f"<B>{html.escape(v.op.name, quote=False)}</B><BR/>{_small(v.op.rule, 9, OP[1])}"
+        text = f"<B>{dot_text(v.op.name)}</B><BR/>{_small(v.op.rule, 9, OP[1])}"
         pic.nodes[op] = _Node("op", f"<{text}>", {"shape": "box", "style": "rounded,filled", "fillcolor": OP[0],
                                                   "color": OP[1]}, legend={"value op"})
         pic.edge(key[id(v)], op, {})

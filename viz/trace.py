@@ -49,7 +49,7 @@ from .graph import INSTALL_DOT, gradient_of
 from .loading import demo_loss_of
 from .numbers import number, shape_text, summary_text, values_text
 from .trace_page import write_page
-from .walk import GraphWalk, ValueWalk, grad_of, input_names, saved_values
+from .walk import GraphWalk, ValueWalk, grad_of, input_names, saved_values, visible
 
 MAX_DECIMALS = 20  # --decimals: 17 significant digits of a value of 1e-3 need 20 places
 
@@ -128,7 +128,7 @@ def trace(root, grad=None):
         if t.op is None:
             leaves.append(LeafGrad(t, walk.label(t), _leaf_grad(t, g), arrivals[id(t)]))
             continue
-        scope = t.op.scope if isinstance(t, Tensor) else ""
+        scope = visible(t.op.scope) if isinstance(t, Tensor) else ""
         step = Step(len(steps) + 1, t.op.name, scope, t.op.rule, t.op, t, walk.label(t), g,
                     arrivals[id(t)], saved=saved_values(t))
         for (x, xg, returned), role in zip(sent, input_names(t.op, len(sent))):

@@ -2,8 +2,9 @@
 
 `GraphWalk(root)` lists the tensors and ops reachable from `root` in the order
 `Tensor.backward` visits them, gives every tensor a short label (its `.name`,
-or t1, t2, … numbered in the order the forward pass made them), and records
-who consumes what and which arrays the ops saved for backward. It reads the
+control characters written out by `visible`, or t1, t2, … numbered in the
+order the forward pass made them), and records who consumes what and which
+arrays the ops saved for backward. It reads the
 engine's public face only (`Tensor.op`, `Tensor.inputs`, `topological_order`)
 and changes nothing in the graph. `ValueWalk(root)` is the same reading of a
 `Value`'s graph (v1, v2, … for unnamed Values), as far as a scalar graph has
@@ -18,6 +19,17 @@ and the trace say what the rule says.
 import re
 
 from autograd import Constant, Function, Tensor, Value, topological_order
+
+# characters that end a line (\n, \r, U+2028), end a C string (NUL) or are no text at all (a lone surrogate)
+_UNSEEN = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def visible(text):
+    """`text` with its control characters, line separators and lone surrogates written as Python writes them in
+    a string (\\n, \\x00, \\udcff): a name holding a newline must not make a line of its own in the trace, nor a
+    NUL or an escape character cut the Graphviz source or the SVG."""
+    return _UNSEEN.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
 
 def input_names(op, count):
     """A name for each of an op's `count` inputs: the ones it declares, numbered (x₁, x₂, …) when it
@@ -87,7 +99,7 @@ class GraphWalk:
             seen.add(id(t))
             counter += 1
             self.tensors.append(t)
-            self.labels[id(t)] = t.name or f"t{counter}"
+            self.labels[id(t)] = visible(t.name) if t.name else f"t{counter}"
             if not t.requires_grad:
                 self.constants.append(t)
 
@@ -109,7 +121,7 @@ class GraphWalk:
         return [a for a in (op.saved or ()) if a is not None and hasattr(a, "shape")]
 
     def label(self, t):
-        return self.labels.get(id(t)) or t.name or "?"
+        return self.labels.get(id(t)) or visible(t.name or "?")
 
     def is_saved(self, t):
         """Whether some op keeps this very tensor's data for backward."""
@@ -142,7 +154,7 @@ class ValueWalk:
         self.root = root
         self.order = root.topological_order()
         self.tensors = self.order[::-1]
-        self.labels = {id(v): v.name or (f"{v.data:g}" if isinstance(v, Constant) else f"v{i}")
+        self.labels = {id(v): visible(v.name) if v.name else f"{v.data:g}" if isinstance(v, Constant) else f"v{i}"
                        for i, v in enumerate(self.tensors, 1)}  # an unnamed constant is the number it is
 
     def label(self, v):

@@ -115,3 +115,27 @@ def test_collapsed_the_module_box_that_holds_the_parting_op_is_marked(monkeypatc
     assert (report.forward.op, report.forward.scope) == ("Linear", "transformer.h.0.attn.c_attn")
     marked = [attrs for attrs in nodes(vd.draw(report, collapse=True)).values() if f'color="{HIGHLIGHT}"' in attrs]
     assert any("<B>transformer.h.0</B>" in attrs for attrs in marked)
+
+
+@needs_dot
+def test_a_modules_name_shows_in_the_table_as_typed(monkeypatch):
+    """The table escaped & < > but not Graphviz's backslashes (\\N drew the node's name) nor control characters
+    (a syntax error: no picture)."""
+    import xml.etree.ElementTree as ET
+    from tests.autograd.test_divergence import IDS, TARGETS
+    rng = np.random.default_rng(0)
+    table = ag.Tensor(rng.standard_normal((6, 4)).astype(np.float32), requires_grad=True)
+    weight = ag.Tensor(rng.standard_normal((4, 6)).astype(np.float32), requires_grad=True)
+    scope = "<head>\\N\x01"
+
+    def loss():
+        x = ag.embedding(table, IDS)
+        with ag.name_scope(scope):
+            h = (x @ weight).tanh()
+        return ag.cross_entropy(h, TARGETS)
+
+    plant(monkeypatch, "matmul", matmul_a_thousandth_high)
+    svg = ET.fromstring(vd.draw(ag.diverge(loss, a={"fused": True}, b={"fused": False})).pipe(format="svg"))
+    texts = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")]
+    assert any(t.startswith("forward: the runs part first at #2 MatMul in <head>\\N\\x01 (step 2") for t in texts)
+    assert texts.count("<head>\\N\\x01") >= 2  # the module's frame and its column in the table

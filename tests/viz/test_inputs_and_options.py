@@ -160,3 +160,52 @@ def test_output_to_a_reader_that_has_gone_ends_quietly(argv, tmp_path):
     finally:
         os.close(write)
     assert (result.returncode, result.stderr) == (0, "")
+
+
+# Names as users write them: markup, DOT's own escapes (\l ends a line, \N draws the node's name), entities,
+# quotes, a backslash at the end, control characters, a lone surrogate, long, emoji and right-to-left text
+NAMES = ["<script>alert(1)</script>", 'a"b', "x\ny", "{}|<>", "a\\lb", "a\\", "&amp;", "&#60;b&#62;", "\\N\\G",
+         "a\x00b\x1bc", "\udcff", "n" * 5000, "😀 שלום"]
+SVG, XLINK = "{http://www.w3.org/2000/svg}", "{http://www.w3.org/1999/xlink}"
+
+
+def drawn_text(graph):
+    """{SVG <title> of each node, frame and the graph: (its lines of text, its tooltip)}; the SVG must parse."""
+    import xml.etree.ElementTree as ET
+    root = ET.fromstring(graph.pipe(format="svg"))
+    return {g.find(SVG + "title").text: ([t.text for t in g.iter(SVG + "text")],
+                                         next((a.get(XLINK + "title") for a in g.iter(SVG + "a")), None))
+            for g in root.iter(SVG + "g") if g.find(SVG + "title") is not None}
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's `dot` is not installed")
+@pytest.mark.parametrize("name", NAMES)
+def test_a_name_a_module_and_a_title_are_drawn_letter_for_letter(name):
+    """`<…>` as a title or a module's name was taken for DOT's HTML syntax, a backslash at the end ate the rest of
+    the line, a control character was a syntax error: no picture. \\N drew the node's name, &amp; an &."""
+    shown = name.encode("unicode_escape").decode("ascii") if name in ("x\ny", "a\x00b\x1bc", "\udcff") else name
+    x = Tensor(np.ones(2), requires_grad=True)
+    x.name = name
+    with ag.name_scope(name):
+        y = (x * 2.0).tanh()
+    loss = y.sum()
+    texts = drawn_text(vg.draw(loss, title=name))
+    assert texts["backward"][0][0] == shown  # the title, the graph's first text
+    assert texts["cluster_0"][0] == [shown]  # the module's frame
+    assert texts["t1"][0][0] == shown and texts["t1"][1].startswith(f"{shown}: (2,) float64\n")
+    assert texts["op2"][1].startswith(f"recorded in {shown}\n")
+    vg.keep_gradients(loss)
+    assert drawn_text(vg.draw(loss, collapse=True))["module1"][0][0] == shown
+    a = Value(2.0, name=name)
+    assert drawn_text(vg.draw((a * a).tanh(), title=name))["v1"][0][0] == shown
+
+
+def test_a_newline_in_a_name_makes_no_line_of_its_own_in_the_trace():
+    x = Tensor(np.ones(2), requires_grad=True)
+    x.name = "x\nstep 9/9  Fake"
+    with ag.name_scope("block\n"):
+        loss = (x * 2.0).sum()
+    text = vt.format_trace(vt.trace(loss))
+    assert [line for line in text.splitlines() if line.startswith("step")] == [
+        "step 1/2  Sum   [block\\n]", "step 2/2  Mul   [block\\n]"]
+    assert "  x\\nstep 9/9  Fake.grad  (2,)  [2.000000, 2.000000]" in text.splitlines()

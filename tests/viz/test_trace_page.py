@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import autograd as ag
 from autograd import Constant, Tensor, Value
 from models.lessons import tiny
 from viz import trace as vt
@@ -394,6 +395,31 @@ def test_page_opens_at_its_start_step_or_the_one_its_address_names(chromium, tmp
             page.close()
         errors += more
     assert not errors, errors
+
+
+def test_markup_in_a_name_a_module_and_the_title_shows_as_typed_and_never_runs(chromium, tmp_path):
+    """A module named `<…>` was taken for DOT's HTML syntax: dot failed, and no page was written at all."""
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz's `dot` is not installed (apt-get install graphviz)")
+    name = """<img src=x onerror="document.title='ran'"></script><script>document.title='ran'</script>"""
+    x = Tensor(np.ones(2), requires_grad=True)
+    x.name = name + "\\N"  # Graphviz would draw \\N as the node's name
+    with ag.name_scope(name):
+        loss = (x * 2.0).sum()
+    out = tmp_path / "trace.html"
+    write_page(vt.trace(loss), out, name)
+    page, errors, requests = open_page(chromium, out.as_uri() + "#step=2")
+    try:
+        assert page.title() == page.inner_text("#caption") == name
+        assert page.inner_text("#op-name") == "Mul" and page.inner_text("#step .muted") == f"in {name}"
+        assert f"∂L/∂({name}\\N) (x)" in page.inner_text("#step")  # bracketed: the name holds spaces
+        assert page.text_content("#graph g.node:has(> title:text-is('t1')) text") == name + "\\N"
+        assert page.locator("#graph g.cluster text").all_text_contents() == [name]
+        assert page.locator("img, #step script, #graph script").count() == 0
+    finally:
+        page.close()
+    assert not errors, errors
+    assert requests == [out.as_uri()], requests  # the page alone: no <img src=x> was fetched
 
 
 def test_a_constants_box_keeps_its_data_and_gets_no_gradient_written_over_it(chromium, tmp_path):
