@@ -282,6 +282,7 @@ def test_the_training_pages_prepare_line_is_what_prepare_prints(tmp_path):
 SIGNATURES = [
     ("engine.md", "Tensor(", "autograd.Tensor"),
     ("engine.md", "backward(", "autograd.Tensor.backward"),
+    ("engine.md", "Module.to(", "nn.Module.to"),
     ("gpt2.md", "GPTConfig(", "models.gpt2.GPTConfig"),
     ("higher_order.md", "ag.grad(", "autograd.grad"),
     ("jacobian_diverge_flow.md", "viz.jacobian.draw(", "viz.jacobian.draw"),
