@@ -557,14 +557,15 @@ def estimate_loss(model, data, layout, args, world, it):
     """
     means = []
     model.eval()
-    with world.together(), ag.no_grad():
+    with ag.no_grad():
         for split in ("train", "val"):
             rng = np.random.default_rng([args.seed, it, split == "val"])
             total = 0.0
             for _ in range(args.eval_iters):
-                x, y = data.batch(split, layout.rows, args.block_size, rng)
-                for loss in micro_batch_losses(model, x, y, layout, world.rank, args):
-                    total += loss.item()
+                with world.together():  # per batch: a Ctrl-C stops every rank at the next one, not after them all
+                    x, y = data.batch(split, layout.rows, args.block_size, rng)
+                    for loss in micro_batch_losses(model, x, y, layout, world.rank, args):
+                        total += loss.item()
             means.append(total / (args.eval_iters * args.grad_accum))
     model.train()
     train_loss, val_loss = world.mean(means)

@@ -319,6 +319,26 @@ def test_ctrl_c_stops_every_rank_and_says_which_checkpoint_the_folder_holds(tmp_
     assert err == f"\ntrain: interrupted; {tmp_path / 'o'} holds the checkpoint of iteration {iteration}\n"
 
 
+@needs_mpi
+def test_ctrl_c_stops_an_evaluation_at_its_next_batch(two_ranks):
+    """An evaluation was one agreement: a Ctrl-C waited for all of its batches (here hours of them)."""
+    job = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "tests.models.mpi_train", "--eval-only",
+                            "--eval-iters", "1000000", "--out-dir", str(two_ranks.half), "--resume"],
+                           cwd=ROOT, env=environment(PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert job.stdout.readline().startswith("resume: the command line changes --eval-iters 2 → 1000000;")
+        time.sleep(2)  # past the start-up's last agreement (the data, the optimizer), into the evaluation
+        job.send_signal(signal.SIGINT)
+        out, err = job.communicate(timeout=30)
+    finally:
+        if job.poll() is None:  # a rank evaluates on: end the whole job, launcher and ranks
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    assert job.returncode == 130
+    assert err == f"\ntrain: interrupted; {two_ranks.half} holds the checkpoint of iteration 5\n"
+
+
 @pytest.mark.parametrize("launcher", [{}, {"PMI_RANK": "0", "PMI_SIZE": "1"}], ids=["alone", "mpiexec-n-1"])
 def test_one_process_never_imports_mpi4py(tmp_path, launcher):
     code = ("import sys; from models.training import train; "
