@@ -121,7 +121,7 @@ def draw(report, title=None, collapse=False, depth=None):
 
 def main(argv=None):
     from models.cli import Parser  # here, not at the top: draw() needs nothing from models
-    from models.training.checkpoint import picture_file
+    from models.training.checkpoint import default_picture, picture_file
     p = Parser("python -m viz.diverge", "Run a model module's demo_loss() and its backward under two settings and "
                                         "find the first op, forward then backward, where the runs part beyond "
                                         "the drift a float64 run of the same graph predicts.",
@@ -156,7 +156,7 @@ def main(argv=None):
     print(report)
     graph = draw(report, title=f"{name}.demo_loss(): run a = {report.a}, run b = {report.b}",
                  collapse=args.collapse, depth=args.depth)
-    out = Path(args.out) if args.out else Path(f"diverge_{name.rsplit('.', 1)[-1]}.{fmt}")
+    out = Path(args.out or default_picture(p, f"diverge_{name.rsplit('.', 1)[-1]}.{fmt}"))
     try:
         return _write(graph, out, fmt)
     except BrokenPipeError:  # its "wrote …" line's reader has gone (`| head`): run_main ends the command quietly

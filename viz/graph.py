@@ -839,7 +839,7 @@ def title_of(name, loss, backward):
 
 def main(argv=None):
     from models.cli import Parser  # here, not at the top: draw() needs nothing from models
-    from models.training.checkpoint import picture_file
+    from models.training.checkpoint import default_picture, picture_file
     p = Parser("python -m viz.graph", "Draw the backward graph of a model module's demo_loss() with Graphviz.",
                epilog=f"Needs the Python package graphviz ({INSTALL_PYTHON}) and Graphviz's `dot` program "
                       f"to render; without `dot` the .dot source is written and the exit status is {NO_DOT_EXIT}.")
@@ -916,7 +916,7 @@ def main(argv=None):
     # a flow picture is named apart, so that it does not replace the plain graph of the same module
     stem = ("flow_" if args.flow is not None else "graph_") + name.rsplit('.', 1)[-1]
     stem += "_double" if args.double is not None else ""
-    out = Path(args.out) if args.out else Path(f"{stem}.{fmt}")
+    out = Path(args.out or default_picture(p, f"{stem}.{fmt}"))
     try:
         return _write(graph, out, fmt)
     except BrokenPipeError:  # its "wrote …" line's reader has gone (`| head`): run_main ends the command quietly

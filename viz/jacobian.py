@@ -343,7 +343,7 @@ def _shape(text):
 
 def main(argv=None):
     from models.cli import SEEDS, Parser, interval  # here, not at the top: draw() needs nothing from models
-    from models.training.checkpoint import picture_file
+    from models.training.checkpoint import default_picture, picture_file
     cases = "; ".join(f"{c.name}: {c.what} (default {','.join(map(str, c.shape))})" for c in OPS.values())
     p = Parser("python -m viz.jacobian", "Draw an op's local Jacobian (ag.jacobian) as a heatmap beside the closed "
                                          "form its docstring states, computed from the op's saved values.",
@@ -358,7 +358,7 @@ def main(argv=None):
     case = OPS[args.op]
     if args.shape is not None and len(args.shape) not in case.ndim:
         p.error(f"--shape {','.join(map(str, args.shape))}: {args.op} takes {case.what}")
-    out = Path(args.out or f"jacobian_{args.op}.png")
+    out = Path(args.out or default_picture(p, f"jacobian_{args.op}.png"))
     try:
         fmt = picture_format(out, "--out")  # x.PNG is a PNG, as viz.graph reads it; /dev/null one too
     except ValueError as exc:

@@ -46,6 +46,7 @@ import os
 import re
 import shutil
 import sys
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,6 +160,7 @@ def writer_lock(folder):
         return
     path = _sibling(_real(folder), "lock")
     path.parent.mkdir(parents=True, exist_ok=True)
+    patience = time.monotonic() + 0.2  # a reader's probe (writer_of) holds the lock for an instant, a writer for good
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
@@ -166,6 +168,9 @@ def writer_lock(folder):
         except BlockingIOError:
             owner = os.read(fd, 20).decode(errors="replace") or "?"
             os.close(fd)
+            if time.monotonic() < patience:
+                time.sleep(0.01)
+                continue
             raise ValueError(f"another training run (process {owner}) is writing to {folder}; "
                              "wait for it to end or choose another --out-dir") from None
         if path.exists() and path.stat().st_ino == os.fstat(fd).st_ino:
@@ -262,6 +267,15 @@ def picture_file(text):
         raise argparse.ArgumentTypeError(f"{text} is inside {owner}, which holds a checkpoint, a model or a prepared "
                                          "corpus that the file would break; write it outside that folder")
     return text
+
+
+def default_picture(parser, name):
+    """`name`, what a command draws into the current folder when its --out is not given, held to picture_file's
+    rule (the current folder may be a checkpoint's); else the parser's one-line error."""
+    try:
+        return picture_file(name)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(f"the default output {exc}, or give --out")
 
 
 def save(folder, model, tokenizer, optimizer, run):

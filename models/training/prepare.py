@@ -150,6 +150,9 @@ def check_fits_memory(workers, section_kb):
         fixes.append(f"fewer --workers (at most {most_workers} with --section-kb {section_kb})")
     if most_kb:
         fixes.append(f"a smaller --section-kb (at most {most_kb} with --workers {workers})")
+    if not fixes:  # neither alone is enough: one worker, and the section that fits it
+        alone = bisect.bisect_left(range(1, section_kb), True, key=lambda kb: memory_needed(1, kb) > budget)
+        fixes.append(f"fewer --workers and a smaller --section-kb together (at most {alone} with --workers 1)")
     ids = f", and {sections_in_flight(workers)} sections of ids" if workers > 1 else ""
     raise ValueError(f"--workers {workers} with --section-kb {section_kb} would hold about {needed / 2 ** 30:.1f} "
                      f"GiB at once (each worker's section as it is tokenized, about {SECTION_COPIES} times its size"

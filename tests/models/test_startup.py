@@ -158,6 +158,22 @@ def test_every_picture_writer_refuses_an_out_inside_a_checkpoint(tmp_path, comma
     assert weights.read_bytes() == before
 
 
+@pytest.mark.parametrize("command, default", [(["viz.jacobian", "gelu"], "jacobian_gelu.png"),
+                                              (["viz.graph", "models.neuron"], "graph_neuron.svg"),
+                                              (["viz.diverge", "models.tiny"], "diverge_tiny.svg")])
+def test_a_default_output_in_a_checkpoint_folder_is_refused(tmp_path, command, default):
+    """Run from inside a checkpoint, viz wrote its default file there, and --resume then refused the folder."""
+    random_gpt2_folder(tmp_path, "ab\n", n_layer=1)
+    before = sorted(p.name for p in (tmp_path / "base").iterdir())
+    done = subprocess.run([sys.executable, "-m", *command], capture_output=True, text=True, cwd=tmp_path / "base",
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2
+    assert done.stderr.endswith(f"error: the default output {default} is inside {(tmp_path / 'base').resolve()}, "
+                                "which holds a checkpoint, a model or a prepared corpus that the file would break; "
+                                "write it outside that folder, or give --out (see --help)\n")
+    assert sorted(p.name for p in (tmp_path / "base").iterdir()) == before
+
+
 # ---- a model too large for the machine ----------------------------------------------------------------
 
 

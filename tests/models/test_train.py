@@ -290,6 +290,24 @@ def test_a_second_run_into_the_same_folder_is_refused_while_the_first_writes(tmp
 
 
 @pytest.mark.skipif(os.name != "posix", reason="flock is POSIX's")
+def test_a_readers_probe_of_the_lock_does_not_refuse_a_run_that_starts_meanwhile(tmp_path):
+    """checkpoint.writer_of (LoRA's look at its base) holds the lock shared for an instant: a run starting then was
+    told that another training run writes to the folder."""
+    import fcntl
+    import threading
+    from models.training import checkpoint
+    lock = tmp_path / ".o.lock"
+    lock.write_text("")
+    fd = os.open(lock, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # as a probe holds it
+    release = threading.Timer(0.05, os.close, [fd])
+    release.start()
+    with checkpoint.writer_lock(tmp_path / "o"):
+        assert lock.read_text() == str(os.getpid())
+    release.join()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="flock is POSIX's")
 @pytest.mark.parametrize("taken_over", [False, True])
 def test_a_lock_file_deleted_during_the_run_leaves_it_to_end_well(tmp_path, capsys, monkeypatch, taken_over):
     """Someone deletes .o.lock while the run trains (and, `taken_over`, a second run makes its own): the run used to

@@ -303,6 +303,17 @@ def test_prepare_workers_and_sections_beyond_memory_are_refused_before_any_work(
     assert not (tmp_path / "p").exists()
 
 
+def test_prepare_workers_and_sections_that_fit_only_together_say_so(tmp_path, capsys, monkeypatch):
+    """Where neither fewer workers alone nor a smaller section alone fits, the line ended "; give " and nothing."""
+    monkeypatch.setattr(prepare, "machine_memory", lambda: 2 ** 29)
+    code, _, err = run(prepare.main, capsys, str(tmp_path / "none.txt"), "--out", str(tmp_path / "p"),
+                       "--workers", "1024", "--section-kb", "1000000")
+    assert code == 2 and one_line(err) == MEMORY_ERROR.replace("1.0 GiB", "0.5 GiB").format(
+        1024, 1000000, "21486.5", ", and 2049 sections of ids",
+        "fewer --workers and a smaller --section-kb together (at most 14563 with --workers 1)")
+    assert not (tmp_path / "p").exists()
+
+
 @pytest.mark.parametrize("workers, kb", [(22, 1024), (64, 360), (1, 29127)])
 def test_prepare_workers_and_sections_that_fit_memory_go_on_to_the_work(tmp_path, capsys, monkeypatch, workers, kb):
     """The largest settings the refusal offers pass it: the run goes on to look for its (missing) input."""

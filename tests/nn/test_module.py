@@ -355,6 +355,25 @@ def test_to_a_dtype_casts_every_parameter_and_gradient_keeping_ties_and_the_opti
     np.testing.assert_array_equal(m.scale.numpy(), before - 0.5 * grads["scale"])
 
 
+def test_a_flat_gradient_buffer_made_before_a_cast_says_to_make_the_optimizer_again():
+    """Its views stayed float32 while the parameters became float64: backward then said "set .grad to None first
+    (zero_grad)", just after zero_grad()."""
+    m = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    optimizer = nn.optim.AdamW(m.parameters(), flat_grads=True)
+    m.to(np.float64)
+    with pytest.raises(RuntimeError) as error:
+        optimizer.zero_grad()
+    assert str(error.value) == (
+        "zero_grad: a parameter of shape (3, 4) is now float64 on cpu, and the optimizer keeps the gradients "
+        "(flat_grads) in one float32 array on cpu: the model was moved or cast (Module.to) after the optimizer was "
+        "made; make the optimizer again")
+    optimizer = nn.optim.AdamW(m.parameters(), flat_grads=True)
+    optimizer.zero_grad()
+    m(ag.Tensor(np.ones((5, 3)))).sum().backward()
+    optimizer.step()
+    assert all(p.dtype == np.float64 and p.grad.dtype == np.float64 for p in m.parameters())
+
+
 @pytest.mark.parametrize("args, message", [
     (("cuda:0",), r"'cuda:0' is neither a device \('cpu', 'cuda'\) nor a dtype"),
     ((np.int64,), "int64 is not a floating dtype"),
