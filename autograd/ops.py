@@ -546,7 +546,7 @@ class GetItem(Function):
         self.key, self.advanced = key, advanced
         try:
             return x[key]
-        except IndexError as exc:
+        except (IndexError, TypeError) as exc:  # TypeError: a slice's bound not an integer (0.5:2)
             raise IndexError(f"getitem: {exc} (tensor of shape {x.shape}); an index along an axis of length n lies "
                              f"in [-n, n), and at most {x.ndim} axes can be indexed (None and ... aside)") from None
 

@@ -1146,11 +1146,17 @@ def _index_key(key, shape, device):
     parts, advanced = [], False
     for part in key if isinstance(key, tuple) else (key,):
         if isinstance(part, (Tensor, list, np.ndarray)) or backend.device_of(part) is not None:
-            array, _ = _as_array(part, None, device)
+            try:
+                array, _ = _as_array(part, None, device)
+            except (TypeError, ValueError):  # Tensor's own refusal would name Tensor, which the user never made
+                raise IndexError(f"getitem: an index list or array must hold integers or bools, in rows of one "
+                                 f"length (tensor of shape {shape}); put slices, None and ... beside it in the key, "
+                                 f"not inside it") from None
             if isinstance(part, list) and not array.size:  # picks nothing: an integer index, as in NumPy (not the
                 array = array.astype("int64")              # default float of a list of no numbers)
             if array.dtype.kind not in "iub":
-                raise IndexError(f"getitem: index arrays must be integer or bool, got {array.dtype}")
+                raise IndexError(f"getitem: index arrays must be integer or bool, got {array.dtype} (tensor of shape "
+                                 f"{shape}); convert the index with .astype('int64')")
             part, advanced = array, True
         parts.append(part)
     if not advanced:  # no mask to check against the axes it covers

@@ -272,8 +272,27 @@ def test_dropout_probability_out_of_range():
 
 
 def test_index_with_float_array():
-    with pytest.raises(IndexError, match="float64"):
+    with pytest.raises(IndexError) as info:
         Tensor(np.ones((2, 3)))[np.array([0.5])]
+    assert _message(info) == ("getitem: index arrays must be integer or bool, got float64 (tensor of shape (2, 3)); "
+                              "convert the index with .astype('int64')")
+
+
+@pytest.mark.parametrize("dtype", ["int64", "float64"])
+def test_a_float_slice_bound_is_an_index_error_of_getitem_whatever_the_dtype(dtype):
+    # an integer tensor's was the TypeError of float-only ops: "convert with .astype('float32')", the wrong fix
+    with pytest.raises(IndexError) as info:
+        Tensor(np.ones((2, 3), dtype=dtype))[0.5:2]
+    assert _message(info).startswith("getitem: slice indices must be integers or None or have an __index__ method "
+                                     "(tensor of shape (2, 3)); an index along an axis of length n lies in [-n, n)")
+
+
+@pytest.mark.parametrize("key", [[0, slice(None)], [[0, 1], [0]], np.array(["a"])], ids=["slice", "ragged", "str"])
+def test_an_index_list_of_no_integers_names_getitem_not_tensor(key):
+    with pytest.raises(IndexError) as info:
+        Tensor(np.ones((2, 3)))[key]
+    assert _message(info) == ("getitem: an index list or array must hold integers or bools, in rows of one length "
+                              "(tensor of shape (2, 3)); put slices, None and ... beside it in the key, not inside it")
 
 
 @pytest.mark.parametrize("make, name", [
