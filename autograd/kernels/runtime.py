@@ -12,11 +12,12 @@
   taking the cores from the other's. Elsewhere OpenBLAS keeps its threads and
   the kernels use numba's "workqueue" layer, whose idle threads sleep.
 - Compilations (`compiled`, `jitted`): kernels are cached on disk (numba's
-  `cache=True`); the first run compiles them (tens of seconds), later runs
-  load them. A Ctrl-C meanwhile is held until the kernel at hand is done, and
-  LLVM's code pages are handed back after (`release_compiler_pages`).
+  `cache=True`, where `CACHE` found a writable folder); the first run compiles
+  them (tens of seconds), later runs load them. A Ctrl-C meanwhile is held
+  until the kernel at hand is done, and LLVM's code pages are handed back after
+  (`release_compiler_pages`).
 
-Importing this module probes nothing: the BLAS and the OpenMP runtime are
+Importing this module probes only for a cache folder (`CACHE`): the BLAS and the OpenMP runtime are
 looked for when cpu.py first asks (`shared_pool`), so the tokenizer's kernels
 (models/gpt/bpe_kernels.py), which need `compiled` alone, pay for none of it.
 """
@@ -26,10 +27,13 @@ import ctypes
 import functools
 import os
 import signal
+import sys
+import tempfile
 import threading
 import time
 
 import numba
+from numba.core import caching
 
 from .. import switches
 
@@ -76,16 +80,52 @@ def _has_openmp():
     return True
 
 
+def _probe():
+    """What `_cache_possible` asks numba to find a cache folder for: a function of the kernels' own folder."""
+
+
+def _cache_possible():
+    """Whether numba may keep the kernels' compilations on disk (`cache` of their njit options).
+
+    numba keeps them in NUMBA_CACHE_DIR, else beside the source (__pycache__), else in the user's cache folder
+    (~/.cache/numba), each if writable; where none is (a read-only install run with a read-only HOME), its
+    cache=True raised "cannot cache function ...: no locator available" when the kernels were imported. Then they
+    go to this user's own folder in the temporary folder, and where there is none either, they are compiled afresh
+    in every process, said in one line. Cached or not, a kernel computes the same bits."""
+    try:
+        caching.FunctionCache(_probe)
+        return True
+    except RuntimeError:
+        pass
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    folder = os.path.join(tempfile.gettempdir(), f"gptgrad-numba-{uid}")
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        # A folder that another user made could hand this process their compiled code to run.
+        if uid is None or os.stat(folder).st_uid == uid:
+            numba.config.CACHE_DIR = folder
+            caching.FunctionCache(_probe)
+            return True
+    except (OSError, RuntimeError):
+        pass
+    print(f"gptgrad: no writable folder for numba's kernel cache (beside the source, in HOME's cache, or {folder}): "
+          "the kernels compile afresh in every run (seconds to tens of seconds); set NUMBA_CACHE_DIR to a writable "
+          "folder to keep them", file=sys.stderr)
+    return False
+
+
+CACHE = _cache_possible()
+
 # No fast math: every sum, product and multiply-add is computed in the order the source writes it, so a kernel
 # gives the same bits whichever way LLVM compiles it for one CPU (serial or threaded, freshly or from the cache).
 # With reordering allowed ("reassoc"), each compilation vectorised the row sums its own way: the threaded
 # layer norm's dx differed from the serial one's in the last bit, and a first run (compiled) from every later one
 # (cached). Sums are vectorised by hand instead, as eight running sums (_sum, _dot).
-JIT = dict(cache=True, error_model="numpy")  # numpy: x/0 is inf, no branch to raise
+JIT = dict(cache=CACHE, error_model="numpy")  # numpy: x/0 is inf, no branch to raise
 
 
 def jitted(**options):
-    """numba.njit(**options) with the kernels' settings (cached, no fast math), its compilations held by
+    """numba.njit(**options) with the kernels' settings (cached where `CACHE`, no fast math), its compilations held by
     `compiled`: for a function that Python calls."""
     return lambda fn: compiled(numba.njit(**options, **JIT)(fn))
 

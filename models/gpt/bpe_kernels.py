@@ -16,9 +16,10 @@ Why compiled: in Python, merging a word seen for the first time costs
 microseconds a pair, which held text never seen before to a fifth of
 tiktoken's rate. Compiled, every chunk can go through BPE; `bpe` still
 merges a chunk repeated within one call only once (a cache of that call's
-own output). The kernels are cached on disk (numba's `cache=True`): the first
-run on a machine compiles them (seconds), later processes load them; the
-kernels Python calls are `compiled` ones (autograd/kernels/runtime.py): a Ctrl-C
+own output). The kernels are cached on disk (numba's `cache=True`, where
+runtime's `CACHE` found a writable folder): the first run on a machine
+compiles them (seconds), later processes load them; the kernels Python calls
+are `compiled` ones (autograd/kernels/runtime.py): a Ctrl-C
 during their compile or load is held until it ends, and LLVM's code pages are
 handed back after.
 """
@@ -28,13 +29,13 @@ import numba
 import numpy as np
 import regex
 
-from autograd.kernels.runtime import compiled  # a Ctrl-C held while they compile, LLVM's pages handed back after
+from autograd.kernels.runtime import CACHE, compiled  # a Ctrl-C held while they compile, LLVM's pages handed back after
 
 SPACE, LETTER, NUMBER, OTHER = 0, 1, 2, 3
 _EMPTY = -1  # a free slot of the pair table
 _HASH = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: 2⁶⁴ / golden ratio, odd
 SHORT = 32  # chunks up to this many bytes are merged by scanning (_merge_short), longer ones with a heap
-_jit = dict(cache=True, nogil=True)
+_jit = dict(cache=CACHE, nogil=True)
 
 
 @functools.cache

@@ -6,7 +6,9 @@ reaches a kernel. Each test runs the same op twice, AUTOGRAD_FUSED=1 and =0,
 with a spy that proves the kernel ran, and compares values and gradients.
 """
 import os
+import hashlib
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -982,6 +984,49 @@ def test_a_real_ctrl_c_while_the_main_job_compiles_its_kernels_is_one_line(tmp_p
     _, err = process.communicate(timeout=120)
     assert err == "\ntrain: interrupted; no checkpoint was written\n", err
     assert process.returncode == 130
+
+
+GELU_HASH = """
+import hashlib, numpy as np
+from autograd.kernels import cpu, runtime
+x = np.random.default_rng(0).standard_normal((cpu.PARALLEL_FROM // 128 + 16, 128)).astype(np.float32)
+print(cpu.__file__, runtime.CACHE, hashlib.sha256(cpu.gelu_forward(x).tobytes()).hexdigest())
+"""
+
+
+@pytest.mark.parametrize("temporary_folder_free", [True, False])
+def test_kernels_without_a_writable_cache_folder_run_with_one_line_at_most(tmp_path, temporary_folder_free):
+    """A read-only install run with a read-only HOME (a container, a shared install): numba's cache=True found no
+    folder (NUMBA_CACHE_DIR, __pycache__, ~/.cache) and importing the kernels raised "cannot cache function". They
+    cache in this user's temporary folder instead, silently; where that is taken too, they compile in every run,
+    said in one line. Both give the bits of the usual cache. Blocked by files where folders should be, which stop
+    root too."""
+    source = tmp_path / "source"
+    shutil.copytree(pathlib.Path(ROOT) / "autograd", source / "autograd",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (source / "autograd" / "kernels" / "__pycache__").write_text("")  # no cache beside the source
+    (tmp_path / "blocked").write_text("")
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    fallback = temporary / f"gptgrad-numba-{os.getuid()}"
+    if not temporary_folder_free:
+        fallback.write_text("")
+    env = {name: value for name, value in os.environ.items() if name != "XDG_CACHE_HOME"}
+    done = subprocess.run([sys.executable, "-c", GELU_HASH], cwd=source, capture_output=True, text=True, timeout=300,
+                          env={**env, "PYTHONPATH": str(source), "HOME": str(tmp_path / "blocked" / "home"),
+                               "NUMBA_CACHE_DIR": str(tmp_path / "blocked" / "numba"), "TMPDIR": str(temporary)})
+    assert done.returncode == 0, done.stderr
+    x = np.random.default_rng(0).standard_normal((cpu.PARALLEL_FROM // 128 + 16, 128)).astype(np.float32)
+    expected = hashlib.sha256(cpu.gelu_forward(x).tobytes()).hexdigest()
+    assert done.stdout.split() == [str(source / "autograd" / "kernels" / "cpu.py"), str(temporary_folder_free),
+                                   expected]
+    if temporary_folder_free:
+        assert done.stderr == ""
+        assert list(fallback.rglob("cpu._gelu_forward*.nbi"))
+    else:
+        assert done.stderr == (f"gptgrad: no writable folder for numba's kernel cache (beside the source, in HOME's "
+                               f"cache, or {fallback}): the kernels compile afresh in every run (seconds to tens of "
+                               "seconds); set NUMBA_CACHE_DIR to a writable folder to keep them\n")
 
 
 @pytest.mark.parametrize("given", [2, 1])
