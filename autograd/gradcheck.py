@@ -154,12 +154,11 @@ def jacobian(fn, x):
     It runs one backward() per element of the output: for teaching on a few
     elements, never inside a model.
     """
-    data = array_of(x)
-    dtype = data.dtype if hasattr(data, "dtype") else np.asarray(data).dtype
-    if dtype.kind != "f":  # Tensor's own refusal would name neither jacobian nor the float64 it wants
-        raise TypeError(f"jacobian: x holds {dtype} values, and a Jacobian is taken with respect to floats; "
+    leaf = Tensor(array_of(x))
+    if leaf.dtype.kind != "f":  # requires_grad's own refusal would name neither jacobian nor the float64 it wants
+        raise TypeError(f"jacobian: x holds {leaf.dtype} values, and a Jacobian is taken with respect to floats; "
                         "pass np.asarray(x, dtype=np.float64)")
-    leaf = Tensor(data, requires_grad=True)
+    leaf.requires_grad = True
     if leaf.size > 1024:
         raise ValueError(f"jacobian: x has {leaf.size} elements; the full matrix is for small teaching inputs "
                          "(≤ 1024), use backward() for a vector-Jacobian product instead")

@@ -654,7 +654,7 @@ class Tensor:
         where float16 * np.float64(2) stays float16. NumPy arrays keep their dtype and NumPy's promotion."""
         if isinstance(other, Tensor):
             return other
-        if isinstance(other, (np.floating, np.integer)):
+        if isinstance(other, np.generic) and other.dtype.kind in "iuf":  # not np.bool_: PyTorch widens it
             other = other.item()
         dtype = self.data.dtype
         if dtype.kind in FLOAT_KINDS:

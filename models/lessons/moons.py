@@ -130,7 +130,8 @@ def main(argv=None):
     parser.add_argument("--init-seed", type=int, default=1337, help="seed of the network's initial weights")
     parser.add_argument("--log-every", type=interval(int, "[1, inf)"), default=10, metavar="N",
                         help="print the loss and accuracy every N steps")
-    parser.add_argument("--out", type=picture_file, default="moons.png", help="where to write the decision-boundary PNG")
+    parser.add_argument("--out", type=picture_file, default="moons.png",
+                        help="where to write the decision-boundary PNG")
     args = parser.parse_args(argv)
 
     points, labels = make_moons(args.points, args.noise, args.seed)
