@@ -796,7 +796,7 @@ def resume(folder, args, check, world):
                                  "command line to replace it") from None
         setattr(args, name, old)
     layout = Layout(args.batch_size, args.grad_accum, world.size)
-    also, remark = layout.change_from(run.layout)
+    also, remark = layout.change_from(run.layout, training=not args.eval_only)
     changed += also
     run.layout = layout
     model, tokenizer = load_model(folder, dropout=args.dropout)

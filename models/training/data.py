@@ -133,18 +133,20 @@ class Layout:
     def to_dict(self):
         return asdict(self)
 
-    def change_from(self, saved):
+    def change_from(self, saved, training=True):
         """How this layout differs from a checkpoint's (`saved`), for resume's one line: (changes, remark).
 
         `changes` lists what no option says (the number of ranks), `remark` whether
         the rows per iteration, and so the batches, stay those of the checkpoint's
-        run; ([], None) when nothing changed.
+        run; ([], None) when nothing changed. Not `training` (--eval-only), the
+        remark speaks of batches alone.
         """
         if saved == self:
             return [], None
         changes = [f"mpiexec -n {saved.ranks} → {self.ranks}"] if saved.ranks != self.ranks else []
         if saved.rows == self.rows:
             return changes, f"still {self.rows} rows per iteration ({self.describe()}), so the same batches"
+        made = "other batches and updates than the first run would have made" if training else \
+            "other batches than the first run's evaluations"
         return changes, (f"{self.rows} rows per iteration ({self.describe()}) instead of the checkpoint's "
-                         f"{saved.rows} ({saved.describe()}): other batches and updates than the first run "
-                         "would have made")
+                         f"{saved.rows} ({saved.describe()}): {made}")

@@ -143,6 +143,11 @@ def test_resume_says_in_the_same_line_whether_the_rows_per_iteration_stay(tmp_pa
             "had it; 2 rows per iteration (batch 2 x grad-accum 1 x 1 rank) instead of the checkpoint's 8 "
             "(batch 8 x grad-accum 1 x 1 rank): other batches and updates than the first run would have made\n") in out
     assert "32 tokens per iteration;" in out
+    code, out, err = run(capsys, "--out-dir", str(tmp_path), "--resume", "--eval-only", "--batch-size", "4")
+    assert code == 0, err  # an evaluation makes no update to speak of
+    assert ("resume: the command line changes --batch-size 2 → 4; all else as the checkpoint had it; 4 rows per "
+            "iteration (batch 4 x grad-accum 1 x 1 rank) instead of the checkpoint's 2 (batch 2 x grad-accum 1 x 1 "
+            "rank): other batches than the first run's evaluations\n") in out
 
 
 @pytest.mark.parametrize("name, value, message", [
