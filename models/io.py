@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autograd.heatmaps import is_special  # defined below models, where gradcheck's picture= needs the same rule
+from autograd.heatmaps import is_special, picture_bytes  # below models: gradcheck's picture= needs them too
 
 
 def fsync(path):
@@ -93,6 +93,14 @@ def atomic_path(path):
             shutil.rmtree(tmp)
         else:
             tmp.unlink(missing_ok=True)
+
+
+def write_figure(path, figure, fmt="png"):
+    """A matplotlib `figure` into `path` as `fmt`, whole or not at all (atomic_path): drawn in memory first,
+    so that a pipe or a device takes it too (matplotlib's PNG writer seeks back in its file)."""
+    data = picture_bytes(figure, fmt)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def owning_folder(path, marks, itself=True):

@@ -424,14 +424,13 @@ class GradBuffer:
         _buffers.add(self)
 
     def zero_(self):
-        changed = next((p for p in self.params if p.dtype != self.flat.dtype or p.device != self.device), None)
-        if changed is not None:  # else backward would find a .grad of the old kind and blame the caller's zero_grad
-            raise RuntimeError(f"zero_grad: a parameter of shape {changed.shape} is now {changed.dtype} on "
-                               f"{changed.device}, and the optimizer keeps the gradients (flat_grads) in one "
-                               f"{self.flat.dtype} array on {self.device}: the model was moved or cast "
-                               "(Module.to) after the optimizer was made; make the optimizer again")
         self.flat.fill(0)
         for p, view in zip(self.params, self.views):
+            if p.device != self.device or p.data.dtype != view.dtype:  # else backward blames the caller's zero_grad
+                raise RuntimeError(f"zero_grad: a parameter of shape {p.shape} is now {p.dtype} on {p.device}, and "
+                                   f"the optimizer keeps the gradients (flat_grads) in one {view.dtype} array on "
+                                   f"{self.device}: the model was moved or cast (Module.to) after the optimizer was "
+                                   "made; make the optimizer again")
             p.grad = view
 
 

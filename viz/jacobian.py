@@ -30,8 +30,8 @@ import numpy as np
 
 import autograd as ag
 from autograd import Tensor, ops, topological_order
-from autograd.heatmaps import Panel, figure, index_labels, picture_bytes, picture_format
-from models.io import atomic_path
+from autograd.heatmaps import Panel, figure, index_labels, picture_format
+from models.io import write_figure
 
 LARGEST = 64  # elements of the input (--shape): a picture for looking at, not a computation
 
@@ -365,8 +365,7 @@ def main(argv=None):
         p.error(str(exc))
     drawn = picture(args.op, args.shape, args.seed)
     try:
-        with atomic_path(out) as tmp:  # whole or not at all
-            tmp.write_bytes(picture_bytes(drawn.figure, fmt))
+        write_figure(out, drawn.figure, fmt)  # whole or not at all
     except OSError as exc:
         print(f"viz.jacobian: error: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
         return 1

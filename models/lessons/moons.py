@@ -23,9 +23,8 @@ import math
 
 import numpy as np
 
-from autograd.heatmaps import picture_bytes
 from models.cli import SEEDS, Parser, counted, interval
-from models.io import atomic_path
+from models.io import write_figure
 from models.training.checkpoint import picture_file
 from models.lessons.value_nn import DEMO_SIZES, MLP, max_margin_loss, train_step
 
@@ -108,8 +107,7 @@ def plot_boundary(path, model, points, labels, title):
     ax.legend(handles=handles, loc="upper right", fontsize=8, framealpha=0.92)
     ax.set_aspect("equal")
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(picture_bytes(fig))
+    write_figure(path, fig)
     plt.close(fig)
 
 

@@ -35,10 +35,9 @@ import sys
 import numpy as np
 
 import autograd as ag
-from autograd.heatmaps import picture_bytes
 from models.lessons.bigram import Diverged, counting_lower_bound, demo_loss, lesson_setup  # noqa: F401 (demo_loss: viz's)
 from models.cli import Parser, counted, interval
-from models.io import atomic_path
+from models.io import write_figure
 from models.training.checkpoint import picture_file
 from models.numbers import fixed, section
 
@@ -169,8 +168,7 @@ def plot_losses(path, runs, bound, title):
     axes[0].legend(fontsize=9)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(picture_bytes(fig))
+    write_figure(path, fig)
     plt.close(fig)
 
 

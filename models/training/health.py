@@ -46,11 +46,10 @@ import numpy as np
 
 import autograd as ag
 from autograd import backend
-from autograd.heatmaps import picture_bytes
 from autograd.ops import GELU
 from models.gpt.gpt2 import Block
 from models.training.checkpoint import HEALTH_FILES
-from models.io import atomic_path
+from models.io import atomic_path, write_figure
 
 JSONL_FILE, PLOT_FILE = HEALTH_FILES  # checkpoint.save keeps them in the folder
 WINDOW = 50  # iterations a rule must hold before it warns
@@ -438,6 +437,5 @@ def plot(path, records, matrices):
     fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="center right", fontsize=8, frameon=False)
     fig.suptitle("Training health")
     fig.tight_layout(rect=(0, 0, 0.88, 0.96))
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(picture_bytes(fig))
+    write_figure(path, fig)
     plt.close(fig)

@@ -39,7 +39,6 @@ from pathlib import Path
 import numpy as np
 
 import autograd as ag
-from autograd.heatmaps import picture_bytes
 import nn
 from models.training import checkpoint, health
 from models.cli import (SEEDS, Parser, counted, device, folder_path, interval, machine_memory, model_folder,
@@ -48,7 +47,7 @@ from models.training.data import DEFAULT_CORPUS, Layout, TokenData, load_text
 from models.gpt import hf_checkpoint, sampling
 from models.gpt.gpt2 import GPT, LINEAR_LAYERS, GPTConfig
 from models.interrupts import came_from_ctrl_c
-from models.io import atomic_path, read_json
+from models.io import read_json, write_figure
 from models.training.parallel import PeerFailed, World
 from models.training.shards import PreparedData, check_tokenizer, data_path
 from models.gpt.tokenizer import CharTokenizer, GPT2Tokenizer
@@ -346,7 +345,7 @@ def started_facts(args, started):
     state = {key: value for key, value in run.to_json(run.digests).items() if key != "data_fingerprint"}
     state = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
     facts["the run state"] = f"iteration {run.iter}, val loss {run.val_loss:.4f} (SHA-256 {state[:12]})"
-    facts["the data"] = data.fingerprint(tokenizer)
+    facts["the data"] = run.data_fingerprint  # start() took it, for the checkpoint
     facts["the model"] = (f"{counted(cfg.n_layer, 'layer')}, {counted(cfg.n_head, 'head')}, {cfg.n_embd} wide, "
                           f"block {cfg.block_size}, vocab {cfg.vocab_size}, bias {cfg.bias}")
     return facts
@@ -786,8 +785,7 @@ def plot_losses(path, history, evals):
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(picture_bytes(fig))
+    write_figure(path, fig)
     plt.close(fig)
 
 
