@@ -1,12 +1,23 @@
 """A command's Ctrl-C before it can say anything better: one line, not Python's KeyboardInterrupt traceback.
 
-This module imports nothing but `sys` (loaded with the interpreter), so that a
+This module imports nothing but `os` and `sys` (loaded with the interpreter), so that a
 command's __main__ can install the hook in its first lines, before the imports
 that take most of its start-up. A Ctrl-C before those lines run (while the
 interpreter starts and `python -m` finds and compiles the command's file, the
 first tenth of a second or so) is beyond any hook of the project's.
+
+Under `mpiexec`, which passes a Ctrl-C to every rank, rank 0 alone says so,
+and the job ends with status 130, as it does when the Ctrl-C comes later:
+each rank's own line would repeat the first, and a rank killed by SIGINT makes
+the launcher print a banner about a bad termination.
 """
+import os
 import sys
+
+# Where MPI launchers give a process its rank and the job's size (MPICH's and Intel MPI's hydra, Open MPI,
+# MVAPICH): nn.distributed.LAUNCHER_VARIABLES, which the hook cannot import before NumPy has loaded
+LAUNCHER_VARIABLES = (("PMI_RANK", "PMI_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                      ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"))
 
 
 def exit_quietly_on_interrupt(prog):
@@ -14,16 +25,47 @@ def exit_quietly_on_interrupt(prog):
 
     Call it first thing in a command's __main__: an interrupt can land in its
     imports, or while the options are parsed. Python still exits as a Ctrl-C
-    does (killed by SIGINT, status 130 in a shell).
+    does (killed by SIGINT, status 130 in a shell). In an MPI job only rank 0
+    prints, and the job ends with status 130 (_end_the_job).
     """
     previous = sys.excepthook
 
     def hook(kind, value, traceback):
-        if came_from_ctrl_c(value):
-            print(f"\n{prog}: interrupted", file=sys.stderr)
-        else:
+        if not came_from_ctrl_c(value):
             previous(kind, value, traceback)
+            return
+        rank = _launcher_rank()
+        if rank in (None, 0):
+            print(f"\n{prog}: interrupted", file=sys.stderr)
+        if rank is not None:
+            _end_the_job()
     sys.excepthook = hook
+
+
+def _launcher_rank():
+    """This process's rank in a job that an MPI launcher started with more than one process; None otherwise."""
+    for rank_variable, size_variable in LAUNCHER_VARIABLES:
+        if os.environ.get(size_variable, "1").strip() not in ("", "0", "1"):
+            try:
+                return int(os.environ.get(rank_variable, "0"))
+            except ValueError:
+                return 0
+    return None
+
+
+def _end_the_job():
+    """Exit with status 130 as a rank that has joined the job (MPI_Init), which makes the launcher end the other
+    ranks: one that exits before joining leaves any rank already waiting for it in MPI_Init or a collective
+    waiting for ever. Without mpi4py (or interrupted again in its import) the rank returns, and Python ends it
+    by SIGINT: the launcher answers that too, with its banner."""
+    try:
+        __import__("mpi4py.MPI")  # importing it joins the job
+    except BaseException:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    os._exit(130)
 
 
 def came_from_ctrl_c(error):

@@ -443,3 +443,48 @@ def test_ranks_that_resume_other_checkpoints_under_one_name_end_with_one_line(tm
     if "10" in runs[1]:
         assert err.endswith(", rank 1 has a checkpoint at --max-iters already, nothing to do\n")
     assert [{p.name: p.read_bytes() for p in (folder / "out").iterdir()} for folder in dirs] == before
+
+
+INTERRUPTED_IMPORT = """
+import builtins, os, runpy, sys
+ranks, argv = {int(r) for r in sys.argv[1].split(",")}, sys.argv[2:]
+real_import = builtins.__import__
+def interrupting_import(name, *args, **kwargs):
+    if name == "nn" and int(os.environ["PMI_RANK"]) in ranks:  # a Ctrl-C while the command imports its engine
+        raise KeyboardInterrupt
+    return real_import(name, *args, **kwargs)
+builtins.__import__ = interrupting_import
+sys.argv = ["models.train", *argv]
+runpy.run_module("models.train", run_name="__main__", alter_sys=True)
+"""
+
+
+@needs_mpi
+@pytest.mark.parametrize("ranks", ["0,1", "1"], ids=["every-rank", "rank-1-alone"])
+def test_a_ctrl_c_during_start_up_ends_the_job_with_one_line_and_status_130(tmp_path, ranks):
+    """Each rank printed its line and Python ended it by SIGINT, so mpiexec printed its bad-termination banner and
+    exited with 2. Where rank 1 alone was interrupted (rank 0 already waiting for it), the job ends all the same:
+    a rank that left before joining the job (MPI_Init) would leave rank 0 waiting for ever."""
+    done = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", INTERRUPTED_IMPORT, ranks, *TINY[1:],
+                           "--max-iters", "100000", "--out-dir", str(tmp_path / "o")],
+                          cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert "BAD TERMINATION" not in done.stdout + done.stderr and "Traceback" not in done.stderr
+    if ranks == "0,1":
+        assert done.stderr == "\ntrain: interrupted\n"
+    assert not (tmp_path / "o" / "model.safetensors").exists()
+
+
+def test_the_start_up_hook_knows_the_launchers_that_nn_distributed_knows(monkeypatch):
+    """models.interrupts cannot import nn.distributed (NumPy) before a command's imports: it keeps its own table."""
+    from models import interrupts
+    assert interrupts.LAUNCHER_VARIABLES == dist.LAUNCHER_VARIABLES
+    for names in dist.LAUNCHER_VARIABLES:
+        for name in names:
+            monkeypatch.delenv(name, raising=False)
+    assert interrupts._launcher_rank() is None
+    monkeypatch.setenv("PMI_SIZE", "1")  # mpiexec -n 1: one process, ended by SIGINT as without a launcher
+    assert interrupts._launcher_rank() is None
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "3")
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "2")
+    assert interrupts._launcher_rank() == 2
