@@ -9,6 +9,7 @@ import numbers
 import numpy as np
 
 from . import backend, ops
+from .intervals import check
 from .tensor import (Tensor, ShapeError, _as_array, _axis, _check_in_range, _check_ints, float_alike,
                      get_default_dtype, is_grad_enabled)
 
@@ -126,6 +127,10 @@ def cross_entropy(logits, targets, ignore_index=None, reduction="mean", classes=
     """
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, numbers.Integral)):
+        # compared with integer targets, 1.5 or "-100" equals none of them: no row would be skipped, silently
+        raise TypeError(f"cross_entropy: ignore_index must be an int (the target value of the rows to skip, e.g. "
+                        f"-100) or None, got {ignore_index!r}")
     if logits.ndim == 0:
         raise ShapeError("cross_entropy: logits of shape () have no axis of classes; give them one, the last, "
                          "e.g. logits of shape (N, C) with targets of shape (N,)")
@@ -159,6 +164,7 @@ def layer_norm(x, weight, bias=None, eps=1e-5):
     if x.ndim == 0:
         raise ShapeError("layer_norm: the input has shape (), no axis of features to normalise (the last axis); "
                          "give it one, e.g. x.reshape(1, -1)")
+    check("layer_norm", "eps", eps, "[0, inf)")  # a negative or NaN eps makes rows of small variance NaN
     features = x.shape[-1]
     if not isinstance(weight, Tensor):
         raise TypeError(f"layer_norm: weight must be a Tensor of shape ({features},), got {type(weight).__name__}; "

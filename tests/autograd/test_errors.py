@@ -188,6 +188,20 @@ def test_cross_entropy_float_targets_and_bad_reduction():
         ag.cross_entropy(logits, [0, 1], reduction="avg")
 
 
+@pytest.mark.parametrize("ignore", [1.5, "-100", True])
+def test_cross_entropy_refuses_an_ignore_index_that_is_not_an_int(ignore):
+    # equal to no integer target, 1.5 or "-100" skipped no row, silently (PyTorch refuses them too)
+    with pytest.raises(TypeError) as info:
+        ag.cross_entropy(Tensor(np.zeros((2, 3))), [1, -100], ignore_index=ignore)
+    assert _message(info) == ("cross_entropy: ignore_index must be an int (the target value of the rows to skip, "
+                              f"e.g. -100) or None, got {ignore!r}")
+
+
+def test_cross_entropy_takes_a_numpy_integer_ignore_index():
+    logits = Tensor(np.log([[1.0, 1.0, 2.0], [1.0, 3.0, 4.0]]))
+    assert ag.cross_entropy(logits, [2, 1], ignore_index=np.int64(2)).item() == pytest.approx(-np.log(3 / 8))
+
+
 def test_embedding_with_float_ids():
     with pytest.raises(TypeError) as info:
         ag.embedding(Tensor(np.ones((4, 3))), np.array([0.0, 1.0]))
@@ -482,6 +496,14 @@ def test_an_operand_that_holds_no_numbers_names_the_operator():
             call()
         assert _message(info).startswith(f"{op}: cannot compute with a ")
         assert _message(info).endswith(" operand; use a Tensor, a number, or a list or array of numbers")
+
+
+@pytest.mark.parametrize("eps", [-1.0, float("nan")])
+def test_layer_norm_refuses_an_eps_outside_0_to_inf(eps):
+    # nn.LayerNorm refused these; the function gave NaN rows where the variance is below -eps (or everywhere)
+    with pytest.raises(ValueError) as info:
+        ag.layer_norm(Tensor(np.ones((2, 4))), Tensor(np.ones(4)), None, eps)
+    assert _message(info) == f"layer_norm: eps must be a number in [0, inf), got {eps!r}"
 
 
 def test_arange_refuses_a_step_of_0():
