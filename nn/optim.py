@@ -13,6 +13,8 @@ import math
 import numbers
 import weakref
 
+import numpy as np
+
 from autograd import Tensor, backend, kernels
 from autograd.intervals import check
 
@@ -473,6 +475,8 @@ def clip_grad_norm_(params, max_norm):
     """Scale all gradients together so their global L2 norm is at most `max_norm`; returns the norm before.
 
     `params` is an iterable of parameters or, as in PyTorch, one parameter.
+    The norm is a NumPy float64 (a float with `.item()`, as PyTorch's tensor
+    has), or on a GPU's fused path a 0-d device array.
     When the gradients are exactly the views of an AdamW's flat buffer
     (flat_grads=True), one fused reduction reads the buffer and one pass
     scales it. On a GPU two kernels compute the norm and the factor on the
@@ -486,7 +490,7 @@ def clip_grad_norm_(params, max_norm):
         params = [params]
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
-        return 0.0
+        return np.float64(0.0)
     ids = frozenset(map(id, grads))
     buffer = next((b for b in _buffers if b.ids == ids), None)
     kernel = None if buffer is None else kernels.fused("grad_norm", buffer.flat)
@@ -506,7 +510,7 @@ def clip_grad_norm_(params, max_norm):
     if not scale >= 1:  # a NaN norm makes every gradient NaN, as in PyTorch: none is left looking healthy
         for g in grads:
             g *= scale
-    return total
+    return np.float64(total)  # the fused CPU kernel's type
 
 
 def _check_schedule(owner, max_lr, warmup_steps, decay_steps, min_lr):

@@ -787,6 +787,24 @@ def test_clip_grad_norm_takes_one_parameter_as_pytorch_does():
     np.testing.assert_allclose(p.grad, [0.6, 0.8], rtol=1e-6)
 
 
+@pytest.mark.parametrize("flat, dtype, size", [(False, np.float64, 3), (True, np.float64, 3), (False, np.float32, 3),
+                                               (True, np.float32, 5000), (False, np.float64, 0)],
+                         ids=["float64", "float64-flat", "float32", "float32-flat-kernel", "no-gradients"])
+def test_clip_grad_norm_returns_a_number_with_item_on_every_path_as_pytorchs_tensor(flat, dtype, size):
+    """A PyTorch loop logs `clip_grad_norm_(...).item()`: it worked where the fused kernel answered (a NumPy float)
+    and raised AttributeError everywhere else (a Python float)."""
+    p = Parameter(np.zeros(max(size, 1), dtype=dtype))
+    opt = AdamW([p], flat_grads=flat)
+    opt.zero_grad()
+    if flat:
+        p.grad[...] = 0.5
+    elif size:
+        p.grad = np.full(size, 0.5, dtype=dtype)
+    norm = clip_grad_norm_([p], max_norm=1e9)
+    assert norm.item() == pytest.approx(0.5 * math.sqrt(size), rel=1e-7)
+    assert isinstance(norm, np.float64)
+
+
 @pytest.mark.parametrize("max_norm", [True, "1", None, float("-inf")])
 def test_clip_grad_norm_refuses_a_max_norm_that_is_not_a_positive_number(max_norm):
     p = param([0.0, 0.0], grad=[3.0, 4.0])
