@@ -29,7 +29,7 @@ import heapq
 import importlib.util
 import numbers
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,7 +73,13 @@ def _check_text(tokenizer, text, method="encode"):
 
 def _token_ids(tokenizer, ids):
     """`ids` as a list of ints, once each is an integer: a lookup would take True or 1.0 as id 1."""
-    ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+    ids = ids.tolist() if hasattr(ids, "tolist") else ids
+    # bytes iterate as small ints, so b"Hi" would decode as ids 72 and 105; one int is not iterable at all
+    if not isinstance(ids, Iterable) or isinstance(ids, (str, bytes, bytearray)):
+        raise TypeError(f"{type(tokenizer).__name__}.decode: ids must be a sequence of integer token ids, got "
+                        f"{type(ids).__name__} {ids!r:.40}"
+                        + ("; for one id write decode([id])" if isinstance(ids, numbers.Integral) else ""))
+    ids = list(ids)
     for i in ids:
         if type(i) is not int and (isinstance(i, bool) or not isinstance(i, numbers.Integral)):
             raise TypeError(f"{type(tokenizer).__name__}.decode: ids must be integers, got {i!r} "
@@ -308,6 +314,7 @@ class _ByteLevelBPE:
 
     def encode_array(self, text):
         """`encode(text)` as a NumPy array of int64, without building a list."""
+        _check_text(self, text, "encode_array")
         return self._ordinary_ids(text)
 
     def _ordinary_ids(self, text):
@@ -338,6 +345,7 @@ class _ByteLevelBPE:
 
     def encode_ordinary(self, text):
         """Encode `text` treating every character as plain text (no special tokens)."""
+        _check_text(self, text, "encode_ordinary")
         return self._ordinary_ids(text).tolist()
 
     def decode(self, ids):

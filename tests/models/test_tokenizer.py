@@ -716,3 +716,29 @@ def test_decode_takes_integer_ids_only(make):
     for bad, shown in ((True, "True (bool)"), (1.0, "1.0 (float)")):
         with pytest.raises(TypeError, match=regex.escape(f"{name}.decode: ids must be integers, got {shown}")):
             tokenizer.decode([0, bad])
+
+
+@pytest.mark.parametrize("make", [lambda: GPT2Tokenizer(), lambda: CharTokenizer("to be or not")])
+@pytest.mark.parametrize("ids, shown", [(7, "int 7; for one id write decode([id])"), (np.int64(7), "int 7; for one"),
+                                        (None, "NoneType None"), (b"Hi", "bytes b'Hi'"), ("Hi", "str 'Hi'")])
+def test_decode_takes_a_sequence_of_ids_only(make, ids, shown):
+    """One int raised a bare "'int' object is not iterable" naming no tokenizer, and bytes decoded silently as the
+    ids of their byte values (GPT-2 gave b"Hello" as 'i' and four U+FFFD)."""
+    tokenizer = make()
+    message = f"{type(tokenizer).__name__}.decode: ids must be a sequence of integer token ids, got {shown}"
+    with pytest.raises(TypeError, match=regex.escape(message)):
+        tokenizer.decode(ids)
+
+
+@pytest.mark.parametrize("method", ["encode_ordinary", "encode_array"])
+@pytest.mark.parametrize("make", [lambda: GPT2Tokenizer(), lambda: ByteBPETokenizer.train("abcabc", 258)])
+def test_every_byte_level_encode_names_text_that_is_not_a_str(make, method):
+    """encode_ordinary (and ByteBPETokenizer.encode_array) raised AttributeError "'NoneType' object has no attribute
+    'encode'" from inside the encoder."""
+    tokenizer = make()
+    with pytest.raises(TypeError, match=regex.escape(f"{type(tokenizer).__name__}.{method}: text must be a str, "
+                                                     "got bytes; decode the bytes first")):
+        getattr(tokenizer, method)(b"Hi")
+    with pytest.raises(TypeError, match=regex.escape(f"{type(tokenizer).__name__}.{method}: text must be a str, "
+                                                     "got NoneType")):
+        getattr(tokenizer, method)(None)
