@@ -1046,13 +1046,15 @@ def _accumulate(t, g, adopted):
     if grad is None:
         t.grad = own_gradient(g, t, adopted)
         return
-    device = backend.device_of(grad)
+    device = backend.device_of(array_of(grad))
     if device != t.device or grad.shape != t.shape or grad.dtype != t.dtype:
         what = f"a {type(grad).__name__}" if device is None else f"of shape {grad.shape}, {grad.dtype}, on {device}"
         raise RuntimeError(f"backward: the .grad already on {t.name or 'a tensor'} (shape {t.shape}, {t.dtype}, on "
                            f"{t.device}) is {what}, so this gradient cannot be added to it; set .grad to None "
                            "first (zero_grad), or assign an array of the tensor's shape, dtype and device")
-    if _mode.anomaly is not None:  # the sum checked before .grad holds it: two finite parts can overflow
+    if isinstance(grad, Tensor):  # a backward(create_graph=True) left it: the sum keeps its graph, g a constant
+        t.grad = grad + g if _mode.anomaly is None else _mode.anomaly.add_to_grad(t, g)
+    elif _mode.anomaly is not None:  # the sum checked before .grad holds it: two finite parts can overflow
         t.grad[...] = _mode.anomaly.add_to_grad(t, g)
     else:
         t.grad += g

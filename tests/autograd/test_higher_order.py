@@ -54,6 +54,28 @@ def test_backward_with_create_graph_gives_each_leaf_a_gradient_of_its_own():
     np.testing.assert_array_equal(ag.grad(w.grad.sum(), w)[0].data, [112.0, 200.0])  # 4a + 12w², as PyTorch
 
 
+def test_a_plain_backward_after_create_graph_adds_into_the_gradient_tensor_and_keeps_its_graph():
+    """The gradient-penalty pattern through .grad, as in PyTorch: backward(create_graph=True), then a penalty
+    of x.grad, whose plain backward adds into x.grad (it accumulates until cleared); it refused, as it refuses a
+    .grad that does not fit, although the other order (an array .grad, then create_graph) added."""
+    x = leaf([0.5, -1.0, 2.0])
+    (x ** 3).sum().backward(create_graph=True)  # x.grad = 3x², a Tensor with a graph
+    (x.grad * x.grad).sum().backward(retain_graph=True)  # adds ∂Σ(3x²)²/∂x = 36x³
+    assert isinstance(x.grad, Tensor) and x.grad.requires_grad
+    np.testing.assert_allclose(x.grad.data, 3 * x.data ** 2 + 36 * x.data ** 3, rtol=1e-14)
+    # the sum keeps the first part's graph, the second part a constant: d/dx Σ(3x² + c) = 6x
+    x.grad, (h,) = None, ag.grad(x.grad.sum(), x)
+    np.testing.assert_allclose(h.data, 6 * x.data, rtol=1e-14)
+    with ag.detect_anomaly():  # anomaly mode's checked sum too
+        (x ** 3).sum().backward(create_graph=True)
+        (x ** 2).sum().backward()
+    np.testing.assert_allclose(x.grad.data, 3 * x.data ** 2 + 2 * x.data, rtol=1e-14)
+    x.grad = Tensor(np.ones(2))
+    with pytest.raises(RuntimeError, match=r"the \.grad already on a tensor \(shape \(3,\), float64, on cpu\) is "
+                                           r"of shape \(2,\), float64, on cpu, so this gradient cannot be added"):
+        (x ** 2).sum().backward()
+
+
 def test_any_depth(rng):
     x = rand(rng, 3)
     g = (x ** 5).sum()
