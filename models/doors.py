@@ -48,6 +48,13 @@ def run_main(main):
     return code
 
 
+def stdout_reader_left(error):
+    """Whether `error`, raised writing a command's output, is a broken pipe to standard output's reader gone early
+    (`--out /dev/stdout | head`): let it reach run_main, which ends the command quietly. Any other broken pipe (a
+    FIFO's reader that left) is an error of the write, to report in one line."""
+    return isinstance(error, BrokenPipeError) and _reader_gone(sys.stdout)
+
+
 def _reader_gone(stream):
     """Whether `stream` is a pipe whose reader has closed it (`| head` read its lines): it polls as an error."""
     try:

@@ -121,6 +121,7 @@ def draw(report, title=None, collapse=False, depth=None):
 
 def main(argv=None):
     from models.cli import Parser  # here, not at the top: draw() needs nothing from models
+    from models.doors import stdout_reader_left
     from models.training.checkpoint import default_picture, picture_file
     p = Parser("python -m viz.diverge", "Run a model module's demo_loss() and its backward under two settings and "
                                         "find the first op, forward then backward, where the runs part beyond "
@@ -159,9 +160,9 @@ def main(argv=None):
     out = Path(args.out or default_picture(p, f"diverge_{name.rsplit('.', 1)[-1]}.{fmt}"))
     try:
         return _write(graph, out, fmt)
-    except BrokenPipeError:  # its "wrote …" line's reader has gone (`| head`): run_main ends the command quietly
-        raise
     except OSError as exc:
+        if stdout_reader_left(exc):  # `| head` has read enough of the picture or the "wrote …" line
+            raise
         print(f"viz.diverge: error: cannot write {exc.filename or out}: {exc.strerror or exc}", file=sys.stderr)
         return 1
 

@@ -839,6 +839,7 @@ def title_of(name, loss, backward):
 
 def main(argv=None):
     from models.cli import Parser  # here, not at the top: draw() needs nothing from models
+    from models.doors import stdout_reader_left
     from models.training.checkpoint import default_picture, picture_file
     p = Parser("python -m viz.graph", "Draw the backward graph of a model module's demo_loss() with Graphviz.",
                epilog=f"Needs the Python package graphviz ({INSTALL_PYTHON}) and Graphviz's `dot` program "
@@ -919,9 +920,9 @@ def main(argv=None):
     out = Path(args.out or default_picture(p, f"{stem}.{fmt}"))
     try:
         return _write(graph, out, fmt)
-    except BrokenPipeError:  # its "wrote …" line's reader has gone (`| head`): run_main ends the command quietly
-        raise
-    except OSError as exc:  # the disk is full or read-only, or a folder of the path was taken meanwhile
+    except OSError as exc:  # the disk is full or read-only, a folder of the path was taken meanwhile, a FIFO closed
+        if stdout_reader_left(exc):  # `| head` has read enough of the picture or the "wrote …" line
+            raise
         print(f"viz.graph: error: cannot write {exc.filename or out}: {exc.strerror or exc}", file=sys.stderr)
         return 1
 

@@ -343,6 +343,7 @@ def _shape(text):
 
 def main(argv=None):
     from models.cli import SEEDS, Parser, interval  # here, not at the top: draw() needs nothing from models
+    from models.doors import stdout_reader_left
     from models.training.checkpoint import default_picture, picture_file
     cases = "; ".join(f"{c.name}: {c.what} (default {','.join(map(str, c.shape))})" for c in OPS.values())
     p = Parser("python -m viz.jacobian", "Draw an op's local Jacobian (ag.jacobian) as a heatmap beside the closed "
@@ -367,6 +368,8 @@ def main(argv=None):
     try:
         write_figure(out, drawn.figure, fmt)  # whole or not at all
     except OSError as exc:
+        if stdout_reader_left(exc):  # `--out /dev/stdout | head` has read enough
+            raise
         print(f"viz.jacobian: error: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     print(f"wrote {out}: max |ag.jacobian − closed form| = {drawn.max_difference:.3g}, "

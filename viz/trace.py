@@ -250,6 +250,7 @@ def print_trace(root, max_values=16, decimals=6, file=None, grad=None):
 
 def main(argv=None):
     from models.cli import Parser  # here, not at the top: trace() needs nothing from models
+    from models.doors import stdout_reader_left
     from models.training.checkpoint import picture_file
     p = Parser("python -m viz.trace", "Print the backward pass of a model module's demo_loss(), one op at a time, "
                                       "in the order the engine runs it.")
@@ -288,6 +289,8 @@ def main(argv=None):
         try:
             write_page(trace(loss, grad), Path(args.html), what, args.max_values, args.decimals)
         except OSError as exc:
+            if stdout_reader_left(exc):  # `--html /dev/stdout | head` has read enough
+                raise
             print(f"viz.trace: error: cannot write {args.html}: {exc.strerror or exc}", file=sys.stderr)
             return 1
         print(f"wrote {args.html}: open it in a browser; ← and → step through backward")

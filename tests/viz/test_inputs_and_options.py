@@ -143,11 +143,16 @@ DEMO = "tests.viz.demo_module"
 
 
 @pytest.mark.parametrize("argv", [["viz.trace", DEMO], ["viz.diverge", DEMO, "--out", "d.svg"],
-                                  ["viz.graph", DEMO, "--out", "g.svg"], ["viz.jacobian", "gelu", "--out", "j.png"]])
+                                  ["viz.graph", DEMO, "--out", "g.svg"], ["viz.jacobian", "gelu", "--out", "j.png"],
+                                  ["viz.trace", DEMO, "--html", "/dev/stdout"],
+                                  ["viz.diverge", DEMO, "--format", "png", "--out", "/dev/stdout"],
+                                  ["viz.graph", DEMO, "--format", "png", "--out", "/dev/stdout"],
+                                  ["viz.jacobian", "gelu", "--out", "/dev/stdout"]])
 def test_output_to_a_reader_that_has_gone_ends_quietly(argv, tmp_path):
     """`python -m viz.diverge … | head`: its table's print raised BrokenPipeError (a traceback), and a "wrote …" line
-    that could not be printed was reported as "cannot write d.svg: Broken pipe", the file written. The reader is
-    gone from the start here."""
+    that could not be printed was reported as "cannot write d.svg: Broken pipe", the file written. The picture
+    itself sent to that reader (`--out /dev/stdout | head`) said "cannot write /dev/stdout: Broken pipe" (viz.trace,
+    viz.jacobian). The reader is gone from the start here."""
     import os
     import subprocess
     import sys
@@ -160,6 +165,30 @@ def test_output_to_a_reader_that_has_gone_ends_quietly(argv, tmp_path):
     finally:
         os.close(write)
     assert (result.returncode, result.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("command", ["viz.graph", "viz.diverge"])
+def test_a_picture_into_a_fifo_whose_reader_left_is_one_line(command, tmp_path):
+    """Not standard output's reader: the picture could not be written whole, which is an error, said in one line.
+    viz.graph let the BrokenPipeError through to a traceback, as if it had been its output's `| head`."""
+    import os
+    import subprocess
+    import sys
+    import threading
+    from pathlib import Path
+    fifo = tmp_path / "picture"
+    os.mkfifo(fifo)
+
+    def read_a_byte_and_leave():
+        with open(fifo, "rb") as reader:
+            reader.read(1)
+    reader = threading.Thread(target=read_a_byte_and_leave, daemon=True)
+    reader.start()
+    result = subprocess.run([sys.executable, "-m", command, DEMO, "--format", "png", "--out", str(fifo)],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    reader.join(timeout=10)
+    assert (result.returncode, result.stderr) == (1, f"{command}: error: cannot write {fifo}: Broken pipe\n")
 
 
 # Names as users write them: markup, DOT's own escapes (\l ends a line, \N draws the node's name), entities,
