@@ -18,6 +18,8 @@ until `unmerge()`. Only A and B require grad, so an optimizer given
 adapters alone.
 """
 import math
+import numbers
+from collections.abc import Iterable
 
 import autograd as ag
 from autograd import backend
@@ -36,14 +38,17 @@ class LoRALinear(Linear):
     def __init__(self, base, r, alpha):
         if not isinstance(base, Linear):
             raise TypeError(f"LoRALinear: wraps an nn.Linear, got {type(base).__name__}")
-        if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= min(base.in_features, base.out_features):
+        # Integral and Real take NumPy's scalars too (a sweep over np.arange); bool is an Integral, not a rank
+        if isinstance(r, bool) or not isinstance(r, numbers.Integral) \
+                or not 1 <= r <= min(base.in_features, base.out_features):
             raise ValueError(f"LoRALinear: r must be an integer in [1, {min(base.in_features, base.out_features)}] "
                              f"for a {base.in_features} → {base.out_features} layer, got {r!r}")
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < math.inf:
+        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha < math.inf:
             raise ValueError(f"LoRALinear: alpha must be a positive number, got {alpha!r}")
         super(Linear, self).__init__()  # Module's: the weights come from `base`, not a fresh initialisation
         self.in_features, self.out_features = base.in_features, base.out_features
-        self.r, self.alpha, self.scale = r, alpha, alpha / r
+        # Python's int and float: a NumPy scalar's dtype would take part in the casts of every forward and merge
+        self.r, self.alpha, self.scale = int(r), float(alpha), float(alpha) / int(r)
         self.weight = Parameter(base.weight.data, requires_grad=False)
         bias = None if base.bias is None else Parameter(base.bias.data, requires_grad=False)
         self.register_parameter("bias", bias)
@@ -105,20 +110,31 @@ def lora(model, r, alpha, targets):
 
     Every other parameter of `model` is frozen, but for the adapters of an earlier
     call, which train on with the new ones. Returns the names of the layers
-    replaced; a target that names no Linear in the model is an error. A call
+    replaced; a target that names no Linear in the model is an error, as is one
+    whose layers an earlier call adapted (a call cannot re-rank them). A call
     that fails changes nothing: every adapter is built, and every target found,
     before the model is touched.
     """
-    targets = (targets,) if isinstance(targets, str) else tuple(targets)
-    if not targets:
+    names = (targets,) if isinstance(targets, str) else tuple(targets) if isinstance(targets, Iterable) else None
+    if names is None or not all(isinstance(t, str) for t in names):
+        raise TypeError("lora: targets are attribute names of Linear layers, a str or a list of them such as "
+                        f"('c_attn',); got {targets!r}")
+    if not names:
         raise ValueError("lora: targets is empty; name the Linear layers to adapt, e.g. ('c_attn',)")
-    planned, found = [], set()
+    planned, found, adapted = [], set(), set()
     for name, module in model.named_modules():
         for child_name, child in module._modules.items():
-            if child_name in targets and isinstance(child, Linear) and not isinstance(child, LoRALinear):
+            if child_name in names and isinstance(child, LoRALinear):
+                adapted.add(child_name)
+            elif child_name in names and isinstance(child, Linear):
                 planned.append((module, child_name, f"{name}.{child_name}" if name else child_name, child))
                 found.add(child_name)
-    missing = [t for t in targets if t not in found]
+    already = [t for t in names if t in adapted and t not in found]
+    if already:
+        raise ValueError(f"lora: the {', '.join(map(repr, already))} layers of {type(model).__name__} are adapted "
+                         "already (nn.LoRALinear); leave them out of targets (their adapters train on), or adapt a "
+                         "fresh copy of the base model for another rank or alpha")
+    missing = [t for t in names if t not in found]
     if missing:
         raise ValueError(f"lora: no nn.Linear named {', '.join(map(repr, missing))} in {type(model).__name__}")
     adapters = [LoRALinear(child, r, alpha) for _, _, _, child in planned]  # r and alpha are checked here

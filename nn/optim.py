@@ -93,7 +93,9 @@ class Optimizer:
             if not isinstance(p, Tensor):
                 raise TypeError(f"{name}: {where} is a {type(p).__name__}, not a Parameter (a Tensor)")
             if not p.requires_grad:
-                raise ValueError(f"{name}: {where} (shape {p.shape}) does not require grad")
+                raise ValueError(f"{name}: {where} (shape {p.shape}) does not require grad: it is frozen (as nn.lora "
+                                 "leaves a model's base); give the optimizer those that train, "
+                                 "[p for p in model.parameters() if p.requires_grad]")
             if not p.is_leaf:
                 raise ValueError(f"{name}: {where} (shape {p.shape}) was computed by {p.op.name}: only leaf "
                                  "tensors can be optimized; optimize the tensors it was made from")

@@ -1,5 +1,6 @@
 """nn.LoRALinear and nn.lora: the base at step 0, gradients against finite differences and PyTorch, merge = unmerged."""
 import copy
+import re
 
 import numpy as np
 import pytest
@@ -182,6 +183,32 @@ def test_a_second_lora_call_adds_adapters_and_the_first_calls_train_on():
         [n for n, p in model.named_parameters() if p.requires_grad]
 
 
+def test_lora_on_a_layer_adapted_already_says_so_and_changes_nothing():
+    """It said "no nn.Linear named 'c_attn' in GPT" of a model whose c_attn layers were there, adapted by a first call."""
+    model = tiny_gpt()
+    nn.lora(model, r=2, alpha=4, targets="c_attn")
+    before = [(n, p.requires_grad) for n, p in model.named_parameters()]
+    with pytest.raises(ValueError, match=r"^lora: the 'c_attn' layers of GPT are adapted already \(nn.LoRALinear\); "
+                                         r"leave them out of targets \(their adapters train on\), or adapt a fresh "
+                                         r"copy of the base model for another rank or alpha$"):
+        nn.lora(model, r=4, alpha=4, targets=("c_fc", "c_attn"))
+    assert [(n, p.requires_grad) for n, p in model.named_parameters()] == before
+
+
+def test_numpy_integers_and_floats_are_a_rank_and_an_alpha_as_python_ones_are():
+    """np.int64(2) was refused as "r must be an integer", and np.float32 as "alpha must be a positive number"."""
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    layers = []
+    for r, alpha in ((2, 3.0), (np.int64(2), np.float32(3.0))):
+        ag.manual_seed(0)
+        layer = nn.LoRALinear(nn.Linear(4, 3), r=r, alpha=alpha)
+        layer.lora_B.data = np.ones((2, 3), np.float32)
+        layers.append(layer)
+    plain, numpy = layers
+    assert numpy.r == 2 and type(numpy.r) is int and numpy.scale == 1.5 and type(numpy.scale) is float
+    np.testing.assert_array_equal(numpy(Tensor(x)).data, plain(Tensor(x)).data)
+
+
 def test_the_linear_layers_a_run_may_adapt_are_the_models():
     names = {name.rsplit(".", 1)[-1] for name, m in tiny_gpt().named_modules() if isinstance(m, nn.Linear)}
     assert names == set(LINEAR_LAYERS)
@@ -234,9 +261,15 @@ def test_transformers_loads_an_adapted_models_save_pretrained_with_its_logits(tm
     (lambda: nn.LoRALinear(nn.Embedding(4, 3), r=1, alpha=1), "wraps an nn.Linear"),
     (lambda: nn.lora(tiny_gpt(), 2, 2, ["c_atn"]), "no nn.Linear named 'c_atn' in GPT"),
     (lambda: nn.lora(tiny_gpt(), 2, 2, []), "targets is empty"),
+    (lambda: nn.lora(tiny_gpt(), 2, 2, None), "targets are attribute names of Linear layers, a str or a list of "
+                                              "them such as ('c_attn',); got None"),
+    (lambda: nn.lora(tiny_gpt(), 2, 2, ["c_attn", 1]), "got ['c_attn', 1]"),
+    (lambda: nn.LoRALinear(nn.Linear(4, 3), r=True, alpha=1), "r must be an integer in [1, 3]"),
+    (lambda: nn.LoRALinear(nn.Linear(4, 3), r=np.float64(2), alpha=1), "r must be an integer in [1, 3]"),
+    (lambda: nn.LoRALinear(nn.Linear(4, 3), r=2, alpha=np.float32("inf")), "alpha must be a positive number"),
 ])
 def test_bad_arguments_are_one_clear_line(call, message):
-    with pytest.raises((ValueError, TypeError), match=message.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises((ValueError, TypeError), match=re.escape(message)):
         call()
 
 

@@ -59,8 +59,10 @@ def test_bad_parameter_lists_are_clear_errors():
     with pytest.raises(ValueError, match="empty"):
         SGD([], lr=0.1)
     frozen = Parameter(np.ones(2), requires_grad=False)
-    with pytest.raises(ValueError, match="does not require grad"):
-        AdamW([frozen])
+    with pytest.raises(ValueError, match=r"^AdamW: parameter 1 of group 0 \(shape \(2,\)\) does not require grad: "
+                                         r"it is frozen \(as nn.lora leaves a model's base\); give the optimizer those "
+                                         r"that train, \[p for p in model.parameters\(\) if p.requires_grad\]$"):
+        AdamW([Parameter(np.ones(3)), frozen])
 
 
 @pytest.mark.parametrize("make, message", [
