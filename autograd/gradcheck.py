@@ -14,16 +14,18 @@ numeric, error; with `picture=PATH` it also draws, for each input that failed,
 the analytic gradient, the numeric one and their difference as three heatmaps
 (autograd/heatmaps.py), where a wrong row or a swapped block shows at a glance.
 
-jacobian: the full matrix ∂f/∂x, one backward() per output element. The ops
+jacobian: the full matrix ∂f/∂x, one backward pass per output element. The ops
 never build it (they apply it as a VJP); this is for looking at one, e.g.
 softmax's diag(p) − ppᵀ, on inputs of a few elements.
 """
+import math
+import numbers
 from pathlib import Path
 
 import numpy as np
 
 from . import backend, heatmaps
-from .tensor import Tensor, array_of, enable_grad, no_grad
+from .tensor import Tensor, array_of, backward_steps, enable_grad, no_grad
 
 WORST_SHOWN = 5
 
@@ -57,6 +59,13 @@ def _finite_differences(fn, inputs, t, v, eps):
     return numeric
 
 
+def _check_option(name, value, what):
+    """Refuse a step or tolerance that would make every verdict meaningless (a division by 0, a bound no error meets)."""
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if not (number and (value > 0 if name == "eps" else value >= 0)):
+        raise ValueError(f"gradcheck: {name}={value!r}, but {name} must be a {what}")
+
+
 def _number(x):
     return f"{x:.8g}"
 
@@ -88,29 +97,41 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0, picture=None):
     numeric gradient and difference as heatmaps; the error names the file (a device or a pipe without a suffix,
     /dev/null, gets a PNG).
     Each checked input's `.grad` is left holding what backward() gave for the
-    check's random projection of fn's output (what was there before is dropped).
+    check's random projection of fn's output (what was there before is dropped;
+    a non-leaf input is made to retain_grad() for it). A parameter fn reads
+    without taking it as an input gets that gradient added into its `.grad`,
+    as any backward() adds it: set its `.grad = None` after the check.
     The inputs' arrays are left as they were, the same objects with the same
     values, even when fn raises: the entries are nudged in a copy.
     """
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)  # list() would split one tensor into its rows
-    checked = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
+    checked = {position: t for position, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad}
     if not checked:
         raise ValueError("gradcheck: no input requires grad; pass Tensors with requires_grad=True")
+    _check_option("eps", eps, "finite number > 0: the step of the central differences, e.g. 1e-6")
+    _check_option("atol", atol, "finite number ≥ 0: the error allowed on every entry, e.g. 1e-6")
+    _check_option("rtol", rtol, "finite number ≥ 0: the error allowed per unit of |numeric|, e.g. 1e-4")
     fmt = None if picture is None else heatmaps.picture_format(picture, "gradcheck: picture=")
-    for t in checked:
+    for position, t in checked.items():
         if t.dtype != np.float64:
-            raise TypeError(f"gradcheck: inputs must be float64 for finite differences to be exact enough, got {t.dtype}")
+            raise TypeError(f"gradcheck: input {position} is {t.dtype}, and finite differences need float64 to be "
+                            "exact enough; make it with dtype=np.float64")
+    for t in checked.values():
         t.grad = None
+        if not t.is_leaf:  # backward() keeps a non-leaf's .grad only when asked, and the analytic side reads it
+            t.retain_grad()
     out = fn(*inputs)
     if not isinstance(out, Tensor):
         raise TypeError(f"gradcheck: fn must return a Tensor, got {type(out).__name__}")
+    if out.dtype != np.float64:  # differences of a float32 output are its rounding over 2ε: a right VJP would fail
+        raise TypeError(f"gradcheck: fn returned a Tensor of {out.dtype}, and finite differences need float64 to be "
+                        f"exact enough; compute fn's output in float64 (leave out the cast to {out.dtype})")
     v = np.random.default_rng(seed).standard_normal(out.shape)
-    out.backward(backend.xp_for(out.device).asarray(v, dtype=out.dtype))
+    if out.requires_grad:  # else fn's output does not depend on the inputs by the graph: backward() gives 0
+        out.backward(backend.xp_for(out.device).asarray(v, dtype=out.dtype))
     failures, failed_inputs, drawn = [], [], []
     with no_grad():
-        for position, t in enumerate(inputs):
-            if not (isinstance(t, Tensor) and t.requires_grad):
-                continue
+        for position, t in checked.items():
             analytic = np.zeros(t.shape) if t.grad is None else backend.to_host(t.grad).astype(np.float64)
             numeric = _finite_differences(fn, inputs, t, v, eps)
             error = np.abs(analytic - numeric)
@@ -151,8 +172,9 @@ def jacobian(fn, x):
     `x` is a Tensor or array of floats (a new leaf is made from its data, so
     the caller's tensor is left alone; the entries carry its dtype's rounding,
     float32's for float32); `fn` maps one Tensor to one Tensor.
-    It runs one backward() per element of the output: for teaching on a few
-    elements, never inside a model.
+    It runs one backward pass per element of the output: for teaching on a few
+    elements, never inside a model. The passes write no `.grad`: not x's, not
+    that of a parameter fn reads.
     """
     leaf = Tensor(array_of(x))
     if leaf.dtype.kind != "f":  # requires_grad's own refusal would name neither jacobian nor the float64 it wants
@@ -172,9 +194,8 @@ def jacobian(fn, x):
         index = np.unravel_index(flat_index, out.shape)
         seed = xp.zeros(out.shape, dtype=out.dtype)
         seed[index] = 1
-        leaf.grad = None
-        if out.requires_grad:
-            out.backward(seed, retain_graph=True)
-        if leaf.grad is not None:
-            result[index] = backend.to_host(leaf.grad)
+        if out.requires_grad:  # backward's walk, not backward(), which would add into every leaf's .grad
+            for t, g, _ in backward_steps(out, seed, free=False):
+                if t is leaf:
+                    result[index] = backend.to_host(g)
     return result

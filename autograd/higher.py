@@ -243,19 +243,24 @@ def hvp(fn, inputs, v):
         if u.shape != x.shape:
             raise ValueError(f"hvp: v has shape {u.shape} but its input has shape {x.shape}")
     with enable_grad():  # fn and its gradient recorded inside no_grad() too, as PyTorch's hvp records them
-        out = _scalar(fn(*xs), "hvp")
-        terms = [(g * u).sum() for g, u in zip(grad(out, xs, create_graph=True, allow_unused=True), vs)
+        out, gradients = _gradients(fn, xs, "hvp")
+        terms = [(g * u).sum() for g, u in zip(gradients, vs)
                  if g is not None and g.requires_grad]  # a gradient without a graph is constant: its H v is 0
         products = grad(sum(terms[1:], terms[0]), xs, allow_unused=True) if terms else [None] * len(xs)
     products = [p if p is not None else namespace(x.device).zeros(x.shape, x.dtype) for p, x in zip(products, xs)]
     return out.detach(), products[0] if single else tuple(products)
 
 
-def _scalar(out, op):
+def _gradients(fn, xs, op):
+    """fn(*xs), a scalar Tensor, and its gradient with respect to each x with a graph of its own (None where it is
+    0: an x fn does not reach, or every x when fn's output does not depend on them, as a constant's)."""
+    out = fn(*xs)
     if not isinstance(out, Tensor) or out.data.size != 1:
         raise ValueError(f"{op}: fn must return a scalar Tensor (a Hessian is of one number), "
                          f"got {out.shape if isinstance(out, Tensor) else type(out).__name__}")
-    return out
+    if not out.requires_grad:
+        return out, [None] * len(xs)
+    return out, grad(out, xs, create_graph=True, allow_unused=True)
 
 
 def hessian(fn, x):
@@ -266,7 +271,7 @@ def hessian(fn, x):
     few elements, for teaching.
     """
     def gradient(t):
-        (g,) = grad(_scalar(fn(t), "hessian"), t, create_graph=True, allow_unused=True)
+        _, (g,) = _gradients(fn, [t], "hessian")
         return g if g is not None else namespace(t.device).zeros(t.shape, t.dtype)
     return jacobian(gradient, x)
 

@@ -6,7 +6,7 @@
     draw(lambda x: (x * x).sum(axis=-1), x)          # any function: a Figure, inline in Jupyter
 
 What the picture promises, for each op in OPS: the left heatmap is
-`ag.jacobian(fn, x)` (one backward() per output element), rows the output's
+`ag.jacobian(fn, x)` (one backward pass per output element), rows the output's
 indices and columns the input's, coloured with a diverging map centred at 0;
 the right one is the closed form, computed from the values the op itself saved
 for backward (softmax's p gives diag(p) − ppᵀ; embedding's ids give its 0/1

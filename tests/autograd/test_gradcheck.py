@@ -177,6 +177,52 @@ def test_a_slightly_wrong_vjp_fails_when_the_outputs_span_many_magnitudes(factor
     assert [r[1] for r in table_rows(str(info.value))] == failing
 
 
+def test_gradcheck_refuses_an_output_that_is_not_float64():
+    """x² cast to float32 has a right VJP, but its differences were float32 rounding over 2ε: the check failed it."""
+    x = Tensor(np.array([0.3, -1.2, 2.0]), requires_grad=True)
+    with pytest.raises(TypeError, match="gradcheck: fn returned a Tensor of float32, and finite differences need "
+                                        "float64 .*\\(leave out the cast to float32\\)"):
+        ag.gradcheck(lambda t: (t * t).astype(np.float32), x)
+    with pytest.raises(TypeError, match="gradcheck: input 1 is float32, .* make it with dtype=np.float64"):
+        ag.gradcheck(lambda a, b: a * b, [x, Tensor(np.ones(3, dtype=np.float32), requires_grad=True)])
+
+
+@pytest.mark.parametrize("option, value, rule", [
+    ("eps", 0, "> 0"), ("eps", -1e-6, "> 0"), ("eps", float("nan"), "> 0"), ("eps", float("inf"), "> 0"),
+    ("eps", "1e-6", "> 0"), ("atol", -1.0, "≥ 0"), ("atol", float("nan"), "≥ 0"), ("rtol", -1e-4, "≥ 0"),
+    ("rtol", float("nan"), "≥ 0")])
+def test_gradcheck_refuses_a_step_or_tolerance_that_makes_the_verdict_meaningless(option, value, rule):
+    """eps=0 divided by zero; a NaN or negative tolerance failed a right VJP with a table blaming backward()."""
+    calls = []
+    x = Tensor(np.array([0.3, -1.2]), requires_grad=True)
+    with pytest.raises(ValueError, match=f"gradcheck: {option}={value!r}, but {option} must be a finite number {rule}"):
+        ag.gradcheck(lambda t: calls.append(1) or t * t, x, **{option: value})
+    assert calls == []  # refused before fn ran
+
+
+def test_gradcheck_of_an_output_without_a_graph_compares_a_zero_gradient_with_the_differences():
+    """A constant passes; a graph broken through .data fails with its table (analytic 0 beside 2xv), where both
+    raised "backward: this tensor does not require grad", naming neither gradcheck nor the lost gradient."""
+    x = Tensor(np.array([0.5, -1.5]), requires_grad=True)
+    assert ag.gradcheck(lambda t: Tensor(np.ones(2)), x) is True
+    with pytest.raises(ag.GradcheckError) as failure:
+        ag.gradcheck(lambda t: Tensor(t.data ** 2), x)
+    v = np.random.default_rng(0).standard_normal(2)
+    rows = sorted(table_rows(str(failure.value)), key=lambda row: row[1])
+    assert [row[1] for row in rows] == ["[0]", "[1]"]
+    np.testing.assert_array_equal([row[2] for row in rows], [0, 0])
+    np.testing.assert_allclose([row[3] for row in rows], 2 * v * x.data, rtol=1e-6)
+
+
+def test_gradcheck_of_a_non_leaf_input_reads_the_gradient_backward_gave_it():
+    """A non-leaf keeps no .grad unless asked: the analytic side read 0 and a right VJP failed."""
+    x = Tensor(np.array([0.5, -1.5, 2.0]), requires_grad=True)
+    y = x * 1.0
+    assert ag.gradcheck(lambda t: (t * t).tanh(), y) is True
+    v = np.random.default_rng(0).standard_normal(3)
+    np.testing.assert_allclose(y.grad, v * 2 * y.data / np.cosh(y.data ** 2) ** 2, rtol=1e-12)
+
+
 def test_jacobian_of_softmax_is_diag_p_minus_p_p_transpose():
     # Lesson 000: z = (2, 1, 0), p = e^z / Σe^z; ∂pᵢ/∂zⱼ = pᵢ(δᵢⱼ − pⱼ)
     z = np.array([2.0, 1.0, 0.0])
@@ -203,6 +249,15 @@ def test_jacobian_leaves_the_callers_tensor_alone_and_is_zero_where_nothing_depe
     np.testing.assert_array_equal(J, 3.0 * np.eye(2))
     assert x.grad is None
     np.testing.assert_array_equal(ag.jacobian(lambda t: Tensor(np.ones(3)), x), np.zeros((3, 2)))
+
+
+def test_jacobian_and_hessian_write_no_grad_into_a_parameter_fn_reads():
+    """Each of their backward() calls added into the .grad of every leaf fn read: one per output row."""
+    w = Tensor(np.array([0.5, -2.0, 3.0]), requires_grad=True)
+    x = np.array([1.0, 2.0, -1.0])
+    np.testing.assert_array_equal(ag.jacobian(lambda t: t * w, x), np.diag(w.data))
+    np.testing.assert_array_equal(ag.hessian(lambda t: (t * t * w).sum(), x), np.diag(2 * w.data))
+    assert w.grad is None
 
 
 def test_jacobian_refuses_large_inputs_and_non_tensor_results():

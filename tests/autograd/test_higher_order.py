@@ -312,6 +312,17 @@ def test_hessian_and_hvp_of_a_linear_function_are_zero_and_inputs_are_left_alone
         ag.hessian(lambda t: t * t, x)
 
 
+def test_hessian_and_hvp_of_a_function_that_does_not_depend_on_x_are_zero(rng):
+    """As torch.autograd.functional's (strict=False) and ag.jacobian's: they raised "grad: this tensor does not
+    require grad", naming neither hessian nor hvp."""
+    x = rand(rng, 3)
+    constant = Tensor(np.array(2.5))
+    np.testing.assert_array_equal(ag.hessian(lambda t: constant, x), np.zeros((3, 3)))
+    value, hv = ag.hvp(lambda t: constant, x, np.ones(3))
+    assert value.item() == 2.5
+    np.testing.assert_array_equal(hv.data, np.zeros(3))
+
+
 # ---- Value ------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("x0", [-1.3, -0.2, 0.0, 0.7, 2.5])
