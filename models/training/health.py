@@ -356,7 +356,7 @@ def layer_name(name):
 
 def plot(path, records, matrices):
     """Six panels over iterations: update ratio (with the 10^-3 guide; an update of 0 on a line of its own below
-    the rest), gradient norm, the global norm and clipping, each block's output std, GELU's near-dead fraction and
+    the rest), gradient norm (a gradient of 0 likewise), the global norm and clipping, each block's output std, GELU's near-dead fraction and
     the lowest head entropy. The weight panels draw the parameters named in `matrices` (what the rules judge)."""
     import matplotlib
     matplotlib.use("Agg")
@@ -400,9 +400,14 @@ def plot(path, records, matrices):
         ax.set_yticks([*ticks, floor], [*ax.yaxis.get_major_formatter().format_ticks(ticks), "Δw = 0"])
     ax.set_title("update / weight, log10 ‖Δw‖/‖w‖")
     ax = axes[0, 1]
+    norms = {n: series("params", n, "grad_norm") for n in weights}
+    zero = min((x for xs in norms.values() for x in xs if x > 0), default=1.0) / 10  # log 0 is −∞: drawn here
     for n in weights:
-        ax.plot(its, series("params", n, "grad_norm"), **style(n))
+        ax.plot(its, [zero if x == 0 else x for x in norms[n]], **style(n))
     ax.set_yscale("log")
+    if any(x == 0 for xs in norms.values() for x in xs):  # a layer no gradient reached, or one that died
+        ax.axhline(zero, color="grey", linewidth=4, alpha=0.3, label="gradient 0")
+        ax.legend(fontsize=8)
     ax.set_title("gradient norm per weight (before clipping)")
     ax = axes[0, 2]
     ax.plot(its, [np.nan if r["grad_norm"] is None else r["grad_norm"] for r in records], color="black",

@@ -387,29 +387,35 @@ def train(args, world):
         monitor = health.Health(model, args.health_interval if world.is_root else 0, out_dir, args.grad_clip,
                                 args.batch_size, progress.say, start=run.iter)  # a resumed run continues the report
     anomaly = anomaly_mode(args, run, world)
-    for it in range(run.iter, args.max_iters + 1):
-        if (it % args.eval_interval == 0 or it == args.max_iters) and it != resumed_at:
-            evaluate(model, tokenizer, optimizer, data, run, args, world, progress.say)
-            progress.remeasure_peak()
-        if it == args.max_iters:
-            break
-        progress.begin()
-        optimizer.zero_grad()
-        with world.together(), anomaly:  # a shard first read here is checked: a rank that finds it damaged says so
-            x, y = data.batch("train", run.layout.rows, args.block_size, run.data_rng)  # alike on every rank
-            local_loss = accumulate_gradients(model, x, y, run.layout, world.rank, args)
-        loss = world.mean([local_loss])[0]
-        check_finite(loss, run, optimizer, out_dir)  # every rank alike, before the update
-        world.all_reduce_gradients(model)
-        with world.together() if health.due(args.health_interval, it) else contextlib.nullcontext():  # rank 0 records it, as above
-            monitor.after_backward(it, x)
-            if args.grad_clip:
-                nn.optim.clip_grad_norm_(model.parameters(), args.grad_clip)
-            optimizer.step()
-            monitor.after_step(it)
-        schedule.step()
-        run.record(loss)
-        progress.end(run.iter, loss)
+    try:
+        for it in range(run.iter, args.max_iters + 1):
+            if (it % args.eval_interval == 0 or it == args.max_iters) and it != resumed_at:
+                evaluate(model, tokenizer, optimizer, data, run, args, world, progress.say)
+                progress.remeasure_peak()
+            if it == args.max_iters:
+                break
+            progress.begin()
+            optimizer.zero_grad()
+            with world.together(), anomaly:  # a shard first read here is checked: a rank that finds it damaged says so
+                x, y = data.batch("train", run.layout.rows, args.block_size, run.data_rng)  # alike on every rank
+                local_loss = accumulate_gradients(model, x, y, run.layout, world.rank, args)
+            loss = world.mean([local_loss])[0]
+            check_finite(loss, run, optimizer, out_dir)  # every rank alike, before the update
+            world.all_reduce_gradients(model)
+            with world.together() if health.due(args.health_interval, it) else contextlib.nullcontext():  # rank 0 records it, as above
+                monitor.after_backward(it, x)
+                if args.grad_clip:
+                    nn.optim.clip_grad_norm_(model.parameters(), args.grad_clip)
+                optimizer.step()
+                monitor.after_step(it)
+            schedule.step()
+            run.record(loss)
+            progress.end(run.iter, loss)
+    except (ValueError, ag.AnomalyError) as exc:  # diverged, say: the health report so far shows how
+        monitor.close()
+        if isinstance(exc, ag.AnomalyError):
+            raise ag.AnomalyError(f"{exc}\n  stopped, and {kept_checkpoint(run, out_dir)}", exc.anomaly) from None
+        raise
     progress.close()
     monitor.close()
     world.separate()  # no rank waits for another from here: Ctrl-C stops each at once
@@ -612,11 +618,15 @@ def anomaly_mode(args, run, world):
 def check_finite(loss, run, optimizer, out_dir):
     """Stop, before anything of this iteration is saved, when a loss is NaN or infinite."""
     if not math.isfinite(loss):
-        kept = (f"{out_dir} keeps the checkpoint of iteration {run.saved_iter}" if run.saved_iter is not None
-                else "no checkpoint was written")
         raise ValueError(f"the loss became {loss} at iteration {run.iter} (lr {optimizer.param_groups[0]['lr']:.2e}); "
-                         f"stopped, and {kept}; --detect-anomaly names the op that made it, "
+                         f"stopped, and {kept_checkpoint(run, out_dir)}; --detect-anomaly names the op that made it, "
                          "or try a smaller --lr or a --grad-clip")
+
+
+def kept_checkpoint(run, out_dir):
+    """What a run that stops early leaves: the checkpoint its last save wrote (nothing after it touched it)."""
+    return (f"{out_dir} keeps the checkpoint of iteration {run.saved_iter}" if run.saved_iter is not None
+            else "no checkpoint was written")
 
 
 def flops_per_token(model, block_size):

@@ -1,6 +1,7 @@
 """The health report: its figures equal a direct computation on a small GPT, its files, its warnings, its CLI."""
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -164,7 +165,8 @@ def test_a_lora_runs_picture_draws_the_adapters_the_rules_judge(model, tmp_path,
     ratio, gradient = figures[0].axes[:2]
     assert [line.get_label() for line in ratio.get_lines()][:4] == adapters
     for line, name in zip(gradient.get_lines(), [f"transformer.{a}" for a in adapters]):
-        assert list(line.get_ydata()) == [r["params"][name]["grad_norm"] for r in monitor.records]
+        norms = [r["params"][name]["grad_norm"] for r in monitor.records]
+        assert [y for y, x in zip(line.get_ydata(), norms) if x] == [x for x in norms if x]  # a 0 sits below
 
 
 def test_only_due_iterations_are_recorded_and_the_picture_is_written(model, tmp_path):
@@ -307,6 +309,24 @@ def test_a_layer_that_gets_no_gradient_is_warned_about_and_the_others_are_not(mo
     train_steps(model, monitor, optimizer, range(3), cut=["transformer.h.1.mlp.c_fc.weight"])
     assert lines == too_small(["h.1.mlp.c_fc"])
     assert [r["params"]["transformer.h.1.mlp.c_fc.weight"]["update_norm"] for r in monitor.records] == [0.0] * 3
+
+
+def test_a_gradient_of_0_is_drawn_on_a_line_below_the_others_not_dropped_by_the_log_scale(model, tmp_path, monkeypatch):
+    """The log-scale gradient panel drew a layer whose gradient is 0 (no path reaches it, or its units died, as in
+    a diverging run) at log 0 = −∞: its line vanished, looking like a layer that was never recorded."""
+    import matplotlib.pyplot as plt
+    monitor = health.Health(model, 1, tmp_path, say=lambda line: None)
+    cut = "transformer.h.1.mlp.c_fc.weight"
+    train_steps(model, monitor, nn.optim.SGD(model.parameters(), lr=1e-3), range(2), cut=[cut])
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    monitor.close()
+    panel = figures[0].axes[1]
+    weights = [n for n in monitor.records[0]["params"] if n in monitor.matrices]
+    lines = dict(zip(weights, panel.get_lines()))
+    lowest = min(r["params"][n]["grad_norm"] for r in monitor.records for n in weights if n != cut)
+    assert list(lines[cut].get_ydata()) == [lowest / 10] * 2
+    assert [t.get_text() for t in panel.get_legend().get_texts()] == ["gradient 0"]
 
 
 def test_frozen_weights_are_not_recorded_nor_warned_about(model, tmp_path):
@@ -460,6 +480,21 @@ def test_train_cli_writes_the_report_at_the_interval(tmp_path, capsys):
     fresh = ["--out-dir", str(tmp_path.with_name(tmp_path.name + "-fresh"))]  # not inside the checkpoint above
     assert train.parse_args(["--health-interval", *fresh]).health_interval == 50  # the option alone: every 50
     assert train.parse_args(fresh).health_interval == 0
+
+
+@pytest.mark.parametrize("anomaly", [[], ["--detect-anomaly"]])
+def test_train_cli_draws_the_report_of_a_run_that_diverged(tmp_path, capsys, anomaly):
+    """A run stopped by a NaN loss (or by --detect-anomaly) wrote health.jsonl but no health.png: the picture of how
+    the run blew up, the one a learner most needs, was missing."""
+    code = train.main([*TINY, "--max-iters", "30", "--out-dir", str(tmp_path), "--health-interval", "1", "--lr", "1e3",
+                       "--min-lr", "1e3", "--sample-tokens", "0", *anomaly])
+    out, err = capsys.readouterr()
+    assert code == 1 and "stopped, and" in err, err
+    stopped_at = int(re.search(r"at (?:training )?iteration (\d+)", err).group(1))
+    rows = [json.loads(line) for line in (tmp_path / "health.jsonl").read_text().splitlines()]
+    assert [r["iter"] for r in rows] == list(range(stopped_at))
+    assert f"wrote the health report to {tmp_path / 'health.jsonl'} and {tmp_path / 'health.png'}\n" in out
+    assert (tmp_path / "health.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_train_cli_without_the_options_writes_no_report_and_the_same_numbers(tmp_path, capsys):

@@ -261,6 +261,21 @@ def test_a_diverging_run_stops_before_writing_anything(tmp_path, small_text, cap
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.txt", "o"]
 
 
+def test_a_run_detect_anomaly_stops_says_which_checkpoint_the_folder_keeps(tmp_path, small_text, capsys):
+    """The loss check's line named the checkpoint left intact; --detect-anomaly's message, stopping the same run
+    an op earlier, said nothing of it."""
+    out_dir = tmp_path / "o"
+    argv = ["--data", str(small_text), "--block-size", "8", "--batch-size", "2", "--eval-interval", "5",
+            "--eval-iters", "1", "--out-dir", str(out_dir), "--always-save"]
+    assert run(capsys, *argv, "--max-iters", "5")[0] == 0
+    before = {p.name: p.read_bytes() for p in out_dir.iterdir()}
+    code, out, err = run(capsys, *argv, "--max-iters", "30", "--resume", "--lr", "1e30", "--grad-clip", "0",
+                         "--detect-anomaly")
+    assert code == 1 and err.startswith("train: error: detect_anomaly: "), err
+    assert err.endswith(f"\n  stopped, and {out_dir} keeps the checkpoint of iteration 5\n")
+    assert {name: (out_dir / name).read_bytes() for name in before} == before
+
+
 def test_detect_anomaly_draws_its_pictures_through_the_hook_viz_registers(tmp_path, small_text, capsys):
     """models never imports viz: the pictures come from the "gptgrad.anomaly_pictures" entry point (pyproject.toml)."""
     pytest.importorskip("graphviz")
