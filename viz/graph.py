@@ -545,6 +545,8 @@ LEGEND = {
     "norm": ("grad norm", "size (L2 norm) of the tensor's gradient", 'BORDER="0"'),
     "share": (_small("share 0.7", 9, SHARE), "a part's share of a summed gradient: part · total / (total · total), "
               "the dot products of all their elements (the shares of a sum add up to 1)", 'BORDER="0"'),
+    "no shares": (_small("no shares", 9, SHARE), "no gradient here is a sum of parts (no tensor feeds two ops), "
+                  "so no arrow has a share to show", 'BORDER="0"'),
     "path": (f'<FONT COLOR="{HIGHLIGHT}">━━</FONT>', "the path from the loss taking the largest share at "
              "every sum", 'BORDER="0"'),
 }
@@ -759,14 +761,15 @@ def _show_shares(pic, walk, flow, tkey, okey, flow_to):
         role = pic.edges[edge].get("label", "")
         text = splits.pop(edge, f"{role} · {text}" if role else text)  # a block's split replaces its input's role
         pic.edges[edge] = {**pic.edges[edge], "label": text, "fontcolor": SHARE, "fontsize": "10"}
+    shown = {"share"} if labels else {"no shares"}
     if flow_to is None:
-        return {"share"}
+        return shown
     for op, x in flow.path(flow_to):
         for a, b in ((tkey[id(flow.output_of(op))], okey[id(op)]), (okey[id(op)], tkey[id(x)])):
             edge = drawn(a, b)
             if edge is not None:
                 pic.edges[edge] = {**pic.edges[edge], "color": HIGHLIGHT, "penwidth": "3"}
-    return {"share", "path"}
+    return shown | {"path"}
 
 
 def build_demo(module, backward=True):

@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("graphviz", reason='the Python package graphviz is not installed: pip install -e ".[viz]"')
 
 import models.gpt.gpt2 as gpt2  # noqa: E402
+import models.lessons.bigram as bigram  # noqa: E402
 import models.lessons.tiny as tiny  # noqa: E402
 from autograd import Tensor, topological_order  # noqa: E402
 from tests.viz.test_graph import needs_dot  # noqa: E402
@@ -179,3 +180,16 @@ def test_the_trace_pages_parts_carry_their_shares():
     assert len(by_tensor) == 3
     for values in by_tensor.values():
         assert abs(sum(values) - 1) < 1e-6  # the parts of a sum written as the picture writes them
+
+
+def test_a_graph_with_no_summed_gradient_says_so_in_its_legend_rather_than_explain_shares_it_lacks():
+    """The bigram's tensors each feed one op: no arrow has a share, so its legend explains no 'share 0.7'."""
+    loss = bigram.demo_loss()
+    vg.keep_gradients(loss)
+    source = vg.draw(loss, flow=True).source
+    assert not re.search(r'label="[^"]*share \d', source)
+    assert "share 0.7" not in source and "no gradient here is a sum of parts" in source
+    loss = tiny.demo_loss()
+    vg.keep_gradients(loss)
+    source = vg.draw(loss, flow=True).source
+    assert "share 0.7" in source and "no gradient here is a sum of parts" not in source

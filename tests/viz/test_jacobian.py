@@ -159,3 +159,16 @@ def test_bad_input_is_refused_before_any_work(argv, message, capsys):
         vj.main(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, defined", [("gelu", "u = √(2/π)(x + 0.044715x³)"), ("tanh", "z = tanh x")])
+def test_the_title_says_what_each_letter_of_its_closed_form_is(name, defined):
+    """gelu's title used u and u′ and never said what u is; tanh's z is its output, where softmax's is its input."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    figure = vj.picture(name).figure
+    FigureCanvasAgg(figure).draw()
+    title = figure._suptitle
+    assert defined in title.get_text()
+    extent = title.get_window_extent()
+    assert 0 <= extent.x0 and extent.x1 <= figure.bbox.x1
