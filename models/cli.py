@@ -221,6 +221,17 @@ def input_file(text):
     return text
 
 
+def input_path(text):
+    """A `type=` function: a file or a folder that exists (not a FIFO or a device, whose reading may never end)."""
+    kind = _kind(_path(text), text)
+    if kind is None:
+        raise argparse.ArgumentTypeError(f"no file or folder {text}")
+    if kind == "other":
+        raise argparse.ArgumentTypeError(f"{text} is not a regular file (a FIFO or a device); give text files or "
+                                         "folders")
+    return text
+
+
 def input_folder(text):
     """A `type=` function: a folder that exists."""
     kind = _kind(_path(text), text)
@@ -231,11 +242,6 @@ def input_folder(text):
 
 # What nanoGPT's --init_from=gpt2 (-medium, -large, -xl) downloads: the Hugging Face hub's copies of OpenAI's weights.
 GPT2_HUB_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
-
-
-def model_folder(text):
-    """A `type=` function: a folder that exists, to load a model from; for GPT-2's names, how to get the folder."""
-    return input_folder(hub_name(text))
 
 
 def hub_name(text):

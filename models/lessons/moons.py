@@ -23,9 +23,10 @@ import math
 
 import numpy as np
 
+from autograd.heatmaps import picture_format
 from models.cli import SEEDS, Parser, counted, interval
 from models.io import write_figure
-from models.training.checkpoint import picture_file
+from models.training.checkpoint import figure_file
 from models.lessons.value_nn import DEMO_SIZES, MLP, max_margin_loss, train_step
 
 
@@ -107,7 +108,7 @@ def plot_boundary(path, model, points, labels, title):
     ax.legend(handles=handles, loc="upper right", fontsize=8, framealpha=0.92)
     ax.set_aspect("equal")
     fig.tight_layout()
-    write_figure(path, fig)
+    write_figure(path, fig, picture_format(path, "path"))
     plt.close(fig)
 
 
@@ -128,8 +129,8 @@ def main(argv=None):
     parser.add_argument("--init-seed", type=int, default=1337, help="seed of the network's initial weights")
     parser.add_argument("--log-every", type=interval(int, "[1, inf)"), default=10, metavar="N",
                         help="print the loss and accuracy every N steps")
-    parser.add_argument("--out", type=picture_file, default="moons.png",
-                        help="where to write the decision-boundary PNG")
+    parser.add_argument("--out", type=figure_file, default="moons.png",
+                        help="where to write the picture of the decision boundary (.png, .svg or .pdf)")
     args = parser.parse_args(argv)
 
     points, labels = make_moons(args.points, args.noise, args.seed)

@@ -35,10 +35,11 @@ import sys
 import numpy as np
 
 import autograd as ag
+from autograd.heatmaps import picture_format
 from models.lessons.bigram import Diverged, counting_lower_bound, demo_loss, lesson_setup  # noqa: F401 (demo_loss: viz's)
 from models.cli import Parser, counted, interval
 from models.io import write_figure
-from models.training.checkpoint import picture_file
+from models.training.checkpoint import figure_file
 from models.numbers import fixed, section
 
 
@@ -168,7 +169,7 @@ def plot_losses(path, runs, bound, title):
     axes[0].legend(fontsize=9)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
-    write_figure(path, fig)
+    write_figure(path, fig, picture_format(path, "path"))
     plt.close(fig)
 
 
@@ -181,8 +182,8 @@ def main(argv=None):
                         help="conjugate-gradient iterations (Hessian-vector products) per Newton step at most")
     parser.add_argument("--damping", type=interval(float, "(0, inf)"), default=1.0,
                         help="the damping λ of (H + λI) p = −g to start from")
-    parser.add_argument("--out", type=picture_file, default="newton.png",
-                        help="where to write the picture of both losses (a PNG)")
+    parser.add_argument("--out", type=figure_file, default="newton.png",
+                        help="where to write the picture of both losses (.png, .svg or .pdf)")
     args = parser.parse_args(argv)
 
     model, chars, cur, nxt = lesson_setup()

@@ -51,7 +51,7 @@ import numpy as np
 import autograd as ag
 import nn
 from autograd.ops import GELU
-from models.cli import Parser
+from models.cli import Parser, folder_path
 from models.io import owning_folder
 from models.training.checkpoint import CHECKPOINT_MARKS, PREPARED_MARKS
 from models.training.data import load_text
@@ -233,7 +233,7 @@ def sign_error(out=print):
 
 def main(argv=None):
     p = Parser("python -m models.troubleshoot", __doc__.splitlines()[0])
-    p.add_argument("--out-dir", default=None, metavar="DIR",
+    p.add_argument("--out-dir", type=folder_path, default=None, metavar="DIR",
                    help="where failure 2's health report goes (health.jsonl, health.png) (default: a new folder "
                         "under the system's temporary folder, never the current one: a lesson is no project)")
     args = p.parse_args(argv)
@@ -247,8 +247,7 @@ def main(argv=None):
     try:  # now, not when failure 2 writes there seconds later: a --out-dir that cannot be a folder says so
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        p.error(f"--out-dir {args.out_dir}: cannot make that folder "
-                f"({'a file is there' if out_dir.exists() else exc.strerror or exc})")
+        p.error(f"--out-dir {args.out_dir}: cannot make that folder ({exc.strerror or exc})")
     section("failure 1", "a learning rate 30× too high, and a loss in two ops: the loss goes NaN")
     lr_too_high()
     section("failure 2", "an initialisation 10× too large: GELU saturates, attention sharpens")

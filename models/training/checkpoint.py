@@ -55,7 +55,8 @@ import numpy as np
 
 import autograd as ag
 import nn
-from models.cli import output_file, show_default
+from autograd.heatmaps import picture_format
+from models.cli import hub_name, input_folder, output_file, show_default
 from models.gpt import hf_checkpoint
 from models.training.data import Layout
 from models.gpt.gpt2 import GPT
@@ -266,6 +267,17 @@ def picture_file(text):
     if owner is not None:
         raise argparse.ArgumentTypeError(f"{text} is inside {owner}, which holds a checkpoint, a model or a prepared "
                                          "corpus that the file would break; write it outside that folder")
+    return text
+
+
+def figure_file(text):
+    """A `type=` function for a matplotlib picture: picture_file's checks, and a name whose suffix says the format
+    it is written in (heatmaps.picture_format: .png, .svg or .pdf); moons --out m.svg held PNG bytes."""
+    picture_file(text)
+    try:
+        picture_format(text, "the name")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
 
@@ -676,6 +688,26 @@ def read_optimizer(folder, iteration, digest=None):
     return {"steps": steps, "param_groups": groups, "state": state}
 
 
+def model_config(folder):
+    """The file that says which model `folder` holds: a LoRA run's adapter config, else the model's config.json;
+    a one-line FileNotFoundError where it holds neither."""
+    for name in (ADAPTER_CONFIG_FILE, CONFIG_FILE):
+        if (folder / name).is_file():
+            return folder / name
+    raise FileNotFoundError(f"no checkpoint in {folder}: expected {CONFIG_FILE} and {WEIGHTS_FILE} "
+                            "(train one with `python -m models.train`)")
+
+
+def model_folder(text):
+    """A `type=` function: a folder that load_model reads, refused as the command line is read rather than once
+    the text has loaded; for GPT-2's names with no such folder here, how to get one (cli.hub_name)."""
+    try:
+        model_config(Path(input_folder(hub_name(text))))
+    except FileNotFoundError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def load_model(folder, dropout=0.0):
     """The model and tokenizer of a checkpoint folder, or of a Hugging Face GPT-2 folder (with GPT-2's tokenizer).
 
@@ -683,13 +715,10 @@ def load_model(folder, dropout=0.0):
     (GPT.from_pretrained refuses weights that are not finite).
     """
     folder = _current(folder)
-    if (folder / ADAPTER_CONFIG_FILE).is_file():
+    if model_config(folder).name == ADAPTER_CONFIG_FILE:
         model = _load_adapted(folder, dropout)
-    elif (folder / CONFIG_FILE).is_file():
-        model = GPT.from_pretrained(folder, dropout=dropout)
     else:
-        raise FileNotFoundError(f"no checkpoint in {folder}: expected {CONFIG_FILE} and {WEIGHTS_FILE} "
-                                "(train one with `python -m models.train`)")
+        model = GPT.from_pretrained(folder, dropout=dropout)
     vocab_size = model.config.vocab_size
     path = folder / TOKENIZER_FILE
     if path.exists():

@@ -20,13 +20,13 @@ import numpy as np
 
 import autograd as ag
 from models.training import checkpoint
-from models.cli import Parser, device, interval, model_folder, shows_progress
+from models.cli import Parser, device, interval, shows_progress
 from models.training.shards import PreparedData, ShardError, check_tokenizer, prepared_data
 
 
 def make_parser():
     p = Parser("python -m models.eval", __doc__.splitlines()[0])
-    p.add_argument("checkpoint", type=model_folder, metavar="CHECKPOINT",
+    p.add_argument("checkpoint", type=checkpoint.model_folder, metavar="CHECKPOINT",
                    help="a models.train checkpoint folder, or a Hugging Face GPT-2 folder")
     p.add_argument("--data", type=prepared_data, required=True, metavar="DIR", help="a folder models.prepare made")
     p.add_argument("--split", choices=["val", "train"], default="val",

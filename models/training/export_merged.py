@@ -12,14 +12,15 @@ from pathlib import Path
 
 import autograd as ag
 from models.training import checkpoint
-from models.cli import Parser, input_folder, output_folder
+from models.cli import Parser, output_folder
 from models.gpt.gpt2 import GPT
 from models.io import atomic_path, owning_folder
 
 
 def parse_args(argv=None):
     p = Parser("python -m models.export_merged", __doc__.split("\n\n")[0])
-    p.add_argument("checkpoint", type=input_folder, help="a models.train checkpoint folder (with LoRA adapters, or without: then copied)")
+    p.add_argument("checkpoint", type=checkpoint.model_folder,
+                   help="a models.train checkpoint folder (with LoRA adapters, or without: then copied)")
     p.add_argument("out", type=output_folder, help="the new Hugging Face folder; must not exist yet")
     args = p.parse_args(argv)
     if Path(args.out).exists():

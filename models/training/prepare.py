@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.cli import Parser, counted, interval, machine_memory, output_folder, shows_progress
+from models.cli import Parser, counted, input_path, interval, machine_memory, output_folder, shows_progress
 from models.io import atomic_path, json_type, owned_folder_below, owning_folder, read_json
 from models.training.checkpoint import CHECKPOINT_MARKS
 from models.training.data import not_utf8
@@ -62,7 +62,8 @@ def default_workers():
 
 def make_parser():
     p = Parser("python -m models.prepare", __doc__.splitlines()[0])
-    p.add_argument("inputs", nargs="+", metavar="PATH", help="text files, or folders searched for --pattern")
+    p.add_argument("inputs", nargs="+", type=input_path, metavar="PATH",
+                   help="text files, or folders searched for --pattern")
     p.add_argument("--out", type=prepared_folder, required=True, metavar="DIR", help="the folder to write")
     p.add_argument("--tokenizer", choices=["char", "gpt2"], default="gpt2",
                    help="characters (a vocabulary from the data) or GPT-2's byte-level BPE")
@@ -181,12 +182,8 @@ def find_sources(inputs, pattern):
             if not found:
                 raise ValueError(f"{given} holds no file matching {pattern!r} (see --pattern)")
             files += found
-        elif given.is_file():
+        else:  # a file (cli.input_path has refused the rest)
             files.append(given)
-        elif given.exists():  # a FIFO would block the read for ever, /dev/zero never end
-            raise ValueError(f"{given} is not a regular file (a FIFO or a device); give text files or folders")
-        else:
-            raise ValueError(f"no file or folder {given}")
     seen = set()
     for path in files:
         if path.resolve() in seen:

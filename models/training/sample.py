@@ -13,14 +13,14 @@ import numpy as np
 
 import autograd as ag
 from models.training import checkpoint
-from models.cli import SEEDS, Parser, device, hub_name, input_file, interval
+from models.cli import SEEDS, Parser, device, input_file, interval
 from models.gpt import sampling
 from models.training.data import load_text
 
 
 def parse_args(argv=None):
     p = Parser("python -m models.sample", __doc__.splitlines()[0])
-    p.add_argument("checkpoint", nargs="?", default="out", type=hub_name,
+    p.add_argument("checkpoint", nargs="?", default="out", type=checkpoint.model_folder,
                    help="a models.train output folder or a GPT-2 folder")
     prompt = p.add_mutually_exclusive_group()
     prompt.add_argument("--prompt", default="\n", help="text to continue")

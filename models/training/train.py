@@ -41,8 +41,8 @@ import numpy as np
 import autograd as ag
 import nn
 from models.training import checkpoint, health
-from models.cli import (SEEDS, Parser, counted, device, folder_path, interval, machine_memory, model_folder,
-                        output_folder, show_default, shows_progress)
+from models.cli import (SEEDS, Parser, counted, device, folder_path, interval, machine_memory, output_folder,
+                        show_default, shows_progress)
 from models.training.data import DEFAULT_CORPUS, Layout, TokenData, load_text
 from models.gpt import hf_checkpoint, sampling
 from models.gpt.gpt2 import GPT, LINEAR_LAYERS, GPTConfig
@@ -94,7 +94,7 @@ def make_parser():
     g.add_argument("--block-size", type=POSITIVE, default=64, help="context length in tokens")
     g.add_argument("--dropout", type=interval(float, "[0, 1)"), default=0.0, help="dropout probability")
     g.add_argument("--no-bias", action="store_true", help="no biases in Linear and LayerNorm")
-    g.add_argument("--init-from", type=model_folder, default=None, metavar="DIR",
+    g.add_argument("--init-from", type=checkpoint.model_folder, default=None, metavar="DIR",
                    help="fine-tune a Hugging Face GPT-2 folder (config.json + model.safetensors) or a checkpoint "
                         "(default: none, a new model)")
     g = p.add_argument_group("fine-tuning with LoRA (nn.lora) and less memory")

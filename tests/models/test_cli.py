@@ -96,3 +96,34 @@ def test_counted_says_a_count_of_1_in_the_singular():
     from models.cli import counted
     assert [counted(n, "step") for n in (0, 1, 2)] == ["0 steps", "1 step", "2 steps"]
     assert [counted(n, "batch", "batches") for n in (1, 3)] == ["1 batch", "3 batches"]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    from models.training import prepare
+    root = tmp_path_factory.mktemp("prepared")
+    (root / "text.txt").write_text("abcab cabca bcabc\n" * 50, encoding="utf-8")
+    assert prepare.main([str(root / "text.txt"), "--out", str(root / "data"), "--tokenizer", "char",
+                         "--no-progress"]) == 0
+    return root / "data"
+
+
+@pytest.mark.parametrize("command, argv, option", [
+    ("models.sample", ["{folder}"], "checkpoint"),
+    ("models.eval", ["{folder}", "--data", "{prepared}"], "CHECKPOINT"),
+    ("models.export_merged", ["{folder}", "{out}"], "checkpoint"),
+    ("models.train", ["--init-from", "{folder}", "--out-dir", "{out}"], "--init-from"),
+])
+def test_a_model_folder_without_a_model_is_refused_as_the_command_line_is_read(tmp_path, prepared, capsys, command,
+                                                                               argv, option):
+    """Each was refused only when it came to load the model, with exit status 1, not as a bad option."""
+    folder, out = tmp_path / "notes", tmp_path / "out"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("x")
+    with pytest.raises(SystemExit) as exit_info:
+        importlib.import_module(command).main([a.format(folder=folder, out=out, prepared=prepared) for a in argv])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr() == ("", f"python -m {command}: error: argument {option}: no checkpoint in {folder}: "
+                                       "expected config.json and model.safetensors (train one with `python -m "
+                                       "models.train`) (see --help)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]

@@ -87,6 +87,22 @@ def test_bad_options_cost_one_line(argv, message):
     assert run.stderr.strip().splitlines() == [f"python -m models.moons: error: {message} (see --help)"]
 
 
+@pytest.mark.parametrize("name", ["b.txt", "b"])
+def test_a_picture_name_without_its_format_is_refused_before_the_run(tmp_path, capsys, name):
+    with pytest.raises(SystemExit) as exit_:
+        moons.main(["--steps", "1", "--points", "4", "--out", str(tmp_path / name)])
+    assert (exit_.value.code, *capsys.readouterr()) == (
+        2, "", f"python -m models.moons: error: argument --out: the name {str(tmp_path / name)!r}: a picture is "
+               "written as .png, .svg or .pdf; end its name with one (see --help)\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_picture_is_written_in_the_format_its_suffix_names(tmp_path, capsys):
+    """--out b.svg held PNG bytes, which no SVG viewer opens."""
+    assert moons.main(["--steps", "1", "--points", "4", "--out", str(tmp_path / "b.svg")]) in (0, None)
+    assert (tmp_path / "b.svg").read_text().startswith("<?xml") and "<svg" in (tmp_path / "b.svg").read_text()
+
+
 def test_one_step_is_said_in_the_singular(tmp_path, capsys):
     """It printed "over 1 steps" and "after 1 steps"."""
     assert moons.main(["--steps", "1", "--points", "4", "--out", str(tmp_path / "b.png")]) in (0, None)

@@ -61,6 +61,17 @@ def test_the_command_prints_both_runs_and_writes_the_picture(tmp_path, capsys):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_picture_name_without_its_format_is_refused_before_the_lesson(tmp_path, capsys, monkeypatch):
+    """--out n.txt held PNG bytes, and n.svg too."""
+    monkeypatch.setattr(newton, "lesson_setup", lambda: pytest.fail("ran the lesson before checking --out"))
+    with pytest.raises(SystemExit) as exit_:
+        newton.main(["--out", str(tmp_path / "n.txt")])
+    assert (exit_.value.code, *capsys.readouterr()) == (
+        2, "", f"python -m models.newton: error: argument --out: the name {str(tmp_path / 'n.txt')!r}: a picture is "
+               "written as .png, .svg or .pdf; end its name with one (see --help)\n")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_picture_goes_into_a_pipe(piped, capsys):
     """matplotlib's PNG writer seeks, which a pipe refuses: --out a FIFO ended in "File or stream is not seekable"."""
     pipe, received = piped("newton.png")

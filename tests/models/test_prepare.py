@@ -664,6 +664,21 @@ def test_train_on_a_damaged_shard_is_one_line_naming_it(tmp_path, prepared, caps
     assert code == 1 and err.count("\n") == 1 and err.startswith(f"train: error: {shard} ")
 
 
+@pytest.mark.parametrize("name, problem", [
+    ("", "expected a path, got ''"),
+    ("none.txt", "no file or folder none.txt"),
+])
+def test_an_input_that_is_no_file_or_folder_is_refused_as_it_is_parsed(tmp_path, corpus, capsys, monkeypatch, name,
+                                                                       problem):
+    """It was looked for only after parsing, with status 1, and '' was the current folder: here a corpus, prepared."""
+    monkeypatch.chdir(corpus)
+    with pytest.raises(SystemExit) as exit:
+        prepare.main([name, "--out", str(tmp_path / "p"), "--tokenizer", "char", "--no-progress"])
+    assert (exit.value.code, *capsys.readouterr()) == (
+        2, "", f"python -m models.prepare: error: argument PATH: {problem} (see --help)\n")
+    assert not (tmp_path / "p").exists()
+
+
 @pytest.mark.parametrize("given", ["text", "", "none"])
 def test_eval_data_that_is_no_prepared_folder_is_refused_as_it_is_parsed(tmp_path, prepared, corpus, capsys,
                                                                          monkeypatch, given):
@@ -676,7 +691,7 @@ def test_eval_data_that_is_no_prepared_folder_is_refused_as_it_is_parsed(tmp_pat
                "": "expected a path, got ''", "none": f"no folder {tmp_path / 'none'}"}[given]
     monkeypatch.chdir(prepared)
     with pytest.raises(SystemExit) as exit:
-        evaluate.main([str(tmp_path), "--data", path, "--no-progress"])
+        evaluate.main(["--data", path, str(tmp_path), "--no-progress"])  # --data is read before CHECKPOINT
     out, err = capsys.readouterr()
     assert (exit.value.code, out) == (2, "")
     assert err == f"python -m models.eval: error: argument --data: {problem} (see --help)\n"

@@ -32,9 +32,9 @@ def trained(tmp_path_factory):
     (["--device", "gpu"], "argument --device: must be one of cpu, cuda, got 'gpu'"),
     (["--prompt", ""], "--prompt is empty; give it some text to continue"),  # said once the model had loaded
 ])
-def test_bad_options_are_one_line(capsys, argv, message):
+def test_bad_options_are_one_line(trained, capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
-        sample.main(["no-such-folder", *argv])  # refused before the folder is even looked at
+        sample.main([str(trained), *argv])  # refused before the model loads
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
     assert err == f"python -m models.sample: error: {message} (see --help)\n"
@@ -79,11 +79,21 @@ def test_a_prompt_the_tokenizer_cannot_take_is_one_line(trained, capsys, prompt,
     assert err.startswith("sample: error: ") and message in err and err.count("\n") == 1
 
 
-def test_a_folder_without_a_checkpoint_is_one_line(tmp_path, capsys):
-    (tmp_path / "notes.txt").write_text("x")
-    assert sample.main([str(tmp_path)]) == 1
-    assert capsys.readouterr().err == (f"sample: error: no checkpoint in {tmp_path}: expected config.json and "
-                                       "model.safetensors (train one with `python -m models.train`)\n")
+@pytest.mark.parametrize("name, message", [
+    ("notes", "no checkpoint in {folder}: expected config.json and model.safetensors (train one with "
+              "`python -m models.train`)"),
+    ("missing", "no folder {folder}"),
+    ("", "expected a path, got ''"),
+])
+def test_a_folder_without_a_checkpoint_is_refused_as_the_command_line_is_read(tmp_path, capsys, name, message):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "notes.txt").write_text("x")
+    folder = str(tmp_path / name) if name else ""
+    with pytest.raises(SystemExit) as exit_info:
+        sample.main([folder])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == ("python -m models.sample: error: argument checkpoint: "
+                                       f"{message.format(folder=folder)} (see --help)\n")
 
 
 def test_a_prompt_file_is_continued_as_its_text_would_be(trained, tmp_path, capsys):
@@ -100,11 +110,11 @@ def test_a_prompt_file_is_continued_as_its_text_would_be(trained, tmp_path, caps
     (["--prompt", "a", "--prompt-file", "{file}"], "argument --prompt-file: not allowed with argument --prompt"),
     (["--prompt-file", "{missing}"], "argument --prompt-file: no file {missing}"),
 ])
-def test_prompt_file_is_checked_at_parse_time(tmp_path, capsys, argv, message):
+def test_prompt_file_is_checked_at_parse_time(trained, tmp_path, capsys, argv, message):
     (tmp_path / "p.txt").write_text("a")
     names = {"file": tmp_path / "p.txt", "missing": tmp_path / "none.txt"}
     with pytest.raises(SystemExit) as exit_info:
-        sample.main(["no-such-folder", *(a.format(**names) for a in argv)])  # refused before the folder is looked at
+        sample.main([str(trained), *(a.format(**names) for a in argv)])  # refused before the model loads
     assert exit_info.value.code == 2
     assert capsys.readouterr().err == f"python -m models.sample: error: {message.format(**names)} (see --help)\n"
 
@@ -148,10 +158,10 @@ def test_a_gpt2_name_with_no_folder_here_says_how_to_fetch_it(tmp_path, capsys, 
                           "openai-community/gpt2-medium") and err.count("\n") == 1
 
 
-def test_a_prompt_of_bytes_that_are_not_utf8_is_refused_at_parse_time(capsys):
+def test_a_prompt_of_bytes_that_are_not_utf8_is_refused_at_parse_time(trained, capsys):
     """A shell passes them as lone surrogates, which GPT-2's byte encoder met as a bare UnicodeEncodeError."""
     with pytest.raises(SystemExit) as exit_:
-        sample.main(["no-such-folder", "--prompt", "ab\udcff"])
+        sample.main([str(trained), "--prompt", "ab\udcff"])
     assert exit_.value.code == 2
     assert capsys.readouterr().err == ("python -m models.sample: error: --prompt holds bytes that are not UTF-8 (at "
                                        "byte 2); pass UTF-8 text, or put the text in a file and convert it "

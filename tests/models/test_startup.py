@@ -67,10 +67,12 @@ def test_the_longest_out_dir_name_that_fits_trains_and_saves(tmp_path, small_tex
     assert (folder / "train_state.json").is_file()
 
 
+UNUSABLE = [("loop", "Too many levels of symbolic links"), ("a" * 300, "File name too long"),
+            ("dangling", "is a symbolic link to {tmp}/nowhere, which is not there")]
+
+
 @pytest.mark.parametrize("option", ["--data", "--init-from"])
-@pytest.mark.parametrize("name, message", [("loop", "Too many levels of symbolic links"),
-                                           ("a" * 300, "File name too long"),
-                                           ("dangling", "is a symbolic link to {tmp}/nowhere, which is not there")])
+@pytest.mark.parametrize("name, message", UNUSABLE)
 def test_an_input_path_the_system_cannot_use_is_one_line_at_parse_time(places, capsys, option, name, message):
     assert parse_error([option, str(places / name), "--out-dir", str(places / "out")]) == 2
     err = capsys.readouterr().err
@@ -78,11 +80,14 @@ def test_an_input_path_the_system_cannot_use_is_one_line_at_parse_time(places, c
     assert message.format(tmp=places) in err
 
 
-@pytest.mark.parametrize("name", ["loop", "a" * 300, "dangling"])
-def test_sample_from_a_path_the_system_cannot_use_is_one_line(places, capsys, name):
-    assert sample.main([str(places / name)]) == 1
+@pytest.mark.parametrize("name, message", UNUSABLE)
+def test_sample_from_a_path_the_system_cannot_use_is_one_line_at_parse_time(places, capsys, name, message):
+    with pytest.raises(SystemExit) as exit_:
+        sample.main([str(places / name)])
+    assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("sample: error: ") and err.count("\n") == 1
+    assert err.startswith("python -m models.sample: error: argument checkpoint: ") and err.count("\n") == 1
+    assert message.format(tmp=places) in err
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="makes a named pipe")

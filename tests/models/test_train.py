@@ -497,12 +497,6 @@ def test_unknown_option_is_one_line(capsys):
     assert err == "python -m models.train: error: unrecognized arguments: --no-such-option (see --help)\n"
 
 
-def test_sample_without_checkpoint_is_one_line(tmp_path, capsys):
-    assert sample.main([str(tmp_path / "nothing")]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("sample: error: no checkpoint") and err.count("\n") == 1
-
-
 def test_data_batches_are_shifted_blocks():
     from models.training.data import TokenData
     data = TokenData(np.arange(100))

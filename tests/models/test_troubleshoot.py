@@ -116,14 +116,17 @@ def test_the_lesson_writes_into_a_temporary_folder_not_the_current_one(tmp_path,
 
 
 def test_an_out_dir_that_cannot_be_a_folder_is_refused_before_the_lesson_runs(tmp_path, monkeypatch, capsys):
+    """--out-dir '' ran the lesson into a new temporary folder, as if no --out-dir had been given."""
     (tmp_path / "notes").write_text("a file")
     monkeypatch.setattr(troubleshoot, "lr_too_high", lambda: pytest.fail("ran the lesson before checking --out-dir"))
-    for given, why in ((tmp_path / "notes", "a file is there"), (tmp_path / "notes" / "sub", "Not a directory")):
+    for given, why in ((tmp_path / "notes", f"argument --out-dir: {tmp_path / 'notes'} is a file, not a folder"),
+                       (tmp_path / "notes" / "sub", f"--out-dir {tmp_path / 'notes' / 'sub'}: cannot make that "
+                                                    "folder (Not a directory)"),
+                       ("", "argument --out-dir: expected a path, got ''")):
         with pytest.raises(SystemExit) as exit_:
             troubleshoot.main(["--out-dir", str(given)])
         assert exit_.value.code == 2
-        err = capsys.readouterr().err
-        assert err.endswith(f"error: --out-dir {given}: cannot make that folder ({why}) (see --help)\n"), err
+        assert capsys.readouterr().err == f"python -m models.troubleshoot: error: {why} (see --help)\n"
 
 
 @pytest.mark.parametrize("inside", ["", "lesson"])

@@ -271,7 +271,9 @@ def test_prepare_a_device_or_fifo_as_input_is_refused_without_hanging(tmp_path, 
 
 
 def test_prepare_a_section_beyond_memory_is_refused_at_parse_time(tmp_path, capsys):
-    code, _, err = run(prepare.main, capsys, "x.txt", "--out", str(tmp_path / "p"), "--section-kb", str(10 ** 15))
+    (tmp_path / "x.txt").write_text("x")
+    code, _, err = run(prepare.main, capsys, str(tmp_path / "x.txt"), "--out", str(tmp_path / "p"), "--section-kb",
+                       str(10 ** 15))
     line = one_line(err)
     assert code == 2 and "--section-kb" in line and "memory" in line
 
@@ -297,7 +299,8 @@ def test_prepare_workers_and_sections_beyond_memory_are_refused_before_any_work(
     whose buffer mmap could not allocate failed with a bare '[Errno 12] Cannot allocate memory' after reading
     the corpus, and 1024 workers forked with a 4.3 GiB buffer. Refused by name before a file is read."""
     monkeypatch.setattr(prepare, "machine_memory", lambda: 2 ** 30)
-    code, _, err = run(prepare.main, capsys, str(tmp_path / "none.txt"), "--out", str(tmp_path / "p"),
+    (tmp_path / "x.txt").write_text("x")
+    code, _, err = run(prepare.main, capsys, str(tmp_path / "x.txt"), "--out", str(tmp_path / "p"),
                        "--workers", str(workers), "--section-kb", str(kb))
     assert code == 2 and one_line(err) == MEMORY_ERROR.format(workers, kb, gib, ids, fixes)
     assert not (tmp_path / "p").exists()
@@ -306,7 +309,8 @@ def test_prepare_workers_and_sections_beyond_memory_are_refused_before_any_work(
 def test_prepare_workers_and_sections_that_fit_only_together_say_so(tmp_path, capsys, monkeypatch):
     """Where neither fewer workers alone nor a smaller section alone fits, the line ended "; give " and nothing."""
     monkeypatch.setattr(prepare, "machine_memory", lambda: 2 ** 29)
-    code, _, err = run(prepare.main, capsys, str(tmp_path / "none.txt"), "--out", str(tmp_path / "p"),
+    (tmp_path / "x.txt").write_text("x")
+    code, _, err = run(prepare.main, capsys, str(tmp_path / "x.txt"), "--out", str(tmp_path / "p"),
                        "--workers", "1024", "--section-kb", "1000000")
     assert code == 2 and one_line(err) == MEMORY_ERROR.replace("1.0 GiB", "0.5 GiB").format(
         1024, 1000000, "21486.5", ", and 2049 sections of ids",
@@ -316,16 +320,18 @@ def test_prepare_workers_and_sections_that_fit_only_together_say_so(tmp_path, ca
 
 @pytest.mark.parametrize("workers, kb", [(22, 1024), (64, 360), (1, 29127)])
 def test_prepare_workers_and_sections_that_fit_memory_go_on_to_the_work(tmp_path, capsys, monkeypatch, workers, kb):
-    """The largest settings the refusal offers pass it: the run goes on to look for its (missing) input."""
+    """The largest settings the refusal offers pass it: the run goes on to look in its input (a folder of no text)."""
     monkeypatch.setattr(prepare, "machine_memory", lambda: 2 ** 30)
-    code, _, err = run(prepare.main, capsys, str(tmp_path / "none.txt"), "--out", str(tmp_path / "p"),
+    (tmp_path / "empty").mkdir()
+    code, _, err = run(prepare.main, capsys, str(tmp_path / "empty"), "--out", str(tmp_path / "p"),
                        "--workers", str(workers), "--section-kb", str(kb))
-    assert code == 1 and one_line(err) == f"prepare: error: no file or folder {tmp_path / 'none.txt'}"
+    assert code == 1 and one_line(err) == (f"prepare: error: {tmp_path / 'empty'} holds no file matching '*.txt' "
+                                           "(see --pattern)")
 
 
 def test_prepare_defaults_fit_this_machines_memory():
     """Every core as workers (more than the cores is allowed) and 1 MB sections pass on this machine."""
-    args = prepare.make_parser().parse_args(["x.txt", "--out", "out"])
+    args = prepare.make_parser().parse_args([__file__, "--out", "out"])
     prepare.check_fits_memory(args.workers, args.section_kb)
     prepare.check_fits_memory(4 * os.cpu_count(), args.section_kb)
 
