@@ -10,7 +10,7 @@ in memory (models/training/shards.py describes the folder it writes).
   non-space characters), so the tokens are those of each file encoded whole,
   whatever the section size. Finding a cut reads only the bytes near it. Shards
   are written as their tokens come, so memory holds a few sections, whatever
-  the corpus or the shard size.
+  the corpus or the shard size (a stretch with no such cut is one section).
 * --workers N tokenizes sections in N processes, each reading its sections'
   bytes itself; the sections' ids come back in order, so the output is byte for
   byte the same for any N. N and --section-kb whose sections in flight would
@@ -184,11 +184,13 @@ def find_sources(inputs, pattern):
             files += found
         else:  # a file (cli.input_path has refused the rest)
             files.append(given)
-    seen = set()
+    seen = {}
     for path in files:
-        if path.resolve() in seen:
-            raise ValueError(f"{path} is given twice; name each file or folder once")
-        seen.add(path.resolve())
+        first = seen.setdefault(path.resolve(), path)
+        if first is not path:
+            raise ValueError(f"{first} and {path} are the same file (given twice, or a symbolic link to it), whose "
+                             "text would count twice; name each file or folder once, and leave out links to files "
+                             "already given")
     return files
 
 

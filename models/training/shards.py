@@ -272,9 +272,12 @@ def check_tokenizer(data, tokenizer, source):
         return
     made = data.tokenizer()
     same_kind = "another vocabulary of " if made.kind == tokenizer.kind else ""
+    # models.prepare takes a character vocabulary from the text itself: no option gives it the model's
+    fix = ("a character vocabulary is made from the text itself, so train a new model on it" if same_kind and
+           made.kind == "char" else "prepare the text again with that tokenizer, or train a new model on it")
     raise ValueError(f"{data.folder} holds tokens of the {made.kind} tokenizer ({made.vocab_size:,} ids), but the "
                      f"model of {source} reads {same_kind}the {tokenizer.kind} tokenizer ({tokenizer.vocab_size:,} "
-                     f"ids); prepare the text again with that tokenizer, or train a new model on it")
+                     f"ids); {fix}")
 
 
 def read_meta(folder):

@@ -184,6 +184,21 @@ def test_a_cut_just_after_a_newline_sees_the_four_byte_character_before_it():
     assert prepare.next_cut(io.BytesIO(raw), 20, 21, window=16) == first_cut(raw, 20, 21) == 20
 
 
+def test_a_file_reached_twice_names_both_paths(tmp_path, corpus, capsys):
+    # it once said "given twice; name each file or folder once" of a link inside the one folder given
+    (corpus / "again.txt").symlink_to(corpus / "book01.txt")
+    code, out, err = run_prepare(capsys, str(corpus), "--out", str(tmp_path / "out"))
+    assert code == 1 and out == "" and err == (
+        f"prepare: error: {corpus / 'again.txt'} and {corpus / 'book01.txt'} are the same file (given twice, or a "
+        "symbolic link to it), whose text would count twice; name each file or folder once, and leave out links to "
+        "files already given\n")
+    (corpus / "again.txt").unlink()
+    book = corpus / "book01.txt"
+    code, _, err = run_prepare(capsys, str(book), str(book), "--out", str(tmp_path / "out"))
+    assert code == 1 and f"error: {book} and {book} are the same file (given twice" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_few_files_hold_out_each_files_tail_from_a_line_on(tmp_path, capsys):
     folder = write_corpus(tmp_path / "few", files=2, lines=300)
     code, _, err = run_prepare(capsys, str(folder), "--out", str(tmp_path / "out"), "--tokenizer", "char",
@@ -654,6 +669,21 @@ def test_a_tokenizer_other_than_the_checkpoints_is_one_line(tmp_path, prepared, 
     assert err.count("\n") == 1 and message in err
     code, _, err = train_on(capsys, "--data", str(prepared), "--tokenizer", "gpt2", "--out-dir", str(tmp_path / "x"))
     assert code == 1 and f"--tokenizer gpt2, but {prepared} holds tokens of the char tokenizer" in err
+
+
+def test_another_character_vocabulary_is_refused_without_asking_to_prepare_again(tmp_path, prepared, capsys):
+    # models.prepare takes a character vocabulary from the text: "prepare the text again with that tokenizer" was
+    # advice no option can follow
+    other = tmp_path / "other"
+    (tmp_path / "abc.txt").write_text("abc cab\n" * 400, encoding="utf-8")
+    assert run_prepare(capsys, str(tmp_path / "abc.txt"), "--out", str(other), "--tokenizer", "char")[0] == 0
+    run = tmp_path / "run"
+    assert train_on(capsys, "--data", str(prepared), "--max-iters", "1", "--out-dir", str(run))[0] == 0
+    assert evaluate.main([str(run), "--data", str(other), "--no-progress"]) == 1
+    assert capsys.readouterr().err == (
+        f"eval: error: {other} holds tokens of the char tokenizer (5 ids), but the model of {run} reads another "
+        f"vocabulary of the char tokenizer ({PreparedData(prepared).tokenizer().vocab_size} ids); a character "
+        "vocabulary is made from the text itself, so train a new model on it\n")
 
 
 @pytest.mark.parametrize("how", ["truncated", "magic", "version"])
