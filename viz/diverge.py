@@ -29,7 +29,7 @@ from autograd import divergence as engine
 
 from .graph import (FORMATS, HIGHLIGHT, INSTALL_PYTHON, _graphviz, _write, dot_text, draw as draw_graph,
                     keep_gradients, picture_format)
-from .loading import demo_of
+from .loading import ModuleError, demo_of
 
 WORDS = {"fused": ("fused", True), "composed": ("fused", False), "cpu": ("device", "cpu"),
          "cuda": ("device", "cuda"), "float32": ("dtype", "float32"), "float64": ("dtype", "float64")}
@@ -148,7 +148,11 @@ def main(argv=None):
     except ImportError as exc:
         print(f"viz.diverge: error: {exc}", file=sys.stderr)
         return 1
-    name, demo = demo_of(args.module)
+    try:
+        name, demo = demo_of(args.module)
+    except ModuleError as exc:
+        print(f"viz.diverge: error: {exc}", file=sys.stderr)
+        return 1
     try:
         report = engine.diverge(demo, [], a=args.a, b=None if reference is not None else args.b, reference=reference)
     except (TypeError, ValueError, KeyError) as exc:  # a graph diverge cannot compare: the reason, in one line

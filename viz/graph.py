@@ -55,7 +55,7 @@ from autograd import Constant, Function, Value, backend
 from models.io import atomic_path
 
 from .flow import Flow, inside, shares_text
-from .loading import demo_loss_of
+from .loading import ModuleError, demo_loss_of
 from .numbers import host, norm, number, shape_text
 from .walk import GraphWalk, ValueWalk, input_names, visible, walk_of
 
@@ -882,19 +882,23 @@ def main(argv=None):
         return 1
     collapse = args.collapse_depth if args.collapse_depth is not None else args.collapse
     when = "before backward" if args.no_backward else "after backward"
-    if args.double is not None:
-        if args.flow is not None:
-            print("viz.graph: error: --flow and --double draw different graphs; pass one of them", file=sys.stderr)
-            return 1
-        name, loss = build_double(args.module, args.double or None, backward=not args.no_backward)
-        # in words, as in the boxes: a PNG's default font draws ‖g‖ like "llgll"
-        seed = "" if args.no_backward else " (from ½ norm(g)²)" if isinstance(loss, ag.Tensor) else ""
-        boxed = ", boxed by step," if isinstance(loss, ag.Tensor) else ""  # a Value's ops have no scope to box
-        title = (f"{loss.name} of {name}.demo_loss() with create_graph=True: backward's ops{boxed} "
-                 f"are ops like any other · {when}{seed}")
-    else:
-        name, loss = build_demo(args.module, backward=not args.no_backward)
-        title = title_of(name, loss, not args.no_backward)
+    try:
+        if args.double is not None:
+            if args.flow is not None:
+                print("viz.graph: error: --flow and --double draw different graphs; pass one of them", file=sys.stderr)
+                return 1
+            name, loss = build_double(args.module, args.double or None, backward=not args.no_backward)
+            # in words, as in the boxes: a PNG's default font draws ‖g‖ like "llgll"
+            seed = "" if args.no_backward else " (from ½ norm(g)²)" if isinstance(loss, ag.Tensor) else ""
+            boxed = ", boxed by step," if isinstance(loss, ag.Tensor) else ""  # a Value's ops have no scope to box
+            title = (f"{loss.name} of {name}.demo_loss() with create_graph=True: backward's ops{boxed} "
+                     f"are ops like any other · {when}{seed}")
+        else:
+            name, loss = build_demo(args.module, backward=not args.no_backward)
+            title = title_of(name, loss, not args.no_backward)
+    except ModuleError as exc:
+        print(f"viz.graph: error: {exc}", file=sys.stderr)
+        return 1
     # the loss's kind is known only once the module has run: draw's rule, said in the flags that set the options
     refused = tensor_only(loss, collapse=collapse, depth=args.depth, flow=args.flow)
     if "flow" in refused:

@@ -5,7 +5,7 @@
 graph that `python -m viz.graph` draws and
 `python -m viz.trace` prints; `demo_of(name)` returns the function itself, for
 `python -m viz.diverge`, which runs it more than once. A name that cannot be
-used ends in one line saying what to pass instead.
+used raises ModuleError, whose one line says what to pass instead.
 """
 import importlib
 import importlib.util
@@ -13,6 +13,10 @@ import os
 from pathlib import Path
 
 from autograd import Tensor, Value
+
+
+class ModuleError(ValueError):
+    """A module name a viz command cannot draw from; the message says what to pass instead."""
 
 
 def module_name(name):
@@ -37,13 +41,13 @@ def demo_of(name):
         name = str(file.resolve().relative_to(here))  # a package's file: imported by its dotted name
     dotted = module_name(name)
     if not dotted or dotted.startswith("."):
-        raise SystemExit(f"cannot import {name!r}: pass a dotted module name such as models.bigram, or a .py file's "
+        raise ModuleError(f"cannot import {name!r}: pass a dotted module name such as models.bigram, or a .py file's "
                          "path")
     try:
         module = importlib.import_module(dotted)
     except ModuleNotFoundError as exc:
         if exc.name and dotted.startswith(exc.name):
-            raise SystemExit(
+            raise ModuleError(
                 f"cannot import {dotted!r} ({exc}). Pass a dotted module name such as models.bigram "
                 "and run from the repository root (or pip install -e . first).") from None
         raise
@@ -60,7 +64,7 @@ def _load_file(file):
 def _demo_in(module, dotted):
     demo = getattr(module, "demo_loss", None)
     if demo is None:
-        raise SystemExit(f"module {dotted} has no demo_loss(); every model module defines "
+        raise ModuleError(f"module {dotted} has no demo_loss(); every model module defines "
                          "demo_loss() -> Tensor, the scalar loss of a small fixed batch (or a Value)")
     return demo
 
@@ -72,8 +76,8 @@ def demo_loss_of(name):
     if isinstance(loss, Value):  # chapter one's scalar engine: its graph is always one number's
         return dotted, loss
     if not isinstance(loss, Tensor) or loss.data.size != 1:
-        raise SystemExit(f"{dotted}.demo_loss() must return a scalar Tensor, got {loss!r:.200}")
+        raise ModuleError(f"{dotted}.demo_loss() must return a scalar Tensor, got {loss!r:.200}")
     if not loss.requires_grad:
-        raise SystemExit(f"{dotted}.demo_loss() returned a tensor that does not require grad: "
+        raise ModuleError(f"{dotted}.demo_loss() returned a tensor that does not require grad: "
                          "there is no backward graph to show")
     return dotted, loss

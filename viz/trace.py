@@ -46,7 +46,7 @@ from autograd import Constant, Tensor, Value, backward_steps, root_grad
 from autograd.heatmaps import is_special
 
 from .graph import INSTALL_DOT, gradient_of
-from .loading import demo_loss_of
+from .loading import ModuleError, demo_loss_of
 from .numbers import number, shape_text, summary_text, values_text
 from .trace_page import write_page
 from .walk import GraphWalk, ValueWalk, grad_of, input_names, saved_values, visible
@@ -279,7 +279,11 @@ def main(argv=None):
         p.error(f"--html {args.html}: the page is HTML; name it with .html or .htm")
     if args.html and shutil.which("dot") is None:
         p.error(f"--html draws the graph, which needs Graphviz's `dot`: {INSTALL_DOT}")
-    name, loss = demo_loss_of(args.module)
+    try:
+        name, loss = demo_loss_of(args.module)
+    except ModuleError as exc:
+        print(f"viz.trace: error: {exc}", file=sys.stderr)
+        return 1
     grad, what = None, f"{name}.demo_loss() = {number(float(loss.data), 6)} · backward, step by step"
     if args.double is not None:
         loss = gradient_of(loss, args.double or None)

@@ -20,7 +20,7 @@ graphviz = pytest.importorskip("graphviz", reason='the Python package graphviz i
 import autograd as ag  # noqa: E402
 from autograd import Tensor, Value  # noqa: E402
 from tests.viz import demo_module  # noqa: E402
-from viz import graph as vg  # noqa: E402
+from viz import diverge as vd, graph as vg, trace as vt  # noqa: E402
 from viz.loading import module_name  # noqa: E402
 from viz.walk import GraphWalk  # noqa: E402
 
@@ -309,12 +309,17 @@ def test_jupyter_without_dot_shows_how_to_install_in_place_of_the_picture(tmp_pa
         assert "apt-get install graphviz" in shown["text/plain"]
 
 
-def test_cli_unknown_module_is_a_clear_error():
-    with pytest.raises(SystemExit, match="cannot import 'no_such_module_for_viz'"):
-        vg.main(["no_such_module_for_viz", "--format", "dot"])
+@pytest.mark.parametrize("command", [vg, vt, vd])
+def test_cli_unknown_module_is_a_clear_error_naming_the_command(command, capsys):
+    """The line named no command (SystemExit's message alone): every other error of theirs starts viz.X: error:."""
+    prog = command.__name__
+    assert command.main(["no_such_module_for_viz"]) == 1
+    assert capsys.readouterr().err == (f"{prog}: error: cannot import 'no_such_module_for_viz' (No module named "
+                                       "'no_such_module_for_viz'). Pass a dotted module name such as models.bigram "
+                                       "and run from the repository root (or pip install -e . first).\n")
     for name in ("", "./", ".tiny"):  # import_module's own ValueError and TypeError, once
-        with pytest.raises(SystemExit, match=f"^cannot import {name!r}: pass a dotted module name"):
-            vg.main([name, "--format", "dot"])
+        assert command.main([name]) == 1
+        assert capsys.readouterr().err.startswith(f"{prog}: error: cannot import {name!r}: pass a dotted module name")
 
 
 @needs_dot
