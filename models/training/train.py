@@ -480,7 +480,7 @@ def new_model(args, text, prepared=None):
                    if name in args.given and name != "init_from" and not name.startswith("lora_")]
         if ignored:
             print(f"init-from: the model and its tokenizer come from {args.init_from}, so {', '.join(ignored)} "
-                  "does not apply")
+                  f"{'does' if len(ignored) == 1 else 'do'} not apply")
         model, tokenizer = checkpoint.load_model(args.init_from, dropout=args.dropout)
         # a full fine-tune trains (and saves) the rows it uses; LoRA freezes the base's table, which stays whole:
         # the adapted model, its samples and its export then have the base's context

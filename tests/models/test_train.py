@@ -516,6 +516,8 @@ def test_init_from_a_gpt2_folder_fine_tunes_with_the_gpt2_tokenizer(tmp_path, ca
     code, stdout, err = run(capsys, "--init-from", str(tmp_path / "hf"), "--max-iters", "2", "--out-dir", str(out))
     assert code == 0, err
     assert "vocab 50257" in stdout and "block 16" in stdout
+    assert stdout.startswith(f"init-from: the model and its tokenizer come from {tmp_path / 'hf'}, so --n-layer, "
+                             "--n-head, --n-embd do not apply\n")  # "does not apply", of three
     assert json.loads((out / "gptgrad_tokenizer.json").read_text())["kind"] == "gpt2"
     assert json.loads((out / "config.json").read_text())["n_positions"] == 16  # cropped to --block-size
     assert sample.main([str(tmp_path / "hf"), "--prompt", "Hello", "--max-new-tokens", "3"]) == 0
