@@ -76,6 +76,7 @@ def atomic_path(path):
     path.parent.mkdir(parents=True, exist_ok=True)
     target = Path(os.path.realpath(path))
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    _remove(tmp)  # left by a killed process that had this process's id: a new folder could not be made there
     try:
         yield tmp
         give_default_mode(tmp, target)
@@ -89,10 +90,14 @@ def atomic_path(path):
             raise OSError(exc.errno, exc.strerror, str(path)) from None
         raise
     finally:
-        if tmp.is_dir():
-            shutil.rmtree(tmp)
-        else:
-            tmp.unlink(missing_ok=True)
+        _remove(tmp)
+
+
+def _remove(path):
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def write_figure(path, figure, fmt="png"):

@@ -24,6 +24,19 @@ def test_a_file_is_written_whole_or_not_at_all(tmp_path):
     assert path.read_bytes() == b"the first picture" and [p.name for p in tmp_path.iterdir()] == ["picture.png"]
 
 
+def test_a_folder_left_by_a_killed_process_with_this_process_id_is_cleared_first(tmp_path):
+    # kill -9 in the middle of models.export_merged leaves .out.tmp-PID/; a later process may get the same id
+    # (a container's commands often do), and then its mkdir failed with "File exists" naming out/, which did not
+    out = tmp_path / "out"
+    left = tmp_path / f".out.tmp-{os.getpid()}"
+    left.mkdir()
+    (left / "model.safetensors").write_bytes(b"half")
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        (tmp / "config.json").write_text("{}")
+    assert [p.name for p in tmp_path.iterdir()] == ["out"] and [p.name for p in out.iterdir()] == ["config.json"]
+
+
 def test_an_error_names_the_file_asked_for_not_its_temporary_name(tmp_path):
     path = tmp_path / "picture.png"
     with pytest.raises(OSError) as error:
