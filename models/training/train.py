@@ -413,8 +413,8 @@ def train(args, world):
             progress.end(run.iter, loss)
     except (ValueError, ag.AnomalyError) as exc:  # diverged, say: the health report so far shows how
         monitor.close()
-        if isinstance(exc, ag.AnomalyError):
-            raise ag.AnomalyError(f"{exc}\n  stopped, and {kept_checkpoint(run, out_dir)}", exc.anomaly) from None
+        if isinstance(exc, ag.AnomalyError):  # the same exception, told more: an MPI rank reports what it raised
+            exc.args = (f"{exc}\n  stopped, and {kept_checkpoint(run, out_dir)}",)
         raise
     progress.close()
     monitor.close()
