@@ -62,9 +62,11 @@ def init(device="cpu"):
     Without a launcher, or with one process, there is nothing to join and
     mpi4py is not imported. A job joined on the CPU can call init("cuda")
     later, once its ranks agree on the device: the model's collectives then
-    move to NCCL. In a job, an exception no one catches on any rank
-    prints its traceback and then ends every rank (MPI_Abort), instead of
-    leaving the others waiting in a collective forever; and the ranks on one
+    move to NCCL. In a job, an exception no one catches on any rank, from
+    the import of this module on (before init() too), prints its traceback
+    and then ends every rank, instead of leaving the others waiting in a
+    collective forever. sys.exit() never reaches that hook (Python ends the
+    rank quietly): a rank that must leave early calls end_job(). The ranks on one
     machine share its cores, one BLAS thread pool each (cores / ranks threads)
     unless OMP_NUM_THREADS or OPENBLAS_NUM_THREADS says otherwise: with every
     rank running a pool as wide as the machine, OpenBLAS's spinning threads
@@ -84,24 +86,35 @@ def init(device="cpu"):
                                "not installed; install it with `pip install -e \".[dist]\"` (mpi4py and MPICH)"
                                ) from None
     _connect(MPI.COMM_WORLD, device, MPI.COMM_TYPE_SHARED, MPI.IN_PLACE)
-    previous_hook = sys.excepthook
-
-    def abort_on_uncaught_exception(kind, value, traceback):
-        previous_hook(kind, value, traceback)
-        sys.stderr.flush()
-        time.sleep(0.5)  # the launcher relays output through pipes that the abort tears down: let it pass first
-        _mpi.Abort(1)
-    sys.excepthook = abort_on_uncaught_exception
 
 
 def end_job():
     """End this process as a crash would, so that the launcher ends every rank: for a rank that could not join the
-    job (init raised), whose peers may be waiting for it in MPI. An exit with a status is not enough: MPICH's
-    launcher then waits for the other ranks, and they wait for this one for ever."""
+    job (init raised), or that leaves it early, whose peers may be waiting for it in MPI. An exit with a status is
+    not enough: MPICH's launcher then waits for the other ranks, and they wait for this one for ever."""
     sys.stdout.flush()
     sys.stderr.flush()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _end_job_on_uncaught_exception():
+    """From import on, in a job: an uncaught exception prints its traceback and then ends every rank, whether this
+    rank has joined (MPI_Abort) or not yet (end_job: its peers wait for it in init())."""
+    previous_hook = sys.excepthook
+
+    def end_every_rank(kind, value, traceback):
+        previous_hook(kind, value, traceback)
+        if _mpi is None:
+            end_job()
+        sys.stderr.flush()
+        time.sleep(0.5)  # the launcher relays output through pipes that the abort tears down: let it pass first
+        _mpi.Abort(1)
+    sys.excepthook = end_every_rank
+
+
+if world_size > 1:
+    _end_job_on_uncaught_exception()
 
 
 def _connect(comm, device, shared_memory_type, in_place):

@@ -196,6 +196,23 @@ def test_an_uncaught_exception_on_one_rank_aborts_the_job(tmp_path):
 
 
 @needs_mpi
+@pytest.mark.parametrize("rank_1, said", [
+    ("raise ValueError('rank 1 fails before init')", "ValueError: rank 1 fails before init"),
+    ("dist.init(); print('rank 1 leaves', file=sys.stderr); dist.end_job()", "rank 1 leaves"),
+], ids=["raises-before-init", "end_job-after-init"])
+def test_a_rank_that_fails_or_leaves_ends_a_users_job(rank_1, said):
+    """A user's script: rank 0 waits in init() or a collective for rank 1, which raised before init() (rank 0 waited
+    for ever: an exit with a status leaves MPICH's launcher waiting on the other ranks) or leaves with end_job()."""
+    script = (f"import sys, nn; from nn import distributed as dist\nif dist.rank == 1:\n    {rank_1}\n"
+              "dist.init()\ndist.all_reduce([1.0])\n")
+    start = time.perf_counter()
+    done = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", script], cwd=ROOT, env=environment(),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and time.perf_counter() - start < 30
+    assert said in done.stderr
+
+
+@needs_mpi
 @pytest.mark.parametrize("when", ["starting", "recording"])
 def test_a_health_report_rank_0_cannot_write_ends_the_job_with_one_line(tmp_path, when):
     """Rank 0 alone writes health.jsonl: where it fails (a full disk), the other rank must not wait for it for ever
