@@ -154,7 +154,7 @@ def _origin(t):
     return "a leaf (the data, or a tensor made outside any op)"
 
 
-class detect_anomaly(contextlib.ContextDecorator):
+class detect_anomaly(_tensor.ModeDecorator):
     """Raise AnomalyError at the first NaN or inf an op makes, forward or backward (see the module's docstring).
 
     pictures: None, or f(Anomaly) -> {what: path}, called before the error is raised

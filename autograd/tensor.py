@@ -18,6 +18,8 @@ a graph of their own, which can be differentiated again.
 """
 import collections
 import contextlib
+import functools
+import inspect
 import math
 import numbers
 import operator
@@ -94,30 +96,73 @@ def is_grad_enabled():
     return _mode.grad
 
 
-class no_grad(contextlib.ContextDecorator):
-    """Record nothing: inside it ops make plain leaf tensors and save nothing for backward (in this thread)."""
+class ModeDecorator(contextlib.ContextDecorator):
+    """A mode entered with `with` or as a decorator. A decorated generator function runs each of its steps inside
+    the mode, as PyTorch's grad modes do: calling it only makes the generator, so wrapping the call alone would
+    leave its body to the mode of whoever iterates it, and between its yields the caller keeps its own."""
 
-    def __init__(self):
+    def __call__(self, func):
+        if not inspect.isgeneratorfunction(func):
+            return super().__call__(func)
+
+        @functools.wraps(func)
+        def steps(*args, **kwargs):
+            generator = func(*args, **kwargs)
+            try:
+                with self:
+                    value = next(generator)
+                while True:
+                    try:
+                        sent = yield value
+                    except GeneratorExit:
+                        with self:
+                            generator.close()
+                        raise
+                    except BaseException as exc:  # thrown in by the caller (gen.throw): into the body, in the mode
+                        with self:
+                            value = generator.throw(exc)
+                    else:
+                        with self:
+                            value = generator.send(sent)
+            except StopIteration as stop:
+                return stop.value
+        return steps
+
+
+class _GradMode(ModeDecorator):
+    """Grad mode set to `recording` inside, in this thread, and restored on the way out."""
+
+    def __new__(cls, func=None):
+        """`@no_grad` without the call decorates as `@no_grad()` does, as in PyTorch."""
+        mode = super().__new__(cls)
+        if func is None:
+            return mode
+        mode.__init__()
+        return mode(func)
+
+    def __init__(self, func=None):  # func: __new__'s, None by the time Python calls this
         self._previous = threading.local()  # a stack per thread: a `@no_grad()` instance is re-entered by
         # recursive calls, and by other threads
 
     def __enter__(self):
         self._previous.__dict__.setdefault("modes", []).append(_mode.grad)
-        _mode.grad = False
+        _mode.grad = self.recording
 
     def __exit__(self, *exc):
         _mode.grad = self._previous.modes.pop()
 
 
-@contextlib.contextmanager
-def enable_grad():
+class no_grad(_GradMode):
+    """Record nothing: inside it ops make plain leaf tensors and save nothing for backward (in this thread)."""
+
+    recording = False
+
+
+class enable_grad(_GradMode):
     """Record again inside no_grad() (PyTorch's enable_grad): for work that builds a graph whatever the caller's
     mode, such as a backward that recomputes its forward (Checkpoint) or records its own VJPs (create_graph)."""
-    previous, _mode.grad = _mode.grad, True
-    try:
-        yield
-    finally:
-        _mode.grad = previous
+
+    recording = True
 
 
 @contextlib.contextmanager
@@ -433,14 +478,14 @@ class Tensor:
     and torch.as_tensor do; anything else (lists, numbers, another dtype or
     device) is a new array. The new tensor is a leaf either way."""
 
-    __slots__ = ("_data", "grad", "_requires_grad", "device", "_op", "_retains_grad", "name", "_version",
+    __slots__ = ("_data", "_grad", "_requires_grad", "device", "_op", "_retains_grad", "name", "_version",
                  "__weakref__")
     __array_ufunc__ = None  # `ndarray * tensor` must come to Tensor.__rmul__, not loop over elements
 
     def __init__(self, data, requires_grad=False, dtype=None, device=None):
         self._data, self.device = _as_array(data, dtype, device)
         self._version = 0
-        self.grad = None
+        self._grad = None
         self._op = None
         self._retains_grad = False
         self.name = None
@@ -452,7 +497,7 @@ class Tensor:
         """Wrap an op's output array (no conversion, no checks: the hot path)."""
         t = cls.__new__(cls)
         t._data, t.device, t._requires_grad, t._op = data, device, requires_grad, op
-        t.grad, t._retains_grad, t.name, t._version = None, False, None, 0
+        t._grad, t._retains_grad, t.name, t._version = None, False, None, 0
         return t
 
     data = property(operator.attrgetter("_data"), doc="The tensor's array (NumPy on cpu, CuPy on cuda).")
@@ -492,6 +537,23 @@ class Tensor:
         except KeyError:  # the array's first change
             _marks[id(array)] = [weakref.ref(array, lambda _, key=id(array): _dead.append(key)), _span(array),
                                  _changes]
+
+    @property
+    def grad(self):
+        """d(loss)/d(self) after backward: an array of this tensor's shape, dtype and device (a Tensor with a graph
+        of its own after backward(create_graph=True)), or None."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, grad):
+        """Refused here, as in PyTorch, when it cannot be this tensor's gradient: found by the next backward, it would
+        stop that backward halfway, with some leaves' gradients added and the graph freed."""
+        misfit = None if grad is None else _misfit(self, grad)
+        if misfit is not None:
+            raise RuntimeError(f"Tensor.grad: {self.name or 'a tensor'} (shape {self.shape}, {self.dtype}, on "
+                               f"{self.device}) cannot take a gradient {misfit}; assign an array of the tensor's "
+                               "shape, dtype and device (xp.zeros_like(t.data)), or None")
+        self._grad = grad
 
     @property
     def requires_grad(self):
@@ -1046,11 +1108,10 @@ def _accumulate(t, g, adopted):
     if grad is None:
         t.grad = own_gradient(g, t, adopted)
         return
-    device = backend.device_of(array_of(grad))
-    if device != t.device or grad.shape != t.shape or grad.dtype != t.dtype:
-        what = f"a {type(grad).__name__}" if device is None else f"of shape {grad.shape}, {grad.dtype}, on {device}"
+    misfit = _misfit(t, grad)
+    if misfit is not None:  # the tensor's .data was replaced by an array of another shape, dtype or device since
         raise RuntimeError(f"backward: the .grad already on {t.name or 'a tensor'} (shape {t.shape}, {t.dtype}, on "
-                           f"{t.device}) is {what}, so this gradient cannot be added to it; set .grad to None "
+                           f"{t.device}) is {misfit}, so this gradient cannot be added to it; set .grad to None "
                            "first (zero_grad), or assign an array of the tensor's shape, dtype and device")
     if isinstance(grad, Tensor):  # a backward(create_graph=True) left it: the sum keeps its graph, g a constant
         t.grad = grad + g if _mode.anomaly is None else _mode.anomaly.add_to_grad(t, g)
@@ -1058,6 +1119,17 @@ def _accumulate(t, g, adopted):
         t.grad[...] = _mode.anomaly.add_to_grad(t, g)
     else:
         t.grad += g
+
+
+def _misfit(t, grad):
+    """How `grad` (an array, or a Tensor with a graph) differs from a gradient `t` can hold, which has t's shape,
+    dtype and device; None where it fits."""
+    device = backend.device_of(array_of(grad))
+    if device is None:
+        return f"that is a {type(grad).__name__}"
+    if device != t.device or grad.shape != t.shape or grad.dtype != t.dtype:
+        return f"of shape {grad.shape}, {grad.dtype}, on {device}"
+    return None
 
 
 def own_gradient(g, t, adopted):

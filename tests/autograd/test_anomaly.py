@@ -118,6 +118,18 @@ def test_as_a_decorator_nested_and_reentered_it_restores_the_previous_mode():
     assert engine._mode.anomaly is None
 
 
+def test_a_decorated_generator_is_checked_in_its_body_and_not_between_its_steps():
+    # decorating wrapped only the call that makes the generator: its body's NaN went unchecked
+    @ag.detect_anomaly()
+    def logs():
+        yield Tensor([-1.0]).log()
+
+    steps = logs()
+    with pytest.raises(ag.AnomalyError, match="Log"), np.errstate(invalid="ignore"):
+        next(steps)
+    assert engine._mode.anomaly is None
+
+
 def test_it_checks_only_the_ops_of_the_thread_that_entered_it():
     """One process-wide mode: a log(-1) here raised another thread's AnomalyError (and was scanned at every op)."""
     def hold(pause):

@@ -612,6 +612,22 @@ def test_no_grad_as_a_decorator():
     assert (x * 2.0).requires_grad
 
 
+def test_grad_modes_decorate_without_the_call_as_in_pytorch():
+    x = leaf([1.0])
+
+    @ag.no_grad
+    def double(t):
+        return t * 2.0
+
+    @ag.enable_grad
+    def recorded(t):
+        return t * 2.0
+
+    assert not double(x).requires_grad and ag.is_grad_enabled()
+    with ag.no_grad():
+        assert recorded(x).requires_grad and not ag.is_grad_enabled()
+
+
 def test_no_grad_decorator_survives_recursion_and_nesting():
     @ag.no_grad()
     def depth(n):
@@ -631,6 +647,43 @@ def test_no_grad_restores_state_after_an_exception():
     with pytest.raises(ZeroDivisionError):
         with ag.no_grad():
             1 / 0
+    assert ag.is_grad_enabled()
+
+
+def test_a_decorated_generator_runs_its_body_in_the_mode_and_leaves_its_caller_its_own():
+    # as torch.no_grad()/enable_grad(): decorating wrapped only the call that makes the generator, so the body ran
+    # in whatever mode its consumer had (a no_grad generator recorded a graph)
+    x = leaf([1.0, 2.0])
+
+    @ag.no_grad()
+    def doubled():
+        sent = yield x * 2
+        return sent * 2
+
+    def relay():
+        result = yield from doubled()
+        yield result
+
+    steps = relay()
+    first = next(steps)
+    assert ag.is_grad_enabled() and (x * 2).requires_grad  # between the steps, the caller's mode
+    last = steps.send(x)
+    assert first.is_leaf and not first.requires_grad and not last.requires_grad
+    np.testing.assert_array_equal(last.data, [2.0, 4.0])
+
+    @ag.enable_grad()
+    def recorded():
+        try:
+            yield x * 2
+        except KeyError:
+            yield ag.is_grad_enabled()
+
+    with ag.no_grad():
+        steps = recorded()
+        assert next(steps).requires_grad and not ag.is_grad_enabled()
+        assert steps.throw(KeyError()) is True and not ag.is_grad_enabled()
+        steps.close()
+        assert not ag.is_grad_enabled()
     assert ag.is_grad_enabled()
 
 
@@ -665,12 +718,30 @@ def test_checkpoint_takes_params_none_as_its_signature_says():
     np.testing.assert_array_equal(x.grad, [2.0, 4.0])
 
 
-def test_a_grad_that_does_not_fit_its_tensor_is_named_before_anything_is_added():
+def test_a_grad_that_does_not_fit_its_tensor_is_refused_at_assignment_as_in_pytorch():
+    # refused only by the next backward, it stopped that backward halfway: a's gradient added, the graph freed
+    a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    loss = (a * b).sum()
+    for wrong, what in ((np.zeros(5), r"of shape \(5,\), float64, on cpu"),
+                        (np.zeros(2, np.float32), r"of shape \(2,\), float32, on cpu"),
+                        (Tensor(np.ones(3)), r"of shape \(3,\), float64, on cpu"), ([0.0, 0.0], "that is a list")):
+        with pytest.raises(RuntimeError, match=r"Tensor\.grad: a tensor \(shape \(2,\), float64, on cpu\) cannot "
+                                               f"take a gradient {what}; assign an array of the tensor's shape"):
+            b.grad = wrong
+    assert b.grad is None
+    loss.backward()
+    np.testing.assert_array_equal(a.grad, [3.0, 4.0])
+    np.testing.assert_array_equal(b.grad, [1.0, 2.0])
+
+
+def test_a_grad_left_unfit_by_new_data_is_named_by_backward_before_it_is_added():
     x = leaf([1.0, 2.0])
-    x.grad = np.zeros(5, dtype=x.dtype)
-    with pytest.raises(RuntimeError, match=r"backward: the \.grad already on a tensor \(shape \(2,\), float\w+, on cpu\) "
-                                           r"is of shape \(5,\), float\w+, on cpu, so this gradient cannot be added"):
+    (x * 2).sum().backward()
+    x.data = np.zeros(5)
+    with pytest.raises(RuntimeError, match=r"backward: the \.grad already on a tensor \(shape \(5,\), float64, on cpu\) "
+                                           r"is of shape \(2,\), float64, on cpu, so this gradient cannot be added"):
         (x * 2).sum().backward()
+    np.testing.assert_array_equal(x.grad, [2.0, 2.0])
 
 
 def test_grad_mode_is_each_threads_own():

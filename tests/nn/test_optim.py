@@ -499,25 +499,29 @@ def test_add_param_group_refuses_what_the_constructor_refuses_and_changes_nothin
 
 @pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.1, momentum=0.9), lambda ps: AdamW(ps)],
                          ids=["sgd", "adamw"])
-@pytest.mark.parametrize("grad, error, message", [
-    (np.ones(2), ValueError, "parameter 1 has shape (2, 2) but its gradient (2,); a gradient must have its "
-                             "parameter's shape (it is never broadcast into the update)"),
-    (np.ones((1, 2)), ValueError, "parameter 1 has shape (2, 2) but its gradient (1, 2); a gradient must have its "
-                                  "parameter's shape (it is never broadcast into the update)"),
-    (np.array(1.0), ValueError, "parameter 1 has shape (2, 2) but its gradient (); a gradient must have its "
-                                "parameter's shape (it is never broadcast into the update)"),
-    (np.ones((2, 2, 1)), ValueError, "parameter 1 has shape (2, 2) but its gradient (2, 2, 1); a gradient must have "
-                                     "its parameter's shape (it is never broadcast into the update)"),
-    (np.ones((2, 2), dtype=np.float32), TypeError,
-     "parameter 1 is float64 but its gradient float32; give it a float64 gradient"),
-    ([[1.0, 1.0], [1.0, 1.0]], TypeError, "parameter 1 (shape (2, 2), on cpu) has a gradient that is a list; "
-                                          ".grad must be an array on the parameter's device"),
+@pytest.mark.parametrize("data, grad, error, message", [
+    (np.ones(2), None, ValueError, "parameter 1 has shape (2,) but its gradient (2, 2); a gradient must have its "
+                                   "parameter's shape (it is never broadcast into the update)"),
+    (np.ones((1, 2)), None, ValueError, "parameter 1 has shape (1, 2) but its gradient (2, 2); a gradient must have "
+                                        "its parameter's shape (it is never broadcast into the update)"),
+    (np.array(1.0), None, ValueError, "parameter 1 has shape () but its gradient (2, 2); a gradient must have its "
+                                      "parameter's shape (it is never broadcast into the update)"),
+    (np.ones((2, 2, 1)), None, ValueError, "parameter 1 has shape (2, 2, 1) but its gradient (2, 2); a gradient "
+                                           "must have its parameter's shape (it is never broadcast into the update)"),
+    (np.eye(2, dtype=np.float32), None, TypeError,
+     "parameter 1 is float32 but its gradient float64; give it a float32 gradient"),
+    (None, Tensor(np.ones((2, 2))), TypeError, "parameter 1 (shape (2, 2), on cpu) has a gradient that is a Tensor; "
+                                               ".grad must be an array on the parameter's device"),
 ])
-def test_a_gradient_unlike_its_parameter_is_refused_at_step_and_updates_nothing(make, grad, error, message):
+def test_a_gradient_unlike_its_parameter_is_refused_at_step_and_updates_nothing(make, data, grad, error, message):
+    # .grad refuses a misfit itself: one arises from new .data (a module cast or moved without its gradients), or is
+    # a Tensor (what backward(create_graph=True) leaves)
     first, square = param([1.0, 2.0], grad=[0.5, 0.5]), param(np.eye(2))
     opt = make([first, square])
     opt.step()  # state to keep unchanged
-    square.grad = grad
+    square.grad = np.ones((2, 2)) if grad is None else grad
+    if data is not None:
+        square.data = data
     before = snapshot(opt, [first, square])
     with pytest.raises(error) as info:
         opt.step()
