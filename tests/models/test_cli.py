@@ -89,7 +89,8 @@ def test_init_from_gpt2_without_the_folder_says_how_to_get_it(tmp_path, capsys, 
         "(or transformers' GPT2LMHeadModel.from_pretrained('gpt2').save_pretrained('gpt2')), then copy the folder "
         "gpt2 here (see --help)\n")
     assert unknown_option_line(["--init-from", "gpt3"], capsys) == (
-        "python -m models.train: error: argument --init-from: no folder gpt3 (see --help)\n")
+        "python -m models.train: error: argument --init-from: no folder gpt3 (train one with `python -m models.train "
+        "--out-dir gpt3`) (see --help)\n")
 
 
 def test_counted_says_a_count_of_1_in_the_singular():

@@ -82,7 +82,7 @@ def test_a_prompt_the_tokenizer_cannot_take_is_one_line(trained, capsys, prompt,
 @pytest.mark.parametrize("name, message", [
     ("notes", "no checkpoint in {folder}: expected config.json and model.safetensors (train one with "
               "`python -m models.train`)"),
-    ("missing", "no folder {folder}"),
+    ("missing", "no folder {folder} (train one with `python -m models.train --out-dir {folder}`)"),
     ("", "expected a path, got ''"),
 ])
 def test_a_folder_without_a_checkpoint_is_refused_as_the_command_line_is_read(tmp_path, capsys, name, message):
