@@ -120,7 +120,8 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0, picture=None):
         t.grad = None
         if not t.is_leaf:  # backward() keeps a non-leaf's .grad only when asked, and the analytic side reads it
             t.retain_grad()
-    out = fn(*inputs)
+    with enable_grad():  # called inside no_grad(), fn would make no graph, and a right VJP would read as 0
+        out = fn(*inputs)
     if not isinstance(out, Tensor):
         raise TypeError(f"gradcheck: fn must return a Tensor, got {type(out).__name__}")
     if out.dtype != np.float64:  # differences of a float32 output are its rounding over 2ε: a right VJP would fail

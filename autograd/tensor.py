@@ -1104,9 +1104,9 @@ def _refuse_changed(op, out):
 
 def _accumulate(t, g, adopted):
     """Add `g` into `t.grad`, which must never share memory with another tensor's grad."""
-    grad = t.grad
+    grad = t._grad  # the slot, not the property: what is set here fits by construction, as checked below
     if grad is None:
-        t.grad = own_gradient(g, t, adopted)
+        t._grad = own_gradient(g, t, adopted)
         return
     misfit = _misfit(t, grad)
     if misfit is not None:  # the tensor's .data was replaced by an array of another shape, dtype or device since
@@ -1114,11 +1114,11 @@ def _accumulate(t, g, adopted):
                            f"{t.device}) is {misfit}, so this gradient cannot be added to it; set .grad to None "
                            "first (zero_grad), or assign an array of the tensor's shape, dtype and device")
     if isinstance(grad, Tensor):  # a backward(create_graph=True) left it: the sum keeps its graph, g a constant
-        t.grad = grad + g if _mode.anomaly is None else _mode.anomaly.add_to_grad(t, g)
+        t._grad = grad + g if _mode.anomaly is None else _mode.anomaly.add_to_grad(t, g)
     elif _mode.anomaly is not None:  # the sum checked before .grad holds it: two finite parts can overflow
-        t.grad[...] = _mode.anomaly.add_to_grad(t, g)
+        grad[...] = _mode.anomaly.add_to_grad(t, g)
     else:
-        t.grad += g
+        grad += g
 
 
 def _misfit(t, grad):

@@ -107,9 +107,10 @@ def _end_job_on_uncaught_exception():
         previous_hook(kind, value, traceback)
         if _mpi is None:
             end_job()
-        sys.stderr.flush()
-        time.sleep(0.5)  # the launcher relays output through pipes that the abort tears down: let it pass first
-        _mpi.Abort(1)
+        else:
+            sys.stderr.flush()
+            time.sleep(0.5)  # the launcher relays output through pipes that the abort tears down: let it pass first
+            _mpi.Abort(1)
     sys.excepthook = end_every_rank
 
 

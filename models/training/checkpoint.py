@@ -701,10 +701,11 @@ def model_config(folder):
 def model_folder(text):
     """A `type=` function: a folder that load_model reads, refused as the command line is read rather than once
     the text has loaded; for GPT-2's names with no such folder here, how to get one (cli.hub_name)."""
-    if text and not os.path.lexists(hub_name(text)):  # models.sample's default, out, before any training
+    folder = _current(hub_name(text)) if text else text  # a save stopped between its renames: load_model's too
+    if text and not os.path.lexists(folder):  # models.sample's default, out, before any training
         raise argparse.ArgumentTypeError(f"no folder {text} (train one with `python -m models.train --out-dir {text}`)")
     try:
-        model_config(Path(input_folder(text)))
+        model_config(Path(input_folder(str(folder))))
     except FileNotFoundError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text

@@ -411,8 +411,11 @@ def train(args, world):
             schedule.step()
             run.record(loss)
             progress.end(run.iter, loss)
-    except (ValueError, ag.AnomalyError) as exc:  # diverged, say: the health report so far shows how
-        monitor.close()
+    except (ValueError, ag.AnomalyError) as exc:  # a NaN loss, an anomaly, a damaged shard: the report so far
+        try:
+            monitor.close()
+        except OSError as failed:  # the run's own error is the one to report; this one gets a line of its own
+            print(f"train: the health report could not be drawn: {failed.strerror or failed}", file=sys.stderr)
         if isinstance(exc, ag.AnomalyError):  # the same exception, told more: an MPI rank reports what it raised
             exc.args = (f"{exc}\n  stopped, and {kept_checkpoint(run, out_dir)}",)
         raise

@@ -360,3 +360,11 @@ def test_gradcheck_that_passes_draws_nothing(tmp_path):
 def test_autograd_does_not_load_matplotlib():
     code = "import autograd, sys; print('matplotlib' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
+def test_gradcheck_inside_no_grad_still_checks_the_vjp():
+    """fn ran in the caller's mode: inside no_grad() it made no graph, and a right VJP read as 0 and failed."""
+    x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    with ag.no_grad():
+        assert ag.gradcheck(lambda t: t * t, x) is True
+        assert not ag.is_grad_enabled()

@@ -497,6 +497,17 @@ def test_train_cli_draws_the_report_of_a_run_that_diverged(tmp_path, capsys, ano
     assert (tmp_path / "health.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_report_that_cannot_be_drawn_does_not_hide_why_the_run_stopped(tmp_path, capsys):
+    """Its error replaced the run's: "[Errno 21] Is a directory" instead of the NaN loss and the checkpoint kept."""
+    (tmp_path / "health.png").mkdir(parents=True)
+    code = train.main([*TINY, "--max-iters", "30", "--out-dir", str(tmp_path), "--health-interval", "1", "--lr", "1e3",
+                       "--min-lr", "1e3", "--sample-tokens", "0"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith("train: the health report could not be drawn: Is a directory\ntrain: error: the loss "
+                          "became nan at iteration "), err
+
+
 def test_train_cli_without_the_options_writes_no_report_and_the_same_numbers(tmp_path, capsys):
     assert train.main([*TINY, "--max-iters", "6", "--out-dir", str(tmp_path / "plain")]) == 0
     assert train.main([*TINY, "--max-iters", "6", "--out-dir", str(tmp_path / "both"), "--health-interval", "2",
