@@ -297,7 +297,7 @@ def rand(*shape, dtype=None, device="cpu", requires_grad=False):
     return _sampled("rand", backend.generator(device).random, shape, dtype, requires_grad)
 
 
-def arange(start, stop=None, step=1, dtype=None, device="cpu"):
+def arange(start, stop=None, step=1, dtype=None, device="cpu", requires_grad=False):
     """numpy.arange: integers from integer arguments, the default float dtype otherwise."""
     if stop is None:
         start, stop = 0, start
@@ -310,5 +310,5 @@ def arange(start, stop=None, step=1, dtype=None, device="cpu"):
     if dtype is not None and np.dtype(dtype).kind in "iu":
         # counted in int64 (or float64) first: counted in a narrow dtype, 250 to 260 in uint8 would wrap
         # past 255 to 0, where Tensor refuses values its dtype cannot hold
-        return Tensor(xp.arange(start, stop, step), dtype=dtype)
-    return Tensor(xp.arange(start, stop, step, dtype=dtype))
+        return Tensor(xp.arange(start, stop, step), dtype=dtype, requires_grad=requires_grad)
+    return Tensor(xp.arange(start, stop, step, dtype=dtype), requires_grad=requires_grad)

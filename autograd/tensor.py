@@ -589,6 +589,9 @@ class Tensor:
     T = property(lambda self: self.transpose())
 
     def __len__(self):
+        if self.ndim == 0:  # NumPy's "len() of unsized object" names neither the tensor nor the fix
+            raise TypeError(f"len: a 0-d tensor ({self.dtype}) has no length and no rows to iterate; "
+                            "use .item() for its number, or reshape(1) for a one-element axis")
         return len(self.data)
 
     def __iter__(self):
@@ -599,7 +602,8 @@ class Tensor:
         grad = ", requires_grad=True" if self.requires_grad else ""
         device = f", device='{self.device}'" if self.device != "cpu" else ""
         body = np.array2string(backend.to_host(self.data), separator=", ", prefix="Tensor(")
-        return f"Tensor({body}, dtype={self.dtype}{device}{grad}{op})"
+        shape = f", shape={self.shape}" if self.size == 0 and self.ndim != 1 else ""  # "[]" alone hides (0, 3)
+        return f"Tensor({body}{shape}, dtype={self.dtype}{device}{grad}{op})"
 
     def numpy(self):
         return backend.to_host(self.data)
@@ -753,8 +757,15 @@ class Tensor:
     def __neg__(self): return _ops.Neg.apply(self)
 
     def _compare(self, other, op):
-        """An element-wise comparison (operator.lt, ...), outside the graph: a bool tensor."""
-        other = other.data if isinstance(other, Tensor) else other
+        """An element-wise comparison (operator.lt, ...), outside the graph: a bool tensor. Anything but numbers,
+        arrays, lists and tensors (None, a string) is no operand, as in PyTorch: `t == None` is False and
+        `t in [None]` a membership test, not an element-wise comparison whose truth is ambiguous."""
+        if isinstance(other, Tensor):
+            other = other.data
+        elif isinstance(other, (list, tuple)):
+            other = _from_python(other)  # a ragged list: the error says so, not that shapes fail to broadcast
+        elif not isinstance(other, (numbers.Number, np.generic)) and backend.device_of(other) is None:
+            return NotImplemented
         try:
             result = op(self.data, other)
         except ValueError as exc:

@@ -51,6 +51,36 @@ def test_a_comparison_takes_the_branch_its_value_says():
     assert (Tensor([1.0, 9.0]) > 5).any() and not (Tensor([1.0, 9.0]) > 5).all()
 
 
+def test_none_and_strings_are_no_operands_of_a_comparison_as_in_pytorch():
+    t = Tensor([1.0, 2.0])
+    assert (t == None) is False and (t != None) is True and (t == "a") is False  # noqa: E711
+    assert t not in [None, "a"] and [None, t].index(t) == 1  # membership, not an ambiguous element-wise truth
+    with pytest.raises(TypeError, match="'<' not supported between instances of 'Tensor' and 'NoneType'"):
+        t < None
+    assert (t == [1.0, 3.0]).tolist() == [True, False] and (t >= (2.0, 2.0)).tolist() == [False, True]
+
+
+def test_a_comparison_with_ragged_lists_says_they_are_ragged():
+    with pytest.raises(ValueError, match="the nested lists are ragged") as info:
+        Tensor([1.0, 2.0]) == [[1.0], [2.0, 3.0]]
+    assert "broadcast" not in str(info.value)
+
+
+def test_len_and_iteration_of_a_0_d_tensor_name_the_fix():
+    for call in (len, list):
+        with pytest.raises(TypeError, match=r"len: a 0-d tensor \(float32\) has no length .* use \.item\(\)"):
+            call(Tensor(1.0))
+    assert len(Tensor([[1.0], [2.0]])) == 2
+
+
+@pytest.mark.parametrize("shape, expected", [
+    ((0, 3), "Tensor([], shape=(0, 3), dtype=float32)"), ((2, 0, 1), "Tensor([], shape=(2, 0, 1), dtype=float32)"),
+    ((0,), "Tensor([], dtype=float32)"),
+])
+def test_repr_of_an_empty_tensor_keeps_its_shape(shape, expected):
+    assert repr(ag.zeros(shape)) == expected
+
+
 def test_any_and_all_reduce_like_numpy_and_stay_out_of_the_graph():
     a = np.array([[0.0, 1.0, 0.0], [0.0, 2.0, 3.0]])
     t = Tensor(a, requires_grad=True)

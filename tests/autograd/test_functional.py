@@ -672,6 +672,15 @@ def test_arange():
     assert d.dtype == np.float64 and d.device == "cpu" and d.tolist() == [0.0, 1.0, 2.0]
 
 
+def test_arange_makes_a_leaf_that_requires_grad_as_the_other_constructors():
+    t = ag.arange(0.0, 3.0, requires_grad=True)
+    assert t.requires_grad and t.is_leaf and t.dtype == np.float32
+    (t * t).sum().backward()
+    np.testing.assert_array_equal(t.grad, [0.0, 2.0, 4.0])
+    with pytest.raises(TypeError, match="only floating-point tensors can require grad, this one is int64"):
+        ag.arange(3, requires_grad=True)
+
+
 def test_constructors_follow_the_default_dtype(float64_default):
     assert ag.zeros(2).dtype == np.float64
     assert ag.ones(2).dtype == np.float64
