@@ -453,9 +453,17 @@ class GPT(nn.Module):
                              "were saved (out, in), as PyTorch's nn.Linear keeps them (a nanoGPT state dict, say), "
                              "where GPT-2's checkpoints hold (in, out); transpose every Linear's weight "
                              "(attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) before saving")
+        missing = [name for name in shapes if name not in weights]
+        unexpected = [name for name in weights if name not in shapes]
+        if missing or unexpected:  # load_state_dict's fix, strict=False, is no argument of from_pretrained
+            found = [f"missing keys {missing}"] * bool(missing) + [f"unexpected keys {unexpected}"] * bool(unexpected)
+            raise ValueError(f"GPT.from_pretrained: the weights in {directory} do not fit its config.json ({config}): "
+                             + ", ".join(found) + "; a GPT-2 folder holds every parameter of the model its config.json "
+                             "describes and no other tensor (config.json says \"bias\": false for a model without "
+                             "biases): save or download the folder again")
         try:
             model.load_state_dict(weights)
-        except KeyError as exc:  # load_state_dict names the keys and shapes; say which folder they came from
+        except KeyError as exc:  # load_state_dict names the mis-shaped keys; say which folder they came from
             raise ValueError(f"GPT.from_pretrained: the weights in {directory} do not fit its config.json "
                              f"({config}): {exc.args[0]}") from None
         return model

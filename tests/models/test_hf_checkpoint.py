@@ -203,18 +203,40 @@ def test_another_model_type_is_refused_naming_the_field_and_the_fix(tmp_path, mo
                                 '(model_type "gpt2"); give a GPT2LMHeadModel or GPT2Model folder')
 
 
-def test_missing_and_unexpected_keys_are_named_with_the_folder(tmp_path):
+def _refusal(folder, tensors, hf):
+    """GPT.from_pretrained's error for `folder` holding the safetensors `tensors` and the config.json dict `hf`."""
     from safetensors.numpy import save_file
+    save_file(tensors, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(hf))
+    with pytest.raises(ValueError) as error:
+        GPT.from_pretrained(folder)
+    return str(error.value)
+
+
+def test_missing_and_unexpected_keys_are_named_with_the_folder(tmp_path):
+    """The advice was load_state_dict's, "pass strict=False", which from_pretrained takes no argument for."""
     model = tiny()
     tensors = {name: p.data for name, p in model.named_parameters() if name != "transformer.ln_f.bias"}
-    save_file({**tensors, "h.0.attn.rotary": np.zeros(2, np.float32)}, str(tmp_path / "model.safetensors"))
-    (tmp_path / "config.json").write_text(json.dumps(config_to_hf(model.config)))
+    tensors["h.0.attn.rotary"] = np.zeros(2, np.float32)
+    assert _refusal(tmp_path, tensors, config_to_hf(model.config)) == (
+        f"GPT.from_pretrained: the weights in {tmp_path} do not fit its config.json ({model.config}): missing keys "
+        "['transformer.ln_f.bias'], unexpected keys ['transformer.h.0.attn.rotary']; a GPT-2 folder holds every "
+        'parameter of the model its config.json describes and no other tensor (config.json says "bias": false for a '
+        "model without biases): save or download the folder again")
+
+
+def test_a_bias_free_model_whose_config_lost_its_bias_field_names_the_field(tmp_path):
+    GPT(GPTConfig(**TINY, bias=False)).save_pretrained(tmp_path)
+    hf = json.loads((tmp_path / "config.json").read_text())
+    del hf["bias"]
+    (tmp_path / "config.json").write_text(json.dumps(hf))
     with pytest.raises(ValueError) as error:
         GPT.from_pretrained(tmp_path)
     message = str(error.value)
-    assert message.startswith(f"GPT.from_pretrained: the weights in {tmp_path} do not fit its config.json")
-    assert "missing keys ['transformer.ln_f.bias']" in message
-    assert "unexpected keys ['transformer.h.0.attn.rotary']" in message
+    assert "missing keys ['transformer.h.0.ln_1.bias', 'transformer.h.0.attn.c_attn.bias', " in message
+    assert "unexpected keys" not in message and "strict=False" not in message
+    assert message.endswith('(config.json says "bias": false for a model without biases): save or download the '
+                            "folder again")
 
 
 @pytest.mark.parametrize("key", ["score.weight", "transformer.score.weight"])
@@ -279,15 +301,10 @@ def test_a_tensor_type_numpy_lacks_is_refused_naming_it(tmp_path):
 def test_linear_weights_saved_transposed_are_refused_saying_so(tmp_path):
     """A nanoGPT state dict has GPT-2's names but PyTorch's nn.Linear layout, (out, in): the error sent the user
     to config.json ("check the model's config matches the checkpoint's"), where nothing was wrong."""
-    from safetensors.numpy import save_file
     model = tiny()
     linears = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
     tensors = {name: p.data.T.copy() if name.endswith(linears) else p.data for name, p in model.named_parameters()}
-    save_file(tensors, str(tmp_path / "model.safetensors"))
-    (tmp_path / "config.json").write_text(json.dumps(config_to_hf(model.config)))
-    with pytest.raises(ValueError) as error:
-        GPT.from_pretrained(tmp_path)
-    assert str(error.value) == (
+    assert _refusal(tmp_path, tensors, config_to_hf(model.config)) == (
         f"GPT.from_pretrained: the weights in {tmp_path} hold transformer.h.0.attn.c_attn.weight as (24, 8), the "
         "transpose of GPT-2's (8, 24) (and 5 more): they were saved (out, in), as PyTorch's nn.Linear keeps them (a "
         "nanoGPT state dict, say), where GPT-2's checkpoints hold (in, out); transpose every Linear's weight "
