@@ -82,7 +82,7 @@ def test_the_environment_switch_makes_the_call_at_import_or_turns_it_off():
 
 @pytest.mark.parametrize("command", [
     "from models.training.train import main\ntry:\n    main(['--data', 'no such file.txt'])\nexcept SystemExit:\n    pass",
-    "from models.training.sample import main\nassert main(['no such folder']) == 1",
+    "from models.training.sample import main\ntry:\n    main(['no such folder'])\nexcept SystemExit:\n    pass",
 ], ids=["models.train", "models.sample"])
 def test_the_commands_make_the_setting_first_even_when_they_fail_at_once(command):
     assert mmapped_bytes(command) == 0
