@@ -20,7 +20,7 @@ running total of the parts that have arrived, "grad (2 of 3 parts): …",
 added in the engine's order (the last total is the engine's gradient to the
 bit); the panel gives each part its share of the total, ⟨part, total⟩/‖total‖²
 (viz/flow.py), the shares of a sum adding up to 1. The op being run is scrolled well inside the picture, with the boxes
-around it wherever they fit.
+around it wherever they fit; in the leaves' view, likewise, the first leaf, with the others wherever they fit.
 
 Entry points: buttons and the ← → keys step back and forth (Home and End jump
 to the ends); the page opens at step `start` (1 is the loss's op, the number
@@ -205,7 +205,8 @@ PAGE = """<!DOCTYPE html>
   /* a row wider than the panel scrolls inside its own block, rather than running past the panel's edge */
   pre { margin: 2px 0 6px; padding: 6px 8px; background: #f3f5f9; border-radius: 4px; font-size: 12px;
         overflow-x: auto; }
-  .label { font-weight: bold; }
+  /* a dotted name (transformer.h.0.attn.c_attn.weight) has nowhere to break: break it anywhere, inside the panel */
+  .label { font-weight: bold; overflow-wrap: anywhere; }
   .muted { color: #666; }
   /* a node with a tooltip nests its shape in <g><a>: select any descendant shape */
   g.node.current path, g.node.current polygon { stroke: #d62728; stroke-width: 5px; }
@@ -272,7 +273,8 @@ function showGradients(view) {
 // Scroll so that the op lies inside the pane with a margin, with the boxes it is joined to (its output, its
 // inputs, its data) inside too wherever they fit, moving as little as that takes: the picture stays put while
 // the steps stay near each other. Where they do not all fit, the boxes receiving its gradients do, if they
-// fit; where not even those fit, the op goes to the middle, with as much around it as can be.
+// fit; where not even those fit, the op goes to the middle, with as much around it as can be. The leaves' view
+// does the same for its first leaf, with the other leaves in place of the boxes joined to it.
 function extent(op, near, margin) {
   return [Math.min(op[0] - margin, near[0] - 8), Math.max(op[1] + margin, near[1] + 8)];
 }
@@ -287,7 +289,7 @@ for (const title of Object.keys(edges)) {
   (joined[a] = joined[a] || []).push(b);
   (joined[b] = joined[b] || []).push(a);
 }
-function keepInView(opKey, receivers) {
+function keepInView(opKey, receivers, neighbours = joined[opKey] || []) {
   const pane = document.getElementById("graph"), box = pane.getBoundingClientRect();
   const rect = key => {
     const r = nodes[key].getBoundingClientRect();
@@ -311,7 +313,7 @@ function keepInView(opKey, receivers) {
   const mx = Math.max(24, Math.min(64, 0.1 * w)), my = Math.max(24, Math.min(64, 0.1 * h));
   const fits = near => [[op.x, near.x, mx, w], [op.y, near.y, my, h]].every(
     ([o, n, margin, size]) => { const [lo, hi] = extent(o, n, margin); return hi - lo <= size; });
-  const all = around(joined[opKey] || []), received = around(receivers);
+  const all = around(neighbours), received = around(receivers);
   const near = fits(all) ? all : received;
   pane.scrollLeft = span(pane.scrollLeft, w, op.x, near.x, mx);
   pane.scrollTop = span(pane.scrollTop, h, op.y, near.y, my);
@@ -343,6 +345,8 @@ function show(i) {
         const summed = l.contributions > 1 ? ` (sum of ${l.contributions} contributions)` : "";
         return block(`${l.label}.grad${summed}`, l.grad);
       }).join("");
+    const leaves = trace.leaves.map(l => l.key).filter(key => nodes[key]);
+    if (leaves.length) keepInView(leaves[0], leaves, leaves);
     return;
   }
   const s = trace.steps[current];

@@ -493,3 +493,47 @@ def test_a_narrow_window_scrolls_a_long_row_inside_its_block_and_keys_leave_the_
     finally:
         page.close()
     assert not errors, errors
+
+
+@pytest.mark.parametrize("module", ["models.tiny", "models.gpt2"])
+def test_the_leaves_view_scrolls_the_picture_to_the_leaves(module, chromium, tmp_path):
+    """The leaves' view lit the leaves but left the picture where it was: opened at it (a shared #step=N+1), the
+    pane showed an empty corner of the picture, with not one box in it, let alone a leaf."""
+    page_file = write_with_the_cli(module, tmp_path / "trace.html")
+    _, loss = demo_loss_of(module)
+    steps = vt.trace(loss)
+    tkey, _ = node_keys(walk_of(loss))
+    first, leaves = tkey[id(steps.leaves[0].tensor)], [tkey[id(leaf.tensor)] for leaf in steps.leaves]
+    for size in WINDOWS:
+        page, errors, _ = open_page(chromium, f"{page_file.as_uri()}#step={len(steps) + 1}", size)
+        try:
+            for reached in ("by its address", "by End from step 1"):
+                if reached == "by End from step 1":
+                    page.keyboard.press("Home")
+                    page.keyboard.press("End")
+                assert page.inner_text("#position") == f"after all {len(steps)} steps: the leaves"
+                place = page.evaluate(PLACE, [first, leaves])  # the panel's first leaf, the others where they fit
+                assert min(place["room"]) >= MARGIN, (size, reached, place)
+                assert place["near"] or not place["fits"], (size, reached, place)
+        finally:
+            page.close()
+        assert not errors, errors
+
+
+def test_a_long_dotted_name_wraps_inside_the_panel_of_a_narrow_window(chromium, tmp_path):
+    """GPT-2's leaves are named transformer.h.0.attn.c_attn.weight: with no space to break at, the name ran past
+    the panel's edge in a 600 px window, cut off, and the whole panel scrolled sideways."""
+    page_file = write_with_the_cli("models.gpt2", tmp_path / "trace.html")
+    page, errors, _ = open_page(chromium, page_file.as_uri(), (600, 800))
+    try:
+        page.keyboard.press("End")  # the leaves' view: GPT-2's parameters, by their full names
+        assert "transformer.h.0.attn.c_attn.weight.grad" in page.inner_text("#step")
+        panel = page.evaluate("""() => { const p = document.getElementById("panel");
+                                 return [p.scrollWidth, p.clientWidth, p.getBoundingClientRect().left + p.clientWidth]; }""")
+        rights = page.evaluate("""() => [...document.querySelectorAll("#step .label")]
+                                  .map(l => l.getBoundingClientRect().right)""")
+        assert panel[0] <= panel[1], panel  # the panel does not scroll sideways …
+        assert max(rights) <= panel[2], (max(rights), panel)  # … and every name ends inside it
+    finally:
+        page.close()
+    assert not errors, errors
