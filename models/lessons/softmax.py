@@ -3,7 +3,7 @@
 What this file promises:
 
 * `softmax_jacobian(z)`: (p, J, formula) for a float64 vector z: J is
-  `ag.jacobian(ag.softmax, z)`, one backward() per output, and formula is
+  `ag.jacobian(ag.softmax, z)`, one backward pass per output, and formula is
   diag(p) − ppᵀ from p alone. They agree to rounding: the engine's softmax
   never builds J, it applies it as the VJP dz = p ⊙ (g − Σ g⊙p).
 * `python -m models.softmax [--z 2 1 0]`: the lesson's z = (2, 1, 0) by default,
@@ -48,7 +48,7 @@ def main(argv=None):
     shifted = f" (z shifted by {shift:g}: the same p, its largest e^z now 1)" if shift else ""
     print(f"  p = e^z / Σ e^z = ({', '.join(fixed(v) for v in e)}) / {fixed(e.sum())}{shifted}")
     print(f"    = ({', '.join(fixed(v) for v in p)})")
-    print("\n  the engine: ag.jacobian(ag.softmax, z), one backward() per output p_i")
+    print("\n  the engine: ag.jacobian(ag.softmax, z), one backward pass per output p_i")
     print(format_table(jacobian, rows, names))
     print("\n  the lesson's formula, from p alone: ∂p_i/∂z_j = p_i (δ_ij − p_j), i.e. diag(p) − p pᵀ")
     print(format_table(formula, rows, names))
