@@ -757,18 +757,18 @@ class Tensor:
     def __neg__(self): return _ops.Neg.apply(self)
 
     def _compare(self, other, op):
-        """An element-wise comparison (operator.lt, ...), outside the graph: a bool tensor. Anything but numbers,
-        arrays, lists and tensors (None, a string) is no operand, as in PyTorch: `t == None` is False and
-        `t in [None]` a membership test, not an element-wise comparison whose truth is ambiguous."""
+        """An element-wise comparison (operator.lt, ...), outside the graph: a bool tensor. None and text are no
+        operands, as in PyTorch: `t == None` is False and `t in [None]` a membership test, not an element-wise
+        comparison whose truth is ambiguous; anything else NumPy compares with an array is compared."""
         if isinstance(other, Tensor):
             other = other.data
-        elif isinstance(other, (list, tuple)):
-            other = _from_python(other)  # a ragged list: the error says so, not that shapes fail to broadcast
-        elif not isinstance(other, (numbers.Number, np.generic)) and backend.device_of(other) is None:
+        elif other is None or isinstance(other, (str, bytes)):
             return NotImplemented
         try:
             result = op(self.data, other)
         except ValueError as exc:
+            if isinstance(other, (list, tuple)):
+                _from_python(other)  # a ragged list: its own error says so, rather than blaming broadcasting
             raise ShapeError(f"{op.__name__}: {str(exc).strip()}; broadcasting needs each trailing axis equal or 1") from None
         # asarray: NumPy compares 0-d arrays into a scalar, and .data must be an array
         return Tensor._make(backend.xp_for(self.device).asarray(result), self.device, False, None)
