@@ -13,7 +13,8 @@
   the kernels use numba's "workqueue" layer, whose idle threads sleep.
 - Compilations (`compiled`, `jitted`): kernels are cached on disk (numba's
   `cache=True`, where `CACHE` found a writable folder); the first run compiles
-  them (tens of seconds), later runs load them. A Ctrl-C meanwhile is held
+  them (tens of seconds), later runs load them, and compile afresh any whose
+  files cannot be read (`_CacheFile`). A Ctrl-C meanwhile is held
   until the kernel at hand is done, and LLVM's code pages are handed back after
   (`release_compiler_pages`).
 
@@ -26,6 +27,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import pickle
 import signal
 import sys
 import tempfile
@@ -114,7 +116,34 @@ def _cache_possible():
     return False
 
 
+# What unpickling a file cut short or of arbitrary bytes raises.
+_UNREADABLE = (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError, IndexError,
+               KeyError, MemoryError, OverflowError)
+
+
+class _CacheFile(caching.IndexDataCacheFile):
+    """numba's index and data files of a cached function, of which one that cannot be unpickled counts as missing:
+    the function compiles afresh and its files are written again. numba read them unguarded, so a file cut short
+    (a full disk, a copy or a backup interrupted) or overwritten stopped every later run at the first call of its
+    kernel with "pickle data was truncated" or "invalid load key"."""
+
+    def _load_index(self):
+        try:
+            return super()._load_index()
+        except _UNREADABLE:
+            return {}
+
+    def _load_data(self, name):
+        try:
+            return super()._load_data(name)
+        except _UNREADABLE:
+            return None
+
+
 CACHE = _cache_possible()
+# Every cached function's files, the helpers numba compiles for a kernel's call included, are opened through the
+# class numba names here when the function is defined.
+caching.IndexDataCacheFile = _CacheFile
 
 # No fast math: every sum, product and multiply-add is computed in the order the source writes it, so a kernel
 # gives the same bits whichever way LLVM compiles it for one CPU (serial or threaded, freshly or from the cache).

@@ -8,6 +8,7 @@ with a spy that proves the kernel ran, and compares values and gradients.
 import os
 import hashlib
 import pathlib
+import pickle
 import shutil
 import signal
 import subprocess
@@ -249,7 +250,8 @@ def kernel_hashes(cache, **env):
 
 # the tests that start processes of their own (another CPU's kernels, a cold cache, both compared, the other pool,
 # a Ctrl-C)
-IN_PROCESS = "not another_cpu and not freshly_compiled and not every_cpu_with_fma and not SHARED_POOL_0 and not ctrl_c"
+IN_PROCESS = ("not another_cpu and not freshly_compiled and not every_cpu_with_fma and not SHARED_POOL_0 and not ctrl_c "
+              "and not unreadable_cache")
 OTHER_CPUS = ["generic", "haswell"]
 SAME_ON_FMA = "test_the_kernels_give_the_same_bits_on_every_cpu_with_fma"  # needs the cold and haswell runs
 
@@ -1027,6 +1029,35 @@ def test_kernels_without_a_writable_cache_folder_run_with_one_line_at_most(tmp_p
         assert done.stderr == (f"gptgrad: no writable folder for numba's kernel cache (beside the source, in HOME's "
                                f"cache, or {fallback}): the kernels compile afresh in every run (seconds to tens of "
                                "seconds); set NUMBA_CACHE_DIR to a writable folder to keep them\n")
+
+
+@pytest.mark.parametrize("damage", ["cut short", "overwritten"])
+def test_an_unreadable_cache_file_compiles_the_kernel_afresh_and_writes_it_again(tmp_path, damage):
+    """Cache files cut to half their length (a full disk, an interrupted copy) or overwritten with other bytes:
+    numba raised "pickle data was truncated" or "invalid load key" at the kernel's first call, in every later run.
+    The kernel compiles afresh, silently, to the same bits, and its files can be read again after."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+
+    def gelu_hash():
+        done = subprocess.run([sys.executable, "-c", GELU_HASH], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == ""
+        return done.stdout
+
+    cold = gelu_hash()
+    files = sorted((tmp_path / "numba").rglob("cpu._gelu_forward*.nb[ic]"))
+    assert len(files) == 4  # the serial and the threaded form's index and data
+    for file in files:
+        size = file.stat().st_size
+        file.write_bytes(file.read_bytes()[:size // 2] if damage == "cut short" else np.random.default_rng(
+            size).bytes(size))
+    assert gelu_hash() == cold
+    for file in files:
+        with open(file, "rb") as f:
+            if file.suffix == ".nbi":
+                assert pickle.load(f) == numba.__version__
+            pickle.loads(f.read())
 
 
 @pytest.mark.parametrize("given", [2, 1])
