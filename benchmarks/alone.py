@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from models.cli import Parser, interval
+from models.cli import Parser, device, interval
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -36,6 +36,20 @@ def parser(prog, description, peers, rounds=3):
     p.add_argument("--peers", default=",".join(peers), help=f"the peers to run, comma-separated, from {peers}")
     p.add_argument("--peer", choices=peers, help=argparse.SUPPRESS)
     return p
+
+
+def parse_args(parser, argv=None):
+    """The options `parser` (a benchmark's, with --device) reads from argv. `--device cuda` with one of ours
+    among the peers must find CuPy and a GPU in the harness, before any peer starts: a peer without them built its
+    model, then ended in a traceback. The peers do not check again: PyTorch's neither need CuPy nor may load it
+    (its memory would count as theirs)."""
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not args.peer and any(p.startswith("ours") for p in args.peers.split(",")):
+        try:
+            device("cuda")
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"argument --device: {exc}")
+    return args
 
 
 def threads():

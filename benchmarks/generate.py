@@ -77,7 +77,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=alone.COUNT, help="timed generations per process (default: 20 char, 2 gpt2)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where every peer generates")
     parser.set_defaults(peers=DEFAULT_PEERS)
-    args = parser.parse_args(argv)
+    args = alone.parse_args(parser, argv)
     shape, prompt_len, new_tokens, repeats = MODELS[args.model]
     new_tokens, repeats = args.new_tokens or new_tokens, args.repeats or repeats
     prompt = np.random.default_rng(1).integers(0, shape["vocab_size"], size=(1, prompt_len))

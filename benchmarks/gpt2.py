@@ -32,7 +32,7 @@ def main(argv=None):
                         help="tokens per sequence, at most the model's block size")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where every peer trains")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="gpt2-small", help="the model")
-    args = parser.parse_args(argv)
+    args = alone.parse_args(parser, argv)
     shape = SHAPES[args.shape]
     if args.seq > shape["block_size"]:
         parser.error(f"--seq {args.seq} exceeds {args.shape}'s block size {shape['block_size']}")

@@ -7,6 +7,7 @@ checkpoints moved between devices, generation, and the CLIs.
 """
 import json
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -206,3 +207,40 @@ def test_a_resumed_run_with_dropout_repeats_itself_on_the_device(device, tmp_pat
         assert train.main([*argv, "--max-iters", "4", "--out-dir", str(tmp_path / run), "--resume"]) == 0
     capsys.readouterr()
     assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
+
+
+@pytest.fixture
+def without_cupy(monkeypatch):
+    """This process as on a machine without CuPy, whether or not this one has it."""
+    monkeypatch.setattr(backend, "_cupy", None)
+    monkeypatch.setitem(sys.modules, "cupy", None)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "generate"])
+def test_benchmarks_on_cuda_without_cupy_stop_at_parse_time_before_any_peer(without_cupy, monkeypatch, capsys, name):
+    """They started their peers, which built the model (GPT-2 small: 10 s) and ended in CuPy's traceback, exit 1.
+    Only PyTorch's peers need no CuPy: they still start."""
+    import importlib
+    from benchmarks import alone
+    bench = importlib.import_module(f"benchmarks.{name}")
+
+    def started(module, args, argv=None):
+        raise LookupError(f"{module} started its peers {args.peers}")
+    monkeypatch.setattr(alone, "run", started)
+    with pytest.raises(SystemExit) as stopped:
+        bench.main(["--device", "cuda"])
+    assert stopped.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith(f"python -m benchmarks.{name}: error: argument --device: device 'cuda' needs CuPy")
+    assert 'pip install -e ".[gpu]"' in captured.err
+    with pytest.raises(LookupError, match="started its peers torch$"):
+        bench.main(["--device", "cuda", "--peers", "torch"])
+
+
+def test_a_benchmark_peer_does_not_check_cupy_again(without_cupy):
+    """The harness checked before starting it; PyTorch's peer must not load CuPy, whose memory would count as its."""
+    from benchmarks import alone
+    parser = alone.parser("python -m benchmarks.x", "x", ["ours", "torch"])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    assert alone.parse_args(parser, ["--device", "cuda", "--peer", "torch"]).device == "cuda"
