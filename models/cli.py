@@ -18,6 +18,8 @@ import textwrap
 from pathlib import Path
 
 _NOT_GIVEN = object()
+# What Python 3.10's argparse.BooleanOptionalAction appends to its help (3.11 no longer does): a switch says nothing
+_SWITCH_DEFAULT = " (default: %(default)s)"
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -39,6 +41,9 @@ class HelpFormatter(argparse.HelpFormatter):
                              break_on_hyphens=False)
 
     def _format_action(self, action):
+        if action.nargs == 0 and (action.help or "").endswith(_SWITCH_DEFAULT):
+            action = copy.copy(action)
+            action.help = action.help.removesuffix(_SWITCH_DEFAULT)
         if action.help != argparse.SUPPRESS and action.nargs != 0 and action.default is not argparse.SUPPRESS \
                 and not action.required and "(default: " not in (action.help or "") \
                 and (action.option_strings or action.nargs in ("?", "*")):

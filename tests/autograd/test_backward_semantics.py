@@ -446,14 +446,16 @@ def test_the_record_of_changed_memory_stays_bounded(monkeypatch):
     from autograd import tensor
     monkeypatch.setattr(tensor, "_FREED_KEPT", 64)
     tensor._settle()
-    marks = len(tensor._marks)
     arrays = [np.ones(3) for _ in range(1000)]  # all alive at once: 1000 spans
     for a in arrays:
         Tensor(a).mark_changed()
-    assert len(tensor._marks) == marks + 1000
+    # These arrays' own entries, by id: an array an earlier test marked may be freed by the collector meanwhile
+    # (Python 3.10 and 3.13 keep one from test_anomaly.py in a cycle), so the record's size is no measure.
+    ids = {id(a) for a in arrays}
+    assert ids <= tensor._marks.keys()
     del arrays, a
     tensor._settle()  # as the next read or write of the record does
-    assert len(tensor._marks) == marks and len(tensor._freed) <= 64
+    assert not ids & tensor._marks.keys() and len(tensor._freed) <= 64
     x = leaf([1.0, 2.0])
     y = (x * x).sum()
     _add_one(Tensor(x.data[1:]))

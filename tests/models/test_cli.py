@@ -1,10 +1,12 @@
 """The shared parser (models/cli.py) as every command shows it: one default per option in --help, hints for
 nanoGPT's spellings, and the one line for a GPT-2 folder that is not there."""
+import argparse
 import importlib
 import re
 
 import pytest
 
+from models import cli
 from models.training import train
 
 COMMANDS = ["models.bigram", "models.neuron", "models.softmax", "models.tiny", "models.tokenizer",
@@ -55,6 +57,16 @@ def test_the_defaults_read_as_typed_and_none_says_what_it_means(capsys):
     assert sample_help["checkpoint"] == "a models.train output folder or a GPT-2 folder (default: out)"
     softmax_help = help_entries("models.softmax", capsys)
     assert softmax_help["--z Z [Z ...]"] == "the logits z (2 to 8 of them) (default: 2.0 1.0 0.0)"
+
+
+def test_a_switch_says_no_default_on_the_python_whose_argparse_appends_one(capsys):
+    """Python 3.10's BooleanOptionalAction ends its own help with " (default: %(default)s)" (3.11's does not), and
+    `models.train --help` showed "bit for bit (default: False)" for --checkpoint-blocks there."""
+    parser = cli.Parser("prog", "a program")
+    switch = parser.add_argument("--fast", action=argparse.BooleanOptionalAction, default=False, help="go fast")
+    switch.help = "go fast (default: %(default)s)"  # as 3.10 leaves it, on any Python
+    parser.print_help()
+    assert re.search(r"^  --fast, --no-fast +go fast$", capsys.readouterr().out, re.MULTILINE)
 
 
 def unknown_option_line(argv, capsys):
