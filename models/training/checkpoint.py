@@ -701,11 +701,18 @@ def model_config(folder):
 def model_folder(text):
     """A `type=` function: a folder that load_model reads, refused as the command line is read rather than once
     the text has loaded; for GPT-2's names with no such folder here, how to get one (cli.hub_name)."""
-    folder = _current(hub_name(text)) if text else text  # a save stopped between its renames: load_model's too
-    if text and not os.path.lexists(folder):  # models.sample's default, out, before any training
-        raise argparse.ArgumentTypeError(f"no folder {text} (train one with `python -m models.train --out-dir {text}`)")
+    folder = hub_name(text)
+    if folder:  # '' is input_folder's to refuse
+        try:
+            folder = str(_current(folder))  # a save stopped between its renames: load_model reads it there too
+            os.lstat(folder)
+        except FileNotFoundError:  # models.sample's default, out, before any training
+            raise argparse.ArgumentTypeError(f"no folder {text} (train one with `python -m models.train --out-dir "
+                                             f"{text}`)") from None
+        except OSError:  # a name the system cannot use (too long, a loop): input_folder says what it says
+            pass
     try:
-        model_config(Path(input_folder(str(folder))))
+        model_config(Path(input_folder(folder)))
     except FileNotFoundError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
