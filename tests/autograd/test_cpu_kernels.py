@@ -1047,7 +1047,8 @@ def test_an_unreadable_cache_file_compiles_the_kernel_afresh_and_writes_it_again
 
     cold = gelu_hash()
     files = sorted((tmp_path / "numba").rglob("cpu._gelu_forward*.nb[ic]"))
-    assert len(files) == 4  # the serial and the threaded form's index and data
+    # each compiled form's index and data: the serial form's, and the threaded one's where the pool may have threads
+    assert len(files) == (4 if runtime.threads() > 1 else 2), files
     for file in files:
         size = file.stat().st_size
         file.write_bytes(file.read_bytes()[:size // 2] if damage == "cut short" else np.random.default_rng(
