@@ -102,7 +102,6 @@ def test_the_step_profile_times_every_op_and_leaves_the_rest_outside_them():
     for name in ("Linear.forward", "Linear.backward", "ScaledDotProductAttention.backward", "LayerNorm.forward",
                  "AdamW.step", "AdamW.zero_grad", "clip_grad_norm_"):
         assert parts[name] > 0, name
-    assert parts["Linear.backward"] > parts["Linear.forward"]  # two products against one
     # the timed parts are disjoint (a call inside a timed one is its time): they fit in the step, with time left
     assert 0 < parts["outside the ops"] < result["step_s"]
 
