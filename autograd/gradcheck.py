@@ -18,13 +18,12 @@ jacobian: the full matrix ∂f/∂x, one backward pass per output element. The o
 never build it (they apply it as a VJP); this is for looking at one, e.g.
 softmax's diag(p) − ppᵀ, on inputs of a few elements.
 """
-import math
-import numbers
 from pathlib import Path
 
 import numpy as np
 
 from . import backend, heatmaps
+from .intervals import check
 from .tensor import Tensor, array_of, backward_steps, enable_grad, no_grad
 
 WORST_SHOWN = 5
@@ -57,13 +56,6 @@ def _finite_differences(fn, inputs, t, v, eps):
     finally:
         t._data = original
     return numeric
-
-
-def _check_option(name, value, what):
-    """Refuse a step or tolerance that would make every verdict meaningless (a division by 0, a bound no error meets)."""
-    number = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-    if not (number and (value > 0 if name == "eps" else value >= 0)):
-        raise ValueError(f"gradcheck: {name}={value!r}, but {name} must be a {what}")
 
 
 def _number(x):
@@ -108,9 +100,10 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-6, rtol=1e-4, seed=0, picture=None):
     checked = {position: t for position, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad}
     if not checked:
         raise ValueError("gradcheck: no input requires grad; pass Tensors with requires_grad=True")
-    _check_option("eps", eps, "finite number > 0: the step of the central differences, e.g. 1e-6")
-    _check_option("atol", atol, "finite number ≥ 0: the error allowed on every entry, e.g. 1e-6")
-    _check_option("rtol", rtol, "finite number ≥ 0: the error allowed per unit of |numeric|, e.g. 1e-4")
+    # a step of 0 divides by zero, and a NaN or negative tolerance fails every right VJP
+    check("gradcheck", "eps", eps, "(0, inf)")
+    check("gradcheck", "atol", atol, "[0, inf)")
+    check("gradcheck", "rtol", rtol, "[0, inf)")
     fmt = None if picture is None else heatmaps.picture_format(picture, "gradcheck: picture=")
     for position, t in checked.items():
         if t.dtype != np.float64:

@@ -1,4 +1,5 @@
 """gradcheck's failure table and picture, and jacobian's full matrix, against numbers worked out independently here."""
+import re
 import subprocess
 import sys
 
@@ -188,14 +189,14 @@ def test_gradcheck_refuses_an_output_that_is_not_float64():
 
 
 @pytest.mark.parametrize("option, value, rule", [
-    ("eps", 0, "> 0"), ("eps", -1e-6, "> 0"), ("eps", float("nan"), "> 0"), ("eps", float("inf"), "> 0"),
-    ("eps", "1e-6", "> 0"), ("atol", -1.0, "≥ 0"), ("atol", float("nan"), "≥ 0"), ("rtol", -1e-4, "≥ 0"),
-    ("rtol", float("nan"), "≥ 0")])
+    ("eps", 0, "(0, inf)"), ("eps", -1e-6, "(0, inf)"), ("eps", float("nan"), "(0, inf)"),
+    ("eps", float("inf"), "(0, inf)"), ("eps", "1e-6", "(0, inf)"), ("atol", -1.0, "[0, inf)"),
+    ("atol", float("nan"), "[0, inf)"), ("rtol", -1e-4, "[0, inf)"), ("rtol", float("nan"), "[0, inf)")])
 def test_gradcheck_refuses_a_step_or_tolerance_that_makes_the_verdict_meaningless(option, value, rule):
     """eps=0 divided by zero; a NaN or negative tolerance failed a right VJP with a table blaming backward()."""
     calls = []
     x = Tensor(np.array([0.3, -1.2]), requires_grad=True)
-    with pytest.raises(ValueError, match=f"gradcheck: {option}={value!r}, but {option} must be a finite number {rule}"):
+    with pytest.raises(ValueError, match=re.escape(f"gradcheck: {option} must be a number in {rule}, got {value!r}")):
         ag.gradcheck(lambda t: calls.append(1) or t * t, x, **{option: value})
     assert calls == []  # refused before fn ran
 
