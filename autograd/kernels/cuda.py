@@ -54,7 +54,11 @@ ELEMENTWISE = {"gelu_forward": GELU_FORWARD, "gelu_backward": GELU_BACKWARD, "ad
 # Shared by the raw kernels: sums and (max, sum of exp) pairs combined across a warp by butterfly shuffles.
 PRELUDE = r"""
 #define FULL_MASK 0xffffffffu
-template <typename T> __device__ T lowest() { return T(-3.0e38); }  // below any score; exp(lowest − x) = 0
+// The online max starts at T's lowest finite value, below every finite score of T (a double score may be −1e300,
+// where a start above a whole row would keep s = 0); exp(lowest − x) = 0
+template <typename T> __device__ T lowest();
+template <> __device__ float lowest<float>() { return -3.4028234663852886e38f; }
+template <> __device__ double lowest<double>() { return -1.7976931348623157e308; }
 
 template <typename T> __device__ T warp_sum(T v) {
     for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(FULL_MASK, v, o);

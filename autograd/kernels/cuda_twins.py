@@ -15,7 +15,7 @@ import numpy as np
 from . import cuda as ck
 
 LANES = 32
-LOWEST = -3.0e38  # the kernels' lowest<T>()
+LOWEST = np.finfo(np.float64).min  # the kernels' lowest<double>(): the twins compute in float64
 
 
 def lane_chunks(width, threads=LANES):

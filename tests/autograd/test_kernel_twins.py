@@ -50,9 +50,11 @@ def attention_twin(q, k, v, offset):
     return out, backward
 
 
-@pytest.mark.parametrize("tq, tk, causal", [(37, 37, True), (5, 40, True), (33, 45, False), (1, 3, True)])
-def test_attention_twin_matches_the_composed_op_and_central_differences(rng, tq, tk, causal):
-    q, k, v = rng.normal(size=(2, 2, tq, 3)), rng.normal(size=(2, 2, tk, 3)), rng.normal(size=(2, 2, tk, 4))
+@pytest.mark.parametrize("tq, tk, causal, d, dv", [
+    (37, 37, True, 3, 4), (5, 40, True, 3, 4), (33, 45, False, 3, 4), (1, 3, True, 3, 4),
+    (63, 63, True, 1, 1), (65, 65, True, 80, 80), (1, 65, True, 128, 64)])  # GPT-2's head sizes 64, 80, 128
+def test_attention_twin_matches_the_composed_op_and_central_differences(rng, tq, tk, causal, d, dv):
+    q, k, v = rng.normal(size=(2, 2, tq, d)), rng.normal(size=(2, 2, tk, d)), rng.normal(size=(2, 2, tk, dv))
     q *= 3  # sharp rows: the online maximum moves within and across lane passes
     offset = tk - tq if causal and tq > 1 else tk
     out, backward = attention_twin(q, k, v, offset)
@@ -83,7 +85,7 @@ def test_attention_twin_writes_zeros_above_the_causal_prefix(rng):
     assert np.all(np.triu(dp[0, 0], 1) == 0)
 
 
-@pytest.mark.parametrize("rows, n", [(70, 70), (3, 5), (64, 768)])
+@pytest.mark.parametrize("rows, n", [(70, 70), (3, 5), (64, 768), (1, 1), (33, 65)])
 def test_layer_norm_twin_matches_the_composed_op_and_central_differences(rng, rows, n):
     x, w, b = rng.normal(2, 3, size=(rows, n)), rng.normal(size=n), rng.normal(size=n)
     eps = 1e-5
@@ -107,7 +109,7 @@ def test_layer_norm_twin_matches_the_composed_op_and_central_differences(rng, ro
         central_differences(f, inputs[i].copy(), g, got, rng)
 
 
-@pytest.mark.parametrize("vocab, stride", [(1100, 1152), (7, 7), (600, 640)])
+@pytest.mark.parametrize("vocab, stride", [(1100, 1152), (7, 7), (600, 640), (1, 1), (513, 520), (50257, 50304)])
 def test_cross_entropy_twin_matches_the_composed_op_and_central_differences(rng, vocab, stride):
     rows = 6
     z = rng.normal(size=(rows, stride)) * 4
@@ -135,6 +137,22 @@ def test_cross_entropy_twin_keeps_the_log_sum_apart_from_a_huge_maximum():
     z = np.array([[1e30, 1e30, 0.0], [3e38, 3e38, 3e38]])  # m + log Σ rounded to m: losses of 0, not ln 2, ln 3
     loss = twin.cross_entropy_forward(z, np.array([0, 2]), 3, -1, np.empty_like(z))
     np.testing.assert_allclose(loss, np.log([2, 3]), rtol=1e-12)
+
+
+def test_the_twins_start_below_any_float64_score():
+    """lowest<T>() was −3e38 for double too: a row of scores all below it kept s = 0, a loss of −inf (not ln 2) and
+    a P of NaN (not ½, 0, ½)."""
+    z = np.array([[-1e300, -2e300, -1e300]])
+    loss = twin.cross_entropy_forward(z, np.array([0]), 3, -1, np.empty_like(z))
+    np.testing.assert_allclose(loss, np.log(2), rtol=1e-12)
+    p = twin.attention_softmax_forward(z.reshape(1, 1, 1, 3).copy(), 3, 1.0)
+    np.testing.assert_allclose(p.reshape(-1), [0.5, 0, 0.5], rtol=1e-12)
+
+
+def test_the_kernels_lowest_is_the_twins():
+    lowest = dict(re.findall(r"__device__ (float|double) lowest<\1>\(\) \{ return ([-.\de]+)f?; \}", ck.PRELUDE))
+    assert float(lowest["double"]) == twin.LOWEST == np.finfo(np.float64).min
+    assert np.float32(lowest["float"]) == np.finfo(np.float32).min
 
 
 def test_cross_entropy_op_over_a_padded_vocabulary_ignores_the_padding(rng):
