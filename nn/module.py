@@ -143,6 +143,9 @@ class Module:
         try:
             with ag.name_scope(self._scope_name):
                 out = self.forward(*args, **kwargs)
+        except BaseException:
+            running.pop()  # its frame, kept, would hold its arrays in a cycle with this call's until gc ran (see below)
+            raise
         finally:
             forwards.pop()
         if running[1] is not None:  # popped, not read: a frame kept here would be in a cycle with this call's

@@ -488,6 +488,31 @@ def test_a_recorded_forward_leaves_no_tensor_in_a_reference_cycle(backward):
     assert model.h[0].attn.weight.name == "h.0.attn.weight"
 
 
+def test_a_forward_that_raises_leaves_no_tensor_in_a_reference_cycle():
+    """The error path too: a frame kept when a sub-module raised held, until gc ran, what the forward had made
+    (in a loop that catches bad input, each try's graph)."""
+    class Broken(Module):
+        def forward(self, x):
+            raise ValueError("boom")
+
+    model = nn.Sequential(nn.Linear(2, 2), Broken())  # the Linear's call catches Sequential's frame, holding its output
+    x = ag.Tensor(np.ones((1, 2), dtype=np.float32))
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(2):
+            with pytest.raises(ValueError, match="boom"):
+                model(x)
+        gc.collect()
+        in_cycles = [o for o in gc.garbage if isinstance(o, ag.Tensor)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert in_cycles == []
+
+
 def test_parameters_are_named_after_their_dotted_path_when_the_model_runs():
     model = TinyLM()
     model(np.array([[0]]))
