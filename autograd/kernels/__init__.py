@@ -66,7 +66,7 @@ def _cpu_kernel(name, array):
     if _cpu["kernels"] is None:
         try:
             from . import cpu
-        except ImportError:  # numba is not installed: every op keeps its NumPy path
+        except ImportError:  # numba is not installed, or NUMBA_DISABLE_JIT=1: every op keeps its NumPy path
             _cpu["kernels"] = False
             return None
         if _cpu["threads"]:  # an MPI rank's share, given before the kernels loaded (they set the default)
