@@ -51,6 +51,13 @@ def test_grad_clip_says_what_it_bounds(monkeypatch):
     assert "maximum global gradient norm" in help_text
 
 
+def test_eval_help_says_which_tokens_it_scores(monkeypatch):
+    """--help showed only the docstring's first line: not the windows, nor that the first token goes unscored."""
+    shown = " ".join(parser_of("models.eval", monkeypatch).format_help().split())
+    assert ("so every token after the first (which has nothing before it to be predicted from) is scored exactly "
+            "once, and each, but those of the first window, with at least T − stride tokens of context.") in shown
+
+
 def test_export_merged_describes_itself_whole(monkeypatch):
     description = parser_of("models.export_merged", monkeypatch).description
     assert description.endswith("that transformers loads."), description

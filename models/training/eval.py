@@ -1,16 +1,13 @@
 """python -m models.eval CHECKPOINT --data DIR: a model's loss and perplexity over a whole prepared split, in order.
+Unlike the estimate that training prints (random batches), this reads the validation split (or --split train) from
+its first token to its last. Windows of the checkpoint's own block size T move on by --stride tokens (T/2 unless
+given); each window scores only the targets that no window before it scored, so every token after the first (which
+has nothing before it to be predicted from) is scored exactly once, and each, but those of the first window, with
+at least T − stride tokens of context. The loss is the mean cross-entropy per token in nats; the perplexity is its
+exponential. The model's tokenizer must be the one that made the shards, and the shards read must match their
+checksums; either mistake is one line.
 
     python -m models.eval out --data data/books [--max-tokens N] [--stride S] [--device cuda]
-
-Unlike the estimate that training prints (random batches), this reads the
-validation split (or --split train) from its first token to its last. Windows
-of the checkpoint's own block size T move on by --stride tokens (T/2 unless
-given); each window scores only the targets that no window before it scored,
-so every token after the first is scored exactly once, and each, but those of
-the first window, with at least T − stride tokens of context. The loss is the
-mean cross-entropy per token in nats; the perplexity is its exponential.
-The model's tokenizer must be the one that made the shards, and the shards
-read must match their checksums; either mistake is one line.
 """
 import math
 import sys
@@ -20,12 +17,12 @@ import numpy as np
 
 import autograd as ag
 from models.training import checkpoint
-from models.cli import Parser, device, interval, shows_progress
+from models.cli import Parser, counted, device, interval, shows_progress
 from models.training.shards import PreparedData, ShardError, check_tokenizer, prepared_data
 
 
 def make_parser():
-    p = Parser("python -m models.eval", __doc__.splitlines()[0])
+    p = Parser("python -m models.eval", __doc__.split("\n\n")[0])  # the windows and which tokens they score
     p.add_argument("checkpoint", type=checkpoint.model_folder, metavar="CHECKPOINT",
                    help="a models.train checkpoint folder, or a Hugging Face GPT-2 folder")
     p.add_argument("--data", type=prepared_data, required=True, metavar="DIR", help="a folder models.prepare made")
@@ -91,8 +88,12 @@ def main(argv=None):
             if n < len(tokens):
                 raise ValueError(f"--max-tokens {n:,} is too few for one window of the model's block size {block} "
                                  f"and its targets; give --max-tokens {block + 1:,} or more")
-            raise ValueError(f"the {args.split} split of {args.data} has {n:,} tokens, too few for one window of the "
-                             f"model's block size {block} and its targets ({block + 1:,} tokens); prepare more text")
+            if n == 0 and args.split == "val" and data.meta["split"]["val_fraction"] == 0:
+                raise ValueError(f"the val split of {args.data} is empty: it was prepared with --val-fraction 0; "
+                                 "give --split train, or prepare the text again with a --val-fraction above 0")
+            raise ValueError(f"the {args.split} split of {args.data} has {counted(n, 'token')}, too few for one "
+                             f"window of the model's block size {block} and its targets ({block + 1:,} tokens); "
+                             "prepare more text")
         for k in np.flatnonzero(tokens.starts[:-1] < n):  # the shards this reads, checked before any work
             tokens.verify(k)
         model.to(args.device)

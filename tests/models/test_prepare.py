@@ -615,6 +615,29 @@ def test_eval_windows_score_every_target_once_with_the_context_promised():
         assert scored == list(range(1, n))
 
 
+@pytest.mark.parametrize("val_text, val_fraction, problem", [
+    ("a", "0.1", "has 1 token, too few for one window of the model's block size 32 and its targets (33 tokens); "
+                 "prepare more text"),
+    (None, "0", "is empty: it was prepared with --val-fraction 0; give --split train, or prepare the text again "
+                "with a --val-fraction above 0"),
+])
+def test_eval_a_split_too_short_for_a_window_says_how_many_tokens_and_the_fix(tmp_path, capsys, val_text,
+                                                                            val_fraction, problem):
+    """A split of one token read "has 1 tokens"; an empty val split (--val-fraction 0) was told to "prepare more
+    text", which leaves it empty."""
+    text = "the king and queen\n" * 40
+    model = random_gpt2_folder(tmp_path, text, n_layer=1) / "base"
+    books = tmp_path / "books"
+    books.mkdir()
+    for i in range(10):  # ten files: the last in sorted order is the val split
+        (books / f"b{i}.txt").write_text(val_text if i == 9 and val_text else text, encoding="utf-8")
+    data = tmp_path / "data"
+    assert run_prepare(capsys, str(books), "--out", str(data), "--tokenizer", "char", "--val-fraction",
+                       val_fraction)[0] == 0
+    assert evaluate.main([str(model), "--data", str(data), "--no-progress"]) == 1
+    assert capsys.readouterr().err == f"eval: error: the val split of {data} {problem}\n"
+
+
 def test_resume_on_prepared_data_continues_exactly(tmp_path, prepared, capsys):
     straight, split = tmp_path / "straight", tmp_path / "split"
     assert train_on(capsys, "--data", str(prepared), "--max-iters", "20", "--out-dir", str(straight))[0] == 0
