@@ -1,6 +1,6 @@
 """A command's Ctrl-C before it can say anything better: one line, not Python's KeyboardInterrupt traceback.
 
-This module imports nothing but `os` and `sys` (loaded with the interpreter), so that a
+This module imports nothing but `os`, `sys` and `_thread` (loaded with the interpreter), so that a
 command's __main__ can install the hook in its first lines, before the imports
 that take most of its start-up. A Ctrl-C before those lines run (while the
 interpreter starts and `python -m` finds and compiles the command's file, the
@@ -11,6 +11,7 @@ and the job ends with status 130, as it does when the Ctrl-C comes later:
 each rank's own line would repeat the first, and a rank killed by SIGINT makes
 the launcher print a banner about a bad termination.
 """
+import _thread
 import os
 import sys
 
@@ -40,6 +41,22 @@ def exit_quietly_on_interrupt(prog):
         if rank is not None:
             _end_the_job()
     sys.excepthook = hook
+    previous_unraisable = sys.unraisablehook
+
+    def unraisable(event):
+        # A Ctrl-C that lands while a finalizer (__del__, a weakref callback) or a C library's callback runs is
+        # raised there, and Python drops it with "Exception ignored in": the command went on as if never
+        # interrupted. Another thread sends it again, which it can do only once this one lets go of the
+        # interpreter, after the finalizer (raised in this hook, it would be dropped the same way).
+        if not isinstance(event.exc_value, KeyboardInterrupt):
+            previous_unraisable(event)
+            return
+        import signal
+        try:
+            _thread.start_new_thread(os.kill, (os.getpid(), signal.SIGINT))
+        except RuntimeError:  # no new thread while the interpreter shuts down, which ends the command anyway
+            pass
+    sys.unraisablehook = unraisable
 
 
 def _launcher_rank():

@@ -294,6 +294,29 @@ def test_a_real_ctrl_c_during_start_up_is_one_line(tmp_path):
     assert process.returncode in (-signal.SIGINT, 130)
 
 
+FINALIZER_INTERRUPTED = """
+import signal, sys, time
+from models.interrupts import exit_quietly_on_interrupt
+exit_quietly_on_interrupt("eval")
+class Finalized:
+    def __del__(self):
+        signal.raise_signal(signal.SIGINT)  # the Ctrl-C lands while a finalizer runs (in eval: the regex module's)
+        sum(range(10_000))  # where Python raises it: inside __del__, which drops it
+Finalized()
+time.sleep(2)
+print("went on")
+"""
+
+
+def test_a_ctrl_c_that_lands_in_a_finalizer_still_ends_the_command_in_one_line(tmp_path):
+    """Python drops an exception raised inside __del__ ("Exception ignored in: ... KeyboardInterrupt"), so a Ctrl-C
+    that landed there was lost and the command went on; the hook raises it again where the finalizer ran from."""
+    done = subprocess.run([sys.executable, "-c", FINALIZER_INTERRUPTED], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert (done.stdout, done.stderr) == ("", "\neval: interrupted\n")
+    assert done.returncode == -signal.SIGINT
+
+
 @pytest.mark.skipif(os.name != "posix", reason="starts a process with a POSIX signal ignored")
 def test_the_ctrl_c_tests_hold_in_a_suite_started_with_sigint_ignored(tmp_path):
     """A shell script's background job starts with SIGINT ignored, and each process it starts inherits that: the
