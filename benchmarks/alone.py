@@ -136,6 +136,11 @@ def report(results, key, label, unit, scale=1.0, digits=1, higher_is_better=Fals
     return medians
 
 
+def verdict(ratio, target):
+    """A target's judgment of a ratio, printed beside it: at most `target` times the reference meets it."""
+    return f"≤ {target}×: {'met' if ratio <= target else 'NOT met'}"
+
+
 def report_memory(results, ours="ours"):
     """Each peer's largest peak resident memory over its processes, and ours ÷ each other peer's."""
     peaks = {peer: max(r["peak_rss_mb"] for r in rs) for peer, rs in results.items()}

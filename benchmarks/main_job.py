@@ -11,7 +11,7 @@ the same characters and batches (models.training.data, models.tokenizer), model 
 AdamW groups, warmup + cosine schedule, clipping, evaluations with a checkpoint
 (torch.save) each, and a 300-token sample with its KV cache. Timed: the whole
 process, interpreter start and imports included. Memory: the peak resident
-size of that whole process. Prints; asserts nothing.
+size of that whole process. Prints ours against PyTorch's time and the target (≤ 1.0×); asserts nothing.
 """
 import json
 import math
@@ -28,6 +28,7 @@ PEERS = ["ours", "torch"]
 SEED, BATCH, BLOCK, LAYERS, HEADS, WIDTH = 1337, 12, 64, 4, 4, 128
 LR, MIN_LR, WARMUP, WEIGHT_DECAY, BETAS, CLIP = 2e-3, 1e-4, 100, 0.1, (0.9, 0.99), 1.0
 EVAL_INTERVAL, EVAL_ITERS, SAMPLE_TOKENS = 250, 50, 300
+TARGET = 1.0  # ours against PyTorch's whole process
 
 
 def ours(max_iters, out_dir):
@@ -112,7 +113,9 @@ def main(argv=None):
     print(f"the main job end to end: {args.max_iters} iterations of the default GPT on Tiny Shakespeare, evaluations "
           f"every {EVAL_INTERVAL}, a {SAMPLE_TOKENS}-token sample; {args.threads} thread(s) per peer")
     results = alone.run("benchmarks.main_job", args, argv)
-    alone.report(results, "process_s", "the whole process, start to exit", "s")
+    medians = alone.report(results, "process_s", "the whole process, start to exit", "s")
+    if {"ours", "torch"} <= set(medians):
+        print(f"  the target, ours / torch {alone.verdict(medians['ours'] / medians['torch'], TARGET)}")
     alone.report_memory(results)
     print("  final val loss: " + ", ".join(f"{peer} {alone.median(results, peer, 'val_loss'):.4f}"
                                          for peer in results))

@@ -364,3 +364,28 @@ def test_the_gpu_benchmark_hands_its_peers_flags_they_take(monkeypatch, capsys):
             with pytest.raises(Parsed) as caught:
                 importlib.import_module(module).main(argv + (["--peer", peer] if peer else []))
             assert caught.value.args[0].device == "cuda"
+
+
+def test_a_second_copy_is_judged_by_its_slower_copy_not_the_pooled_steps(capsys):
+    """A copy starved to 10 steps of 200 ms beside its twin's 60 of 50 ms: the pooled median, the twin's 50 ms,
+    read 1× idle and the target as met."""
+    from benchmarks.contention import report
+    idle = [0.05] * 20
+    report({"ours": {"idle": [[idle]], "busy": [[idle]], "pair": [[[0.05] * 60, [0.2] * 10]]}})
+    line = [s for s in capsys.readouterr().out.splitlines() if s.lstrip().startswith("ours")][0]
+    assert "beside a second copy   200.0 (4.00×, ≤ 3.0×: NOT met)" in line
+
+
+@pytest.mark.parametrize("ours, torch, judged",
+                         [(86.0, 100.0, "met"), (100.0, 100.0, "met"), (109.0, 100.0, "NOT met")])
+def test_the_main_job_is_judged_against_pytorchs_time(monkeypatch, capsys, ours, torch, judged):
+    from benchmarks import alone, main_job
+
+    def run(module, args, argv=None):
+        return {peer: [{"process_s": s, "peak_rss_mb": 100.0, "val_loss": 1.8}] for peer, s in
+                (("ours", ours), ("torch", torch))}
+    monkeypatch.setattr(alone, "run", run)
+    main_job.main(["--rounds", "1"])
+    out = capsys.readouterr().out
+    assert f"ours / torch: {ours / torch:.2f}x the time" in out
+    assert f"the target, ours / torch ≤ 1.0×: {judged}\n" in out
