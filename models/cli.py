@@ -74,16 +74,31 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, prog, description, renamed=None, **kwargs):
         super().__init__(prog=prog, description=description, formatter_class=HelpFormatter, **kwargs)
         self.renamed = renamed or {}
+        self._argv = []  # the words parse_args reads, for error's hint on a value starting with "-"
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(2, f"{self.prog}: error: {message}{self._dash_hint(message)} (see --help)\n")
 
     def parse_args(self, args=None, namespace=None):
         """argparse's, but an unrecognized option gets a hint: the option it was probably meant to be."""
+        self._argv = list(sys.argv[1:] if args is None else args)
         namespace, extras = self.parse_known_args(args, namespace)
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}{self._hint(extras)}")
         return namespace
+
+    def _dash_hint(self, message):
+        """What follows argparse's "argument --prompt: expected one argument" when the value given starts with "-"
+        but names no option (--prompt -x, --temperature -inf): argparse took it for one; nothing otherwise."""
+        flag = message.removeprefix("argument ").removesuffix(": expected one argument")
+        argv = self._argv
+        if flag == message or flag not in argv[:-1]:
+            return ""
+        value = argv[argv.index(flag) + 1]
+        if not value.startswith("-") or any(known.startswith(value.split("=", 1)[0])
+                                            for known in self._option_string_actions):
+            return ""  # a missing value: the next word is an option (or argparse's abbreviation of one)
+        return f"; {value!r} starts with '-', so it was read as an option: write {flag}={value} to give it as the value"
 
     def _hint(self, extras):
         """What follows the unrecognized `extras` in the error: "; did you mean --max-iters?" for nanoGPT's

@@ -342,7 +342,9 @@ class GPT(nn.Module):
         `idx` is (B, T) or (T,) token ids as a list, ndarray or Tensor; the result
         has the same type. temperature=0 or top_k=1 is greedy decoding. Random
         draws come from autograd's generator of the model's device, so
-        `autograd.manual_seed` makes sampling reproducible. With `use_cache`, the prompt is run once (prefill)
+        `autograd.manual_seed` makes sampling reproducible, for one decode path (the static one draws from a
+        Philox counter, the dynamic one from the generator's stream: the same seed samples other tokens; greedy
+        tokens are the same). With `use_cache`, the prompt is run once (prefill)
         and then one token per step, reusing every layer's keys and values. Past
         block_size the window slides, every position shifts, and the cache is
         rebuilt from the cropped window, which keeps the result identical to

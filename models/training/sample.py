@@ -35,7 +35,7 @@ def parse_args(argv=None):
     p.add_argument("--top-p", type=interval(float, "(0, 1]"), default=None,
                    help="sample only within the top-p probability mass (default: none, within all of it)")
     p.add_argument("--seed", type=interval(int, SEEDS), default=1337,
-                   help="seeds the sampling draws: the same seed, the same text")
+                   help="seeds the sampling draws: the same seed, the same text (on one device and GPT_DECODE mode)")
     p.add_argument("--num-samples", type=interval(int, "[1, inf)"), default=1,
                    help="how many continuations of the prompt to print")
     p.add_argument("--device", type=device, default="cpu", metavar="{cpu,cuda}",

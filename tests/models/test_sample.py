@@ -31,6 +31,13 @@ def trained(tmp_path_factory):
     (["--seed", "-1"], "argument --seed: must be in [0, 4294967295], got -1"),
     (["--device", "gpu"], "argument --device: must be one of cpu, cuda, got 'gpu'"),
     (["--prompt", ""], "--prompt is empty; give it some text to continue"),  # said once the model had loaded
+    # argparse reads a value that starts with "-" as an option, and said only "expected one argument"
+    (["--prompt", "-x"], "argument --prompt: expected one argument; '-x' starts with '-', so it was read as an "
+     "option: write --prompt=-x to give it as the value"),
+    (["--temperature", "-inf"], "argument --temperature: expected one argument; '-inf' starts with '-', so it was "
+     "read as an option: write --temperature=-inf to give it as the value"),
+    (["--prompt", "--max-new-tokens", "3"], "argument --prompt: expected one argument"),  # a value left out
+    (["--temperature=-inf"], "argument --temperature: must be in [0, inf), got -inf"),
 ])
 def test_bad_options_are_one_line(trained, capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
