@@ -18,7 +18,7 @@ Each process builds the main job's model (benchmarks/train_step.py's step:
 forward, backward, clipping, AdamW), steps untimed until a start time shared
 with its twin, then times every step until a shared end time, so a pair's
 copies overlap for the whole window. Printed per peer: the median step of each
-condition (for the pair, its slowest copy's over the rounds), its ratio
+condition (for the pair, each round's slower copy's, their median), its ratio
 to idle, and for the pair its worst stretch (the slowest STRETCH consecutive
 steps of either copy, their mean step) against idle; then ours against PyTorch
 idle, each round's ratio of the two peers' medians and their median. The
@@ -137,23 +137,23 @@ def worst_stretch(times):
 
 
 def report(results):
-    """Per peer: idle's and busy's median step (over every round's steps), the pair's slowest copy's median, each
-    against idle, and the targets. The pair's copies are not pooled: in the same window a starved copy takes fewer
-    steps than its twin, so a median over both copies' steps is the faster copy's (one copy at 4× idle over 10 steps
-    beside its twin's 60 at 1× read 1×, the target met)."""
-    print(f"median step, ms (every step of every round; beside a second copy, its slower copy's), and against idle; "
-          f"a stretch is {STRETCH} steps in a row")
+    """Per peer: idle's and busy's median step (over every round's steps), the pair's slower copy's median (over
+    the rounds, each round's slower copy's), each against idle, and the targets. The pair's copies are not pooled:
+    in the same window a starved copy takes fewer steps than its twin, so a median over both copies' steps is the
+    faster copy's (one copy at 4× idle over 10 steps beside its twin's 60 at 1× read 1×, the target met)."""
+    print("median step, ms (every step of every round; beside a second copy, the median of each round's slower "
+          f"copy's), and against idle; a stretch is {STRETCH} steps in a row")
     for peer, by_condition in results.items():
         medians = {c: statistics.median(t for copies in by_condition[c] for times in copies for t in times)
                    for c in ("idle", "busy")}
-        medians["pair"] = max(statistics.median(times) for copies in by_condition["pair"] for times in copies)
+        medians["pair"] = statistics.median(max(statistics.median(times) for times in copies)
+                                            for copies in by_condition["pair"])  # each round's slower copy
         stretch = max(worst_stretch(times) for copies in by_condition["pair"] for times in copies)
         idle = medians["idle"]
         busy, pair, worst = medians["busy"] / idle, medians["pair"] / idle, stretch / idle
         print(f"  {peer:<6} idle {idle * 1e3:7.1f}   beside a busy process {medians['busy'] * 1e3:7.1f} ({busy:.2f}×, "
               f"{alone.verdict(busy, TARGETS['busy'])})   beside a second copy {medians['pair'] * 1e3:7.1f} "
-              f"({pair:.2f}×, "
-              f"{alone.verdict(pair, TARGETS['pair'])}), worst stretch {stretch * 1e3:.1f} ({worst:.2f}×, "
+              f"({pair:.2f}×, {alone.verdict(pair, TARGETS['pair'])}), worst stretch {stretch * 1e3:.1f} ({worst:.2f}×, "
               f"{alone.verdict(worst, TARGETS['stretch'])})")
     if "ours" in results and "torch" in results:
         # each round's two idle processes took turns, so its ratio compares them under the same host; pooled over

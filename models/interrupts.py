@@ -1,8 +1,9 @@
 """A command's Ctrl-C before it can say anything better: one line, not Python's KeyboardInterrupt traceback.
 
-This module imports nothing but `os`, `sys` and `_thread` (loaded with the interpreter), so that a
-command's __main__ can install the hook in its first lines, before the imports
-that take most of its start-up. A Ctrl-C before those lines run (while the
+This module imports nothing but `os`, `sys`, `atexit` and the cores of
+`signal` and `threading` (built into the interpreter), so that a command's
+__main__ can install the hook in its first lines, before the imports that
+take most of its start-up. A Ctrl-C before those lines run (while the
 interpreter starts and `python -m` finds and compiles the command's file, the
 first tenth of a second or so) is beyond any hook of the project's.
 
@@ -11,7 +12,9 @@ and the job ends with status 130, as it does when the Ctrl-C comes later:
 each rank's own line would repeat the first, and a rank killed by SIGINT makes
 the launcher print a banner about a bad termination.
 """
+import _signal  # signal's C core, loaded with the interpreter (signal itself imports enum)
 import _thread
+import atexit
 import os
 import sys
 
@@ -41,22 +44,42 @@ def exit_quietly_on_interrupt(prog):
         if rank is not None:
             _end_the_job()
     sys.excepthook = hook
-    previous_unraisable = sys.unraisablehook
+    _resend_dropped_interrupts(lambda: hook(KeyboardInterrupt, KeyboardInterrupt(), None))
+
+
+def _resend_dropped_interrupts(say_interrupted):
+    """A Ctrl-C that lands while a finalizer (__del__, a weakref callback) or a C library's callback runs is raised
+    there, and Python drops it with "Exception ignored in": the command went on as if never interrupted (models.eval,
+    in the regex module's __del__). The hook for such exceptions sends the Ctrl-C again from another thread, which
+    can do so only once this one lets go of the interpreter, after the finalizer (raised in the hook, it would be
+    dropped the same way). A command that ends before that thread runs (a Ctrl-C in an atexit callback) says it
+    was interrupted, at exit, and ends with status 130."""
+    previous = sys.unraisablehook
+    unsent = []
+
+    def send_again():
+        os.kill(os.getpid(), _signal.SIGINT)
+        unsent.clear()
 
     def unraisable(event):
-        # A Ctrl-C that lands while a finalizer (__del__, a weakref callback) or a C library's callback runs is
-        # raised there, and Python drops it with "Exception ignored in": the command went on as if never
-        # interrupted. Another thread sends it again, which it can do only once this one lets go of the
-        # interpreter, after the finalizer (raised in this hook, it would be dropped the same way).
         if not isinstance(event.exc_value, KeyboardInterrupt):
-            previous_unraisable(event)
+            previous(event)
             return
-        import signal
+        unsent.append(event)
         try:
-            _thread.start_new_thread(os.kill, (os.getpid(), signal.SIGINT))
-        except RuntimeError:  # no new thread while the interpreter shuts down, which ends the command anyway
+            _thread.start_new_thread(send_again, ())
+        except RuntimeError:  # no new thread once the interpreter shuts down; at_exit has said it, or says it now
             pass
+
+    def at_exit():  # registered first, so it runs after every other atexit callback
+        if unsent:
+            say_interrupted()
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:
+                    stream.flush()
+            os._exit(130)
     sys.unraisablehook = unraisable
+    atexit.register(at_exit)
 
 
 def _launcher_rank():

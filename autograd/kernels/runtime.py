@@ -43,8 +43,9 @@ if numba.config.DISABLE_JIT:
     # numba's decorators then return the Python functions, but the kernels call LLVM intrinsics (_sum's lanes,
     # fmuladd) that only compiled code has: they stopped the first op with an AttributeError deep in this module
     raise ImportError("NUMBA_DISABLE_JIT=1 turns numba's compiler off, and gptgrad's CPU kernels and byte-level "
-                      "tokenizer exist only compiled: the ops compose their formulas from NumPy instead (the bits "
-                      "of AUTOGRAD_FUSED=0); unset NUMBA_DISABLE_JIT for the kernels and the gpt2 tokenizer")
+                      "tokenizers exist only compiled: the ops compose their formulas from NumPy instead (the bits "
+                      "of AUTOGRAD_FUSED=0); unset NUMBA_DISABLE_JIT for the kernels and the byte-level tokenizers "
+                      "(gpt2)")
 
 SGEMM, SGEMV, _SET_BLAS_THREADS = "scipy_cblas_sgemm64_", "scipy_cblas_sgemv64_", "scipy_openblas_set_num_threads64_"
 

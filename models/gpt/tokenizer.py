@@ -28,6 +28,7 @@ numba packages (the byte-level encoding runs compiled, in bpe_kernels.py);
 import heapq
 import importlib.util
 import numbers
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -284,7 +285,13 @@ def train_word_bpe(word_counts, num_merges=None):
 def _bpe_kernels():
     """bpe_kernels.py, imported when a byte-level tokenizer is first made: numba's import takes about 0.4 s,
     which a command whose tokenizer is characters (or that loads none) need not wait for."""
-    from models.gpt import bpe_kernels
+    try:
+        from models.gpt import bpe_kernels
+    except ImportError as error:
+        numba = sys.modules.get("numba")  # loaded before the kernels' module refused
+        if numba is None or not numba.config.DISABLE_JIT:
+            raise
+        raise ValueError(str(error)) from None  # NUMBA_DISABLE_JIT=1, a setting: the commands say it in one line
     return bpe_kernels
 
 

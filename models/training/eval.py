@@ -88,12 +88,12 @@ def main(argv=None):
             if n < len(tokens):
                 raise ValueError(f"--max-tokens {n:,} is too few for one window of the model's block size {block} "
                                  f"and its targets; give --max-tokens {block + 1:,} or more")
-            if n == 0 and args.split == "val" and data.meta["split"]["val_fraction"] == 0:
+            if n == 0 and args.split == "val" and data.meta.get("split", {}).get("val_fraction") == 0:
                 raise ValueError(f"the val split of {args.data} is empty: it was prepared with --val-fraction 0; "
                                  "give --split train, or prepare the text again with a --val-fraction above 0")
             raise ValueError(f"the {args.split} split of {args.data} has {counted(n, 'token')}, too few for one "
-                             f"window of the model's block size {block} and its targets ({block + 1:,} tokens); "
-                             "prepare more text")
+                             f"window of the model's block size {block} and its targets "
+                             f"({counted(block + 1, 'token')}); prepare more text")
         for k in np.flatnonzero(tokens.starts[:-1] < n):  # the shards this reads, checked before any work
             tokens.verify(k)
         model.to(args.device)
