@@ -157,7 +157,8 @@ def embedding(weight, ids):
 
 
 def layer_norm(x, weight, bias=None, eps=1e-5):
-    """Normalise the last axis to zero mean and unit variance, then scale by `weight` and shift by `bias`.
+    """Normalise the last axis to zero mean and unit variance, (x − μ) / √(var + eps) with the biased variance
+    (over n, as PyTorch's), then scale by `weight` and shift by `bias`.
 
     A float16 x is normalised in float32 and rounded once (Function.widens_float16): a row's sum passes 65504,
     float16's largest, long before its mean does (768 features of 100), and so does a square from |x − μ| = 256."""

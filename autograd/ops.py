@@ -920,10 +920,11 @@ class Embedding(Function):
 
 
 class LayerNorm(Function):
-    """y = x̂ ⊙ γ + β with x̂ = (x − μ) / √(σ² + ε) over the last axis.
+    """y = x̂ ⊙ γ + β with x̂ = (x − μ) / σ over the last axis, σ = √(mean((x − μ)²) + ε): the biased
+    variance (over n, not n − 1), with ε inside the root, as PyTorch's; σ and 1/σ below always include ε.
 
     With ĝ = g ⊙ γ, the closed-form VJP is
-    dx = (ĝ − mean(ĝ) − x̂ ⊙ mean(ĝ ⊙ x̂)) / √(σ² + ε),  dγ = Σ g ⊙ x̂,  dβ = Σ g,
+    dx = (ĝ − mean(ĝ) − x̂ ⊙ mean(ĝ ⊙ x̂)) / σ,  dγ = Σ g ⊙ x̂,  dβ = Σ g,
     γ's and β's sums running over every row. x̂ is kept from forward (cheaper
     than rebuilding it); the row means of ĝ and ĝ ⊙ x̂ are g γ / n and (g ⊙ x̂) γ / n,
     matrix-vector products that reuse the g ⊙ x̂ dγ sums. On a GPU two kernels
@@ -1016,7 +1017,7 @@ def _dropout_mask(x, p):
 class Dropout(Function):
     """Inverted dropout: z = x ⊙ m, m = 1[u ≥ p] / (1 − p).   dx = g ⊙ m (the same mask)."""
 
-    rule = "dx = g·mask/(1−p)"
+    rule = "dx = g·mask, mask = 1[u ≥ p]/(1−p)"
     saved_names = ("mask",)
     saved_in_graph = _constants_only
 
@@ -1036,6 +1037,8 @@ class ScaledDotProductAttention(Function):
     dS = P ⊙ (dP − Σⱼ dP ⊙ P) (softmax's diag(p) − ppᵀ), dQ = dS K / √D,
     dK = dSᵀ Q / √D. The row sums Σⱼ dPᵢⱼ Pᵢⱼ equal Gᵢ · Oᵢ (O = P V), a
     T × D product instead of a T × T one, as FlashAttention computes them.
+    With dropout's mask M (1[u ≥ p]/(1 − p)), O = (P ⊙ M) V: dV = (P ⊙ M)ᵀ G and dP = G Vᵀ ⊙ M, the
+    rest as written (Gᵢ · Oᵢ still equals Σⱼ dPᵢⱼ Pᵢⱼ).
     P is kept for backward while it is no larger than Q, K, V and O together
     (Tk ≤ 4D); a longer context keeps only the row log-sum-exps and rebuilds
     P = exp(S − lse) with one more matmul, for far less memory.

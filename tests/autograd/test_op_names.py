@@ -126,6 +126,19 @@ def test_log_softmax_saves_p_and_says_so():
     np.testing.assert_allclose(out.op.saved[0], np.exp(out.data), rtol=1e-12)
 
 
+def test_dropout_saves_the_scaled_mask_and_its_rule_scales_it_once():
+    # the drift this rule ended: it read dx = g·mask/(1−p) beside a saved mask that already holds 1/(1−p), so a
+    # learner following viz.trace's rule got twice the gradient backward gives
+    x, g = leaf(4, 4), np.random.default_rng(5).standard_normal((4, 4))
+    ag.manual_seed(0)
+    out = ag.dropout(x, 0.75)
+    mask = out.op.saved[0].copy()  # backward frees what the op saved
+    out.backward(g)
+    assert set(np.unique(mask)) == {0.0, 4.0}  # 1[u ≥ p]/(1 − p) with p = 0.75
+    np.testing.assert_array_equal(x.grad, g * mask)  # dx = g·mask: no second /(1 − p)
+    assert out.op.saved_names == ("mask",) and out.op.rule == "dx = g·mask, mask = 1[u ≥ p]/(1−p)"
+
+
 def test_gelu_keeps_its_declared_slots_on_the_fused_cuda_path(monkeypatch):
     # The GPU's fused kernel keeps x alone; a None stands in the slot of s, so ("x", "s") still fits.
     # Stand NumPy versions of the kernels in for CuPy's: the op's own branch for them runs on the CPU.
