@@ -16,7 +16,7 @@ import os
 import select
 import sys
 
-from models.interrupts import exit_quietly_on_interrupt
+from models.interrupts import command_ended, exit_quietly_on_interrupt
 
 
 def front_door(name, real):
@@ -45,6 +45,8 @@ def run_main(main):
             raise
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left for exit to flush
         code = 0
+    finally:
+        command_ended()
     return code
 
 

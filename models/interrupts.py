@@ -1,9 +1,9 @@
 """A command's Ctrl-C before it can say anything better: one line, not Python's KeyboardInterrupt traceback.
 
-This module imports nothing but `os`, `sys`, `atexit` and the cores of
-`signal` and `threading` (built into the interpreter), so that a command's
-__main__ can install the hook in its first lines, before the imports that
-take most of its start-up. A Ctrl-C before those lines run (while the
+This module imports nothing but `os`, `sys` and the cores of `signal` and
+`threading` (built into the interpreter), so that a command's __main__ can
+install the hook in its first lines, before the imports that take most of its
+start-up. A Ctrl-C before those lines run (while the
 interpreter starts and `python -m` finds and compiles the command's file, the
 first tenth of a second or so) is beyond any hook of the project's.
 
@@ -14,7 +14,6 @@ the launcher print a banner about a bad termination.
 """
 import _signal  # signal's C core, loaded with the interpreter (signal itself imports enum)
 import _thread
-import atexit
 import os
 import sys
 
@@ -22,6 +21,7 @@ import sys
 # MVAPICH): nn.distributed.LAUNCHER_VARIABLES, which the hook cannot import before NumPy has loaded
 LAUNCHER_VARIABLES = (("PMI_RANK", "PMI_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
                       ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"))
+_command = {"running": False}  # from exit_quietly_on_interrupt until the command's main() ends
 
 
 def exit_quietly_on_interrupt(prog):
@@ -44,42 +44,30 @@ def exit_quietly_on_interrupt(prog):
         if rank is not None:
             _end_the_job()
     sys.excepthook = hook
-    _resend_dropped_interrupts(lambda: hook(KeyboardInterrupt, KeyboardInterrupt(), None))
-
-
-def _resend_dropped_interrupts(say_interrupted):
-    """A Ctrl-C that lands while a finalizer (__del__, a weakref callback) or a C library's callback runs is raised
-    there, and Python drops it with "Exception ignored in": the command went on as if never interrupted (models.eval,
-    in the regex module's __del__). The hook for such exceptions sends the Ctrl-C again from another thread, which
-    can do so only once this one lets go of the interpreter, after the finalizer (raised in the hook, it would be
-    dropped the same way). A command that ends before that thread runs (a Ctrl-C in an atexit callback) says it
-    was interrupted, at exit, and ends with status 130."""
-    previous = sys.unraisablehook
-    unsent = []
-
-    def send_again():
-        os.kill(os.getpid(), _signal.SIGINT)
-        unsent.clear()
+    _command["running"] = True
+    previous_unraisable = sys.unraisablehook
 
     def unraisable(event):
-        if not isinstance(event.exc_value, KeyboardInterrupt):
-            previous(event)
-            return
-        unsent.append(event)
-        try:
-            _thread.start_new_thread(send_again, ())
-        except RuntimeError:  # no new thread once the interpreter shuts down; at_exit has said it, or says it now
-            pass
-
-    def at_exit():  # registered first, so it runs after every other atexit callback
-        if unsent:
-            say_interrupted()
-            for stream in (sys.stdout, sys.stderr):
-                if stream is not None:
-                    stream.flush()
-            os._exit(130)
+        # A Ctrl-C that lands while a finalizer (__del__, a weakref callback) or a C library's callback runs is
+        # raised there, and Python drops it with "Exception ignored in": the command went on as if never
+        # interrupted (models.eval, in the regex module's __del__). Another thread sends it again, which it can do
+        # only once this one lets go of the interpreter, after the finalizer (raised here, it would be dropped the
+        # same way). Once main() has returned, Python's own handling: the command is ending, and its clean-up
+        # (atexit's callbacks) is not to be cut short; nor is IPython's, after `%run -m models.…`.
+        if _command["running"] and isinstance(event.exc_value, KeyboardInterrupt):
+            try:
+                _thread.start_new_thread(os.kill, (os.getpid(), _signal.SIGINT))
+                return
+            except RuntimeError:  # no new thread: the interpreter is shutting down
+                pass
+        previous_unraisable(event)
     sys.unraisablehook = unraisable
-    atexit.register(at_exit)
+
+
+def command_ended():
+    """The command's main() has returned or raised (models.doors.run_main): a Ctrl-C that a finalizer drops from
+    here on is Python's to report, not sent again."""
+    _command["running"] = False
 
 
 def _launcher_rank():

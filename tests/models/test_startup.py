@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -267,7 +268,6 @@ def test_an_error_raised_because_of_a_ctrl_c_is_one_line_too(monkeypatch, capsys
     passed_on = []
     monkeypatch.setattr(sys, "excepthook", lambda *exc: passed_on.append(exc[0]))
     monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # the hooks it installs, kept to this test
-    monkeypatch.setattr(interrupts.atexit, "register", lambda fn: None)
     interrupts.exit_quietly_on_interrupt("train")
     try:
         try:
@@ -297,32 +297,47 @@ def test_a_real_ctrl_c_during_start_up_is_one_line(tmp_path):
 
 
 FINALIZER_INTERRUPTED = """
-import atexit, signal, sys, time
+import signal, sys, time
 from models.interrupts import exit_quietly_on_interrupt
 exit_quietly_on_interrupt("eval")
-def interrupted():
-    signal.raise_signal(signal.SIGINT)  # the Ctrl-C lands while a finalizer runs (in eval: the regex module's)
-    sum(range(10_000))  # where Python raises it: inside the finalizer, which drops it
+from models.doors import run_main
 class Finalized:
-    __del__ = lambda self: interrupted()
-if sys.argv[1] == "finalizer":
+    def __del__(self):
+        signal.raise_signal(signal.SIGINT)  # the Ctrl-C lands while a finalizer runs (in eval: the regex module's)
+        sum(range(10_000))  # where Python raises it: inside __del__, which drops it
+def main():
     Finalized()
     time.sleep(2)
-else:
-    atexit.register(interrupted)  # the command has done its work and is ending
-print("went on")
+    print("went on")
+sys.exit(run_main(main))
 """
 
 
-@pytest.mark.parametrize("where, out", [("finalizer", ""), ("atexit", "went on\n")])
-def test_a_ctrl_c_that_lands_in_a_finalizer_still_ends_the_command_in_one_line(tmp_path, where, out):
-    """Python drops an exception raised inside __del__ or an atexit callback ("Exception ignored in: ...
-    KeyboardInterrupt"), so a Ctrl-C that landed there was lost, and the command went on, or ended with status 0; it
-    is sent again from another thread once the finalizer is over, and said at exit where the command ends first."""
-    done = subprocess.run([sys.executable, "-c", FINALIZER_INTERRUPTED, where], cwd=tmp_path, capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
-    assert (done.stdout, done.stderr) == (out, "\neval: interrupted\n")
-    assert done.returncode in (-signal.SIGINT, 130)  # killed by the Ctrl-C sent again, or ended at exit with 130
+def test_a_ctrl_c_that_lands_in_a_finalizer_still_ends_the_command_in_one_line(tmp_path):
+    """Python drops an exception raised inside __del__ ("Exception ignored in: ... KeyboardInterrupt"), so a Ctrl-C
+    that landed there was lost and the command went on; another thread sends it again once the finalizer is over."""
+    done = subprocess.run([sys.executable, "-c", FINALIZER_INTERRUPTED], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert (done.stdout, done.stderr) == ("", "\neval: interrupted\n")
+    assert done.returncode == -signal.SIGINT
+
+
+def test_once_main_has_returned_a_dropped_ctrl_c_is_pythons_to_report(monkeypatch):
+    """After main(): the command is ending, and a SIGINT sent again would cut its clean-up short (an atexit
+    callback's, or IPython's after `%run -m models.…`); the hook Python had gets the exception, and no signal is
+    sent."""
+    from models import doors, interrupts
+    reported, sent = [], []
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    monkeypatch.setattr(interrupts._thread, "start_new_thread", lambda *call: sent.append(call))
+    interrupts.exit_quietly_on_interrupt("eval")
+    event = types.SimpleNamespace(exc_value=KeyboardInterrupt())
+    sys.unraisablehook(event)
+    assert sent and not reported  # while the command runs: sent again
+    assert doors.run_main(lambda: 0) == 0
+    sys.unraisablehook(event)
+    assert reported == [event] and len(sent) == 1
 
 
 @pytest.mark.skipif(os.name != "posix", reason="starts a process with a POSIX signal ignored")
