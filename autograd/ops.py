@@ -1204,15 +1204,31 @@ class Checkpoint(Function):
                 "loss.backward(), or call fn without ag.checkpoint where you need ag.grad")
         n = self.n_inputs
         leaves = [Tensor(x.data, requires_grad=need) for x, need in zip(self.inputs[:n], self.needs_grad)]
+        first = next(tensor._recorded)  # the recompute's ops are numbered from here on
         # recording on: a backward() called inside no_grad() still needs fn's graph to go through
         with backend.replaying(self.device, self.rng), backend.replaying_host(self.host_rngs), enable_grad():
             out = self.fn(*leaves)
         if out.requires_grad:
+            self._refuse_results_from_outside(out, first)
             if self.changes != tensor._changes:  # a tensor changed since the forward: did fn read it?
                 self._refuse_changed_reads(out)
             out.backward(g)  # fn's parameters (params= among them) accumulate their own gradients here
         return (*(leaf.grad if need else None for leaf, need in zip(leaves, self.needs_grad)),
                 *(None,) * (len(self.inputs) - n))
+
+    def _refuse_results_from_outside(self, out, first):
+        """Refuse a recompute that read a tensor the caller's ops made (fn closes over an activation that requires
+        grad): backward through fn's graph would run on into the caller's graph, a pass of its own that the outer
+        backward, which owns that graph, does not know of: it frees the graph before or after the outer pass goes
+        through it. An input is a leaf of the recompute instead, its gradient handed to the outer pass."""
+        for t in tensor.topological_order(out):
+            if t._op is not None and t._op.number < first:
+                where = f" in {self.scope}" if self.scope else ""
+                raise RuntimeError(
+                    f"backward: {self.name}{where}: fn reads {f'{t.name!r}' if t.name else 'a tensor'} (shape "
+                    f"{t.shape}, made by {t._op.name} outside fn) that requires grad; the recompute's backward cannot "
+                    "go on into the caller's graph: pass it to checkpoint as an input, checkpoint(fn, x, it), with "
+                    "fn taking it as an argument")
 
     def _refuse_changed_reads(self, out):
         """Refuse a recompute that read a tensor changed since the forward, an input or not (a weight fn closes

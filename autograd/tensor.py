@@ -20,6 +20,7 @@ import collections
 import contextlib
 import functools
 import inspect
+import itertools
 import math
 import numbers
 import operator
@@ -51,6 +52,7 @@ class _Mode(threading.local):
 
 
 _mode = _Mode()
+_recorded = itertools.count()  # numbers the ops recorded, in order: a checkpoint's recompute tells its own ops by them
 _changes = 0  # how many times a tensor's array was changed in place (Tensor.mark_changed); each op notes it
 # Each array changed in place (Tensor.mark_changed) while it lives, by id: [a weak reference to it, its _span, the
 # _changes count when it was last changed]. A change marked on one tensor changes every tensor sharing that memory
@@ -297,7 +299,7 @@ class Function:
             out = out.astype("float16")
         requires_grad = any(op.needs_grad) and out.dtype.kind in FLOAT_KINDS
         if requires_grad:
-            op.inputs, op.params, op.changes = inputs, params, _changes
+            op.inputs, op.params, op.changes, op.number = inputs, params, _changes, next(_recorded)
             if _mode.scopes:
                 op.scope = _mode.scopes[-1]
         result = Tensor._make(out, out_device, requires_grad, op if requires_grad else None)

@@ -80,6 +80,29 @@ def test_parameters_read_inside_fn_get_their_gradients():
     np.testing.assert_array_equal(x.grad, expected_x)
 
 
+def test_an_activation_fn_closes_over_is_refused_and_as_an_input_gets_its_gradient():
+    """fn closing over h = tanh(w), a result of the caller's ops: the recompute's backward ran on through Tanh,
+    a pass the outer one did not know of, which then found Tanh freed ("call the first backward(retain_graph=True)")."""
+    rng = np.random.default_rng(4)
+    w0, x0 = rng.standard_normal((3, 3)), rng.standard_normal((2, 3))
+    w = Tensor(w0, requires_grad=True)
+    h = w.tanh()
+    loss = ag.checkpoint(lambda t: (t @ h).tanh(), h[:2] * 2.0).sum()
+    with pytest.raises(RuntimeError, match=r"^backward: Checkpoint: fn reads a tensor \(shape \(3, 3\), made by Tanh "
+                                           r"outside fn\) that requires grad; .* pass it to checkpoint as an input"):
+        loss.backward()
+    ag.gradcheck(lambda w, x: ag.checkpoint(lambda t, v: (t @ v.tanh()).tanh(), x, w).sum() + (w * w).sum(),
+                 [Tensor(w0, requires_grad=True), Tensor(x0, requires_grad=True)])
+    w, x = Tensor(w0, requires_grad=True), Tensor(x0, requires_grad=True)
+    h = w.tanh()
+    (ag.checkpoint(lambda t, v: (t @ v).tanh(), x, h).sum() + (h * h).sum()).backward()
+    expected = w.grad.copy()
+    w.grad = None
+    h = w.tanh()
+    ((x @ h).tanh().sum() + (h * h).sum()).backward()
+    np.testing.assert_array_equal(w.grad, expected)
+
+
 def test_misuse_is_one_clear_line():
     x = Tensor([1.0, 2.0])
     with pytest.raises(ValueError, match="no input requires grad"):
