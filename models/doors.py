@@ -16,7 +16,7 @@ import os
 import select
 import sys
 
-from models.interrupts import command_ended, exit_quietly_on_interrupt
+from models.interrupts import exit_quietly_on_interrupt, main_running
 
 
 def front_door(name, real):
@@ -36,6 +36,7 @@ def front_door(name, real):
 def run_main(main):
     """A command's exit status from `main()`: output piped to a reader that stopped early (`| head`) ends it
     quietly, with status 0, rather than with a BrokenPipeError traceback (the viz commands run theirs here too)."""
+    main_running(True)
     try:
         code = main()
         if sys.stdout is not None:  # None where the command started with no stdout at all (`>&-`)
@@ -46,7 +47,7 @@ def run_main(main):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left for exit to flush
         code = 0
     finally:
-        command_ended()
+        main_running(False)
     return code
 
 

@@ -21,7 +21,7 @@ import sys
 # MVAPICH): nn.distributed.LAUNCHER_VARIABLES, which the hook cannot import before NumPy has loaded
 LAUNCHER_VARIABLES = (("PMI_RANK", "PMI_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
                       ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"))
-_command = {"running": False}  # from exit_quietly_on_interrupt until the command's main() ends
+_command = {"running": False}  # while the command's main() runs (models.doors.run_main)
 
 
 def exit_quietly_on_interrupt(prog):
@@ -44,7 +44,6 @@ def exit_quietly_on_interrupt(prog):
         if rank is not None:
             _end_the_job()
     sys.excepthook = hook
-    _command["running"] = True
     previous_unraisable = sys.unraisablehook
 
     def unraisable(event):
@@ -52,8 +51,9 @@ def exit_quietly_on_interrupt(prog):
         # raised there, and Python drops it with "Exception ignored in": the command went on as if never
         # interrupted (models.eval, in the regex module's __del__). Another thread sends it again, which it can do
         # only once this one lets go of the interpreter, after the finalizer (raised here, it would be dropped the
-        # same way). Once main() has returned, Python's own handling: the command is ending, and its clean-up
-        # (atexit's callbacks) is not to be cut short; nor is IPython's, after `%run -m models.…`.
+        # same way). Outside main(), Python's own handling: before it, an exit on a bad setting; after it, the
+        # command is ending, and its clean-up (atexit's callbacks) is not to be cut short, nor IPython's after
+        # `%run -m models.…`.
         if _command["running"] and isinstance(event.exc_value, KeyboardInterrupt):
             try:
                 _thread.start_new_thread(os.kill, (os.getpid(), _signal.SIGINT))
@@ -64,10 +64,10 @@ def exit_quietly_on_interrupt(prog):
     sys.unraisablehook = unraisable
 
 
-def command_ended():
-    """The command's main() has returned or raised (models.doors.run_main): a Ctrl-C that a finalizer drops from
-    here on is Python's to report, not sent again."""
-    _command["running"] = False
+def main_running(running):
+    """Whether the command's main() runs (models.doors.run_main says so around it): while it does, a Ctrl-C that a
+    finalizer drops is sent again; before and after, it is Python's to report."""
+    _command["running"] = running
 
 
 def _launcher_rank():

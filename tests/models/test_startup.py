@@ -322,10 +322,10 @@ def test_a_ctrl_c_that_lands_in_a_finalizer_still_ends_the_command_in_one_line(t
     assert done.returncode == -signal.SIGINT
 
 
-def test_once_main_has_returned_a_dropped_ctrl_c_is_pythons_to_report(monkeypatch):
-    """After main(): the command is ending, and a SIGINT sent again would cut its clean-up short (an atexit
-    callback's, or IPython's after `%run -m models.…`); the hook Python had gets the exception, and no signal is
-    sent."""
+def test_outside_main_a_dropped_ctrl_c_is_pythons_to_report(monkeypatch):
+    """Before main() (an exit on a bad setting) and after it (the command is ending), a SIGINT sent again would
+    cut the clean-up short: atexit's callbacks, or IPython's after `%run -m models.…`; the hook Python had gets
+    the exception, and no signal is sent. Only while main() runs is it sent again."""
     from models import doors, interrupts
     reported, sent = [], []
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
@@ -334,10 +334,11 @@ def test_once_main_has_returned_a_dropped_ctrl_c_is_pythons_to_report(monkeypatc
     interrupts.exit_quietly_on_interrupt("eval")
     event = types.SimpleNamespace(exc_value=KeyboardInterrupt())
     sys.unraisablehook(event)
-    assert sent and not reported  # while the command runs: sent again
-    assert doors.run_main(lambda: 0) == 0
+    assert reported == [event] and not sent  # before main()
+    assert doors.run_main(lambda: sys.unraisablehook(event)) is None
+    assert reported == [event] and len(sent) == 1  # during main(): sent again
     sys.unraisablehook(event)
-    assert reported == [event] and len(sent) == 1
+    assert reported == [event, event] and len(sent) == 1  # after main()
 
 
 @pytest.mark.skipif(os.name != "posix", reason="starts a process with a POSIX signal ignored")
