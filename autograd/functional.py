@@ -32,8 +32,9 @@ def _constant(x, device, op, kinds, what):
 # ---- joining and splitting ---------------------------------------------------------
 
 
-def concat(tensors, axis=0):
-    """Join tensors along an existing axis (numpy.concatenate)."""
+def concat(tensors, axis=0, *, dim=None):
+    """Join tensors along an existing axis (numpy.concatenate; `dim` is torch.cat's name for it)."""
+    axis = _axis("concat", axis, dim, 0)
     tensors = list(tensors)
     if not tensors:
         raise ValueError("concat: needs at least one tensor")
@@ -44,8 +45,9 @@ def concat(tensors, axis=0):
     return ops.Concat.apply(*tensors, axis=axis)
 
 
-def stack(tensors, axis=0):
-    """Join same-shaped tensors along a new axis (numpy.stack)."""
+def stack(tensors, axis=0, *, dim=None):
+    """Join same-shaped tensors along a new axis (numpy.stack; `dim` is torch.stack's name for it)."""
+    axis = _axis("stack", axis, dim, 0)
     tensors = list(tensors)
     if not tensors:
         raise ValueError("stack: needs at least one tensor")
@@ -202,8 +204,9 @@ def scaled_dot_product_attention(q, k, v, causal=True, dropout_p=0.0):
             or q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]):
         raise ShapeError(f"scaled_dot_product_attention: q {q.shape}, k {k.shape}, v {v.shape} do not fit; "
                          "expected (B, H, Tq, D), (B, H, Tk, D), (B, H, Tk, Dv)")
-    if not 0 <= dropout_p < 1:
-        raise ValueError(f"scaled_dot_product_attention: dropout_p must lie in [0, 1), got {dropout_p}")
+    check("scaled_dot_product_attention", "dropout_p", dropout_p, "[0, 1)")
+    # integers would be scored in float64 (NumPy's rule); they take the default float, as exp's operands do
+    q, k, v = float_alike((q, k, v), floating=True)
     mask = None
     tq, tk = q.shape[-2], k.shape[-2]
     if causal and tq > 1:  # a single query is the newest position: it sees every key
@@ -221,9 +224,7 @@ def linear(x, weight, bias=None):
     if bias is not None and bias.shape != (weight.shape[1],):
         raise ShapeError(f"linear: bias has shape {bias.shape}, expected ({weight.shape[1]},)")
     inputs = (x, weight) if bias is None else (x, weight, bias)
-    if all(isinstance(t, Tensor) for t in inputs):  # else Linear.apply names the input that is not one
-        inputs = float_alike(inputs)
-    return ops.Linear.apply(*inputs)
+    return ops.Linear.apply(*float_alike(inputs))
 
 
 # ---- constructors ---------------------------------------------------------------------

@@ -177,6 +177,12 @@ class MatMul(Function):
             raise ShapeError(
                 f"matmul: cannot multiply {a.shape} by {b.shape}: the inner dimensions "
                 f"{a.shape[-1]} and {inner_b} differ; transpose an operand or check the layer's in/out sizes")
+        # NumPy's own refusal speaks of "remapped shapes" and "newaxis"
+        if a.ndim > 2 and b.ndim > 2 and any(m != n and 1 not in (m, n)
+                                             for m, n in zip(a.shape[-3::-1], b.shape[-3::-1])):
+            raise ShapeError(f"matmul: cannot multiply {a.shape} by {b.shape}: the batch axes {a.shape[:-2]} and "
+                             f"{b.shape[:-2]} do not broadcast (each axis equal, or 1 in one of them); reshape or "
+                             "repeat an operand so its batches match")
         self.save(a, b)
         # rows @ matrix (the LM head): the CPU's product split over the threads, on a's rows flattened
         self.matmul = kernels.fused("matmul", b) if a.ndim >= 2 and b.ndim == 2 else None

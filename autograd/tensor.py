@@ -432,6 +432,8 @@ def float_alike(tensors, floating=False):
     in PyTorch (int64 + float32 is float32, where NumPy would make float64); otherwise as they are. `floating`: the
     op computes in floating point whatever it is given (division, exp, log, sqrt, tanh, sigmoid), so operands
     with no float among them take the default float dtype, as in PyTorch (int64 / int64 is float32, not float64)."""
+    if not all(isinstance(t, Tensor) for t in tensors):
+        return tensors  # Function.apply names the input that is not a Tensor
     floats = [t._data.dtype for t in tensors if t._data.dtype.kind in FLOAT_KINDS]
     if len(floats) == len(tensors) or not (floats or floating):
         return tensors

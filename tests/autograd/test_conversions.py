@@ -334,6 +334,13 @@ def test_softmax_with_a_mask_takes_dim():
     np.testing.assert_array_equal(ag.softmax(t, dim=1, mask=mask).numpy(), ag.softmax(t, 1, mask).numpy())
 
 
+@pytest.mark.parametrize("name, dim", [("concat", 1), ("concat", -2), ("stack", 0), ("stack", -1), ("stack", -3)])
+def test_concat_and_stack_take_dim(name, dim):
+    a, b = Tensor(np.arange(6.0).reshape(2, 3)), Tensor(np.arange(6.0, 12.0).reshape(2, 3))
+    expected = (np.concatenate if name == "concat" else np.stack)([a.numpy(), b.numpy()], axis=dim)
+    np.testing.assert_array_equal(getattr(ag, name)([a, b], dim=dim).numpy(), expected)
+
+
 def test_max_with_dim_returns_values_and_indices_as_torch_max():
     t = Tensor([[1.0, 5.0, 5.0], [7.0, 2.0, 7.0], [0.0, -1.0, 3.0]])
     values, indices = t.max(dim=1)
@@ -361,6 +368,8 @@ def test_max_values_with_dim_carry_the_gradient():
                                   "for the maximum over several axes use max(axis=(...))"),
     (lambda t: t.softmax(0, dim=1), "softmax: give axis or dim (PyTorch's name for it), not both"),
     (lambda t: ag.log_softmax(t, 0, dim=1), "log_softmax: give axis or dim (PyTorch's name for it), not both"),
+    (lambda t: ag.concat([t, t], 1, dim=0), "concat: give axis or dim (PyTorch's name for it), not both"),
+    (lambda t: ag.stack([t, t], axis=1, dim=0), "stack: give axis or dim (PyTorch's name for it), not both"),
 ])
 def test_both_spellings_at_once_is_a_clear_error(call, message):
     with pytest.raises(TypeError) as info:
@@ -373,6 +382,7 @@ def test_gradients_through_the_pytorch_spellings(rng):
     check(lambda a: a.mean(dim=0, keepdim=True) * a.var(dim=1, keepdim=True) + a.sum(dim=(0, 1)), x)
     check(lambda a: a.softmax(dim=0) * a.log_softmax(dim=1), x)
     check(lambda a: a.view(2, 6).view(-1), x)
+    check(lambda a: ag.concat([a, a * a], dim=-2) + ag.stack([a, a.exp()], dim=-1).sum(axis=-1).sum(axis=0), x)
 
 
 @pytest.mark.parametrize("shape", [(4,), (2, 2), ((4, 1),), ([1, 4],), (-1,), (2, -1)])

@@ -73,7 +73,7 @@ def test_attention_cached_queries_see_earlier_keys(rng):
 
 def test_attention_rejects_bad_dropout():
     x = leaf(np.ones((1, 1, 2, 2)))
-    with pytest.raises(ValueError, match="dropout_p must lie in"):
+    with pytest.raises(ValueError, match=r"dropout_p must be a number in \[0, 1\), got 1.0"):
         ag.scaled_dot_product_attention(x, x, x, dropout_p=1.0)
 
 
