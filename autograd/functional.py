@@ -34,7 +34,7 @@ def _constant(x, device, op, kinds, what):
 
 def concat(tensors, axis=0, *, dim=None):
     """Join tensors along an existing axis (numpy.concatenate; `dim` is torch.cat's name for it)."""
-    axis = _axis("concat", axis, dim, 0)
+    axis = _axis("concat", axis, dim, 0, single=True)
     tensors = list(tensors)
     if not tensors:
         raise ValueError("concat: needs at least one tensor")
@@ -47,7 +47,7 @@ def concat(tensors, axis=0, *, dim=None):
 
 def stack(tensors, axis=0, *, dim=None):
     """Join same-shaped tensors along a new axis (numpy.stack; `dim` is torch.stack's name for it)."""
-    axis = _axis("stack", axis, dim, 0)
+    axis = _axis("stack", axis, dim, 0, single=True)
     tensors = list(tensors)
     if not tensors:
         raise ValueError("stack: needs at least one tensor")
@@ -56,7 +56,9 @@ def stack(tensors, axis=0, *, dim=None):
 
 
 def split(x, indices_or_sections, axis=0):
-    """numpy.split: an int is the number of equal pieces, a list the indices to cut at."""
+    """numpy.split: an int is the number of equal pieces, a list the indices to cut at. An array or list x becomes
+    a Tensor first, as concat's and stack's inputs do: the pieces are Tensors."""
+    x = _tensor(x)
     if isinstance(axis, bool) or not isinstance(axis, int) or not -x.ndim <= axis < x.ndim:
         raise ShapeError(f"split: axis {axis!r} is not an axis of shape {x.shape} ({x.ndim} axes, "
                          f"{-x.ndim} to {x.ndim - 1})")
@@ -163,7 +165,9 @@ def layer_norm(x, weight, bias=None, eps=1e-5):
     (over n, as PyTorch's), then scale by `weight` and shift by `bias`.
 
     A float16 x is normalised in float32 and rounded once (Function.widens_float16): a row's sum passes 65504,
-    float16's largest, long before its mean does (768 features of 100), and so does a square from |x − μ| = 256."""
+    float16's largest, long before its mean does (768 features of 100), and so does a square from |x − μ| = 256.
+    A float16 x with a float32 or float64 weight or bias is normalised in that dtype, and the output is of it, as
+    add's is (Function.widens_float16)."""
     if x.ndim == 0:
         raise ShapeError("layer_norm: the input has shape (), no axis of features to normalise (the last axis); "
                          "give it one, e.g. x.reshape(1, -1)")

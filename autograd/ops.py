@@ -374,7 +374,7 @@ class ReLU(Function):
     saved_in_graph = _constants_only  # z only masks g, and relu' = 1[x > 0] is flat on either side of 0
 
     def forward(self, x):
-        z = self.xp.maximum(x, 0)
+        z = self.xp.maximum(x, False)  # 0 of any kind: a bool x stays bool, as in add and mul (NumPy's 0 makes int64)
         self.save(z)
         return z
 

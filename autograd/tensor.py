@@ -232,7 +232,8 @@ class Function:
     backward_into = None
     # An op that reduces (a softmax's normaliser, layer norm's moments) sets widens_float16: float16 inputs
     # are computed in float32 and its output rounded once, as PyTorch computes them (a float16 row sum passes 65504,
-    # or drops its low bits, long before the result does); its VJP runs on g in float32 too
+    # or drops its low bits, long before the result does); its VJP runs on g in float32 too. Rounded to float16
+    # only where all float inputs are float16 (`widened`); mixed with a wider float, the output is that float's.
     widens_float16 = False
     widened = False
 
@@ -267,8 +268,11 @@ class Function:
         op.needs_grad = tuple(t._requires_grad for t in inputs) if _mode.grad else (False,) * len(inputs)
         arrays = [t._data for t in inputs]
         if cls.widens_float16 and any(a.dtype == "float16" for a in arrays):
-            op.widened = True
-            arrays = [a.astype("float32") if a.dtype == "float16" else a for a in arrays]
+            # mixed with a wider float, float16 takes the widest float's dtype, as float_alike makes integers do,
+            # and the output stays that dtype, as add's does; only an op of float16 alone is rounded back
+            widest = max((a.dtype for a in arrays if a.dtype.kind in FLOAT_KINDS), key=lambda d: d.itemsize)
+            op.widened = widest == "float16"
+            arrays = [a.astype("float32" if op.widened else widest) if a.dtype == "float16" else a for a in arrays]
         try:
             out = op.forward(*arrays, **params)
         except (ShapeError, SwitchError):
@@ -444,13 +448,16 @@ def float_alike(tensors, floating=False):
 MaxResult = collections.namedtuple("MaxResult", ("values", "indices"))  # torch.return_types.max
 
 
-def _axis(op, axis, dim, default=None):
-    """The axis of a reduction, given as NumPy's `axis` or PyTorch's `dim` (not both); a list becomes a tuple."""
+def _axis(op, axis, dim, default=None, single=False):
+    """The axis of a reduction, given as NumPy's `axis` or PyTorch's `dim` (not both); a list becomes a tuple.
+    `single`: the op joins along one axis (concat, stack), so a tuple of them is refused."""
     if dim is not None:
         if axis != default:
             raise TypeError(f"{op}: give axis or dim (PyTorch's name for it), not both")
         axis = dim
     axis = tuple(axis) if isinstance(axis, list) else axis
+    if single and isinstance(axis, tuple):
+        raise TypeError(f"{op}: axis must be one int, got {axis!r}; {op} joins along one axis at a time")
     if axis is not None:
         _check_ints(op, "axis", axis)
     return axis
@@ -466,12 +473,13 @@ def _check_ints(op, what, given):
 
 
 def _keepdims(op, keepdims, keepdim):
-    """NumPy's `keepdims` or PyTorch's `keepdim` (not both)."""
-    if keepdim is None:
-        return keepdims
-    if keepdims:
+    """NumPy's `keepdims` or PyTorch's `keepdim` (not both), True or False: keepdims="no" would be truthy."""
+    name, flag = ("keepdims", keepdims) if keepdim is None else ("keepdim", keepdim)
+    if not isinstance(flag, bool) and getattr(flag, "dtype", None) != bool:  # or NumPy's (CuPy's) bool_
+        raise TypeError(f"{op}: {name} must be True or False, got {flag!r}")
+    if keepdim is not None and keepdims:
         raise TypeError(f"{op}: give keepdims or keepdim (PyTorch's name for it), not both")
-    return keepdim
+    return flag
 
 
 class Tensor:
@@ -674,7 +682,11 @@ class Tensor:
         return self.to("cpu")
 
     def astype(self, dtype):
-        dtype = np.dtype(dtype)
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"astype: {dtype!r} is not a dtype; give a NumPy dtype or its name, such as "
+                            "'float32', 'float64', 'int64' or 'bool'") from None
         if dtype == self.dtype:
             return self
         if dtype.kind not in DATA_KINDS:
@@ -896,6 +908,10 @@ class Tensor:
     def transpose(self, *axes):
         axes = tuple(axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes)
         _check_ints("transpose", "axes", axes)
+        if axes and sorted(a % self.ndim for a in axes) != list(range(self.ndim)):  # NumPy's wording names no fix
+            pair = f"; to exchange two axes, swapaxes({axes[0]}, {axes[1]})" if len(axes) == 2 else ""
+            raise ShapeError(f"transpose: axes {axes} are not a permutation of the {self.ndim} axes of shape "
+                             f"{self.shape}; give every axis once, as NumPy's transpose does{pair}")
         return _ops.Transpose.apply(self, axes=axes or None)
 
     def swapaxes(self, axis1, axis2):

@@ -553,3 +553,37 @@ def test_an_array_where_an_op_takes_a_tensor_names_the_op_and_the_fix(call, op):
     with pytest.raises(TypeError) as info:
         call(np.ones((2, 3), np.float32))
     assert _message(info) == f"{op}: input 0 is a ndarray, not a Tensor; wrap it first, Tensor(x)"
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda t: t.sum(axis=0, keepdims="yes"), "sum: keepdims must be True or False, got 'yes'"),
+    (lambda t: t.mean(keepdim=1), "mean: keepdim must be True or False, got 1"),
+    (lambda t: t.astype("foo"), "astype: 'foo' is not a dtype; give a NumPy dtype or its name, such as 'float32', "
+                                "'float64', 'int64' or 'bool'"),
+])
+def test_a_flag_or_dtype_of_the_wrong_kind_names_the_op_and_the_argument(call, message):
+    # they raised NumPy's "'str' object cannot be interpreted as an integer" and "data type 'foo' not understood"
+    with pytest.raises(TypeError) as info:
+        call(Tensor(np.ones((2, 3))))
+    assert _message(info) == message
+
+
+def test_transpose_of_some_axes_names_the_shape_and_both_fixes():
+    # NumPy said "axes don't match array"
+    with pytest.raises(ShapeError) as info:
+        Tensor(np.ones((2, 3, 4))).transpose(0, 1)
+    assert _message(info) == ("transpose: axes (0, 1) are not a permutation of the 3 axes of shape (2, 3, 4); give "
+                              "every axis once, as NumPy's transpose does; to exchange two axes, swapaxes(0, 1)")
+    with pytest.raises(ShapeError, match=r"^transpose: axes \(0, 0, 1\) are not a permutation .*does$"):
+        Tensor(np.ones((2, 3, 4))).transpose(0, 0, 1)
+    assert Tensor(np.ones((2, 3, 4))).transpose(-1, 0, 1).shape == (4, 2, 3)
+
+
+@pytest.mark.parametrize("join", [ag.concat, ag.stack], ids=["concat", "stack"])
+def test_concat_and_stack_along_a_tuple_of_axes_are_refused_in_their_words(join):
+    # stack raised NumPy's "'tuple' object cannot be interpreted as an integer", concat a '<=' TypeError
+    a = Tensor(np.ones(3))
+    with pytest.raises(TypeError) as info:
+        join([a, a], axis=(0, 1))
+    name = join.__name__
+    assert _message(info) == f"{name}: axis must be one int, got (0, 1); {name} joins along one axis at a time"

@@ -464,6 +464,31 @@ def test_layer_norm_of_float16_is_computed_in_float32():
         np.testing.assert_allclose(half.grad, wide.grad, rtol=2e-3, atol=2e-3 * np.abs(wide.grad).max())
 
 
+@pytest.mark.parametrize("wide", [np.float32, np.float64])
+def test_layer_norm_and_attention_of_float16_with_a_wider_float_take_the_wider_dtype_as_add_does(wide):
+    """float16 x with a float64 weight gave float16, where x * weight + bias gives float64; the same values in the
+    wider dtype throughout give the same output, and each gradient comes back in its input's dtype."""
+    rng = np.random.default_rng(3)
+    x, w, b, g = rng.normal(size=(3, 8)), rng.normal(size=8), rng.normal(size=8), rng.normal(size=(3, 8))
+    half = Tensor(x.astype(np.float16), requires_grad=True)
+    weight, bias = Tensor(w.astype(wide), requires_grad=True), Tensor(b.astype(wide))
+    y = ag.layer_norm(half, weight, bias)
+    y.backward(g.astype(wide))
+    widened = Tensor(x.astype(np.float16).astype(wide), requires_grad=True)
+    same = ag.layer_norm(widened, Tensor(w.astype(wide)), bias)
+    same.backward(g.astype(wide))
+    assert y.dtype == (half + weight).dtype == wide
+    np.testing.assert_array_equal(y.data, same.data)
+    assert half.grad.dtype == np.float16 and weight.grad.dtype == wide
+    np.testing.assert_array_equal(half.grad, widened.grad.astype(np.float16))
+    q, k, v = (rng.normal(size=(1, 2, 4, 8)) for _ in range(3))
+    out = ag.scaled_dot_product_attention(Tensor(q.astype(np.float16)), Tensor(k.astype(wide)), Tensor(v.astype(wide)))
+    want = ag.scaled_dot_product_attention(*(Tensor(a.astype(np.float16).astype(wide) if a is q else a.astype(wide))
+                                             for a in (q, k, v)))
+    assert out.dtype == wide
+    np.testing.assert_array_equal(out.data, want.data)
+
+
 # dropout
 
 def test_dropout_identity_when_not_training_or_p_zero():
@@ -612,6 +637,13 @@ def test_split_follows_numpy():
         np.testing.assert_array_equal(got.data, want)
 
 
+def test_split_of_an_array_gives_tensors_as_concat_and_stack_take_arrays():
+    pieces = ag.split(np.arange(4.0), 2)  # were ndarrays
+    assert all(type(p) is Tensor for p in pieces)
+    np.testing.assert_array_equal(ag.concat(pieces).data, np.arange(4.0))
+    assert [p.tolist() for p in pieces] == [[0.0, 1.0], [2.0, 3.0]]
+
+
 def test_concat_and_stack_accept_constants():
     a = leaf([1.0, 2.0])
     c = ag.concat([a, np.array([3.0])])
@@ -731,6 +763,14 @@ def test_tensor_from_tensor_copies_nothing_into_the_graph():
 
 
 # comparisons
+
+def test_relu_of_bools_stays_bool_as_add_and_mul_of_bools_do():
+    b = Tensor(np.array([True, False]))
+    assert (b + b).dtype == (b * b).dtype == np.bool_
+    y = b.relu()  # was int64, NumPy's max(bool, 0)
+    assert y.dtype == np.bool_ and y.tolist() == [True, False]
+    assert Tensor(np.array([3, -2])).relu().tolist() == [3, 0]
+
 
 def test_comparisons_give_boolean_tensors_without_grad():
     a = leaf([1.0, 2.0, 3.0])
