@@ -475,11 +475,11 @@ def _check_ints(op, what, given):
 def _keepdims(op, keepdims, keepdim):
     """NumPy's `keepdims` or PyTorch's `keepdim` (not both), True or False: keepdims="no" would be truthy."""
     name, flag = ("keepdims", keepdims) if keepdim is None else ("keepdim", keepdim)
-    if not isinstance(flag, bool) and getattr(flag, "dtype", None) != bool:  # or NumPy's (CuPy's) bool_
+    if not (isinstance(flag, bool) or getattr(flag, "dtype", None) == bool and getattr(flag, "ndim", None) == 0):
         raise TypeError(f"{op}: {name} must be True or False, got {flag!r}")
     if keepdim is not None and keepdims:
         raise TypeError(f"{op}: give keepdims or keepdim (PyTorch's name for it), not both")
-    return flag
+    return bool(flag)  # NumPy's (CuPy's) bool_, which their reductions refuse, as Python's
 
 
 class Tensor:
@@ -908,8 +908,10 @@ class Tensor:
     def transpose(self, *axes):
         axes = tuple(axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes)
         _check_ints("transpose", "axes", axes)
-        if axes and sorted(a % self.ndim for a in axes) != list(range(self.ndim)):  # NumPy's wording names no fix
-            pair = f"; to exchange two axes, swapaxes({axes[0]}, {axes[1]})" if len(axes) == 2 else ""
+        n = self.ndim
+        if axes and sorted(a % n if n else a for a in axes) != list(range(n)):  # NumPy's wording names no fix
+            two = len(axes) == 2 and all(-n <= a < n for a in axes) and axes[0] % n != axes[1] % n
+            pair = f"; to exchange two axes, swapaxes({axes[0]}, {axes[1]})" if two else ""
             raise ShapeError(f"transpose: axes {axes} are not a permutation of the {self.ndim} axes of shape "
                              f"{self.shape}; give every axis once, as NumPy's transpose does{pair}")
         return _ops.Transpose.apply(self, axes=axes or None)

@@ -577,6 +577,15 @@ def test_transpose_of_some_axes_names_the_shape_and_both_fixes():
     with pytest.raises(ShapeError, match=r"^transpose: axes \(0, 0, 1\) are not a permutation .*does$"):
         Tensor(np.ones((2, 3, 4))).transpose(0, 0, 1)
     assert Tensor(np.ones((2, 3, 4))).transpose(-1, 0, 1).shape == (4, 2, 3)
+    with pytest.raises(ShapeError, match=r"^transpose: axes \(0, 5\) are not a permutation .*does$"):
+        Tensor(np.ones((2, 3, 4))).transpose(0, 5)  # no "swapaxes(0, 5)", which would fail too
+    with pytest.raises(ShapeError, match=r"^transpose: axes \(0,\) are not a permutation of the 0 axes of shape \(\)"):
+        Tensor(np.float32(3)).transpose(0)  # was a ZeroDivisionError
+
+
+def test_keepdims_as_numpys_bool_keeps_the_dimension():
+    t = Tensor(np.ones((2, 3)))  # NumPy's reductions refuse its own bool_ as keepdims
+    assert t.sum(1, keepdims=np.True_).shape == (2, 1) and t.mean(keepdim=np.array(True)).shape == (1, 1)
 
 
 @pytest.mark.parametrize("join", [ag.concat, ag.stack], ids=["concat", "stack"])
