@@ -186,7 +186,7 @@ def init_too_large(out_dir, out=print, steps=30):
     losses = train(model, nn.optim.AdamW(model.parameters(), lr=1e-3), tokens, steps, health)
     health.close()
     out(f"losses: {losses[0]:.2f} at step 0, {losses[-1]:.2f} at step {len(losses) - 1}")
-    first = health.records[0]["blocks"]
+    first = health.history()[0]["blocks"]
     for block, figures in first.items():
         out(f"step 0, {block}: {figures['gelu_below_-3']:.0%} of GELU inputs below -3, attention entropy per head "
             f"{', '.join(f'{e:.2f}' for e in figures['attention_entropy'])} nats "

@@ -33,6 +33,10 @@ iterations it makes again) and the warnings they gave, so it prints what the
 uninterrupted run would have printed from `start` on, and its picture covers
 the whole run.
 
+In memory it keeps only the records the rules judge (`records`: the window),
+as a long run at a short interval has too many to hold; the picture reads them
+all back from health.jsonl (`history`), which holds each as it is recorded.
+
 health.jsonl is written first with the run's first record, as a checkpoint
 folder is replaced at the first save: a run refused, interrupted or with
 nothing to record before then leaves the report the folder held as it was.
@@ -201,15 +205,21 @@ class Health:
         self.records, self.pending, self.warned, self._before = [], None, set(), None
         self.matrices = {name for name, p in model.named_parameters() if p.ndim >= 2}  # what "param" rules judge
         self.window_records = max(2, window // interval + 1) if interval else 0
-        self._kept = None  # the lines of health.jsonl this run keeps, until its first record rewrites the file
+        self._kept = []  # the lines of health.jsonl this run keeps, until its first record rewrites the file
         if interval:
-            history, self._kept = self._history(start) if start else ([], [])
+            history, self._kept = self._read(start) if start else ([], [])
             for record in history:  # the warnings the resumed run gave: each layer and rule warns once per run
-                self.records.append(record)
+                self._remember(record)
                 self.warnings()
 
-    def _history(self, start):
-        """The records of health.jsonl before iteration `start`, and their lines: the run this one resumes.
+    def _remember(self, record):
+        """Keep `record` and the window before it: the rules judge no more."""
+        self.records.append(record)
+        del self.records[:-self.window_records]
+
+    def _read(self, start):
+        """The records of health.jsonl before iteration `start`, and their lines: the run this one resumes (with
+        `start` inf, the whole report).
 
         Its records from `start` on are of iterations this run makes again (the
         checkpoint it resumes is older than they are), and a last line without
@@ -270,7 +280,7 @@ class Health:
         self._before = None
         for figures in record["params"].values():
             figures["grad_norm"] = _finite_or_none(figures["grad_norm"])
-        self.records.append(record)
+        self._remember(record)
         line = json.dumps(record) + "\n"
         if self._kept is None:
             with open(self.path, "a", encoding="utf-8") as f:
@@ -306,10 +316,17 @@ class Health:
                     lines.append(f"health: {layer_name(layer)}: {said} for {span} iterations: {rule.cause}")
         return lines
 
+    def history(self):
+        """Every record of the report, the resumed run's before this one's: read back from health.jsonl."""
+        if self._kept is not None:  # this run has recorded nothing yet: the file may hold iterations it makes again
+            return [json.loads(line) for line in self._kept]
+        return self._read(math.inf)[0]
+
     def close(self):
-        """Draw out/health.png from the records (nothing when there are none)."""
-        if self.records:
-            plot(self.plot_path, self.records, self.matrices)
+        """Draw out/health.png from the history (nothing when there is none)."""
+        records = self.history()
+        if records:
+            plot(self.plot_path, records, self.matrices)
             self.say(f"wrote the health report to {self.path} and {self.plot_path}")
 
 

@@ -406,6 +406,30 @@ def test_a_resumed_run_keeps_the_history_before_a_damaged_line_and_says_so(model
     assert (tmp_path / "health.jsonl").read_text() == lines[0] + "\n" + json.dumps(resumed.records[-1]) + "\n"
 
 
+def test_the_monitor_keeps_only_the_window_and_draws_the_whole_run_from_the_report(model, tmp_path):
+    """Every record stayed in memory for the picture: ~13 KB a step for the default model, 1 GB per 100k steps at
+    --health-interval 1."""
+    monitor = health.Health(model, 1, tmp_path, say=lambda line: None, window=2)
+    seen = []
+    for it in range(12):
+        train_steps(model, monitor, nn.optim.SGD(model.parameters(), lr=1e-2), [it])
+        seen.append(monitor.records[-1])
+    assert [r["iter"] for r in monitor.records] == [9, 10, 11]  # the window the rules judge: 2 iterations
+    assert monitor.history() == seen
+    monitor.close()
+    health.plot(tmp_path / "kept.png", seen, monitor.matrices)
+    assert (tmp_path / "health.png").read_bytes() == (tmp_path / "kept.png").read_bytes()
+
+
+def test_a_resumed_runs_picture_is_its_history_then_its_own_records(model, tmp_path):
+    records = [model_record(model, it) for it in range(0, 150, 25)]
+    (tmp_path / "health.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))  # the run went on to 125
+    resumed = health.Health(model, 25, tmp_path, say=lambda line: None, start=75)
+    assert resumed.history() == records[:3]  # nothing recorded yet: not the iterations it makes again
+    train_steps(model, resumed, nn.optim.SGD(model.parameters(), lr=0.0), [75])
+    assert resumed.history() == records[:3] + [json.loads(json.dumps(resumed.records[-1]))]
+
+
 def test_a_fresh_run_starts_the_report_afresh_with_its_first_record(model, tmp_path):
     """An earlier run's report was emptied as the monitor was made: a run refused or interrupted before its
     first record (or one of --max-iters 0, which records nothing) lost it."""
