@@ -171,6 +171,15 @@ class detect_anomaly(_tensor.ModeDecorator):
         self._previous = threading.local()  # a stack per thread: a decorated function may call itself, in any
         # thread, and checks only its own thread's ops (as no_grad)
 
+    def __call__(self, *args, **kwargs):
+        # `@ag.detect_anomaly` without the call cannot decorate as `@ag.no_grad` does: the function it is given is
+        # a valid `pictures`, so it becomes this instance's pictures, and calling the function calls this
+        if len(args) != 1 or kwargs or not callable(args[0]):
+            given = ", ".join([type(a).__name__ for a in args] + [f"{k}=" for k in kwargs]) or "nothing"
+            raise TypeError(f"{WHO}: decorates one function, got {given}: @ag.detect_anomaly without the call took "
+                            "the function for its pictures; write @ag.detect_anomaly() (with the parentheses)")
+        return super().__call__(args[0])
+
     def __enter__(self):
         self._previous.__dict__.setdefault("modes", []).append(_tensor._mode.anomaly)
         _tensor._mode.anomaly = self

@@ -166,8 +166,8 @@ def layer_norm(x, weight, bias=None, eps=1e-5):
 
     A float16 x is normalised in float32 and rounded once (Function.widens_float16): a row's sum passes 65504,
     float16's largest, long before its mean does (768 features of 100), and so does a square from |x − μ| = 256.
-    A float16 x with a float32 or float64 weight or bias is normalised in the widest of their dtypes, and the
-    output is of it (Function.widens_float16); any other x gives an output of its own dtype."""
+    Floats of mixed dtypes (x, weight, bias) are all normalised in the widest of them, and the output is of it, as
+    x * weight + bias's is (Function.widens_float16); each gradient comes back in its input's own dtype."""
     if x.ndim == 0:
         raise ShapeError("layer_norm: the input has shape (), no axis of features to normalise (the last axis); "
                          "give it one, e.g. x.reshape(1, -1)")

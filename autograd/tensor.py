@@ -233,7 +233,8 @@ class Function:
     # An op that reduces (a softmax's normaliser, layer norm's moments) sets widens_float16: float16 inputs
     # are computed in float32 and its output rounded once, as PyTorch computes them (a float16 row sum passes 65504,
     # or drops its low bits, long before the result does); its VJP runs on g in float32 too. Rounded to float16
-    # only where all float inputs are float16 (`widened`); mixed with a wider float, the output is that float's.
+    # only where all float inputs are float16 (`widened`). Floats of mixed widths, float16 or not, are all computed
+    # in the widest's dtype, and the output is of it, as add's; each gradient comes back in its input's own dtype.
     widens_float16 = False
     widened = False
 
@@ -267,12 +268,15 @@ class Function:
         op.xp = backend.xp_for(device)
         op.needs_grad = tuple(t._requires_grad for t in inputs) if _mode.grad else (False,) * len(inputs)
         arrays = [t._data for t in inputs]
-        if cls.widens_float16 and any(a.dtype == "float16" for a in arrays):
-            # mixed with a wider float, float16 takes the widest float's dtype, as float_alike makes integers do,
-            # and the output stays that dtype, as add's does; only an op of float16 alone is rounded back
-            widest = max((a.dtype for a in arrays if a.dtype.kind in FLOAT_KINDS), key=lambda d: d.itemsize)
+        floats = [a.dtype for a in arrays if a.dtype.kind in FLOAT_KINDS] if cls.widens_float16 else ()
+        if floats and (any(d == "float16" for d in floats) or len(set(floats)) > 1):
+            # floats of mixed widths all take the widest's dtype, as add's operands do, and the output is of it
+            # (a narrower input's values are exact in it); only an op of float16 alone is computed in float32 and
+            # rounded back
+            widest = max(floats, key=lambda d: d.itemsize)
             op.widened = widest == "float16"
-            arrays = [a.astype("float32" if op.widened else widest) if a.dtype == "float16" else a for a in arrays]
+            dtype = "float32" if op.widened else widest
+            arrays = [a.astype(dtype) if a.dtype.kind in FLOAT_KINDS and a.dtype != dtype else a for a in arrays]
         try:
             out = op.forward(*arrays, **params)
         except (ShapeError, SwitchError):

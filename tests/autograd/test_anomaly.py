@@ -130,6 +130,31 @@ def test_a_decorated_generator_is_checked_in_its_body_and_not_between_its_steps(
     assert engine._mode.anomaly is None
 
 
+def test_without_the_call_it_says_to_add_the_parentheses():
+    """@ag.detect_anomaly took the function for its pictures (a function too): calling it raised "ModeDecorator.
+    __call__() missing 1 required positional argument: 'func'", or with an argument silently returned a wrapper."""
+    @ag.detect_anomaly
+    def step():
+        return Tensor([-1.0]).log()
+
+    @ag.detect_anomaly
+    def scaled(x):
+        return x * 2
+
+    fix = r"write @ag\.detect_anomaly\(\) \(with the parentheses\)$"
+    with pytest.raises(TypeError, match=r"^detect_anomaly: decorates one function, got nothing: .*" + fix):
+        step()
+    with pytest.raises(TypeError, match=r"^detect_anomaly: decorates one function, got Tensor: .*" + fix):
+        scaled(Tensor([1.0]))
+
+    @ag.detect_anomaly()
+    def step():
+        return Tensor([-1.0]).log()
+
+    with pytest.raises(ag.AnomalyError, match="forward of Log made NaN/inf"), np.errstate(invalid="ignore"):
+        step()
+
+
 def test_it_checks_only_the_ops_of_the_thread_that_entered_it():
     """One process-wide mode: a log(-1) here raised another thread's AnomalyError (and was scanned at every op)."""
     def hold(pause):

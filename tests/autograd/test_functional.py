@@ -489,6 +489,28 @@ def test_layer_norm_and_attention_of_float16_with_a_wider_float_take_the_wider_d
     np.testing.assert_array_equal(out.data, want.data)
 
 
+@pytest.mark.parametrize("dtypes", [(np.float32, np.float64, np.float64), (np.float64, np.float32, np.float32),
+                                    (np.float32, np.float32, np.float64)])
+def test_layer_norm_of_float32_and_float64_takes_the_wider_dtype_as_add_does(dtypes):
+    """float32 x with a float64 weight gave float32 (x̂ ⊙ γ written into an array of x's dtype), where
+    x * weight + bias gives float64: the output is of the wider dtype and equals the all-float64 run's, each
+    gradient that run's in its input's own dtype."""
+    rng = np.random.default_rng(4)
+    arrays = [rng.normal(size=(3, 8)).astype(dtypes[0])] + [rng.normal(size=8).astype(d) for d in dtypes[1:]]
+    g = rng.normal(size=(3, 8))
+    mixed = [Tensor(a, requires_grad=True) for a in arrays]
+    y = ag.layer_norm(*mixed)
+    y.backward(g)
+    wide = [leaf(a.astype(np.float64)) for a in arrays]
+    want = ag.layer_norm(*wide)
+    want.backward(g)
+    assert y.dtype == (mixed[0] * mixed[1] + mixed[2]).dtype == np.float64
+    np.testing.assert_array_equal(y.data, want.data)
+    for t, w, dtype in zip(mixed, wide, dtypes):
+        assert t.grad.dtype == dtype
+        np.testing.assert_array_equal(t.grad, w.grad.astype(dtype))
+
+
 # dropout
 
 def test_dropout_identity_when_not_training_or_p_zero():
