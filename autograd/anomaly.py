@@ -163,22 +163,22 @@ class detect_anomaly(_tensor.ModeDecorator):
         (models.train: lambda: f"training iteration {run.iter}").
     """
 
-    def __init__(self, pictures=None, where=""):
+    def __new__(cls, func=None, **options):
+        """`@ag.detect_anomaly` without the call decorates as `@ag.detect_anomaly()` does, as `@ag.no_grad` does:
+        pictures and where are keyword-only, so a function given by position is always the one decorated."""
+        detector = super().__new__(cls)
+        if func is None:
+            return detector
+        detector.__init__()
+        return detector(func)
+
+    def __init__(self, func=None, *, pictures=None, where=""):  # func: __new__'s, None by the time Python calls this
         if pictures is not None and not callable(pictures):
             raise TypeError(f"{WHO}: pictures must be a function of the Anomaly returning {{what: path}}, "
                             f"got {type(pictures).__name__}; e.g. viz.anomaly.pictures('out')")
         self.pictures, self.where = pictures, where
         self._previous = threading.local()  # a stack per thread: a decorated function may call itself, in any
         # thread, and checks only its own thread's ops (as no_grad)
-
-    def __call__(self, *args, **kwargs):
-        # `@ag.detect_anomaly` without the call cannot decorate as `@ag.no_grad` does: the function it is given is
-        # a valid `pictures`, so it becomes this instance's pictures, and calling the function calls this
-        if len(args) != 1 or kwargs or not callable(args[0]):
-            given = ", ".join([type(a).__name__ for a in args] + [f"{k}=" for k in kwargs]) or "nothing"
-            raise TypeError(f"{WHO}: decorates one function, got {given}: @ag.detect_anomaly without the call took "
-                            "the function for its pictures; write @ag.detect_anomaly() (with the parentheses)")
-        return super().__call__(args[0])
 
     def __enter__(self):
         self._previous.__dict__.setdefault("modes", []).append(_tensor._mode.anomaly)
