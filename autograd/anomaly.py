@@ -163,16 +163,7 @@ class detect_anomaly(_tensor.ModeDecorator):
         (models.train: lambda: f"training iteration {run.iter}").
     """
 
-    def __new__(cls, func=None, **options):
-        """`@ag.detect_anomaly` without the call decorates as `@ag.detect_anomaly()` does, as `@ag.no_grad` does:
-        pictures and where are keyword-only, so a function given by position is always the one decorated."""
-        detector = super().__new__(cls)
-        if func is None:
-            return detector
-        detector.__init__()
-        return detector(func)
-
-    def __init__(self, func=None, *, pictures=None, where=""):  # func: __new__'s, None by the time Python calls this
+    def __init__(self, func=None, *, pictures=None, where=""):  # func: ModeDecorator.__new__'s (used bare)
         if pictures is not None and not callable(pictures):
             raise TypeError(f"{WHO}: pictures must be a function of the Anomaly returning {{what: path}}, "
                             f"got {type(pictures).__name__}; e.g. viz.anomaly.pictures('out')")

@@ -101,7 +101,17 @@ def is_grad_enabled():
 class ModeDecorator(contextlib.ContextDecorator):
     """A mode entered with `with` or as a decorator. A decorated generator function runs each of its steps inside
     the mode, as PyTorch's grad modes do: calling it only makes the generator, so wrapping the call alone would
-    leave its body to the mode of whoever iterates it, and between its yields the caller keeps its own."""
+    leave its body to the mode of whoever iterates it, and between its yields the caller keeps its own.
+
+    Without the call (`@no_grad`, `@detect_anomaly`) it decorates as with it, as in PyTorch: a subclass's
+    options are keyword-only, and its __init__ takes the function first (None by the time Python calls it)."""
+
+    def __new__(cls, func=None, **options):
+        mode = super().__new__(cls)
+        if func is None:
+            return mode
+        mode.__init__()
+        return mode(func)
 
     def __call__(self, func):
         if not inspect.isgeneratorfunction(func):
@@ -134,15 +144,7 @@ class ModeDecorator(contextlib.ContextDecorator):
 class _GradMode(ModeDecorator):
     """Grad mode set to `recording` inside, in this thread, and restored on the way out."""
 
-    def __new__(cls, func=None):
-        """`@no_grad` without the call decorates as `@no_grad()` does, as in PyTorch."""
-        mode = super().__new__(cls)
-        if func is None:
-            return mode
-        mode.__init__()
-        return mode(func)
-
-    def __init__(self, func=None):  # func: __new__'s, None by the time Python calls this
+    def __init__(self, func=None):  # func: ModeDecorator.__new__'s
         self._previous = threading.local()  # a stack per thread: a `@no_grad()` instance is re-entered by
         # recursive calls, and by other threads
 
