@@ -3,7 +3,8 @@
 Each file is written under a temporary name in the same folder (the folder of
 the file a symbolic link names: the link stays) and moved over the real name
 with os.replace, which is atomic on one filesystem: a reader sees the old file
-or the new one, never a torn mix. `read_json` says which file
+or the new one, never a torn mix; what a killed writer left there goes with the
+next write of that name. `read_json` says which file
 is wrong and how (missing, larger than it may be, not JSON, nested too deep, not
 an object) instead of a traceback, and never reads more than its size limit:
 the files it reads may come from anyone (a downloaded checkpoint folder).
@@ -11,6 +12,7 @@ the files it reads may come from anyone (a downloaded checkpoint folder).
 """
 import contextlib
 import errno
+import glob
 import json
 import math
 import os
@@ -76,7 +78,7 @@ def atomic_path(path):
     path.parent.mkdir(parents=True, exist_ok=True)
     target = Path(os.path.realpath(path))
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    _remove(tmp)  # left by a killed process that had this process's id: a new folder could not be made there
+    _sweep_temporaries(target)
     try:
         yield tmp
         give_default_mode(tmp, target)
@@ -91,6 +93,30 @@ def atomic_path(path):
         raise
     finally:
         _remove(tmp)
+
+
+def _sweep_temporaries(target):
+    """Remove the temporaries of `target` that killed processes left (kill -9, a power cut): those of an id that
+    no longer runs, and one of this process's id, which a killed process that had it left (a new folder could
+    not be made there). A live writer's stays: another process may be writing `target` now."""
+    prefix = f".{target.name}.tmp-"
+    for left in target.parent.glob(glob.escape(prefix) + "*"):
+        pid = left.name[len(prefix):]
+        if pid.isdigit() and (int(pid) == os.getpid() or not _running(int(pid))):
+            with contextlib.suppress(FileNotFoundError):  # another process's sweep took it first
+                _remove(left)
+
+
+def _running(pid):
+    if os.name == "nt":  # there os.kill ends the process: take every id as running
+        return True
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except (ProcessLookupError, OverflowError):  # none has this id; none could (beyond the system's ids)
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _remove(path):

@@ -4,6 +4,8 @@ import errno
 import json
 import os
 import stat
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -209,3 +211,24 @@ def test_a_file_that_grows_past_the_limit_as_it_is_read_is_refused(tmp_path, mon
 def test_a_device_or_pipe_is_no_json_file(name):
     with pytest.raises(FileNotFoundError, match=rf"{name} is not a regular file \(a folder, FIFO or device\)"):
         read_json(name)
+
+
+def test_temporaries_of_processes_that_no_longer_run_are_swept_and_a_live_writers_stays(tmp_path):
+    # kill -9 in the middle of models.export_merged, then a later export of the same folder under another id:
+    # the half-written folder stayed beside the new one, as large as the model, for good
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / f".out.tmp-{dead}").mkdir()
+        (tmp_path / f".out.tmp-{dead}" / "model.safetensors").write_bytes(b"half")
+        (tmp_path / f".out.tmp-{live.pid}").mkdir()  # another export of the same folder, running now
+        (tmp_path / ".out.tmp-notes").write_text("not a temporary of ours")
+        (tmp_path / f".outer.tmp-{dead}").write_bytes(b"another file's, whose writer is gone")
+        with atomic_path(tmp_path / "out") as tmp:
+            tmp.mkdir()
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            ["out", f".out.tmp-{live.pid}", ".out.tmp-notes", f".outer.tmp-{dead}"])
+    finally:
+        live.kill()
+        live.wait()
