@@ -208,6 +208,7 @@ class KVCache:
     """A LayerCache per block; `length` positions (0 … length−1) are cached."""
 
     def __init__(self, config, batch_size, dtype, device):
+        self.batch_size = batch_size
         shape = (batch_size, config.n_head, config.block_size, config.n_embd // config.n_head)
         self.layers = [LayerCache(shape, dtype, device) for _ in range(config.n_layer)]
 
@@ -313,6 +314,10 @@ class GPT(nn.Module):
                 + (f" after {seen} cached ones" if seen else "")
                 + f"; the model's block_size is {self.config.block_size}: crop to the last "
                   f"{self.config.block_size} tokens (generate does this)")
+        # refused here: layer 0 would store keys broadcast to the cache's batch before attention failed
+        if kv_cache is not None and kv_cache.batch_size != idx.shape[0]:
+            raise ValueError(f"GPT: idx is a batch of {idx.shape[0]}, and the KV cache was made for a batch of "
+                             f"{kv_cache.batch_size}; make a KVCache for a batch of {idx.shape[0]}")
         if kv_cache is not None and ag.is_grad_enabled():
             raise RuntimeError("GPT: the KV cache is for inference (it is outside the graph); "
                                "run under autograd.no_grad()")

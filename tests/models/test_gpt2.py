@@ -299,6 +299,18 @@ def test_cached_forward_equals_the_full_forward():
         model(x[:, :1], kv_cache=gpt2.KVCache(model.config, 2, np.float32, "cpu"))
 
 
+@pytest.mark.parametrize("cache_rows, rows", [(3, 1), (1, 3)])
+def test_a_kv_cache_of_another_batch_is_refused_before_it_is_written(cache_rows, rows):
+    """A cache of 3 rows once took layer 0's keys of 1 row broadcast to 3 and failed in attention, its layers
+    then at different lengths; a cache of 1 row failed in NumPy's broadcast, naming neither."""
+    model = tiny()
+    cache = gpt2.KVCache(model.config, cache_rows, np.float32, "cpu")
+    with pytest.raises(ValueError, match=rf"idx is a batch of {rows}, and the KV cache was made for a batch of "
+                                         rf"{cache_rows}; make a KVCache for a batch of {rows}"), ag.no_grad():
+        model(np.zeros((rows, 2), dtype=np.int64), kv_cache=cache)
+    assert [layer.length for layer in cache.layers] == [0] * model.config.n_layer
+
+
 @pytest.mark.parametrize("prompt_len, new", [(3, 4), (3, 20), (8, 5), (12, 3)])  # inside, past, at, over block_size
 def test_greedy_with_and_without_cache_agree(prompt_len, new):
     model = tiny()
