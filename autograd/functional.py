@@ -245,9 +245,9 @@ def checkpoint(fn, *inputs, params=None):
     those three, or pass the random values in as an input. An input must require grad,
     or one of `params`, the parameters fn reads that do (a frozen model's LoRA
     adapters behind inputs that need none): else backward could not reach fn.
-    An activation fn reads (a result of ops outside fn that requires grad) is
-    one of the inputs too: backward refuses one fn closes over, as its
-    recompute's backward would run on into the caller's graph.
+    An activation fn closes over (a result of ops outside fn that requires
+    grad) gets its gradient as without checkpointing, added to those of its
+    other uses; fn must read the same ones when backward runs it again.
     """
     params = () if params is None else tuple(params)
     if not inputs or not all(isinstance(x, Tensor) for x in (*inputs, *params)):

@@ -1177,8 +1177,10 @@ class Checkpoint(Function):
 
     The Jacobian is fn's own: ∂y/∂xᵢ, whatever ops fn records. Forward runs fn
     without recording and keeps only the inputs (and the random generator's
-    state, so dropout draws the same masks again). Backward runs fn once more
-    with recording on, from leaves holding the inputs' values, and
+    state, so dropout draws the same masks again); the caller's activations fn
+    reads (tensors it closes over that ops outside it made) become inputs too.
+    Backward runs fn once more with recording on, from leaves holding the
+    inputs' values (fn's reads of those activations moved onto leaves too), and
     backpropagates g through that graph: the parameters fn reads accumulate
     their gradients as they would have, and the leaves' gradients are the VJP
     for the inputs. Bit for bit the unchecked pass, for twice fn's forward cost.
@@ -1186,6 +1188,26 @@ class Checkpoint(Function):
 
     rule = "recompute fn, then backward through it"
     runs_user_code = True
+    # The ids of the activations fn closes over, the last inputs, as fn reads them: in the recompute of a
+    # checkpoint around this one, stand-ins of that checkpoint's take their places among the inputs
+    read_ids = ()
+
+    @classmethod
+    def apply(cls, *inputs, **params):
+        """Function.apply, then the caller's activations fn read as it ran (Function.apply notes those that
+        unrecorded ops read) added to the op's inputs: the outer backward reaches them after this op, once, and
+        adds the gradients its backward returns for them to their others."""
+        outer, tensor._mode.reads = tensor._mode.reads, {}
+        try:
+            out = super().apply(*inputs, **params)
+            reads = tuple(tensor._mode.reads.values())
+        finally:
+            tensor._mode.reads = outer
+        if reads and out.op is not None:
+            out.op.inputs += reads
+            out.op.needs_grad += (True,) * len(reads)
+            out.op.read_ids = tuple(map(id, reads))
+        return out
 
     def saved_in_graph(self, inputs, out):
         raise RuntimeError(
@@ -1208,33 +1230,46 @@ class Checkpoint(Function):
                 "checkpoint: its backward adds the gradients of fn's parameters into their .grad, as backward() "
                 "does, so ag.grad (which returns gradients and writes no .grad) cannot go through it; call "
                 "loss.backward(), or call fn without ag.checkpoint where you need ag.grad")
-        n = self.n_inputs
+        n, reads = self.n_inputs, self.inputs[len(self.inputs) - len(self.read_ids):]
         leaves = [Tensor(x.data, requires_grad=need) for x, need in zip(self.inputs[:n], self.needs_grad)]
+        stand_ins = {read: Tensor(x.data, requires_grad=True) for read, x in zip(self.read_ids, reads)}
         first = next(tensor._recorded)  # the recompute's ops are numbered from here on
         # recording on: a backward() called inside no_grad() still needs fn's graph to go through
         with backend.replaying(self.device, self.rng), backend.replaying_host(self.host_rngs), enable_grad():
             out = self.fn(*leaves)
         if out.requires_grad:
-            self._refuse_results_from_outside(out, first)
+            self._end_at_stand_ins(out, first, stand_ins)
             if self.changes != tensor._changes:  # a tensor changed since the forward: did fn read it?
                 self._refuse_changed_reads(out)
             out.backward(g)  # fn's parameters (params= among them) accumulate their own gradients here
         return (*(leaf.grad if need else None for leaf, need in zip(leaves, self.needs_grad)),
-                *(None,) * (len(self.inputs) - n))
+                *(None,) * (len(self.inputs) - n - len(reads)), *(stand_ins[read].grad for read in self.read_ids))
 
-    def _refuse_results_from_outside(self, out, first):
-        """Refuse a recompute that read a tensor the caller's ops made (fn closes over an activation that requires
-        grad): backward through fn's graph would run on into the caller's graph, a pass of its own that the outer
-        backward, which owns that graph, does not know of: it frees the graph before or after the outer pass goes
-        through it. An input is a leaf of the recompute instead, its gradient handed to the outer pass."""
-        for t in tensor.topological_order(out):
-            if t._op is not None and t._op.number < first:
-                where = f" in {self.scope}" if self.scope else ""
-                raise RuntimeError(
-                    f"backward: {self.name}{where}: fn reads {f'{t.name!r}' if t.name else 'a tensor'} (shape "
-                    f"{t.shape}, made by {t._op.name} outside fn) that requires grad; the recompute's backward cannot "
-                    "go on into the caller's graph: pass it to checkpoint as an input, checkpoint(fn, x, it), with "
-                    "fn taking it as an argument")
+    def _end_at_stand_ins(self, out, first, stand_ins):
+        """Make each op of the recompute (those numbered from `first` on) that reads one of the caller's
+        activations read its stand-in instead, a leaf holding the same array: the recompute's backward then stops
+        there and leaves the caller's graph to the outer pass, which owns it (a pass of its own through it would
+        free it before or after the outer one goes through it), and the stand-in's gradient is this op's VJP for
+        that input. An activation the forward did not read has no stand-in and is refused."""
+        stack, seen = [out], set()
+        while stack:
+            t = stack.pop()
+            if t.op is None or id(t) in seen:
+                continue
+            seen.add(id(t))
+            t.op.inputs = tuple(x if x.op is None or x.op.number >= first else self._stand_in(x, stand_ins)
+                                for x in t.op.inputs)
+            stack.extend(t.op.inputs)
+
+    def _stand_in(self, x, stand_ins):
+        if id(x) not in stand_ins:
+            where = f" in {self.scope}" if self.scope else ""
+            raise RuntimeError(
+                f"backward: {self.name}{where}: fn's recompute reads {f'{x.name!r}' if x.name else 'a tensor'} "
+                f"(shape {x.shape}, made by {x.op.name} outside fn) that requires grad, which its forward did not "
+                "read, so the gradient could not reach it; fn must read the same tensors when it runs again: pass "
+                "this one to checkpoint as an input, checkpoint(fn, x, it), with fn taking it as an argument")
+        return stand_ins[id(x)]
 
     def _refuse_changed_reads(self, out):
         """Refuse a recompute that read a tensor changed since the forward, an input or not (a weight fn closes

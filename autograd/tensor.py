@@ -49,6 +49,7 @@ class _Mode(threading.local):
         self.scopes = []  # dotted names of the modules whose forward is running, innermost last
         self.anomaly = None  # the active detect_anomaly (autograd/anomaly.py), checking every op; None: no check
         self.grad_only = False  # True while ag.grad walks a graph: it returns the gradients and writes no .grad
+        self.reads = None  # while a checkpoint's fn runs unrecorded: the activations of the caller's it reads, by id
 
 
 _mode = _Mode()
@@ -268,7 +269,12 @@ class Function:
                 _refuse_inputs(cls.__name__, inputs)
         op = cls()
         op.xp = backend.xp_for(device)
-        op.needs_grad = tuple(t._requires_grad for t in inputs) if _mode.grad else (False,) * len(inputs)
+        if _mode.grad:
+            op.needs_grad = tuple(t._requires_grad for t in inputs)
+        else:
+            op.needs_grad = (False,) * len(inputs)
+            if _mode.reads is not None:  # tensors made under no_grad have no op: these are the caller's activations
+                _mode.reads.update((id(t), t) for t in inputs if t._op is not None)
         arrays = [t._data for t in inputs]
         floats = [a.dtype for a in arrays if a.dtype.kind in FLOAT_KINDS] if cls.widens_float16 else ()
         if floats and (any(d == "float16" for d in floats) or len(set(floats)) > 1):

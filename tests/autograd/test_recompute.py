@@ -80,27 +80,76 @@ def test_parameters_read_inside_fn_get_their_gradients():
     np.testing.assert_array_equal(x.grad, expected_x)
 
 
-def test_an_activation_fn_closes_over_is_refused_and_as_an_input_gets_its_gradient():
-    """fn closing over h = tanh(w), a result of the caller's ops: the recompute's backward ran on through Tanh,
-    a pass the outer one did not know of, which then found Tanh freed ("call the first backward(retain_graph=True)")."""
+def closing_over(dtype, checkpointed):
+    """loss(w, x, v) of fn(x) = tanh(x @ h) * v, with fn closing over h = tanh(w), an activation that also feeds
+    the loss beside fn, and over the leaf v; with `checkpointed`, fn runs under ag.checkpoint."""
+    def loss(w, x, v):
+        h = w.tanh()
+        fn = lambda t: (t @ h).tanh() * v  # noqa: E731
+        return (ag.checkpoint(fn, x) if checkpointed else fn(x)).sum() + (h * 3.0).sum()
     rng = np.random.default_rng(4)
-    w0, x0 = rng.standard_normal((3, 3)), rng.standard_normal((2, 3))
-    w = Tensor(w0, requires_grad=True)
+    return loss, [Tensor(rng.standard_normal(s).astype(dtype), requires_grad=True) for s in [(3, 3), (2, 3), (3,)]]
+
+
+def test_an_activation_fn_closes_over_gets_its_gradient_once_beside_its_other_uses():
+    """h = tanh(w) read inside fn and outside it, which backward refused ("pass it to checkpoint as an input"): its
+    gradient is the sum of both uses', fn's added by the outer pass, which alone goes through Tanh."""
+    loss, inputs = closing_over(np.float64, True)
+    ag.gradcheck(loss, inputs)
+    (plain, ins), (checked, outs) = closing_over(np.float32, False), closing_over(np.float32, True)
+    plain(*ins).backward()
+    checked(*outs).backward()
+    for a, b in zip(ins, outs):
+        np.testing.assert_array_equal(a.grad, b.grad)
+
+
+def read_twice_and_passed_too(w, x):
     h = w.tanh()
-    loss = ag.checkpoint(lambda t: (t @ h).tanh(), h[:2] * 2.0).sum()
-    with pytest.raises(RuntimeError, match=r"^backward: Checkpoint: fn reads a tensor \(shape \(3, 3\), made by Tanh "
-                                           r"outside fn\) that requires grad; .* pass it to checkpoint as an input"):
+    return ag.checkpoint(lambda t, k: ((t @ h).tanh() @ h + k).sum(axis=1), x, h[0]).sum()
+
+
+def read_by_a_checkpoint_inside(w, x):
+    """The outer recompute puts its stand-in for h among the inner op's inputs, where the inner fn still reads h."""
+    h = w.sigmoid()
+    return ag.checkpoint(lambda t: ag.checkpoint(lambda u: (u @ h).tanh(), t * 2.0) @ h, x).sum()
+
+
+@pytest.mark.parametrize("loss", [read_twice_and_passed_too, read_by_a_checkpoint_inside])
+def test_every_read_of_a_closed_over_activation_gets_its_part(loss):
+    rng = np.random.default_rng(5)
+    ag.gradcheck(loss, [Tensor(rng.standard_normal(s), requires_grad=True) for s in [(3, 3), (2, 3)]])
+
+
+def test_a_closed_over_activation_is_an_input_of_the_op_and_fn_records_nothing():
+    w = Tensor(np.random.default_rng(7).standard_normal((4, 4)), requires_grad=True)
+    x = Tensor(np.random.default_rng(8).standard_normal((2, 4)), requires_grad=True)
+    h = w.tanh()
+    y = ag.checkpoint(lambda t: ((t @ h).tanh() @ h).exp(), x)
+    assert y.op.inputs == (x, h) and y.op.needs_grad == (True, True)
+    assert ag.topological_order(y) == [y, x, h, w]  # nothing of fn's graph is recorded
+
+
+def test_a_closed_over_activation_keeps_retain_graph_as_without_checkpoint():
+    loss, inputs = closing_over(np.float32, True)
+    out = loss(*inputs)
+    out.backward(retain_graph=True)
+    once = [t.grad.copy() for t in inputs]
+    out.backward()
+    for t, g in zip(inputs, once):
+        np.testing.assert_array_equal(t.grad, 2 * g)
+    with pytest.raises(RuntimeError, match=r"^backward: the graph through Add was freed by an earlier backward\(\)"):
+        out.backward()
+
+
+def test_an_activation_the_recompute_reads_but_the_forward_did_not_is_refused():
+    w = Tensor(np.ones((3, 3)), requires_grad=True)
+    read = {"h": w.tanh()}
+    loss = ag.checkpoint(lambda t: t @ read["h"], Tensor(np.ones((2, 3)), requires_grad=True)).sum()
+    read["h"] = w.exp()
+    with pytest.raises(RuntimeError, match=r"^backward: Checkpoint: fn's recompute reads a tensor \(shape \(3, 3\), "
+                                           r"made by Exp outside fn\) that requires grad, which its forward did not "
+                                           r"read, .* pass this one to checkpoint as an input"):
         loss.backward()
-    ag.gradcheck(lambda w, x: ag.checkpoint(lambda t, v: (t @ v.tanh()).tanh(), x, w).sum() + (w * w).sum(),
-                 [Tensor(w0, requires_grad=True), Tensor(x0, requires_grad=True)])
-    w, x = Tensor(w0, requires_grad=True), Tensor(x0, requires_grad=True)
-    h = w.tanh()
-    (ag.checkpoint(lambda t, v: (t @ v).tanh(), x, h).sum() + (h * h).sum()).backward()
-    expected = w.grad.copy()
-    w.grad = None
-    h = w.tanh()
-    ((x @ h).tanh().sum() + (h * h).sum()).backward()
-    np.testing.assert_array_equal(w.grad, expected)
 
 
 def test_misuse_is_one_clear_line():
