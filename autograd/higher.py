@@ -106,7 +106,8 @@ def vjp_in_graph(op, out, g, step):
     """
     twin = copy.copy(op)
     twin.xp, twin.last_use = namespace(out.device), False
-    twin.saved = twin.saved_in_graph(op.inputs, out)
+    inputs, out, g = _as_computed(op, op.inputs, out, g)
+    twin.saved = twin.saved_in_graph(inputs, out)
     label = f"backward {step}: {op.name}"
     # unchecked as forward ops: backward checks the gradients the VJP returns, as it checks an array VJP's, and
     # reports a NaN as the backward of `op`, not as the forward of an op its VJP is written with
@@ -115,6 +116,19 @@ def vjp_in_graph(op, out, g, step):
     grads = grads if isinstance(grads, tuple) else (grads,)
     return tuple(pg if pg is None or isinstance(pg, Tensor) else Tensor._make(pg, out.device, False, None)
                  for pg in grads)
+
+
+def _as_computed(op, inputs, out, g):
+    """The op's inputs, output and gradient in the dtype its forward computed in, as the plain backward has them:
+    an op that widens float16 (Function.widens_float16) computed in float32, one of mixed floats in the widest.
+    Left in float16, the rule rebuilt what it reads there: layer norm's squares passed 65504 from |x − μ| = 256
+    (a zero gradient), attention's scores were rounded to float16. The casts are ops: the gradients still reach
+    the narrower inputs, and backward casts each result back to its input's dtype."""
+    if not op.widens_float16:
+        return inputs, out, g
+    dtype = "float32" if op.widened else out.dtype
+    inputs = [x.astype(dtype) if x.dtype.kind == "f" else x for x in inputs]
+    return inputs, out.astype(dtype), g.astype(dtype)
 
 
 def root_tensor(root, grad, op):

@@ -1114,12 +1114,15 @@ class ScaledDotProductAttention(Function):
         return out
 
     def saved_in_graph(self, inputs, out):
-        """(Q, K, V, O, the dropout mask, P) with P = softmax(S, mask) rebuilt as a tensor of the graph, for the
-        composed rule (the kernels' P is an array)."""
+        """(Q, K, V, O, the dropout mask, P) with P = softmax(S, mask) and O = P V rebuilt as tensors of the graph,
+        for the composed rule (the kernels' P is an array). O is rebuilt, not read from the output: a float16
+        output is O rounded, and dS = P ⊙ (dP − G·O) cancels (for scores near 1300, dQ came out 55 % off where the
+        plain backward's, from float32 O, was 0.03 %)."""
         self.kernels = None
         q, k, v = inputs
         p = Softmax.apply((q * self.scale) @ k.swapaxes(-1, -2), axis=-1, mask=self.mask)
-        return q, k, v, out, self.saved[4], p, None
+        drop = self.saved[4]
+        return q, k, v, (p if drop is None else p * drop) @ v, drop, p, None
 
     def backward(self, g):
         if self.kernels is not None:

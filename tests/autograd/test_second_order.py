@@ -392,3 +392,44 @@ def test_a_fused_op_keeps_its_kernel_first_order_and_its_composed_rule_under_cre
         np.testing.assert_allclose(b, exact, rtol=2e-3, atol=2e-4 * np.abs(exact).max())
     for h, exact in zip(second, results[np.float64][2]):
         np.testing.assert_allclose(h, exact, rtol=5e-3, atol=1e-3 * np.abs(exact).max())
+
+
+WIDENED = {  # float16 at values float16 cannot compute them at: layer norm's squares pass 65504 from |x − μ| = 256,
+    # attention's scores near 1300 are held to 1 and its dS = P ⊙ (dP − G·O) cancels
+    "layer_norm": ((np.float16, np.float16),
+                   lambda rng: [rng.standard_normal((2, 16)) * 300, rng.standard_normal(16)], ag.layer_norm),
+    "layer_norm-float32-weight": ((np.float16, np.float32),
+                                  lambda rng: [rng.standard_normal((2, 16)) * 300, rng.standard_normal(16)],
+                                  ag.layer_norm),
+    "attention": ((np.float16,) * 3, lambda rng: [rng.standard_normal((1, 1, 6, 2)) * 30,  # scores near 1300,
+                                                  30 * rng.standard_normal(2) + rng.standard_normal((1, 1, 6, 2)) / 20,
+                                                  rng.standard_normal((1, 1, 6, 2)) * 30],  # a few apart
+                  ag.scaled_dot_product_attention),
+}
+
+
+@pytest.mark.parametrize("name", list(WIDENED))
+def test_an_op_that_computes_float16_in_float32_differentiates_its_gradient_in_float32(name):
+    """A float16 op computed in float32 (Function.widens_float16) ran its rule under create_graph in float16: layer
+    norm's gradient came out 0 (1/σ of an infinite variance), attention's dQ 480 times too large; now it is the
+    plain backward's, and its own derivative float64's to float16's rounding."""
+    dtypes, make, fn = WIDENED[name]
+    arrays = [a.astype(np.float16) for a in make(np.random.default_rng(0))]  # the same values in every dtype
+    rng = np.random.default_rng(1)
+    v = rng.standard_normal(fn(*[leaf(a) for a in arrays]).shape)
+    ws = [rng.standard_normal(a.shape) for a in arrays]
+
+    def derivatives(dtypes):
+        xs = [Tensor(a.astype(d), requires_grad=True) for a, d in zip(arrays, dtypes)]
+        head = Tensor(v.astype(fn(*xs).dtype))
+        plain = ag.grad((fn(*xs) * head).sum(), xs)
+        first = ag.grad((fn(*xs) * head).sum(), xs, create_graph=True)
+        second = ag.grad(sum((g * Tensor(w.astype(g.dtype))).sum() for g, w in zip(first, ws)), xs)
+        assert [g.dtype for g in first] == [h.dtype for h in second] == list(map(np.dtype, dtypes))
+        return [[g.data.astype(np.float64) for g in grads] for grads in (plain, first, second)]
+
+    (plain, first, second), (_, _, exact) = derivatives(dtypes), derivatives((np.float64,) * len(arrays))
+    for ours, theirs in zip(first, plain):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-3, atol=1e-3 * np.abs(theirs).max())
+    for ours, theirs in zip(second, exact):
+        np.testing.assert_allclose(ours, theirs, rtol=3e-3, atol=3e-3 * np.abs(theirs).max())
