@@ -11,7 +11,7 @@ import operator
 import autograd as ag
 from autograd.intervals import check
 
-from .module import Module, Parameter
+from .module import Module, Parameter, type_name
 
 
 def _size(module, name, value):
@@ -132,7 +132,7 @@ class ModuleList(Module):
 
     def _checked(self, module, position):
         if not isinstance(module, Module):  # else it would be a plain attribute, never called nor trained
-            raise TypeError(f"{type(self).__name__}: item {position} ({type(module).__name__}) is not an "
+            raise TypeError(f"{type(self).__name__}: item {position} ({type_name(module)}) is not an "
                             "nn.Module; wrap it in a Module whose forward calls it")
         return module
 

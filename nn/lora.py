@@ -25,7 +25,7 @@ import autograd as ag
 from autograd import backend
 
 from .layers import Linear
-from .module import Parameter
+from .module import Parameter, type_name
 
 
 class LoRALinear(Linear):
@@ -37,7 +37,7 @@ class LoRALinear(Linear):
 
     def __init__(self, base, r, alpha):
         if not isinstance(base, Linear):
-            raise TypeError(f"LoRALinear: wraps an nn.Linear, got {type(base).__name__}")
+            raise TypeError(f"LoRALinear: wraps an nn.Linear, got {type_name(base)}")
         # Integral and Real take NumPy's scalars too (a sweep over np.arange); bool is an Integral, not a rank
         if isinstance(r, bool) or not isinstance(r, numbers.Integral) \
                 or not 1 <= r <= min(base.in_features, base.out_features):

@@ -68,6 +68,15 @@ def zero_gradient(t):
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
 
+def type_name(value):
+    """The name of value's type for a message: bare for Python's and this engine's own types, with its module for
+    any other, so that PyTorch's Parameter reads torch.nn.parameter.Parameter where an nn.Parameter was asked for."""
+    kind = type(value)
+    if kind.__module__ == "builtins" or kind.__module__.partition(".")[0] in ("autograd", "nn"):
+        return kind.__qualname__
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
 def _host(value):
     """A state dict's value as a host array, to compare two of them."""
     return backend.to_host(value.data if isinstance(value, Tensor) else value)
@@ -92,12 +101,12 @@ class Module:
         params, modules = self._parameters, self._modules
         if name in params and not (value is None or isinstance(value, Parameter)):
             raise TypeError(f"{type(self).__name__}.{name} is a Parameter: assign an nn.Parameter (or None), not a "
-                            f"{type(value).__name__}, or it would drop out of parameters() and state_dict(); to "
+                            f"{type_name(value)}, or it would drop out of parameters() and state_dict(); to "
                             f"change its values, assign {name}.data")
         if name in modules and not (value is None or isinstance(value, Module)):
             held = "set to None" if modules[name] is None else type(modules[name]).__name__
             raise TypeError(f"{type(self).__name__}.{name} is a sub-module ({held}): assign "
-                            f"a Module (or None), not a {type(value).__name__}, or its parameters would drop out "
+                            f"a Module (or None), not a {type_name(value)}, or its parameters would drop out "
                             "of parameters() and state_dict()")
         _tree_changed()
         # A name already registered keeps its place in the order (parameters(), state_dict()), as in PyTorch;
@@ -114,7 +123,7 @@ class Module:
         """Register `param` (a Parameter, or None for an empty slot, a layer without a bias) as attribute `name`."""
         if param is not None and not isinstance(param, Parameter):
             raise TypeError(f"{type(self).__name__}.register_parameter: {name!r} must be an nn.Parameter or None, "
-                            f"not a {type(param).__name__}")
+                            f"not a {type_name(param)}")
         self._parameters.setdefault(name, None)
         setattr(self, name, param)
 
@@ -276,9 +285,7 @@ class Module:
         for key, value in state_dict.items():
             # a NumPy scalar is what arithmetic on a 0-d array gives back: state_dict()["scale"] * 2
             if not (isinstance(value, (Tensor, np.generic)) or backend.device_of(value) is not None):
-                kind = type(value)  # by its full name where that is not Python's own: torch.Tensor, not Tensor
-                kind = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-                raise TypeError(f"{who}: {key!r} is a {kind}, not a NumPy or CuPy "
+                raise TypeError(f"{who}: {key!r} is a {type_name(value)}, not a NumPy or CuPy "
                                 "array or an autograd Tensor; convert it first (a PyTorch tensor: "
                                 ".detach().cpu().numpy())")
         own = OrderedDict(self.named_parameters())

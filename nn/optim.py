@@ -18,7 +18,7 @@ import numpy as np
 from autograd import Tensor, backend, kernels
 from autograd.intervals import check
 
-from .module import zero_gradient
+from .module import type_name, zero_gradient
 
 
 # Buffers are updated in place, so a saved state and the live one must never share an array;
@@ -91,7 +91,10 @@ class Optimizer:
         for i, p in enumerate(params):
             where = f"parameter {i} of group {index}"
             if not isinstance(p, Tensor):
-                raise TypeError(f"{name}: {where} is a {type(p).__name__}, not a Parameter (a Tensor)")
+                raise TypeError(f"{name}: {where} is a {type_name(p)}, not an nn.Parameter (an autograd Tensor)")
+            if p.dtype.kind != "f":  # it cannot require grad, so the frozen parameter's message would mislead
+                raise TypeError(f"{name}: {where} (shape {p.shape}) is {p.dtype}: only floating-point tensors can "
+                                "be optimized; give the optimizer the model's float parameters")
             if not p.requires_grad:
                 raise ValueError(f"{name}: {where} (shape {p.shape}) does not require grad: it is frozen (as nn.lora "
                                  "leaves a model's base); give the optimizer those that train, "
@@ -142,7 +145,7 @@ class Optimizer:
         name, grad = f"{type(self).__name__}.step", p.grad
         if backend.device_of(grad) != p.device:
             raise TypeError(f"{name}: parameter {i} (shape {p.shape}, on {p.device}) has a gradient that is "
-                            f"a {type(grad).__name__}; .grad must be an array on the parameter's device")
+                            f"a {type_name(grad)}; .grad must be an array on the parameter's device")
         if grad.shape != p.shape:
             raise ValueError(f"{name}: parameter {i} has shape {p.shape} but its gradient {grad.shape}; "
                              "a gradient must have its parameter's shape (it is never broadcast into the update)")
@@ -361,7 +364,9 @@ class AdamW(Optimizer):
             raise ValueError(f"AdamW: betas must be a pair (beta1, beta2), got {group['betas']!r}")
         for i, beta in enumerate(group["betas"]):
             check("AdamW", f"betas[{i}]", beta, "[0, 1)")  # at 1 the bias correction divides by 1 − 1 = 0
-        check("AdamW", "eps", group["eps"], "[0, inf)")
+        # eps = 0 divides 0 by 0 where a gradient is exactly 0 from the start (a parameter that flat_grads steps
+        # without backward reaching it, a dead unit): those weights become NaN at the first step
+        check("AdamW", "eps", group["eps"], "(0, inf)")
 
     @staticmethod
     def _factors(group, t):
@@ -488,8 +493,12 @@ def clip_grad_norm_(params, max_norm):
     any thread count.
     """
     check("clip_grad_norm_", "max_norm", max_norm, "(0, inf]")
-    if isinstance(params, Tensor):  # iterating a tensor would give its rows, which have no gradients
-        params = [params]
+    # iterating a tensor would give its rows, which have no gradients
+    params = [params] if isinstance(params, Tensor) else list(params)
+    for i, p in enumerate(params):
+        if not isinstance(p, Tensor):  # PyTorch's parameters would pass as ones without gradients: a norm of 0
+            raise TypeError(f"clip_grad_norm_: parameter {i} is a {type_name(p)}, not an nn.Parameter (an autograd "
+                            "Tensor)")
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return np.float64(0.0)
@@ -552,7 +561,7 @@ class WarmupCosineLR:
 
     def __init__(self, optimizer, warmup_steps, decay_steps, min_lr=0.0, max_lr=None, last_step=-1):
         if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"WarmupCosineLR: optimizer must be an nn.optim optimizer, got {type(optimizer).__name__}")
+            raise TypeError(f"WarmupCosineLR: optimizer must be an nn.optim optimizer, got {type_name(optimizer)}")
         check("WarmupCosineLR", "last_step", last_step, "[-1, inf)", integer=True)
         if max_lr is None and last_step >= 0:
             raise ValueError(f"WarmupCosineLR: resuming at last_step={last_step} needs max_lr: the optimizer's lr is "

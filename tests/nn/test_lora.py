@@ -259,6 +259,8 @@ def test_transformers_loads_an_adapted_models_save_pretrained_with_its_logits(tm
     (lambda: nn.LoRALinear(nn.Linear(4, 3), r=0, alpha=1), "r must be an integer in [1, 3]"),
     (lambda: nn.LoRALinear(nn.Linear(4, 3), r=2, alpha=-1), "alpha must be a positive number"),
     (lambda: nn.LoRALinear(nn.Embedding(4, 3), r=1, alpha=1), "wraps an nn.Linear"),
+    (lambda: nn.LoRALinear(type("Linear", (), {"__module__": "torch.nn.modules.linear"})(), r=1, alpha=1),
+     "LoRALinear: wraps an nn.Linear, got torch.nn.modules.linear.Linear"),  # was "got Linear"
     (lambda: nn.lora(tiny_gpt(), 2, 2, ["c_atn"]), "no nn.Linear named 'c_atn' in GPT"),
     (lambda: nn.lora(tiny_gpt(), 2, 2, []), "targets is empty"),
     (lambda: nn.lora(tiny_gpt(), 2, 2, None), "targets are attribute names of Linear layers, a str or a list of "

@@ -102,6 +102,26 @@ def test_a_registered_name_takes_only_its_own_kind():
         layer.register_parameter("scale", ag.Tensor(np.ones(4)))
 
 
+def test_pytorchs_parameters_and_modules_are_refused_by_their_full_names():
+    """They were named as this package's: "assign an nn.Parameter (or None), not a Parameter"."""
+    torch_parameter = type("Parameter", (), {"__module__": "torch.nn.parameter"})()
+    torch_linear = type("Linear", (), {"__module__": "torch.nn.modules.linear"})()
+    layer, model = nn.Linear(3, 4), Block()
+    with pytest.raises(TypeError, match=r"^Linear\.weight is a Parameter: assign an nn\.Parameter \(or None\), not a "
+                                        r"torch\.nn\.parameter\.Parameter, or it would"):
+        layer.weight = torch_parameter
+    with pytest.raises(TypeError, match=r"^Linear\.register_parameter: 'scale' must be an nn\.Parameter or None, not a "
+                                        r"torch\.nn\.parameter\.Parameter$"):
+        layer.register_parameter("scale", torch_parameter)
+    with pytest.raises(TypeError, match=r"^Block\.attn is a sub-module \(Linear\): assign a Module \(or None\), not a "
+                                        r"torch\.nn\.modules\.linear\.Linear, or its"):
+        model.attn = torch_linear
+    with pytest.raises(TypeError, match=r"^Sequential: item 1 \(torch\.nn\.modules\.linear\.Linear\) is not an "
+                                        r"nn\.Module"):
+        nn.Sequential(nn.ReLU(), torch_linear)
+    assert isinstance(layer.weight, Parameter) and isinstance(model.attn, nn.Linear)
+
+
 def test_a_sub_module_set_to_none_keeps_its_slot_as_in_pytorch():
     """Set to None, a sub-module's slot was dropped: a Tensor could then take the name unregistered, and a module
     assigned again moved to the end of parameters() and state_dict()."""

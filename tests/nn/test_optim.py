@@ -10,6 +10,10 @@ from nn import Parameter
 from nn.optim import SGD, AdamW, WarmupCosineLR, clip_grad_norm_, warmup_cosine
 
 
+# what PyTorch's parameter is to these checks: a type of the same name from another package
+TorchParameter = type("Parameter", (), {"__module__": "torch.nn.parameter", "grad": None})
+
+
 def param(values, grad=None):
     p = Parameter(np.array(values, dtype=np.float64))
     p.grad = None if grad is None else np.array(grad, dtype=np.float64)
@@ -72,7 +76,8 @@ def test_bad_parameter_lists_are_clear_errors():
     (lambda p: AdamW(p, betas=(1.0, 0.999)), "AdamW: betas[0] must be a number in [0, 1), got 1.0"),
     (lambda p: AdamW(p, betas=(0.9, -0.5)), "AdamW: betas[1] must be a number in [0, 1), got -0.5"),
     (lambda p: AdamW(p, betas=0.9), "AdamW: betas must be a pair (beta1, beta2), got 0.9"),
-    (lambda p: AdamW(p, eps=-1e-8), "AdamW: eps must be a number in [0, inf), got -1e-08"),
+    (lambda p: AdamW(p, eps=-1e-8), "AdamW: eps must be a number in (0, inf), got -1e-08"),
+    (lambda p: AdamW(p, eps=0.0), "AdamW: eps must be a number in (0, inf), got 0.0"),
     (lambda p: AdamW(p, weight_decay=-0.1), "AdamW: weight_decay must be a number in [0, inf), got -0.1"),
     (lambda p: AdamW([{"params": p, "lr": float("inf")}]), "AdamW: lr must be a number in [0, inf), got inf"),
     (lambda p: SGD(p, lr=-0.1), "SGD: lr must be a number in [0, inf), got -0.1"),
@@ -92,7 +97,7 @@ def test_nonsense_hyper_parameters_are_refused_by_name_value_and_range(make, mes
 
 def test_edge_values_that_make_sense_are_accepted():
     p = param([1.0], grad=[2.0])
-    AdamW([p], lr=0.0, betas=(0.0, 0.0), eps=0.0, weight_decay=0.0)
+    AdamW([p], lr=0.0, betas=(0.0, 0.0), eps=1e-300, weight_decay=0.0)
     SGD([p], lr=0.0, momentum=0.0)
     assert clip_grad_norm_([p], math.inf) == 2.0  # inf measures the norm and clips nothing
     np.testing.assert_array_equal(p.grad, [2.0])
@@ -446,7 +451,12 @@ def assert_unchanged(before, after):
      "AdamW: a group's params must be in a list, not a set (whose order, and so the state dict's, changes from "
      "run to run)"),
     (lambda a, b: SGD([a, np.ones(2)], lr=0.1), TypeError,
-     "SGD: parameter 1 of group 0 is a ndarray, not a Parameter (a Tensor)"),
+     "SGD: parameter 1 of group 0 is a numpy.ndarray, not an nn.Parameter (an autograd Tensor)"),
+    (lambda a, b: AdamW([a, TorchParameter()]), TypeError,
+     "AdamW: parameter 1 of group 0 is a torch.nn.parameter.Parameter, not an nn.Parameter (an autograd Tensor)"),
+    (lambda a, b: SGD([a, Tensor(np.arange(3))], lr=0.1), TypeError,
+     "SGD: parameter 1 of group 0 (shape (3,)) is int64: only floating-point tensors can be optimized; give the "
+     "optimizer the model's float parameters"),
     (lambda a, b: SGD([a * 2], lr=0.1), ValueError,
      "SGD: parameter 0 of group 0 (shape (2,)) was computed by Mul: only leaf tensors can be optimized; "
      "optimize the tensors it was made from"),
@@ -741,6 +751,10 @@ def test_warmup_cosine_lr_refuses_every_bad_argument_at_construction(kwargs, mes
 def test_warmup_cosine_lr_needs_an_optimizer():
     with pytest.raises(TypeError, match="WarmupCosineLR: optimizer must be an nn.optim optimizer, got list"):
         WarmupCosineLR([param([1.0])], warmup_steps=1, decay_steps=10)
+    torch_adamw = type("AdamW", (), {"__module__": "torch.optim.adamw"})()  # "got AdamW" read as this one's
+    with pytest.raises(TypeError, match=r"^WarmupCosineLR: optimizer must be an nn.optim optimizer, got "
+                                        r"torch\.optim\.adamw\.AdamW$"):
+        WarmupCosineLR(torch_adamw, warmup_steps=1, decay_steps=10)
 
 
 @pytest.mark.parametrize("kwargs, first_lr", [
@@ -791,6 +805,16 @@ def test_clip_grad_norm_takes_one_parameter_as_pytorch_does():
     p = param([0.0, 0.0], grad=[3.0, 4.0])
     assert clip_grad_norm_(p, max_norm=1.0) == pytest.approx(5.0)
     np.testing.assert_allclose(p.grad, [0.6, 0.8], rtol=1e-6)
+
+
+def test_clip_grad_norm_refuses_what_is_not_a_parameter_before_clipping_any():
+    """PyTorch's parameters passed as ones without gradients: a norm of 0 and nothing clipped, with no word said
+    (and one with a gradient failed on its 'unknown device None')."""
+    p = param([0.0, 0.0], grad=[3.0, 4.0])
+    with pytest.raises(TypeError, match=r"^clip_grad_norm_: parameter 1 is a torch\.nn\.parameter\.Parameter, not an "
+                                        r"nn\.Parameter \(an autograd Tensor\)$"):
+        clip_grad_norm_([p, TorchParameter()], max_norm=1.0)
+    np.testing.assert_array_equal(p.grad, [3.0, 4.0])
 
 
 @pytest.mark.parametrize("flat, dtype, size", [(False, np.float64, 3), (True, np.float64, 3), (False, np.float32, 3),
