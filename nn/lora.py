@@ -21,6 +21,8 @@ import math
 import numbers
 from collections.abc import Iterable
 
+import numpy as np
+
 import autograd as ag
 from autograd import backend
 
@@ -45,10 +47,18 @@ class LoRALinear(Linear):
                              f"for a {base.in_features} → {base.out_features} layer, got {r!r}")
         if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 < alpha < math.inf:
             raise ValueError(f"LoRALinear: alpha must be a positive number, got {alpha!r}")
+        # the forward scales (x A) B by α/r cast to the weights' dtype: at inf, step 0's B = 0 makes NaN, and at 0
+        # every adapter gradient is 0, so nothing trains
+        limits = np.finfo(base.weight.dtype)  # as Python floats: NumPy would cast the scale to the dtype, warning
+        scale, least, most = float(alpha) / int(r), float(limits.smallest_subnormal), float(limits.max)
+        if not least <= scale <= most:
+            raise ValueError(f"LoRALinear: the scale alpha/r = {alpha!r}/{r!r} = {scale:.3g} rounds to "
+                             f"{'inf' if scale > most else '0'} in the layer's {base.weight.dtype} weights; "
+                             f"give an alpha for which alpha/r lies in [{least:.3g}, {most:.3g}]")
         super(Linear, self).__init__()  # Module's: the weights come from `base`, not a fresh initialisation
         self.in_features, self.out_features = base.in_features, base.out_features
         # Python's int and float: a NumPy scalar's dtype would take part in the casts of every forward and merge
-        self.r, self.alpha, self.scale = int(r), float(alpha), float(alpha) / int(r)
+        self.r, self.alpha, self.scale = int(r), float(alpha), scale
         self.weight = Parameter(base.weight.data, requires_grad=False)
         bias = None if base.bias is None else Parameter(base.bias.data, requires_grad=False)
         self.register_parameter("bias", bias)

@@ -243,6 +243,10 @@ def lora_targets(text):
     if unknown:
         raise argparse.ArgumentTypeError(f"GPT-2 has no Linear layer named {', '.join(map(repr, unknown))}; "
                                          f"choose among {', '.join(LINEAR_LAYERS)}")
+    repeated = sorted({name for name in names if names.count(name) > 1}, key=names.index)
+    if repeated:  # each name adapts every layer it names once; a repeat would only be echoed back and saved
+        raise argparse.ArgumentTypeError(f"{', '.join(map(repr, repeated))} named more than once in {text!r}; "
+                                         "give each layer name once")
     return names
 
 

@@ -217,3 +217,23 @@ def test_init_from_a_lora_checkpoint_says_its_adapters_train_on_and_leaves_the_b
     assert config["sha256"] == checkpoint.fingerprint(base / "base")
     before, after = (load_file(str(base / f / "adapters.safetensors")) for f in ("o", "more"))
     assert sorted(before) == sorted(after) and any(not np.array_equal(before[k], after[k]) for k in before)
+
+
+def test_lora_targets_that_name_a_layer_twice_are_refused_as_they_are_parsed(tmp_path, capsys):
+    """c_attn,c_fc,c_attn trained, printed "adapters in … layers (c_attn, c_fc, c_attn)" and saved the repeat."""
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([*RUN, "--lora-r", "2", "--lora-targets", "c_attn,c_fc,c_attn", "--out-dir", str(tmp_path / "o")])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        "python -m models.train: error: argument --lora-targets: 'c_attn' named more than once in "
+        "'c_attn,c_fc,c_attn'; give each layer name once (see --help)\n")
+
+
+def test_an_alpha_whose_scale_float32_cannot_hold_is_one_line_and_no_checkpoint(base, capsys):
+    """--lora-alpha 1e39 with --lora-r 2 stopped with "the loss became nan at iteration 0 … try a smaller --lr"."""
+    assert train.main([*RUN, "--data", str(base / "text.txt"), "--init-from", str(base / "base"), "--lora-r", "2",
+                       "--lora-alpha", "1e39", "--max-iters", "2", "--out-dir", str(base / "o")]) == 1
+    assert capsys.readouterr().err == (
+        "train: error: LoRALinear: the scale alpha/r = 1e+39/2 = 5e+38 rounds to inf in the layer's float32 weights; "
+        "give an alpha for which alpha/r lies in [1.4e-45, 3.4e+38]\n")
+    assert not (base / "o").exists()

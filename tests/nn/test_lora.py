@@ -269,10 +269,28 @@ def test_transformers_loads_an_adapted_models_save_pretrained_with_its_logits(tm
     (lambda: nn.LoRALinear(nn.Linear(4, 3), r=True, alpha=1), "r must be an integer in [1, 3]"),
     (lambda: nn.LoRALinear(nn.Linear(4, 3), r=np.float64(2), alpha=1), "r must be an integer in [1, 3]"),
     (lambda: nn.LoRALinear(nn.Linear(4, 3), r=2, alpha=np.float32("inf")), "alpha must be a positive number"),
+    # a float32 scale of inf made NaN of step 0's B = 0; one of 0 left every adapter gradient 0, so nothing trained
+    (lambda: nn.LoRALinear(nn.Linear(4, 3), r=2, alpha=1e39), "LoRALinear: the scale alpha/r = 1e+39/2 = 5e+38 rounds "
+                                                             "to inf in the layer's float32 weights; give an alpha for "
+                                                             "which alpha/r lies in [1.4e-45, 3.4e+38]"),
+    (lambda: nn.LoRALinear(nn.Linear(4, 3), r=2, alpha=1e-50), "alpha/r = 1e-50/2 = 5e-51 rounds to 0 in the layer's "
+                                                              "float32 weights"),
 ])
 def test_bad_arguments_are_one_clear_line(call, message):
     with pytest.raises((ValueError, TypeError), match=re.escape(message)):
         call()
+
+
+def test_the_scales_bounds_are_those_of_the_weights_dtype():
+    """alpha/r = 5e+38, inf in float32, is a float64 number: a float64 layer takes it, and is its base at step 0."""
+    base = nn.Linear(4, 3)
+    base.weight.data, base.bias.data = base.weight.data.astype(np.float64), base.bias.data.astype(np.float64)
+    layer = nn.LoRALinear(base, r=2, alpha=1e39)
+    x = Tensor(np.random.default_rng(0).standard_normal((5, 4)))
+    np.testing.assert_array_equal(layer(x).data, base(x).data)
+    layer.lora_B.data = np.full((2, 3), 1e-40)
+    np.testing.assert_allclose(layer(x).data, base(x).data + 5e-2 * (x.data @ layer.lora_A.data).sum(1, keepdims=True),
+                               rtol=1e-12)
 
 
 @pytest.mark.interop
