@@ -448,6 +448,14 @@ class GPT(nn.Module):
             config = GPTConfig(**fields, dropout=dropout)
         except ValueError as exc:
             raise ValueError(f"{Path(directory) / 'config.json'}: {exc}") from None
+        # Every parameter is one of the weights, so a model far larger than they are is refused before it is built:
+        # a few MB of zero-size layer tensors, or one wide wte row, would otherwise ask for terabytes. (A model a
+        # few tensors short is built, to name them below; twice the weights bounds what building it costs.)
+        held = sum(array.size for array in weights.values())
+        if config.num_parameters() > 2 * held:
+            raise ValueError(f"{Path(directory) / 'config.json'} describes a model of {config.num_parameters():,} "
+                             f"parameters, more than twice the {held:,} values of the weights beside it, where a "
+                             "GPT-2 folder's weights hold every parameter of its model: save or download it again")
         with ag.seeded(0):  # its random initialisation is overwritten at once; the caller's streams stay as they were
             model = cls(config)
         shapes = {name: p.shape for name, p in model.named_parameters()}

@@ -7,12 +7,12 @@ What this file promises:
   perhaps a tied `lm_head.weight`) or of the original hub layout (keys `h.0…`
   with `attn.bias` / `attn.masked_bias` mask buffers, which are dropped).
   Sharded weights (`model.safetensors.index.json`, whose shards must be files
-  of the folder itself) load too. Weights may be any floating type NumPy has,
-  or bfloat16 (NumPy has none: widened, exactly, to float32). Every size in
-  config.json is checked against the weights' shapes before a model is built
-  from them, and weights that are not finite are refused; a file that is
-  missing, cut short, not JSON or not an object, or a tensor of a type NumPy
-  cannot read (float8), is named in one line.
+  of the folder itself, each tensor in one of them) load too. Weights may be
+  any floating type NumPy has, or bfloat16 (NumPy has none: widened, exactly,
+  to float32). Every size in config.json is checked against the weights'
+  shapes before a model is built from them, and weights that are not finite
+  are refused; a file that is missing, cut short, not JSON or not an object,
+  or a tensor of a type NumPy cannot read (float8), is named in one line.
 * `save(model, directory, weights)`: config.json and model.safetensors as transformers
   writes them, each file atomically; `transformers.GPT2LMHeadModel` loads the
   folder with nothing missing.
@@ -187,8 +187,14 @@ def _read_safetensors(directory):
         if outside is not None:  # a folder names only its own files: no path is read that a download chose
             raise ValueError(f"GPT.from_pretrained: {index} names the shard {outside!r}, which is not a file name "
                              "in its folder; shards are read from the folder itself")
-        shards = sorted(set(weight_map.values()))
-        return {k: v for shard in shards for k, v in read_safetensors_file(directory / shard).items()}
+        tensors, source = {}, {}
+        for shard in sorted(set(weight_map.values())):
+            for name, array in read_safetensors_file(directory / shard).items():
+                if name in source:  # one of the two would be dropped without a word, whichever the index names
+                    raise ValueError(f"GPT.from_pretrained: {directory} holds {name} in both {source[name]} and "
+                                     f"{shard}; each tensor lives in one shard: save or download the folder again")
+                tensors[name], source[name] = array, shard
+        return tensors
     others = sorted(p.name for p in directory.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".h5", ".msgpack"))
     hint = (f" (found {', '.join(others)}: convert them with transformers, "
             "`GPT2LMHeadModel.from_pretrained(folder).save_pretrained(folder)`)") if others else ""

@@ -585,6 +585,11 @@ class GPT2Tokenizer(_ByteLevelBPE):
             where = f"merge {rank} ({line!r}) of {merges_path}"
             pair = (token_id(parts[0], where), token_id(parts[1], where))
             ranks[pair], merged_ids[pair] = rank, token_id(parts[0] + parts[1], where)
+        merged = len(encoder) - len(byte_ids) - (END_OF_TEXT in encoder)  # the tokens only a merge can make
+        if merged and not ranks:  # an empty vocab.bpe (or just its #version line) read as a vocabulary of bytes
+            raise ValueError(f"GPT2Tokenizer: {merges_path} holds no merges, but the encoder of {encoder_path} has "
+                             f"{merged:,} tokens that only merges make; vocab_bpe is a file like GPT-2's vocab.bpe, "
+                             "its merges one a line: is it empty, or cut short?")
 
         # A token's characters back to its bytes: translated, then written as Latin-1. A character outside the
         # alphabet becomes U+FFFF, which Latin-1 refuses: such a token is taken as its UTF-8 text instead.

@@ -101,6 +101,12 @@ RUN_OPTIONS = ("out_dir", "resume", "overwrite", "eval_only", "device", "pad_voc
 PATH_OPTIONS = ("data",)
 
 
+def is_stored(name):
+    """Whether a checkpoint stores the attribute `name` of models.train's parsed options: not a RUN_OPTIONS one,
+    nor `given` (which options the command line gave)."""
+    return name not in RUN_OPTIONS and name != "given"
+
+
 def saved_paths(options, folder):
     """`options` as a checkpoint in `folder` keeps them: each relative PATH_OPTIONS path made relative to it."""
     return {name: os.path.relpath(os.path.abspath(value), os.path.abspath(folder))
@@ -811,9 +817,9 @@ def resume(folder, args, check, world):
     run = RunState.load(folder)
     changed, ignored, other_data = [], [], False
     for name, old in run.options.items():
-        if not hasattr(args, name):
+        if not (hasattr(args, name) and is_stored(name)):  # an older version's option, or one no save writes
             continue
-        if name in PATH_OPTIONS and old is not None and not os.path.isabs(old):
+        if name in PATH_OPTIONS and isinstance(old, str) and not os.path.isabs(old):  # else check refuses it
             old = os.path.normpath(os.path.join(folder, old))  # saved relative to the folder (saved_paths)
         new = getattr(args, name)
         flag = "--" + name.replace("_", "-")

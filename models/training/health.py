@@ -131,12 +131,35 @@ def _record(line, params, blocks, after):
     `blocks`) at an iteration after `after`; else None (a damaged line, or another model's)."""
     try:
         record = json.loads(line)
-        if (type(record["iter"]) is int and record["iter"] > after and set(record["params"]) == params
-                and set(record["blocks"]) == blocks):
+        if (type(record["iter"]) is int and record["iter"] > after and isinstance(record["params"], dict)
+                and set(record["params"]) == params and isinstance(record["blocks"], dict)
+                and set(record["blocks"]) == blocks and _holds_what_is_read(record)):
             return record
-    except (ValueError, TypeError, KeyError, RecursionError):  # not JSON, not an object, a field missing
-        pass
+    except (ValueError, TypeError, KeyError, RecursionError, OverflowError):
+        pass  # not JSON, not an object, a field missing, a number beyond a float
     return None
+
+
+def _holds_what_is_read(record):
+    """Whether the figures that `warnings` and `plot` read of `record` are there and are figures (a string or an
+    array in a figure's place would end the resumed run in a TypeError)."""
+    entropies = [b.get("attention_entropy", []) for b in record["blocks"].values() if isinstance(b, dict)]
+    return (_has_figures(record, ("grad_norm", "max_norm")) and type(record["clipped"]) is bool
+            and all(_has_figures(p, ("grad_norm", "log10_update_ratio"), ("update_norm",))
+                    for p in record["params"].values())
+            and all(_has_figures(b, ("std", "gelu_below_-3")) for b in record["blocks"].values())
+            and all(isinstance(heads, list) and all(map(_is_figure, heads)) for heads in entropies))
+
+
+def _has_figures(obj, required, optional=()):
+    """Whether `obj` is an object holding each of `required`, and those and any of `optional` it has are figures."""
+    return (isinstance(obj, dict) and all(key in obj for key in required)
+            and all(_is_figure(obj[key]) for key in (*required, *optional) if key in obj))
+
+
+def _is_figure(value):
+    """Whether `value` is a figure as a record holds it: a finite number, or null (NaN, infinite, or none)."""
+    return value is None or type(value) in (int, float) and math.isfinite(value)
 
 
 def attention_entropy(q, k):

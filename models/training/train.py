@@ -461,8 +461,7 @@ def start(args, world):
     model.to(args.device)
     model.pad_vocab(args.pad_vocab or (64 if args.device == "cuda" else 1))  # GPT-2 on a GPU: 50,304 rows
     model.transformer.checkpoint_blocks = args.checkpoint_blocks
-    options = checkpoint.saved_paths({k: v for k, v in vars(args).items()
-                                      if k not in checkpoint.RUN_OPTIONS and k != "given"}, out_dir)
+    options = checkpoint.saved_paths({k: v for k, v in vars(args).items() if checkpoint.is_stored(k)}, out_dir)
     # every gradient a view of one buffer: clipping is one reduction, its factor applied by AdamW in one kernel
     # call per group (on the CPU 0.45 ms a step less than per parameter, in the main job)
     optimizer = nn.optim.AdamW(model.optimizer_groups(args.weight_decay), lr=args.lr,

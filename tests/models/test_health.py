@@ -394,8 +394,32 @@ def test_a_run_resumed_without_its_history_has_no_start_to_judge(model, tmp_path
         "learn: the learning rate may be too high, or the MLP has more units than the task uses" for i in range(2)]
 
 
-def test_a_resumed_run_keeps_the_history_before_a_damaged_line_and_says_so(model, tmp_path):
-    lines = [json.dumps(model_record(model, 0)), "not a record", json.dumps(model_record(model, 50))]
+def _blocks(record, change):
+    for figures in record["blocks"].values():
+        change(figures)
+
+
+@pytest.mark.parametrize("damage", [
+    None,  # the line is no record at all
+    lambda r: r["params"]["transformer.wte.weight"].update(grad_norm="1.0"),
+    lambda r: r["params"].update({name: [1.0] for name in r["params"]}),
+    lambda r: r.update(clipped="no"),
+    lambda r: r.update(grad_norm=[1.0]),
+    lambda r: r["blocks"].update({name: None for name in r["blocks"]}),
+    lambda r: _blocks(r, lambda figures: figures.update(std="wide")),
+    lambda r: _blocks(r, lambda figures: figures.pop("gelu_below_-3")),
+    lambda r: _blocks(r, lambda figures: figures.update(attention_entropy=["low", 2.0])),
+    lambda r: _blocks(r, lambda figures: figures.update(std=10 ** 400)),
+])
+def test_a_resumed_run_keeps_the_history_before_a_damaged_line_and_says_so(model, tmp_path, damage):
+    """Among the damaged lines, records of the right iteration and names with a string, an array or nothing where a
+    figure goes: they passed, and ended the resumed run in a TypeError (or KeyError) where its rules or its picture
+    read that figure."""
+    damaged = model_record(model, 25)
+    if damage:
+        damage(damaged)
+    lines = [json.dumps(model_record(model, 0)), json.dumps(damaged) if damage else "not a record",
+             json.dumps(model_record(model, 50))]
     (tmp_path / "health.jsonl").write_text("\n".join(lines) + "\n")
     said = []
     resumed = health.Health(model, 25, tmp_path, say=said.append, start=75)

@@ -322,6 +322,34 @@ def _edit_config(change):
     return edit
 
 
+def _shard_with_a_copy(folder, name):
+    """Shards a and b that both hold `name`, b another value of it: read silently, whatever the index said."""
+    from safetensors.numpy import load_file, save_file
+    tensors = load_file(str(folder / "model.safetensors"))
+    (folder / "model.safetensors").unlink()
+    wpe = tensors.pop("transformer.wpe.weight")
+    save_file(tensors, str(folder / "a.safetensors"))
+    save_file({"transformer.wpe.weight": wpe, name: tensors[name] + 1}, str(folder / "b.safetensors"))
+    weight_map = {**{key: "a.safetensors" for key in tensors}, "transformer.wpe.weight": "b.safetensors"}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+
+
+def _layers_of_nothing(folder):
+    """998 more layers, each a zero-size tensor: the model of config.json's n_layer was built before any check."""
+    from safetensors.numpy import load_file, save_file
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors.update({f"transformer.h.{i}.ln_1.weight": np.zeros(0, np.float32) for i in range(2, 1000)})
+    save_file(tensors, str(folder / "model.safetensors"))
+    _edit_config(lambda hf: {**hf, "n_layer": 1000})(folder)
+
+
+def _one_wide_row(folder):
+    """wte and wpe of one row 10^5 wide (800 KB): n_embd 10^5 asked for 2.4·10^11 parameters."""
+    for name in ("transformer.wte.weight", "transformer.wpe.weight"):
+        _rewrite_weights(folder, change=(name, np.zeros((1, 10 ** 5), np.float32)))
+    _edit_config(lambda hf: {**hf, "vocab_size": 1, "n_positions": 1, "n_embd": 10 ** 5})(folder)
+
+
 def _shard(folder, weight_map):
     (folder / "model.safetensors").rename(folder / "model-00001-of-00001.safetensors")
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
@@ -377,6 +405,13 @@ def _shard(folder, weight_map):
      "the weights in {folder} are damaged: transformer.h.1.mlp.c_fc.bias holds NaN or infinite values"),
     (lambda f: _rewrite_weights(f, change=("transformer.wte.weight", np.full((11, 8), -np.inf, np.float32))),
      "the weights in {folder} are damaged: transformer.wte.weight holds NaN or infinite values"),
+    (lambda f: _shard_with_a_copy(f, "transformer.ln_f.bias"),
+     "GPT.from_pretrained: {folder} holds transformer.ln_f.bias in both a.safetensors and b.safetensors; each tensor "
+     "lives in one shard"),
+    (_layers_of_nothing, "config.json describes a model of 872,168 parameters, more than twice the 1,912 values of "
+                         "the weights beside it, where a GPT-2 folder's weights hold every parameter of its model"),
+    (_one_wide_row, "config.json describes a model of 240,003,000,000 parameters, more than twice the 201,760 values "
+                    "of the weights beside it"),
 ])
 def test_a_broken_file_is_one_line_naming_it(tmp_path, damage, message, monkeypatch):
     tiny(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=8).save_pretrained(tmp_path)

@@ -659,6 +659,22 @@ def test_gpt2_from_files_names_a_merge_line_it_cannot_use_and_the_fix(tmp_path, 
     assert str(error.value) == "GPT2Tokenizer: " + message.format(bpe=tmp_path / "vocab.bpe", encoder=encoder)
 
 
+@pytest.mark.parametrize("text", ["", "#version: 0.2\n"])
+def test_gpt2_from_files_refuses_a_vocab_bpe_without_merges_for_an_encoder_that_needs_them(tmp_path, text):
+    """An empty vocab.bpe loaded as a vocabulary of bytes: "hello world" was 11 ids, not GPT-2's 2, without a word.
+    An encoder of the bytes and <|endoftext|> alone needs no merge, and loads from it."""
+    (tmp_path / "vocab.bpe").write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError) as error:
+        GPT2Tokenizer.from_files(ENCODER_JSON, tmp_path / "vocab.bpe")
+    assert str(error.value) == (f"GPT2Tokenizer: {tmp_path / 'vocab.bpe'} holds no merges, but the encoder of "
+                                f"{ENCODER_JSON} has 50,000 tokens that only merges make; vocab_bpe is a file like "
+                                "GPT-2's vocab.bpe, its merges one a line: is it empty, or cut short?")
+    encoder = {ch: i for i, ch in enumerate(bytes_to_unicode().values())} | {"<|endoftext|>": 256}
+    (tmp_path / "encoder.json").write_text(json.dumps(encoder), encoding="utf-8")
+    tok = GPT2Tokenizer.from_files(tmp_path / "encoder.json", tmp_path / "vocab.bpe")
+    assert tok.encode("hi<|endoftext|>") == [ord("h"), ord("i"), 256]  # each id its byte
+
+
 def test_gpt2_works_with_a_small_vocabulary(tmp_path):
     alphabet = bytes_to_unicode()
     encoder = {ch: i for i, ch in enumerate(alphabet.values())}

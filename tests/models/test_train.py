@@ -155,6 +155,7 @@ def test_resume_says_in_the_same_line_whether_the_rows_per_iteration_stay(tmp_pa
     ("seed", "often", "the saved option --seed expected an integer in [0, 4294967295], got 'often'"),
     ("always_save", "yes", "the saved option --always-save cannot be 'yes'"),
     ("beta2", None, "the saved option --beta2 cannot be None"),
+    ("data", 5, "the saved option --data no file 5"),  # was a TypeError from os.path.isabs
 ])
 def test_resume_checks_the_saved_options_as_if_typed(tmp_path, capsys, name, value, message):
     assert run(capsys, "--max-iters", "10", "--out-dir", str(tmp_path))[0] == 0
@@ -165,6 +166,19 @@ def test_resume_checks_the_saved_options_as_if_typed(tmp_path, capsys, name, val
     code, out, err = run(capsys, "--max-iters", "20", "--out-dir", str(tmp_path), "--resume")
     flag = "--" + name.replace("_", "-")
     assert code == 1 and err == f"train: error: {path}: {message}; give {flag} on the command line to replace it\n"
+
+
+def test_resume_ignores_what_no_save_writes_into_the_options(tmp_path, capsys):
+    """A train_state.json naming "given" ended the resume in a StopIteration from the parser, and one naming a
+    run option (--device) set it for the resumed run, where a save never stores either."""
+    assert run(capsys, "--max-iters", "10", "--out-dir", str(tmp_path))[0] == 0
+    path = tmp_path / "train_state.json"
+    state = json.loads(path.read_text())
+    state["options"].update(given=["lr"], device="no such device", out_dir="elsewhere")
+    path.write_text(json.dumps(state))
+    code, out, err = run(capsys, "--max-iters", "12", "--out-dir", str(tmp_path), "--resume")
+    assert code == 0 and err == "" and len(history(tmp_path)) == 12
+    assert {"given", "device", "out_dir"}.isdisjoint(json.loads(path.read_text())["options"])
 
 
 def test_a_relative_data_path_is_saved_relative_to_the_checkpoint_and_resumes_from_another_folder(tmp_path, capsys, monkeypatch):
