@@ -837,12 +837,14 @@ def main(argv=None):
     world = World()
     args = world.parse(parse_args, argv)
     try:
-        with warnings.catch_warnings(), world.followers_quiet():  # rank 0 speaks for all; a rank that fails says why
+        # rank 0 speaks for all, a rank that fails says why; a Ctrl-C waits for the next agreement from the first on,
+        # since a rank it stopped alone in agree() (a kill -INT of its own) would leave the others there for ever
+        with warnings.catch_warnings(), world.followers_quiet(), world.interrupts_agreed():
             warnings.simplefilter("ignore", RuntimeWarning)  # overflow on the way to a NaN: check_finite says it once
             world.agree(option_facts(args))  # before anything that could make ranks that disagree wait for each other
             dist.init(args.device)
             lock = contextlib.nullcontext() if args.eval_only else checkpoint.writer_lock(args.out_dir)
-            with world.interrupts_agreed(), world.held_on_root(lock):
+            with world.held_on_root(lock):
                 (evaluate_only if args.eval_only else train)(args, world)
     except PeerFailed:
         return 1  # the rank that failed has said why

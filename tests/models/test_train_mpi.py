@@ -481,15 +481,42 @@ runpy.run_module("models.train", run_name="__main__", alter_sys=True)
 def test_a_ctrl_c_during_start_up_ends_the_job_with_one_line_and_status_130(tmp_path, ranks):
     """Each rank printed its line and Python ended it by SIGINT, so mpiexec printed its bad-termination banner and
     exited with 2. Where rank 1 alone was interrupted (rank 0 already waiting for it), the job ends all the same:
-    a rank that left before joining the job (MPI_Init) would leave rank 0 waiting for ever."""
+    a rank that left before joining the job (MPI_Init) would leave rank 0 waiting for ever; and it says so, where
+    it ended the job without a word (rank 0 alone spoke, and rank 0 had not been interrupted)."""
     done = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", INTERRUPTED_IMPORT, ranks, *TINY[1:],
                            "--max-iters", "100000", "--out-dir", str(tmp_path / "o")],
                           cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 130, done.stdout + done.stderr
     assert "BAD TERMINATION" not in done.stdout + done.stderr and "Traceback" not in done.stderr
-    if ranks == "0,1":
-        assert done.stderr == "\ntrain: interrupted\n"
+    assert done.stderr == ("\ntrain: interrupted\n" if ranks == "0,1" else "\ntrain: rank 1: interrupted\n")
     assert not (tmp_path / "o" / "model.safetensors").exists()
+
+
+INTERRUPTED_AGREEMENT = """
+import os, runpy, signal, sys
+from models.training import parallel
+real_agree = parallel.World.agree
+def agree(self, facts):
+    if self.rank == 1:
+        os.kill(os.getpid(), signal.SIGINT)  # a Ctrl-C (kill -INT) that reaches rank 1 alone, as the ranks compare
+    return real_agree(self, facts)
+parallel.World.agree = agree
+sys.argv = ["models.train", *sys.argv[1:]]
+runpy.run_module("models.train", run_name="__main__", alter_sys=True)
+"""
+
+
+@needs_mpi
+def test_a_ctrl_c_that_reaches_one_rank_as_the_ranks_agree_stops_them_all_with_one_line(tmp_path):
+    """Rank 1 stopped alone in the options' agreement and returned 130 without a word; rank 0 waited in it for
+    ever. Held back from there on, the Ctrl-C stops every rank at the next agreement."""
+    start = time.perf_counter()
+    done = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", INTERRUPTED_AGREEMENT, *TINY[1:],
+                           "--max-iters", "100000", "--out-dir", str(tmp_path / "o")],
+                          cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130 and time.perf_counter() - start < 30, done.stdout + done.stderr
+    assert done.stderr == "\ntrain: interrupted; no checkpoint was written\n"
+    assert not (tmp_path / "o").exists()
 
 
 def test_the_start_up_hook_knows_the_launchers_that_nn_distributed_knows(monkeypatch):
