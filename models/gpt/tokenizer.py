@@ -365,9 +365,10 @@ class _ByteLevelBPE:
         try:
             return b"".join([token_bytes[i] for i in _token_ids(self, ids)])
         except KeyError as missing:
+            # formatted, not repr'd: a list of NumPy ids would show np.int64(50257)
             raise ValueError(
-                f"{type(self).__name__}.decode: {missing.args[0]!r} is not a token id of this vocabulary "
-                f"({self.vocab_size} tokens)"
+                f"{type(self).__name__}.decode: id {missing.args[0]} is not a token id of this vocabulary, whose "
+                f"ids are 0..{self.vocab_size - 1} ({self.vocab_size} tokens)"
             ) from None
 
     @property

@@ -463,9 +463,14 @@ def test_gpt2_decodes_invalid_utf8_to_replacement_characters(gpt2, gpt2_encoder)
     assert len(ids) > 1 and "\ufffd" in gpt2.decode(ids[:1]) and gpt2.decode(ids) == "🙂"
 
 
-def test_gpt2_rejects_unknown_ids(gpt2):
-    with pytest.raises(ValueError, match="50257 is not a token id"):
-        gpt2.decode([15496, 50257])
+@pytest.mark.parametrize("ids, shown", [([15496, 50257], "50257"), ([15496, np.int64(50257)], "50257"),
+                                        ([-1], "-1"), ([2**64], str(2**64))])
+def test_gpt2_rejects_unknown_ids_naming_the_id_and_the_range(gpt2, ids, shown):
+    """A list of NumPy ids (list(array)) was named by its repr, np.int64(50257), and no message gave the range."""
+    message = (f"GPT2Tokenizer.decode: id {shown} is not a token id of this vocabulary, whose ids are 0..50256 "
+               "(50257 tokens)")
+    with pytest.raises(ValueError, match=regex.escape(message)):
+        gpt2.decode(ids)
 
 
 def test_gpt2_to_dict_carries_its_vocabulary_and_names_no_file(gpt2):
