@@ -281,7 +281,7 @@ def hub_name(text):
 
 
 def _writable_place(path, text):
-    """The nearest existing folder above `path`, once it is a folder that can be written (the rest can be made)."""
+    """The nearest existing folder above `path`, once it is a folder that takes a new file (the rest can be made)."""
     ancestor = path.parent
     while (kind := _kind(ancestor, str(ancestor))) is None:
         ancestor = ancestor.parent
@@ -289,6 +289,13 @@ def _writable_place(path, text):
         raise argparse.ArgumentTypeError(f"cannot make {text}: {ancestor} is a file")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"cannot write {text}: {ancestor} is not writable")
+    try:  # a folder that root's os.access passes may still take no file (/proc, /sys, a read-only mount)
+        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=ancestor)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot write {text}: {ancestor} takes no new file "
+                                         f"({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(probe)
     return ancestor
 
 
@@ -321,13 +328,6 @@ def output_folder(text):
         raise argparse.ArgumentTypeError(f"{text} is the current folder or holds it; "
                                          "give what it writes a folder of its own, e.g. out")
     ancestor = _writable_place(path, text)
-    try:  # a folder that root's os.access passes may still take no file (/proc, /sys, a read-only mount)
-        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=ancestor)
-    except OSError as exc:
-        raise argparse.ArgumentTypeError(f"cannot write {text}: {ancestor} takes no new file "
-                                         f"({exc.strerror or exc})") from None
-    os.close(fd)
-    os.unlink(probe)
     name = Path(os.path.realpath(path)).name
     longest = os.pathconf(ancestor, "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
     if len(os.fsencode(name)) + _SIBLING_EXTRA > longest:

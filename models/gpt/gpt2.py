@@ -14,7 +14,8 @@ What this file promises:
   within block_size come from models/gpt/decode.py's static cache, one CUDA
   graph launch per token.
 * `GPT.from_pretrained(folder)` / `model.save_pretrained(folder)`: Hugging
-  Face's folder format (in models/gpt/hf_checkpoint.py), which transformers reads.
+  Face's folder format (in models/gpt/hf_checkpoint.py), which transformers reads;
+  `GPTConfig.from_pretrained(folder)` its config alone, no weight read.
 * `demo_loss()`: a tiny GPT's deterministic loss, for viz.
 * The intermediates have the names the code reads, given by nn.Module (the
   model names nothing itself): a module's output, `transformer.h.0.ln_1(x)`,
@@ -80,6 +81,16 @@ class GPTConfig:
         C = self.n_embd
         per_block = 12 * C * C + 2 * C + (9 * C + 2 * C if self.bias else 0)  # weights, LN scales, biases
         return (self.vocab_size + self.block_size) * C + self.n_layer * per_block + C + (C if self.bias else 0)
+
+    @classmethod
+    def from_pretrained(cls, directory, dropout=0.0):
+        """The config of the Hugging Face folder `directory`, from its config.json alone (hf_checkpoint.read_config):
+        the model GPT.from_pretrained builds, known before a weight is read."""
+        fields = hf_checkpoint.read_config(directory)
+        try:
+            return cls(**fields, dropout=dropout)
+        except ValueError as exc:
+            raise ValueError(f"{Path(directory) / 'config.json'}: {exc}") from None
 
 
 # The attribute names of a block's nn.Linears, what nn.lora(model, …, targets) may name; the smaller side of
@@ -443,11 +454,8 @@ class GPT(nn.Module):
     @classmethod
     def from_pretrained(cls, directory, dropout=0.0):
         """Load a Hugging Face GPT-2 folder (config.json, model.safetensors) in either layout (hf_checkpoint.read)."""
-        fields, weights = hf_checkpoint.read(directory)
-        try:
-            config = GPTConfig(**fields, dropout=dropout)
-        except ValueError as exc:
-            raise ValueError(f"{Path(directory) / 'config.json'}: {exc}") from None
+        config = GPTConfig.from_pretrained(directory, dropout)
+        _, weights = hf_checkpoint.read(directory)
         # Every parameter is one of the weights, so a model far larger than they are is refused before it is built:
         # a few MB of zero-size layer tensors, or one wide wte row, would otherwise ask for terabytes. (A model a
         # few tensors short is built, to name them below; twice the weights bounds what building it costs.)

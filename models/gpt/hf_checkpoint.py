@@ -16,6 +16,8 @@ What this file promises:
 * `save(model, directory, weights)`: config.json and model.safetensors as transformers
   writes them, each file atomically; `transformers.GPT2LMHeadModel` loads the
   folder with nothing missing.
+* `read_config(directory)`: the GPTConfig fields alone, from config.json, with
+  no weight read (what a command checks its options against before loading).
 * `config_fields` / `config_to_hf`: GPTConfig's fields from transformers' GPT-2
   config.json, refusing what this model cannot compute, and back.
 * `save_tokenizer(tokenizer, directory, max_length)`: tokenizer.json and
@@ -123,8 +125,9 @@ def config_to_hf(config, dtype="float32"):
     }
 
 
-def read(directory):
-    """(GPTConfig fields, weights under this model's parameter names) of the Hugging Face folder `directory`."""
+def read_config(directory):
+    """GPTConfig's fields (config_fields) of the Hugging Face folder `directory`, from its config.json alone: what
+    the model is, known before a weight is read."""
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"GPT.from_pretrained: no folder {directory}; give the folder that holds "
@@ -135,14 +138,20 @@ def read(directory):
                                 "has config.json next to model.safetensors")
     hf = read_json(config_file)
     try:
-        fields = config_fields(hf)
+        return config_fields(hf)
     except ValueError as exc:
         raise ValueError(f"{config_file}: {exc}") from None
-    state, head = _state_and_head(_read_safetensors(directory), directory, hf)
+
+
+def read(directory):
+    """(GPTConfig fields, weights under this model's parameter names) of the Hugging Face folder `directory`."""
+    fields = read_config(directory)
+    directory = Path(directory)
+    state, head = _state_and_head(_read_safetensors(directory), directory)
     if head is not None and not np.array_equal(head, state.get("transformer.wte.weight")):
         raise ValueError(f"GPT.from_pretrained: lm_head.weight differs from transformer.wte.weight in {directory}; "
                          "this model ties its LM head to the token embedding, as GPT-2 does")
-    _check_sizes(fields, state, config_file)
+    _check_sizes(fields, state, directory / "config.json")
     for name, array in state.items():
         if array.dtype.kind != "f":  # an int8 or bool table would be cast to float32 without a word
             raise ValueError(f"the weights in {directory} are damaged: {name} is {array.dtype}, where GPT-2's "
@@ -241,7 +250,7 @@ def _bfloat16_as_float32(path, names):
     return arrays
 
 
-def _state_and_head(tensors, directory, hf):
+def _state_and_head(tensors, directory):
     """The checkpoint's tensors under this model's parameter names (mask buffers dropped), and its lm_head.weight.
     A key that is neither the body's (with or without "transformer.") nor lm_head.weight belongs to another head
     (GPT2ForSequenceClassification's score.weight, say): refused as the file spells it."""
@@ -258,7 +267,8 @@ def _state_and_head(tensors, directory, hf):
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
         raise ValueError(f"GPT.from_pretrained: the weights in {directory} hold {', '.join(foreign[:3])}{more}, which "
                          f"GPT-2's language model has no place for (config.json's architectures: "
-                         f"{hf.get('architectures', 'not given')}); give a GPT2LMHeadModel or GPT2Model folder")
+                         f"{read_json(directory / 'config.json').get('architectures', 'not given')}); give a "
+                         "GPT2LMHeadModel or GPT2Model folder")
     return state, head
 
 

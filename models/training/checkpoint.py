@@ -59,7 +59,7 @@ from autograd.heatmaps import picture_format
 from models.cli import hub_name, input_folder, output_file, show_default
 from models.gpt import hf_checkpoint
 from models.training.data import Layout
-from models.gpt.gpt2 import GPT
+from models.gpt.gpt2 import GPT, GPTConfig
 from models.io import atomic_path, check_npz_sizes, fsync, json_type, owning_folder, read_json
 from models.training.shards import META_FILE, PROGRESS_FILE, shard_name
 from models.gpt.tokenizer import GPT2Tokenizer, tokenizer_from_dict
@@ -376,8 +376,9 @@ def _save_adapters(folder, model):
     (folder / ADAPTER_CONFIG_FILE).write_text(json.dumps(model.lora_base, indent=2), encoding="utf-8")
 
 
-def _load_adapted(folder, dropout):
-    """The base model an adapter_config.json names (if its fingerprint still matches) with the adapters in it."""
+def _adapter_config(folder):
+    """(its path, its contents, the base folder it names) of `folder`'s adapter_config.json, once that base is
+    there."""
     path = folder / ADAPTER_CONFIG_FILE
     config = read_json(path)
     fields = {"folder": str, "sha256": str, "r": int, "alpha": _NUMBER, "targets": list}
@@ -386,6 +387,12 @@ def _load_adapted(folder, dropout):
     if not (base / CONFIG_FILE).is_file():
         raise FileNotFoundError(f"{path} adapts the GPT-2 folder {base}, which is not there (or lacks "
                                 f"{CONFIG_FILE}); put it back at that path to use these adapters")
+    return path, config, base
+
+
+def _load_adapted(folder, dropout):
+    """The base model an adapter_config.json names (if its fingerprint still matches) with the adapters in it."""
+    path, config, base = _adapter_config(folder)
     if fingerprint(base) != config["sha256"]:
         raise ValueError(f"{path} adapts {base} with SHA-256 {config['sha256'][:12]}…, but the folder there now "
                          "holds other weights; these adapters fit only the base they were trained on")
@@ -724,18 +731,22 @@ def model_folder(text):
     return text
 
 
-def load_model(folder, dropout=0.0):
-    """The model and tokenizer of a checkpoint folder, or of a Hugging Face GPT-2 folder (with GPT-2's tokenizer).
-
-    Refuses, in one line, a tokenizer whose vocabulary does not fit the model's
-    (GPT.from_pretrained refuses weights that are not finite).
-    """
+def config_of(folder):
+    """The GPTConfig of the model load_model reads from `folder`, from config files alone (a LoRA checkpoint's
+    names its base, whose config.json it is): the options a model bounds (a block size, an adapter's rank) are
+    checked against it as the command line is read, before a weight is."""
     folder = _current(folder)
     if model_config(folder).name == ADAPTER_CONFIG_FILE:
-        model = _load_adapted(folder, dropout)
-    else:
-        model = GPT.from_pretrained(folder, dropout=dropout)
-    vocab_size = model.config.vocab_size
+        folder = _adapter_config(folder)[2]
+    return GPTConfig.from_pretrained(folder)
+
+
+def load_tokenizer(folder):
+    """The tokenizer of a checkpoint folder (its gptgrad_tokenizer.json), or GPT-2's for a Hugging Face GPT-2 folder
+    without one, read before and without the weights: one whose vocabulary does not fit the model's (config_of) is
+    refused in one line."""
+    folder = _current(folder)
+    vocab_size = config_of(folder).vocab_size
     path = folder / TOKENIZER_FILE
     if path.exists():
         description = read_json(path)
@@ -753,7 +764,23 @@ def load_model(folder, dropout=0.0):
             raise ValueError(f"{folder} has no {TOKENIZER_FILE}, and GPT-2's tokenizer ({tokenizer.vocab_size} "
                              f"tokens) does not fit its model (vocab_size {vocab_size}); add the {TOKENIZER_FILE} "
                              "of the run that trained it")
-    return model, tokenizer
+    return tokenizer
+
+
+def load_weights(folder, dropout=0.0):
+    """The model of a checkpoint folder or a Hugging Face GPT-2 folder: its weights, or a LoRA checkpoint's base with
+    the adapters in it (GPT.from_pretrained refuses weights that are not finite)."""
+    folder = _current(folder)
+    if model_config(folder).name == ADAPTER_CONFIG_FILE:
+        return _load_adapted(folder, dropout)
+    return GPT.from_pretrained(folder, dropout=dropout)
+
+
+def load_model(folder, dropout=0.0):
+    """The model and tokenizer of a checkpoint folder, or of a Hugging Face GPT-2 folder (with GPT-2's tokenizer):
+    the tokenizer first, so that one that does not fit the model is refused before a weight is read."""
+    tokenizer = load_tokenizer(folder)
+    return load_weights(folder, dropout), tokenizer
 
 
 def _fit_rows(value, shape):
@@ -845,10 +872,6 @@ def resume(folder, args, check, world):
     changed += also
     run.layout = layout
     model, tokenizer = load_model(folder, dropout=args.dropout)
-    if args.block_size > model.config.block_size:  # refused before the lines below announce a change
-        raise ValueError(f"--block-size {args.block_size} exceeds the block_size {model.config.block_size} of the "
-                         f"checkpoint's model in {folder}, which it fixes; resume with --block-size "
-                         f"{model.config.block_size} or less")
     if changed:
         print("resume: the command line changes " + ", ".join(changed) + "; all else as the checkpoint had it"
               + (f"; {remark}" if remark else ""))

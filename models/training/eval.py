@@ -40,6 +40,25 @@ def make_parser():
     return p
 
 
+def parse_args(argv=None):
+    """The options, with those the checkpoint's block size bounds checked against its config.json before a weight
+    is read; `block_size` is added (that block size) and --stride's default filled in."""
+    p = make_parser()
+    args = p.parse_args(argv)
+    try:
+        args.block_size = block = checkpoint.config_of(args.checkpoint).block_size
+    except (ValueError, OSError) as exc:
+        p.error(str(exc))
+    if args.stride is not None and args.stride > block:
+        p.error(f"--stride {args.stride} exceeds the block size {block} of the model in {args.checkpoint}, so "
+                f"tokens between windows would go unscored; give --stride {block} or less")
+    if args.max_tokens is not None and args.max_tokens <= block:
+        p.error(f"--max-tokens {args.max_tokens:,} is too few for one window of the model in {args.checkpoint} "
+                f"(its block size, {block} tokens, and their targets); give --max-tokens {block + 1:,} or more")
+    args.stride = args.stride or max(block // 2, 1)
+    return args
+
+
 def windows(n, block, stride):
     """(begin, skip) for every window over `n` tokens: its inputs are tokens [begin, begin + block), its targets
     the next token of each, and the first `skip` targets were scored by an earlier window."""
@@ -72,30 +91,23 @@ def evaluate(model, tokens, n, block, stride, batch_size, device, progress):
 
 
 def main(argv=None):
-    args = make_parser().parse_args(argv)
+    args = parse_args(argv)
+    block, stride = args.block_size, args.stride
     try:
         data = PreparedData(args.data)
-        model, tokenizer = checkpoint.load_model(args.checkpoint)
-        check_tokenizer(data, tokenizer, args.checkpoint)
         tokens = data.splits[args.split]
-        block = model.config.block_size
-        stride = args.stride or max(block // 2, 1)
-        if stride > block:
-            raise ValueError(f"--stride {stride} exceeds the block size {block}: tokens between windows would "
-                             "go unscored")
         n = min(len(tokens), args.max_tokens or len(tokens))
-        if n <= block:  # the bound is the checkpoint's, which the parser has not read
-            if n < len(tokens):
-                raise ValueError(f"--max-tokens {n:,} is too few for one window of the model's block size {block} "
-                                 f"and its targets; give --max-tokens {block + 1:,} or more")
+        if n <= block:  # the split's own length: parse_args refused a --max-tokens this low
             if n == 0 and args.split == "val" and data.meta.get("split", {}).get("val_fraction") == 0:
                 raise ValueError(f"the val split of {args.data} is empty: it was prepared with --val-fraction 0; "
                                  "give --split train, or prepare the text again with a --val-fraction above 0")
             raise ValueError(f"the {args.split} split of {args.data} has {counted(n, 'token')}, too few for one "
                              f"window of the model's block size {block} and its targets "
                              f"({counted(block + 1, 'token')}); prepare more text")
-        for k in np.flatnonzero(tokens.starts[:-1] < n):  # the shards this reads, checked before any work
+        check_tokenizer(data, checkpoint.load_tokenizer(args.checkpoint), args.checkpoint)
+        for k in np.flatnonzero(tokens.starts[:-1] < n):  # the shards this reads, checked before the weights load
             tokens.verify(k)
+        model = checkpoint.load_weights(args.checkpoint)
         model.to(args.device)
         model.eval()
         from tqdm import tqdm

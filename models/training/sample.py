@@ -66,10 +66,11 @@ def main(argv=None):
     if hasattr(sys.stdout, "reconfigure"):  # a text file's; a stand-in (io.StringIO) encodes nothing
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
-        # read before the model loads, so that a file that is no prompt is refused at once
+        # read and encoded before the weights load, so that a prompt the model cannot read is refused at once
         text = args.prompt if args.prompt_file is None else load_text(args.prompt_file, "--prompt-file")
-        model, tokenizer = checkpoint.load_model(args.checkpoint)
+        tokenizer = checkpoint.load_tokenizer(args.checkpoint)
         prompt = tokenizer.encode(text)
+        model = checkpoint.load_weights(args.checkpoint)
         model.to(args.device).eval()
         ag.manual_seed(args.seed)
         idx = ag.Tensor([prompt], device=args.device)

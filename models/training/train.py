@@ -44,10 +44,10 @@ from models.training import checkpoint, health
 from models.cli import (SEEDS, Parser, counted, device, folder_path, interval, machine_memory, output_folder,
                         show_default, shows_progress)
 from models.training.data import DEFAULT_CORPUS, Layout, TokenData, load_text
-from models.gpt import hf_checkpoint, sampling
+from models.gpt import sampling
 from models.gpt.gpt2 import GPT, LINEAR_LAYERS, GPTConfig
 from models.interrupts import came_from_ctrl_c
-from models.io import read_json, write_figure
+from models.io import write_figure
 from models.training.parallel import PeerFailed, World
 from models.training.shards import PreparedData, check_tokenizer, data_path
 from models.gpt.tokenizer import CharTokenizer, GPT2Tokenizer
@@ -193,6 +193,12 @@ def parse_args(argv=None):
             check_eval_only(args)
         else:
             checkpoint.check_out_dir(Path(args.out_dir), args.resume, args.overwrite)
+        if args.resume and "block_size" in args.given:  # from the checkpoint's config.json, before a weight loads
+            positions = checkpoint.config_of(args.out_dir).block_size
+            if args.block_size > positions:
+                raise ValueError(f"--block-size {args.block_size} exceeds the block_size {positions} of the "
+                                 f"checkpoint's model in {args.out_dir}, which it fixes; resume with --block-size "
+                                 f"{positions} or less")
         if not args.resume:
             check_combinations(args)
     except (ValueError, OSError) as exc:  # OSError: a file read here (--eval-only's checkpoint) that cannot be read
@@ -279,15 +285,14 @@ def check_combinations(args):
                          f"whose next save replaces the weights that --lora-r {args.lora_r}'s adapters are trained "
                          "on; wait for it to end, or adapt a copy of the folder")
     if args.init_from and not args.resume:  # refused from its config.json, before the weights and the text load
-        config = Path(args.init_from) / checkpoint.CONFIG_FILE
-        fields = hf_checkpoint.config_fields(read_json(config)) if config.is_file() else {}
-        positions, width = fields.get("block_size"), fields.get("n_embd")
-        if args.lora_r and isinstance(width, int) and args.lora_r > width:  # every Linear's smaller side is n_embd
+        config = checkpoint.config_of(args.init_from)
+        positions, width = config.block_size, config.n_embd
+        if args.lora_r and args.lora_r > width:  # every Linear's smaller side is n_embd
             raise ValueError(f"--lora-r {args.lora_r} exceeds the width (n_embd {width}) of the model in --init-from "
                              f"{args.init_from}, the most an adapter's rank can be; use --lora-r {width} or less")
-        if isinstance(positions, int) and args.block_size > positions and "block_size" not in args.given:
+        if args.block_size > positions and "block_size" not in args.given:
             args.block_size = positions  # the default's 64 tokens were chosen for the main job's model, not this one
-        elif isinstance(positions, int) and args.block_size > positions:
+        elif args.block_size > positions:
             raise ValueError(f"--block-size {args.block_size} exceeds the {positions} positions of the model in "
                              f"--init-from {args.init_from}; use --block-size {positions} or less")
     if not args.init_from and not args.resume and args.n_embd % args.n_head:

@@ -237,3 +237,17 @@ def test_an_alpha_whose_scale_float32_cannot_hold_is_one_line_and_no_checkpoint(
         "train: error: LoRALinear: the scale alpha/r = 1e+39/2 = 5e+38 rounds to inf in the layer's float32 weights; "
         "give an alpha for which alpha/r lies in [1.4e-45, 3.4e+38]\n")
     assert not (base / "o").exists()
+
+
+def test_a_block_size_beyond_a_lora_checkpoints_base_is_refused_at_parse_time(base, capsys, monkeypatch):
+    """The adapters' checkpoint has no config.json of its own: --init-from of it was checked against nothing until
+    its base's weights and the text had loaded (and a "lora:" line was printed)."""
+    lora_run(capsys, base, base / "run", "--max-iters", "2")
+    monkeypatch.setattr(train, "load_text", lambda *a: pytest.fail("the text was read before the refusal"))
+    monkeypatch.setattr(checkpoint, "load_model", lambda *a, **k: pytest.fail("the model loaded before the refusal"))
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(["--init-from", str(base / "run"), "--block-size", "64", "--out-dir", str(base / "o")])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr() == ("", f"python -m models.train: error: --block-size 64 exceeds the 32 positions of "
+                                       f"the model in --init-from {base / 'run'}; use --block-size 32 or less "
+                                       "(see --help)\n")

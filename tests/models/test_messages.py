@@ -49,11 +49,14 @@ def test_resume_names_a_default_and_a_change_as_typed(run, capsys):
 def test_resume_with_a_preset_refuses_its_block_size_before_announcing_anything(run, capsys):
     out = run[2]
     capsys.readouterr()
-    assert train.main(["--resume", "--preset", "shakespeare-char", "--out-dir", str(out)]) == 1
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(["--resume", "--preset", "shakespeare-char", "--out-dir", str(out)])
+    assert exit_info.value.code == 2
     printed = capsys.readouterr()
     assert "resume: the command line changes" not in printed.out
-    assert printed.err.strip() == (f"train: error: --block-size 256 exceeds the block_size 16 of the checkpoint's "
-                                   f"model in {out}, which it fixes; resume with --block-size 16 or less")
+    assert printed.err == (f"python -m models.train: error: --block-size 256 exceeds the block_size 16 of the "
+                           f"checkpoint's model in {out}, which it fixes; resume with --block-size 16 or less "
+                           "(see --help)\n")
 
 
 def test_the_data_line_writes_its_counts_with_separators(run, tmp_path, capsys):

@@ -594,14 +594,30 @@ def test_prepare_train_eval(tmp_path, prepared, capsys):
                            f"perplexity {np.exp(mean):.2f} (block 16, stride 1, ")
 
 
-def test_eval_max_tokens_below_a_window_names_the_option_its_bound_and_the_fix(tmp_path, prepared, capsys):
-    """The parser takes any --max-tokens from 2 (the block size is the checkpoint's, read later); at or below the
-    block size it read "the val split of DIR has 16 tokens (--max-tokens), too few ...", with no bound and no fix."""
+@pytest.mark.parametrize("option, value, problem", [
+    ("--max-tokens", "16", "--max-tokens 16 is too few for one window of the model in {run} (its block size, 16 "
+                           "tokens, and their targets); give --max-tokens 17 or more"),
+    ("--stride", "17", "--stride 17 exceeds the block size 16 of the model in {run}, so tokens between windows "
+                       "would go unscored; give --stride 16 or less"),
+])
+def test_eval_options_beyond_the_block_size_are_refused_before_a_weight_is_read(tmp_path, prepared, capsys, option,
+                                                                               value, problem):
+    """Their bound is the checkpoint's block size, which was read from the loaded model: the refusal came only after
+    the weights had loaded (seconds for GPT-2), so a garbage weights file was reported instead of the option."""
+    run = tmp_path / "r"
+    assert train_on(capsys, "--data", str(prepared), "--max-iters", "1", "--out-dir", str(run))[0] == 0
+    (run / "model.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(SystemExit) as exit_info:
+        evaluate.main([str(run), "--data", str(prepared), option, value, "--no-progress"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"python -m models.eval: error: {problem.format(run=run)} (see --help)\n"
+
+
+def test_eval_takes_a_max_tokens_just_above_the_block_size(tmp_path, prepared, capsys):
     assert train_on(capsys, "--data", str(prepared), "--max-iters", "1", "--out-dir", str(tmp_path / "r"))[0] == 0
-    assert evaluate.main([str(tmp_path / "r"), "--data", str(prepared), "--max-tokens", "16", "--no-progress"]) == 1
-    assert capsys.readouterr().err == ("eval: error: --max-tokens 16 is too few for one window of the model's block "
-                                       "size 16 and its targets; give --max-tokens 17 or more\n")
-    assert evaluate.main([str(tmp_path / "r"), "--data", str(prepared), "--max-tokens", "17", "--no-progress"]) == 0
+    assert evaluate.main([str(tmp_path / "r"), "--data", str(prepared), "--max-tokens", "17", "--stride", "16",
+                          "--no-progress"]) == 0
+    assert "(its first 17 of " in capsys.readouterr().out
 
 
 def test_eval_windows_score_every_target_once_with_the_context_promised():
@@ -702,6 +718,8 @@ def test_another_character_vocabulary_is_refused_without_asking_to_prepare_again
     assert run_prepare(capsys, str(tmp_path / "abc.txt"), "--out", str(other), "--tokenizer", "char")[0] == 0
     run = tmp_path / "run"
     assert train_on(capsys, "--data", str(prepared), "--max-iters", "1", "--out-dir", str(run))[0] == 0
+    # and before a weight is read: the tokenizer came with the loaded model, so damaged weights were reported instead
+    (run / "model.safetensors").write_bytes(b"not safetensors")
     assert evaluate.main([str(run), "--data", str(other), "--no-progress"]) == 1
     assert capsys.readouterr().err == (
         f"eval: error: {other} holds tokens of the char tokenizer (5 ids), but the model of {run} reads another "

@@ -86,6 +86,16 @@ def test_a_prompt_the_tokenizer_cannot_take_is_one_line(trained, capsys, prompt,
     assert err.startswith("sample: error: ") and message in err and err.count("\n") == 1
 
 
+def test_a_prompt_the_tokenizer_cannot_take_is_refused_before_a_weight_is_read(trained, tmp_path, capsys):
+    """The prompt was encoded with the tokenizer that came with the loaded model: a damaged weights file was reported
+    instead, and sound weights (seconds for GPT-2) loaded first."""
+    shutil.copytree(trained, tmp_path / "out")
+    (tmp_path / "out" / "model.safetensors").write_bytes(b"not safetensors")
+    assert sample.main([str(tmp_path / "out"), "--prompt", "a€"]) == 1
+    assert capsys.readouterr().err.startswith("sample: error: CharTokenizer.encode: character '€' (U+20AC, first at "
+                                              "index 1) is not in this tokenizer's 5-character vocabulary")
+
+
 @pytest.mark.parametrize("name, message", [
     ("notes", "no checkpoint in {folder}: expected config.json and model.safetensors (train one with "
               "`python -m models.train`)"),

@@ -120,6 +120,20 @@ def test_an_output_link_needs_the_folder_of_the_file_it_names_writable(tmp_path,
     assert cli.output_file(str(tmp_path / "ro.png")) == str(tmp_path / "ro.png")
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc, which takes no new file")
+def test_a_picture_in_a_folder_that_takes_no_file_is_refused_before_the_work(monkeypatch, capsys):
+    """os.access lets root write anywhere, /proc too (made so here for any user): newton --out /proc/x.png ran its
+    lesson and then ended in a FileNotFoundError traceback. The folder is now tried with a file, as --out-dir's is."""
+    monkeypatch.setattr(cli.os, "access", lambda path, mode: True)
+    from models.lessons import newton
+    monkeypatch.setattr(newton, "lesson_setup", lambda *a: pytest.fail("the lesson ran before the refusal"))
+    with pytest.raises(SystemExit) as exit_info:
+        newton.main(["--out", "/proc/x.png"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == ("python -m models.newton: error: argument --out: cannot write /proc/x.png: "
+                                       "/proc takes no new file (No such file or directory) (see --help)\n")
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo") or os.geteuid() == 0, reason="makes a named pipe; root may write it")
 def test_an_output_pipe_that_cannot_be_written_is_one_line(tmp_path):
     pipe = tmp_path / "pipe"

@@ -306,6 +306,22 @@ def test_a_block_size_beyond_the_init_from_models_positions_is_refused_at_parse_
                                        f"the model in --init-from {base}; use --block-size 32 or less (see --help)\n")
 
 
+@pytest.mark.parametrize("eval_only", [[], ["--eval-only"]], ids=["resume", "eval-only"])
+def test_a_block_size_beyond_the_checkpoints_model_is_refused_on_resume_before_a_weight_is_read(tmp_path, capsys,
+                                                                                             eval_only):
+    """The bound is in the checkpoint's config.json; it was read from the loaded model, so a damaged weights file
+    was reported instead of the option, and a sound one took its load time (seconds for GPT-2) to be refused."""
+    out = tmp_path / "o"
+    assert run(capsys, "--max-iters", "1", "--out-dir", str(out))[0] == 0
+    (out / "model.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(SystemExit) as exit_info:
+        train.main([*(eval_only or ["--resume"]), "--block-size", "32", "--out-dir", str(out)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (f"python -m models.train: error: --block-size 32 exceeds the block_size 16 of "
+                                       f"the checkpoint's model in {out}, which it fixes; resume with --block-size "
+                                       "16 or less (see --help)\n")
+
+
 def test_mfu_counts_the_products_of_the_non_embedding_weights_and_the_attention():
     """PaLM's 6N + 12·L·H·Q·T by hand: N is every parameter but the position table (wpe, a look-up), which the
     count included (about 1 % of the default model); wte counts, as the LM head's product it is tied to."""
