@@ -507,10 +507,12 @@ def summary(report, phase):
     if parting.note:
         head = f"{phase}: the runs part at #{parting.index} {parting.op}{where}: {parting.note}"
     else:
+        by = (f"{_number(parting.abs)}, {parting.ratio:.3g} × the drift float32 alone has there"
+              if math.isfinite(parting.abs) else  # _largest_difference's mark of a value not finite in one run
+              "inf: nan or ±inf in one run, where the other has another value")
         head = (f"{phase}: the runs part first at #{parting.index} {parting.op}{where} (step {parting.step} of "
                 f"{len(comparisons)} {'in forward order' if phase == 'forward' else 'as backward runs them'}): its "
-                f"{'output differs' if phase == 'forward' else 'gradients for its inputs differ'} by "
-                f"{_number(parting.abs)}, {parting.ratio:.3g} × the drift float32 alone has there")
+                f"{'output differs' if phase == 'forward' else 'gradients for its inputs differ'} by {by}")
     before = [c for c in comparisons if c.step < parting.step]
     lines = [head]
     if phase == "backward" and report.forward is not None and not report.forward.note:

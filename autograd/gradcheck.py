@@ -27,6 +27,7 @@ from .intervals import check
 from .tensor import Tensor, array_of, backward_steps, enable_grad, no_grad
 
 WORST_SHOWN = 5
+LARGEST_JACOBIAN = 1024  # elements of jacobian's x, and of fn's output: its matrix is at most 8 MB
 
 
 class GradcheckError(AssertionError):
@@ -160,6 +161,12 @@ def _draw_failures(drawn, path, fmt):
     return f"  picture: {path} (analytic, numeric and their difference for each failing input)"
 
 
+def _check_small(what, size, detail=""):
+    if size > LARGEST_JACOBIAN:
+        raise ValueError(f"jacobian: {what} has {size} elements{detail}; the full matrix is for small teaching "
+                         f"inputs (≤ {LARGEST_JACOBIAN}), use backward() for a vector-Jacobian product instead")
+
+
 def jacobian(fn, x):
     """The full Jacobian J[i..., j...] = ∂fn(x)[i...]/∂x[j...] as a host float64 array of shape out.shape + x.shape.
 
@@ -167,21 +174,21 @@ def jacobian(fn, x):
     the caller's tensor is left alone; the entries carry its dtype's rounding,
     float32's for float32); `fn` maps one Tensor to one Tensor.
     It runs one backward pass per element of the output: for teaching on a few
-    elements, never inside a model. The passes write no `.grad`: not x's, not
-    that of a parameter fn reads.
+    elements (x and the output at most LARGEST_JACOBIAN each), never inside a
+    model. The passes write no `.grad`: not x's, not that of a parameter fn reads.
     """
     leaf = Tensor(array_of(x))
     if leaf.dtype.kind != "f":  # requires_grad's own refusal would name neither jacobian nor the float64 it wants
         raise TypeError(f"jacobian: x holds {leaf.dtype} values, and a Jacobian is taken with respect to floats; "
                         "pass np.asarray(x, dtype=np.float64)")
     leaf.requires_grad = True
-    if leaf.size > 1024:
-        raise ValueError(f"jacobian: x has {leaf.size} elements; the full matrix is for small teaching inputs "
-                         "(≤ 1024), use backward() for a vector-Jacobian product instead")
+    _check_small("x", leaf.size)
     with enable_grad():  # inside no_grad() (an evaluation loop) too: unrecorded, every entry would read 0
         out = fn(leaf)
     if not isinstance(out, Tensor):
         raise TypeError(f"jacobian: fn must return a Tensor, got {type(out).__name__}")
+    # before the out.size × x.size matrix and its out.size backward passes
+    _check_small("fn's output", out.size, f" (shape {tuple(out.shape)}), one backward pass each")
     xp = backend.xp_for(out.device)
     result = np.zeros(out.shape + leaf.shape)
     for flat_index in range(out.size):

@@ -250,14 +250,14 @@ class JacobianPicture:
     vjp_difference: float  # max |backward(g) − gᵀJ| for the random g
 
 
-def _vjp_check(fn, x, jacobian, rng):
-    """max |backward(g) − gᵀJ| for a random g: the VJP backward applies, against J written out."""
-    leaf = Tensor(x, requires_grad=True)
-    out = fn(leaf)
+def _vjp_check(out, leaf, jacobian, rng):
+    """max |backward(g) − gᵀJ| for a random g: the VJP backward applies, against J written out. By ag.grad,
+    which writes no .grad, as ag.jacobian writes none: backward() would add into the parameters fn reads. The
+    graph is kept: the closed form and the notes read its ops' saved values, which a last backward may reuse."""
     g = rng.standard_normal(out.shape)
-    out.backward(g)
-    flat = jacobian.reshape(out.size, leaf.size)
-    return float(np.abs(leaf.grad.ravel() - g.ravel() @ flat).max())
+    vjp = ag.grad(out, leaf, g, retain_graph=True, allow_unused=True)[0] if out.requires_grad else None
+    vjp = np.zeros(leaf.shape) if vjp is None else vjp.numpy()  # x does not reach the output: J is 0
+    return float(np.abs(vjp.ravel() - g.ravel() @ jacobian.reshape(out.size, leaf.size)).max())
 
 
 def _panels(jacobian, out_shape, in_shape, closed, closed_title):
@@ -275,13 +275,22 @@ def draw(fn, x, closed=None, title=None, seed=0):
     Jupyter shows inline and `.savefig(path)` writes. `closed`, an array of the Jacobian's shape (out.shape +
     x.shape) or a function of the output Tensor returning one, is drawn beside it with the largest difference.
     Under them: the check that backward's VJP equals gᵀJ for a random g (drawn with `seed`)."""
-    return _picture(fn, np.asarray(x.numpy() if isinstance(x, Tensor) else x, dtype=np.float64), closed,
-                    "closed form", title or "the Jacobian of fn at x", np.random.default_rng(seed)).figure
+    x = np.asarray(x.numpy() if isinstance(x, Tensor) else x)
+    if x.dtype.kind not in "biuf":  # float64 would drop a complex's imaginary part, and fail on text in NumPy
+        raise TypeError(f"viz.jacobian.draw: x holds {x.dtype} values; pass an array of floats, "
+                        "e.g. np.asarray(x, dtype=np.float64)")
+    if x.size == 0:
+        raise ValueError(f"viz.jacobian.draw: x has no elements (shape {x.shape}), so there is no Jacobian to draw; "
+                         "pass an x of a few elements")
+    return _picture(fn, x.astype(np.float64), closed, "closed form", title or "the Jacobian of fn at x",
+                    np.random.default_rng(seed)).figure
 
 
 def _picture(fn, x, closed, closed_title, title, rng, rule=None, note=None):
     jacobian = ag.jacobian(fn, x)
-    out = fn(Tensor(x, requires_grad=True))
+    leaf = Tensor(x, requires_grad=True)
+    with ag.enable_grad():  # under no_grad() too, as ag.jacobian records fn: the closed form reads the graph's ops
+        out = fn(leaf)
     if callable(closed):
         closed = closed(out)
     if closed is not None:
@@ -290,7 +299,7 @@ def _picture(fn, x, closed, closed_title, title, rng, rule=None, note=None):
             raise ValueError(f"viz.jacobian.draw: the closed form has shape {closed.shape}, the Jacobian "
                              f"{jacobian.shape} (the output's shape, then the input's)")
     difference = None if closed is None else float(np.abs(jacobian - closed).max())
-    vjp = _vjp_check(fn, x, jacobian, rng)
+    vjp = _vjp_check(out, leaf, jacobian, rng)
     notes = [f"J is {jacobian.size // x.size} × {x.size}: output {tuple(out.shape)}, input {x.shape}, float64"]
     if difference is not None:
         notes.append(f"max |ag.jacobian − closed form| = {difference:.3g}")

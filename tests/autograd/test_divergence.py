@@ -139,6 +139,20 @@ def test_a_second_implementation_is_matched_op_by_op():
     assert other.rows["backward"] == []
 
 
+def test_a_nan_in_one_run_is_called_a_nan_not_a_difference_of_inf():
+    """The report read "its output differs by inf, inf × the drift float32 alone has there" where run a had a
+    nan: a learner chasing the nan found the word nowhere, and an inf that was never in either run."""
+    x = Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    report = ag.diverge(lambda t: (t.tanh() * 2.0).sum(), x,
+                        a=lambda t: (t.tanh() * Tensor(np.array([2.0, np.nan, 2.0]))).sum())
+    assert (report.forward.index, report.forward.abs, report.backward.index) == (2, np.inf, 2)
+    text = str(report)
+    assert ("forward: the runs part first at #2 Mul (step 2 of 3 in forward order): its output differs by inf: nan "
+            "or ±inf in one run, where the other has another value\n") in text
+    assert ("backward: the runs part first at #2 Mul (step 2 of 3 as backward runs them): its gradients for its "
+            "inputs differ by inf: nan or ±inf in one run, where the other has another value\n") in text
+
+
 def test_an_op_that_parts_before_the_graphs_differ_is_named_first():
     """The place where a second implementation's graph leaves the recorded one was listed before the ops
     compared up to it, so it was named as where the runs part though an op before it had already parted."""

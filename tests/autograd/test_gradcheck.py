@@ -268,6 +268,15 @@ def test_jacobian_refuses_large_inputs_and_non_tensor_results():
         ag.jacobian(lambda t: 1.0, np.zeros(2))
 
 
+def test_jacobian_refuses_a_large_output_as_it_refuses_a_large_input():
+    """x had a limit, fn's output none: a 1024-element x mapped to 10⁶ outputs allocated an 8 GB matrix and ran
+    10⁶ backward passes, for minutes, before anything was said."""
+    message = (r"jacobian: fn's output has 2000 elements \(shape \(1000, 2\)\), one backward pass each; the full "
+               r"matrix is for small teaching inputs \(≤ 1024\)")
+    with pytest.raises(ValueError, match=message):
+        ag.jacobian(lambda t: Tensor(np.ones((1000, 1))) * t, np.ones(2))
+
+
 @pytest.mark.parametrize("x, dtype", [(np.array([1, 2]), "int64"), (3, "int64"), ([True, False], "bool")])
 def test_jacobian_refuses_a_non_float_input_by_name(x, dtype):
     """An integer x failed inside Tensor, naming neither jacobian nor float64 ("only floating-point tensors can

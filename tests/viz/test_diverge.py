@@ -108,6 +108,23 @@ def test_reference_arrays_from_a_file_stand_for_run_b(tmp_path, capsys):
     assert "forward: the runs part first at #11 MatMul in attn" in printed
 
 
+@needs_dot
+def test_a_nan_in_the_reference_arrays_is_named_in_the_print_and_the_picture(tmp_path, capsys):
+    """'its output differs by inf, inf × the drift float32 alone has there': no word of the nan planted."""
+    import models.lessons.tiny as tiny
+    steps = {}
+    tiny.TinyTransformer()(tiny.INPUT_IDS, steps=steps)
+    attn = steps["attn_out"].data.copy()
+    attn[1, 0] = np.nan
+    np.savez(tmp_path / "captured.npz", attn=attn, ffn=steps["ffn_out"].data)
+    out = tmp_path / "d.svg"
+    assert vd.main(["models.tiny", "--a", "float64", "--b", str(tmp_path / "captured.npz"), "--out", str(out)]) == 0
+    said = ("forward: the runs part first at #11 MatMul in attn (step 1 of 2 in forward order): its output differs "
+            "by inf: nan or ±inf in one run, where the other has another value")
+    assert said + "\n" in capsys.readouterr().out
+    assert said in out.read_text()  # the table beside the graph
+
+
 def test_collapsed_the_module_box_that_holds_the_parting_op_is_marked(monkeypatch):
     import models.gpt.gpt2 as gpt2
     plant(monkeypatch, "matmul", matmul_a_thousandth_high)

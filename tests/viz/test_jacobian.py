@@ -93,6 +93,55 @@ def test_draw_takes_any_function_and_shows_itself_as_png():
     assert figure._repr_png_().startswith(PNG)
 
 
+def test_draw_writes_no_grad_into_a_parameter_fn_reads():
+    """The VJP check called out.backward(g), which added gᵀ∂out/∂W into W.grad: drawing y = W x in a notebook
+    changed the model it drew, where ag.jacobian leaves every .grad alone."""
+    w = ag.Tensor(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), requires_grad=True)
+    left, = drawn_matrices(vj.draw(lambda t: w @ t, np.array([0.5, -1.0, 2.0])))
+    np.testing.assert_array_equal(left, w.data)  # the Jacobian of W x is W
+    assert w.grad is None
+
+
+W_ALONE = ag.Tensor(np.array([1.0, -2.0]), requires_grad=True)  # a parameter that fn reads without x
+
+
+@pytest.mark.parametrize("fn", [lambda t: ag.Tensor(np.ones(2)), lambda t: t.detach() * 2.0,
+                                lambda t: W_ALONE * t.detach().sum()],
+                         ids=["constant", "detached", "reads only a parameter"])
+def test_draw_of_a_function_that_does_not_depend_on_x_shows_a_zero_jacobian(fn):
+    """ag.jacobian gives 0 there, but the VJP check failed: 'backward: this tensor does not require grad'
+    (a constant), or 'NoneType' object has no attribute 'ravel' (x.grad never written)."""
+    figure = vj.draw(fn, np.array([1.0, 2.0, 3.0]))
+    left, = drawn_matrices(figure)
+    assert left.shape[1] == 3 and not left.any()
+    assert "VJP: backward(g) = gᵀJ to 0 for a random g" in figure._supxlabel.get_text()
+    assert W_ALONE.grad is None
+
+
+@pytest.mark.parametrize("name", ["softmax", "embedding"])
+def test_an_ops_picture_inside_no_grad_is_the_same_picture(name):
+    """Under no_grad() the function's graph was not recorded: 'viz.jacobian: no Softmax op in the graph of the
+    case's function', though ag.jacobian records fn under no_grad() too."""
+    outside = vj.picture(name)
+    with ag.no_grad():
+        inside = vj.picture(name)
+    np.testing.assert_array_equal(inside.jacobian, outside.jacobian)
+    np.testing.assert_array_equal(inside.closed, outside.closed)
+    assert inside.vjp_difference == outside.vjp_difference
+
+
+@pytest.mark.parametrize("x, message", [
+    (np.array([1.0 + 2.0j]), "viz.jacobian.draw: x holds complex128 values; pass an array of floats"),
+    ("abc", "viz.jacobian.draw: x holds <U3 values; pass an array of floats"),
+    (np.zeros(0), r"viz.jacobian.draw: x has no elements \(shape \(0,\)\), so there is no Jacobian to draw"),
+])
+def test_draw_refuses_an_x_it_cannot_draw_by_name(x, message):
+    """A complex x lost its imaginary part with a warning, a string failed in NumPy ('could not convert string
+    to float'), an empty one in a reduction ('zero-size array to reduction operation maximum')."""
+    with pytest.raises((TypeError, ValueError), match=message):
+        vj.draw(lambda t: t * 2.0, x)
+
+
 def test_draw_refuses_a_closed_form_of_the_wrong_shape():
     with pytest.raises(ValueError, match=r"closed form has shape \(3,\), the Jacobian \(3, 3\)"):
         vj.draw(lambda t: t.tanh(), np.zeros(3), closed=np.zeros(3))
