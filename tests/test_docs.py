@@ -160,6 +160,11 @@ QUOTED = [
     (["models.tiny"], "lessons.md", ["p(你) = 0.084807, loss 2.467373", "∂L/∂E[你] = (−0.915189, 0.915189)"],
      ["p(你) = 0.084807", "L = −log p(你) = 2.467373", "∂L/∂E[你] -0.915189 0.915189"]),
     (["models.gpt2_params"], "gpt2.md", ["124,439,808 for GPT-2 small"], ["total 124,439,808"]),
+    (["models.tokenizer"], "lessons.md", ["44 → 13 tokens"],
+     ["start: 44 tokens", "机器 + 人 → 机器人 (count 2; 13 tokens)"]),
+    (["models.newton", "--out", "/dev/null"], "higher_order.md",
+     ["passes gradient descent's 500-step loss after 15 steps"],
+     ["Newton-CG is below descent's final loss from step 15"]),
     (["viz.diverge", "models.tiny", "--a", "fused", "--b", "composed", "--format", "dot", "--out", "/dev/null"],
      "jacobian_diverge_flow.md", ["agree to the bit at all 23 ops"], ["the runs agree to the bit at all 23 ops"]),
 ]
@@ -173,6 +178,25 @@ def test_the_figures_a_page_quotes_are_what_the_command_prints(argv, page, shown
     out = words(run_module(*argv))
     for line in printed:
         assert line in out, f"python -m {' '.join(argv)} no longer prints {line!r}, which docs/{page} quotes"
+
+
+def test_the_engine_page_shows_each_mode_as_the_decorator_it_is():
+    """docs/engine.md said `@ag.detect_anomaly()` needs the call, where ModeDecorator has made every mode a decorator
+    without it too: each mode the page names works bare, and the page shows it bare."""
+    import autograd as ag
+
+    # each mode: whether it is on, and a mode outside it where it is off
+    modes = {"no_grad": (lambda: not ag.is_grad_enabled(), ag.enable_grad),
+             "enable_grad": (ag.is_grad_enabled, ag.no_grad),
+             "detect_anomaly": (ag.is_anomaly_enabled, ag.enable_grad)}
+    text = text_of(REPO / "docs" / "engine.md")
+    named = re.search(r"Modes: (.*?) are context managers and decorators", text, re.S)
+    assert named, "docs/engine.md no longer lists the modes that are context managers and decorators"
+    assert set(re.findall(r"`ag\.(\w+)\(\)`", named.group(1))) == set(modes)
+    for name, (on, outside) in modes.items():
+        with outside():
+            assert not on() and getattr(ag, name)(on)(), f"@ag.{name} without the call does not enter the mode"
+        assert f"`@ag.{name}`" in text, f"docs/engine.md does not show @ag.{name} without the call, which works"
 
 
 def test_the_gpu_page_counts_the_launches_of_a_decode_step(monkeypatch):
