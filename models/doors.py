@@ -29,18 +29,23 @@ def front_door(name, real):
             sys.exit(f"{real.rpartition('.')[2]}: error: {exc}")
         if not hasattr(module, "main"):
             sys.exit(f"{real} is a library with no command line: import it (see its docstring)")
-        sys.exit(run_main(module.main))
+        sys.exit(run_main(module.main, real.rpartition(".")[2]))
     sys.modules[name] = importlib.import_module(real)
 
 
-def run_main(main):
+def run_main(main, prog):
     """A command's exit status from `main()`: output piped to a reader that stopped early (`| head`) ends it
-    quietly, with status 0, rather than with a BrokenPipeError traceback (the viz commands run theirs here too)."""
+    quietly, with status 0, rather than with a BrokenPipeError traceback (the viz commands run theirs here too);
+    a switch set to a value it does not take (autograd.switches, read by the first op that consults it) is one
+    line naming the command `prog`."""
+    from autograd.switches import SwitchError  # here, not above: the Ctrl-C hook goes in before the engine loads
     main_running(True)
     try:
         code = main()
         if sys.stdout is not None:  # None where the command started with no stdout at all (`>&-`)
             sys.stdout.flush()  # here, where a closed pipe can be caught, rather than at exit
+    except SwitchError as exc:
+        code = f"{prog}: error: {exc}"
     except BrokenPipeError:
         if not _reader_gone(sys.stdout):  # another pipe broke (a worker's): a real error
             raise

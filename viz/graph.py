@@ -990,4 +990,4 @@ def _write_source_instead(graph, out):
 
 if __name__ == "__main__":
     from models.doors import run_main
-    sys.exit(run_main(main))
+    sys.exit(run_main(main, "viz.graph"))

@@ -388,4 +388,4 @@ def main(argv=None):
 
 if __name__ == "__main__":
     from models.doors import run_main
-    sys.exit(run_main(main))
+    sys.exit(run_main(main, "viz.jacobian"))

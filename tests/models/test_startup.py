@@ -323,7 +323,7 @@ def main():
     Finalized()
     time.sleep(2)
     print("went on")
-sys.exit(run_main(main))
+sys.exit(run_main(main, "eval"))
 """
 
 
@@ -349,10 +349,21 @@ def test_outside_main_a_dropped_ctrl_c_is_pythons_to_report(monkeypatch):
     event = types.SimpleNamespace(exc_value=KeyboardInterrupt())
     sys.unraisablehook(event)
     assert reported == [event] and not sent  # before main()
-    assert doors.run_main(lambda: sys.unraisablehook(event)) is None
+    assert doors.run_main(lambda: sys.unraisablehook(event), "eval") is None
     assert reported == [event] and len(sent) == 1  # during main(): sent again
     sys.unraisablehook(event)
     assert reported == [event, event] and len(sent) == 1  # after main()
+
+
+@pytest.mark.parametrize("command, prog", [("models.tiny", "tiny"), ("viz.graph", "viz.graph")])
+def test_a_switch_set_to_a_value_it_does_not_take_is_one_line_in_every_command(tmp_path, command, prog):
+    """AUTOGRAD_FUSED=2 ended models.tiny, models.troubleshoot, models.bigram and viz.graph in a SwitchError
+    traceback, read by their first op; models.train, which catches it itself, said it in one line."""
+    argv = [command] + (["models.bigram", "--out", str(tmp_path / "g.svg")] if prog == "viz.graph" else [])
+    done = subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "AUTOGRAD_FUSED": "2", "MPLBACKEND": "Agg"})
+    assert (done.returncode, done.stderr) == (1, f"{prog}: error: AUTOGRAD_FUSED='2' is not one of 0, 1 "
+                                                 "(docs/switches.md); set one of those, or unset it\n")
 
 
 @pytest.mark.skipif(os.name != "posix", reason="starts a process with a POSIX signal ignored")
