@@ -5,7 +5,9 @@
         loss.backward()
 
 The error, `AnomalyError` (a FloatingPointError), names forward or backward,
-the op's class and rule, the module that recorded it (its `name_scope`), each
+the op's class and rule, the module that recorded it (its `name_scope`), the
+forward call that applied it (the line of code outside autograd: for a
+backward anomaly the traceback shows only the call of backward()), each
 input's shape and summary (min, max, how many NaN and inf) and which input or
 output went non-finite first: an op whose inputs are all finite made the bad
 value itself; an input that was already non-finite came from outside the
@@ -40,6 +42,9 @@ the graph around the culprit and a trace page opening at its step); with
 walk the whole pass.
 """
 import contextlib
+import linecache
+import os
+import sys
 import threading
 from dataclasses import dataclass, field
 
@@ -50,6 +55,7 @@ from . import tensor as _tensor
 from .tensor import array_of
 
 WHO = "detect_anomaly"
+_ENGINE = __name__.partition(".")[0]  # the package whose frames a forward call's line skips: "autograd"
 
 
 class AnomalyError(FloatingPointError):
@@ -72,6 +78,7 @@ class Anomaly:
     step        backward: the op's place in the backward pass (1 = the op that made the root), as viz.trace numbers it.
     root, root_grad   backward: where the pass started, and its gradient.
     grad        backward: the gradient that came into the op.
+    sent        backward: what the op's step sent each of its inputs (None where nothing, or not yet computed).
     where       the caller's note (models.train: the training iteration).
     files       {what: path} the pictures hook wrote.
     """
@@ -85,6 +92,7 @@ class Anomaly:
     root: object = None
     root_grad: object = None
     grad: object = None
+    sent: tuple = ()
     where: str = ""
     files: dict = field(default_factory=dict)
 
@@ -115,6 +123,24 @@ def _called(t):
     if t.op is not None:
         return f"{t.op.name}'s output" + (f" in {t.op.scope}" if t.op.scope else "")
     return f"the leaf of shape {t.shape}"
+
+
+def _caller():
+    """(file, line, function) of the innermost frame outside autograd: the code that applied the op now running."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == _ENGINE:
+        frame = frame.f_back
+    return None if frame is None else (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+
+
+def _site_line(site):
+    """'models/gpt/gpt2.py:129 in forward: gelu = fc.gelu()' (the path relative to the working folder, if inside)."""
+    file, line, function = site
+    shown = os.path.relpath(file) if os.path.isabs(file) else file
+    if shown.startswith(os.pardir):
+        shown = file
+    code = linecache.getline(file, line).strip()
+    return f"{shown}:{line} in {function}" + (f": {code}" if code else "")
 
 
 def _marks(parts, total):
@@ -182,6 +208,7 @@ class detect_anomaly(_tensor.ModeDecorator):
     # ---- called by the engine (autograd/tensor.py), only while this is active ----
 
     def check_forward(self, op, inputs, result):
+        op.site = _caller()
         if _finite(result.data):
             return
         names = op.input_labels(len(inputs))
@@ -231,6 +258,8 @@ class detect_anomaly(_tensor.ModeDecorator):
             head.append(f"op: {op.name}, rule {op.rule or '(none declared)'}")
             scope = anomaly.scope or "(none: the top module's own forward, or outside any module)"
             head.append(f"module: {scope}")
+            if op.site is not None:
+                head.append(f"forward call: {_site_line(op.site)}")
         if self.pictures is not None and op is not None:  # a picture is of the graph around an op
             anomaly.files = self._draw(anomaly)
         tail = [f"{what}: {path}" for what, path in anomaly.files.items()]
@@ -254,9 +283,9 @@ class _Pass:
         self.detector, self.root, self.root_grad = detector, root, grad
         self.parts = {}  # id(tensor): how many ops' gradients its sum holds, once more than one
 
-    def _raise(self, t, culprit, step, g, headline, lines):
+    def _raise(self, t, culprit, step, g, headline, lines, sent):
         anomaly = Anomaly("backward", t.op, t.op.scope, t, culprit, step=step, root=self.root,
-                          root_grad=self.root_grad, grad=g, where=self.detector._where())
+                          root_grad=self.root_grad, grad=g, sent=sent, where=self.detector._where())
         self.detector._raise(anomaly, headline, lines)
 
     def check(self, t, g, input_grads, step):
@@ -275,7 +304,8 @@ class _Pass:
                 mark = "  ← first non-finite" + (": g and the inputs are finite" if g_finite else "") if name == bad else ""
                 lines.append(f"  gradient for {name}: {summary(pg)}{mark}")
         self._raise(t, f"the gradient for {bad}", step, g, f"backward of {op.name} (step {step} of backward) "
-                                                           f"returned NaN/inf as the gradient for {bad}", lines)
+                                                           f"returned NaN/inf as the gradient for {bad}", lines,
+                    tuple(input_grads))
 
     def fitted(self, x, vjp, t, g, step):
         """tensor._fit(vjp, x, op): the gradient `vjp` that t's op (step `step`) returned for its input x, summed over the
@@ -297,7 +327,7 @@ class _Pass:
                  f"finite, the result overflowed {pg.dtype}"]
         self._raise(t, f"the gradient for {slot}", step, array_of(g),
                     f"backward of {op.name} (step {step} of backward) returned a finite gradient for {slot}, "
-                    f"which {what} became NaN/inf", lines)
+                    f"which {what} became NaN/inf", lines, tuple(pg if i is x else None for i in op.inputs))
 
     def add(self, x, previous, pg, t, g, step):
         """previous + pg: the gradient for x summed so far, plus what t's op (step `step`) sends it, checked, since
@@ -314,4 +344,5 @@ class _Pass:
                        array_of(total))
         self._raise(t, f"the summed gradient for {_called(x)}", step, array_of(g),
                     f"backward summed the gradients for {_called(x)} from {n} ops to NaN/inf at step {step} of "
-                    f"backward, adding {op.name}'s for its input {slot}", lines)
+                    f"backward, adding {op.name}'s for its input {slot}", lines,
+                    tuple(array_of(pg) if i is x else None for i in op.inputs))

@@ -208,7 +208,8 @@ class Function:
 
     What tools read from a recorded op (`tensor.op`): `name`, `rule`,
     `input_names`, `saved_names`, `scope` (the dotted name of the module that
-    recorded it, "" outside any), `inputs` (the input tensors), `params` (the
+    recorded it, "" outside any), `site` (under detect_anomaly, where the code
+    outside autograd applied it), `inputs` (the input tensors), `params` (the
     keyword arguments it was applied with: targets, ids, masks, settings) and
     `saved` (the arrays kept for backward). A backward() without retain_graph
     sets `inputs`, `params` and `saved` to None once the op has run.
@@ -223,6 +224,7 @@ class Function:
     input_names = ("x",)  # the one-input op's x; every other op declares its own
     saved_names = ()
     scope = ""
+    site = None  # (file, line, function), set by detect_anomaly
     inputs = None
     params = {}
     saved = ()

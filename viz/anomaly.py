@@ -13,7 +13,8 @@ autograd cannot import viz (it is the bottom layer), so the caller hands this
 hook to detect_anomaly, which calls it with the `Anomaly` before raising.
 It writes:
 - anomaly_graph.svg: the backward graph below the culprit's output, `depth`
-  ops deep, the culprit op with a thick red border;
+  ops deep, the culprit op with a thick red border (for a backward anomaly,
+  the gradient that came into it and those it sent its inputs);
 - anomaly_trace.html (a backward anomaly): the trace page of the whole pass
   (viz.trace_page), opening at the culprit's step.
 Without Graphviz's `dot` it writes the graph's .dot source and no page.
@@ -60,15 +61,19 @@ def pictures(directory, depth=3):
 
 
 def grad_lines(anomaly):
-    """draw's `grads` for the graph around an anomaly: for a backward one, each box's gradient line (the pass stopped
-    at the culprit, so below it no gradient has arrived yet, not "backward not run", and into the culprit came
-    `anomaly.grad`); None for a forward one, whose boxes have no gradient to show."""
+    """draw's `grads` for the graph around an anomaly: for a backward one, each box's gradient line (into the culprit
+    came `anomaly.grad`, and it sent its inputs `anomaly.sent`, the non-finite one among them; the pass stopped
+    there, so below them no gradient has arrived yet, not "backward not run"); None for a forward one, whose boxes
+    have no gradient to show."""
     if anomaly.phase != "backward":
         return None
     came = f"g into {anomaly.op.name}: {summary(anomaly.grad)}" if anomaly.grad is not None else None
+    sent = {id(x): g for x, g in zip(anomaly.op.inputs or (), anomaly.sent) if g is not None}
 
     def lines(t):
         if t is anomaly.output and came:
             return [came]
+        if id(t) in sent:
+            return [f"g from {anomaly.op.name}: {summary(sent[id(t)])}"]
         return [f"no grad yet: backward stopped at step {anomaly.step}"]
     return lines

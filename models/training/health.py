@@ -73,7 +73,7 @@ class Rule:
     cause: str
     source: str
     when: str = "always"  # judge every window; "start": the run's first window only; "later": every one after it
-    unless: str = ""  # a rule whose warning for the layer already said why (the same figure, from the start)
+    unless: str = ""  # a rule whose warning for the layer already said why (GELU saturated: from the start)
 
     def holds(self, figures):
         x = self.figure(figures)
@@ -114,6 +114,13 @@ RULES = (
          "more units than the task uses",
          "as GELU saturated, after the start: training, not the initialisation, put the inputs there",
          when="later", unless="GELU saturated"),
+    # AdamW's weight decay still moves a weight no gradient reaches (by lr·wd·w, 10^-4 of it on the main job), so
+    # "update too small" misses it there; where nothing moves it, that rule has said so first. The limit is the
+    # least positive float: a norm below it is 0
+    Rule("no gradient", "param", lambda p: p.get("grad_norm"), False, math.ulp(0.0), "gradient 0",
+         "no path from the loss reaches the layer (a .detach(), a branch the loss does not use) or its units died",
+         "backpropagation itself: a weight whose gradient is 0 is not trained, whatever the learning rate",
+         unless="update too small"),
 )
 
 
@@ -179,15 +186,24 @@ def activations(model, idx):
     """{block name: {mean, std, gelu_below_-3, attention_entropy}} from one forward pass of `model` on `idx`."""
     blocks = [name for name, m in model.named_modules() if isinstance(m, Block)]
     training, checkpointed = model.training, model.transformer.checkpoint_blocks
+    # only an op that needs a gradient is recorded: with frozen weights (a LoRA run's base, lower blocks kept as
+    # they are) a block's attention, GELU or whole output would be missing from the graph read below
+    frozen = [p for p in model.parameters() if not p.requires_grad]
     model.eval()
     model.transformer.checkpoint_blocks = False  # a checkpointed block records no ops of its own to read
     try:
+        for p in frozen:
+            p.requires_grad = True
         logits, _ = model(idx)
         order = ag.topological_order(logits)[::-1]  # forward order
     finally:
+        for p in frozen:
+            p.requires_grad = False
         model.train(training)
         model.transformer.checkpoint_blocks = checkpointed
-    out = {name: {} for name in blocks}
+    # null where a block's GELU was not recorded: a .detach() before it leaves it out of the graph, and a record
+    # without the figure would not be read back as one (no picture, no resumed report)
+    out = {name: {"gelu_below_-3": None} for name in blocks}
     for t in order:
         op = t.op
         if op is None:
@@ -227,7 +243,8 @@ class Health:
         self.plot_path = out_dir / PLOT_FILE if interval else None
         self.records, self.pending, self.warned, self._before = [], None, set(), None
         self.matrices = {name for name, p in model.named_parameters() if p.ndim >= 2}  # what "param" rules judge
-        self.window_records = max(2, window // interval + 1) if interval else 0
+        # records spanning at least `window` iterations (at the interval 30: 0, 30 and 60, not 0 and 30)
+        self.window_records = max(2, -(-window // interval) + 1) if interval else 0
         self._kept = []  # the lines of health.jsonl this run keeps, until its first record rewrites the file
         if interval:
             history, self._kept = self._read(start) if start else ([], [])

@@ -1,5 +1,7 @@
 """detect_anomaly: a NaN put at a known op in a known module is named exactly, forward and backward; off, nothing changes."""
 import contextlib
+import inspect
+import os
 
 import numpy as np
 import pytest
@@ -46,17 +48,25 @@ def inputs():
             Tensor(rng.normal(size=(3, 4)).astype(np.float32), requires_grad=True))
 
 
+def line_of(function, text):
+    """'FILE:LINE in FUNCTION: CODE' for the line of `function` that holds `text`, as a report's forward call."""
+    lines, first = inspect.getsourcelines(function)
+    n = next(i for i, line in enumerate(lines) if text in line)
+    return f"{os.path.relpath(__file__)}:{first + n} in {function.__name__}: {lines[n].strip()}"
+
+
 def test_a_nan_made_in_forward_is_named_with_its_op_module_rule_and_inputs():
     x, w = inputs()
     with pytest.raises(ag.AnomalyError) as caught, ag.detect_anomaly(where="training iteration 7"):
         model(x, w, at=(1, 2))
     lines = str(caught.value).splitlines()
     assert lines[0] == "detect_anomaly: forward of Poison made NaN/inf at training iteration 7"
-    assert lines[1:3] == ["  op: Poison, rule dx = g", "  module: h.1.mlp"]
-    assert lines[3].startswith("  output: shape (2, 4) float32, min ")
-    assert lines[3].endswith(", 1 NaN, 0 inf  ← first non-finite: every input is finite")
+    assert lines[1:4] == ["  op: Poison, rule dx = g", "  module: h.1.mlp",
+                          f"  forward call: {line_of(model, 'Poison.apply')}"]
+    assert lines[4].startswith("  output: shape (2, 4) float32, min ")
+    assert lines[4].endswith(", 1 NaN, 0 inf  ← first non-finite: every input is finite")
     h = np.tanh(x.data @ w.data) * 2
-    assert lines[4] == f"  input x: shape (2, 4) float32, min {h.min():.4g}, max {h.max():.4g}, 0 NaN, 0 inf"
+    assert lines[5] == f"  input x: shape (2, 4) float32, min {h.min():.4g}, max {h.max():.4g}, 0 NaN, 0 inf"
     anomaly = caught.value.anomaly
     assert (anomaly.phase, anomaly.op.name, anomaly.scope, anomaly.culprit) == ("forward", "Poison", "h.1.mlp", "output")
     assert isinstance(caught.value, FloatingPointError)
@@ -78,6 +88,29 @@ def test_a_nan_made_by_a_vjp_is_named_with_its_step_of_backward():
     anomaly = caught.value.anomaly
     assert (anomaly.phase, anomaly.step, anomaly.culprit, anomaly.root) == ("backward", 4, "the gradient for x", loss)
     assert w.grad is None  # stopped before the gradient reached the parameter
+    assert "forward call" not in str(caught.value)  # the forward ran before detect_anomaly: nothing recorded where
+
+
+def test_a_nan_made_by_a_vjp_names_the_forward_call_that_applied_the_op():
+    """Backward's traceback ends at loss.backward(): the report named the op and its module, but not which line of
+    the code outside every module (a loss written by hand) applied it."""
+    x, w = inputs()
+
+    def loss_of(x, w):
+        h = (x @ w).tanh()
+        return Poison.apply(h, at=(0, 1), in_backward=True).sum()
+    with pytest.raises(ag.AnomalyError) as caught, ag.detect_anomaly():
+        loss_of(x, w).backward()
+    lines = str(caught.value).splitlines()
+    assert lines[0] == "detect_anomaly: backward of Poison (step 2 of backward) returned NaN/inf as the gradient for x"
+    assert lines[1:4] == ["  op: Poison, rule dx = g",
+                          "  module: (none: the top module's own forward, or outside any module)",
+                          f"  forward call: {line_of(loss_of, 'Poison.apply')}"]
+    # the ops a method composes of others (var: mean, subtract, square, mean) are named at the line that called it
+    with ag.detect_anomaly():
+        spread, line = w.var(), inspect.currentframe().f_lineno
+    ops = [t.op for t in ag.topological_order(spread) if t.op is not None]
+    assert len(ops) > 3 and {op.site for op in ops} == {(__file__, line, inspect.currentframe().f_code.co_name)}
 
 
 def test_a_non_finite_leaf_is_named_as_the_input_that_came_in_so():

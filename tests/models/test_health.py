@@ -260,6 +260,20 @@ def test_a_rule_warns_once_it_held_for_the_window_naming_the_layer_and_the_cause
     assert monitor.warnings() == []  # each layer and rule once; the bias is never judged
 
 
+@pytest.mark.parametrize("interval, records", [(30, 3), (7, 9), (10, 6), (50, 2), (80, 2)])
+def test_a_rule_holds_across_at_least_the_window_whatever_the_interval(model, tmp_path, interval, records):
+    """At the interval 30 a rule warned after two records, 30 iterations, where the page says it holds across 50."""
+    monitor = health.Health(model, interval, tmp_path)
+    monitor.matrices = set()
+    assert monitor.window_records == records
+    said = judge(monitor, [fake_record(it, -2, 0.0, 0.05) for it in range(0, interval * records, interval)])
+    assert said[:-1] == [[]] * (records - 1)
+    assert said[-1] == [f"health: h.2: lowest head attention entropy 0.050 nats for {interval * (records - 1)} "
+                        "iterations: the initialisation (or the learning rate) is likely too large: the scores q·k "
+                        "are too wide"]
+    assert interval * (records - 1) >= health.WINDOW
+
+
 def test_gelu_saturation_later_in_the_run_gets_a_warning_of_its_own(model, tmp_path):
     monitor = health.Health(model, 25, tmp_path)
     monitor.records = [fake_record(it, -2, 0.0 if it < 75 else 0.2, 2.0) for it in range(0, 125, 25)]
@@ -311,6 +325,23 @@ def test_a_layer_that_gets_no_gradient_is_warned_about_and_the_others_are_not(mo
     assert [r["params"]["transformer.h.1.mlp.c_fc.weight"]["update_norm"] for r in monitor.records] == [0.0] * 3
 
 
+def test_a_layer_that_gets_no_gradient_under_weight_decay_is_warned_about(model, tmp_path):
+    """The main job's AdamW (weight decay 0.1) still shrinks a weight no gradient reaches, by lr·wd of it: its
+    update ratio sat between 10^-5 and 10^-3.7 (models.train with h.1's c_fc cut off), above "update too small"'s
+    10^-5, and nothing was said."""
+    lines = []
+    monitor = health.Health(model, 1, tmp_path, say=lines.append, window=2)
+    optimizer = nn.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.1)  # models.train's
+    train_steps(model, monitor, optimizer, range(3), cut=["transformer.h.1.mlp.c_fc.weight"])
+    cut = [r["params"]["transformer.h.1.mlp.c_fc.weight"] for r in monitor.records]
+    assert [f["grad_norm"] for f in cut] == [0.0] * 3
+    assert all(-5 < f["log10_update_ratio"] < -3 for f in cut)  # decay alone: too large for "update too small"
+    # (Adam's first steps move the tiny model's other weights by 10^-0.8 of them: "update too large" for those)
+    assert [line for line in lines if "h.1.mlp.c_fc" in line] == [
+        "health: h.1.mlp.c_fc: gradient 0 for 2 iterations: no path from the loss reaches the layer (a .detach(), "
+        "a branch the loss does not use) or its units died"]
+
+
 def test_a_gradient_of_0_is_drawn_on_a_line_below_the_others_not_dropped_by_the_log_scale(model, tmp_path, monkeypatch):
     """The log-scale gradient panel drew a layer whose gradient is 0 (no path reaches it, or its units died, as in
     a diverging run) at log 0 = −∞: its line vanished, looking like a layer that was never recorded."""
@@ -338,6 +369,49 @@ def test_frozen_weights_are_not_recorded_nor_warned_about(model, tmp_path):
     adapters = [f"h.{i}.attn.c_attn.lora_{ab}" for i in range(2) for ab in "AB"]
     assert sorted(map(health.layer_name, monitor.records[-1]["params"])) == adapters
     assert sorted(lines) == too_small(adapters)  # the adapters, which do not learn at lr 0; no frozen weight
+
+
+@pytest.mark.parametrize("trains", ["transformer.h.1.", "lora c_fc"])
+def test_a_frozen_blocks_activations_are_measured_as_a_training_ones(model, trains):
+    """The figures were read from the graph, where only ops that need a gradient are: with h.0 frozen (fine-tuning
+    the top block) its block had no output and the record ended in KeyError 'output'; with LoRA adapters on c_fc
+    alone (models.train --lora-targets c_fc) h.0's attention had no entropy, so its collapse went unseen."""
+    if trains == "lora c_fc":
+        nn.lora(model, 2, 4, ["c_fc"])
+    else:
+        for name, p in model.named_parameters():
+            p.requires_grad = name.startswith(trains)
+    requires = {name: p.requires_grad for name, p in model.named_parameters()}
+    x, _ = batch()
+    expected = direct_activations(model, x)
+    got = health.activations(model, ag.Tensor(x))
+    assert {name: p.requires_grad for name, p in model.named_parameters()} == requires  # left frozen as it was
+    assert set(got) == set(expected) == {"transformer.h.0", "transformer.h.1"}
+    for block, figures in expected.items():
+        assert got[block]["std"] == pytest.approx(figures["std"], rel=1e-5)
+        assert got[block]["gelu_below_-3"] == figures["gelu_below_-3"]
+        np.testing.assert_allclose(got[block]["attention_entropy"], figures["attention_entropy"], rtol=1e-5)
+
+
+def test_a_block_whose_gelu_is_cut_from_the_graph_is_recorded_with_a_null_fraction(model, tmp_path, monkeypatch):
+    """A .detach() before h.1's GELU left it out of the graph, and its record without the figure: the report read
+    its own first line back as 'not a record of this model's run' and drew no picture."""
+    from models.gpt import gpt2
+    forward = gpt2.MLP.forward
+
+    def cut(self, x):
+        if self._scope_name != "transformer.h.1.mlp":
+            return forward(self, x)
+        return self.c_proj(self.c_fc(x).detach().gelu())
+    monkeypatch.setattr(gpt2.MLP, "forward", cut)
+    lines = []
+    monitor = health.Health(model, 1, tmp_path, say=lines.append)
+    train_steps(model, monitor, nn.optim.SGD(model.parameters(), lr=1e-3), range(2))
+    assert [r["blocks"]["transformer.h.1"]["gelu_below_-3"] for r in monitor.records] == [None, None]
+    assert [r["blocks"]["transformer.h.0"]["gelu_below_-3"] for r in monitor.records] == [0.0, 0.0]
+    monitor.close()
+    assert [r["iter"] for r in monitor.history()] == [0, 1]
+    assert lines == [f"wrote the health report to {tmp_path / 'health.jsonl'} and {tmp_path / 'health.png'}"]
 
 
 def model_record(model, it, gelu=0.0, entropy=2.0):

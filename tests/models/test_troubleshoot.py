@@ -33,6 +33,8 @@ def lr_story(text, error):
     assert named and int(named[1]) == nan_step - 1, lines[0]
     assert lines[1:3] == ["  op: Log, rule dx = g/x",
                           "  module: (none: the top module's own forward, or outside any module)"]
+    assert re.fullmatch(r"  forward call: \S*models/lessons/troubleshoot\.py:\d+ in two_op_loss: return "
+                        r"-p\[np\.arange\(B \* T\), y\.reshape\(-1\)\]\.log\(\)\.mean\(\)", lines[3]), lines[3]
     assert "← first non-finite: g and the inputs are finite" in lines[-1]
     assert error.anomaly.phase == "backward" and error.anomaly.op.name == "Log"
     assert float(re.search(r"input x: shape \(256,\) float32, min (\S+),", str(error))[1]) < np.finfo(np.float32).tiny
