@@ -1,4 +1,4 @@
-"""models.lessons: the seeds' lessons, number for number, each a module with a CLI and a demo_loss().
+"""models.lessons: the seeds' lessons, number for number; each model's module has a demo_loss() for viz.
 
     bigram        lesson 1's bigram model, trained by the engine
     softmax       lesson 000's softmax Jacobian beside diag(p) − ppᵀ
