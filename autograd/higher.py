@@ -19,6 +19,7 @@ than return a second derivative that treats its arrays as constants.
 import contextlib
 import copy
 import functools
+import numbers
 
 from . import anomaly, backend, functional, ops
 from . import tensor as _tensor
@@ -195,7 +196,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
 
     outputs: a Tensor or a sequence; a non-scalar one needs its entry of `grad_outputs` (an array or a
         Tensor of its shape: with create_graph, a Tensor that requires grad keeps its graph, so the result
-        can be differentiated with respect to it too).
+        can be differentiated with respect to it too); a scalar one may take a number, as backward(2.0) does.
     inputs: a Tensor or a sequence, each requiring grad; leaves or not.
     retain_graph: keep the graph for another backward (default: what create_graph says).
     create_graph: the gradients are Tensors with a graph of their own, to differentiate again; without
@@ -204,7 +205,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     No `.grad` is touched.
     """
     outputs, inputs = _tensors(outputs, "outputs"), _tensors(inputs, "inputs")
-    if grad_outputs is None or isinstance(grad_outputs, Tensor) or backend.device_of(grad_outputs) is not None:
+    # a number is one output's gradient, as an array is: list() of it would fail in Python's words, 'not iterable'
+    if (grad_outputs is None or isinstance(grad_outputs, (Tensor, numbers.Number))
+            or backend.device_of(grad_outputs) is not None):
         grad_outputs = [grad_outputs] * len(outputs) if grad_outputs is None else [grad_outputs]
     grad_outputs = list(grad_outputs)
     if len(grad_outputs) != len(outputs):

@@ -786,6 +786,27 @@ class Tensor:
     def __rmatmul__(self, other): return self._binary(_ops.MatMul, other, reflected=True)
     def __neg__(self): return _ops.Neg.apply(self)
 
+    def _augmented(self, op, symbol, other, floating=False):
+        """`self op= other`: a new tensor, as `self = self op other` (nothing is written into self's array), refused
+        where other would broadcast self to a larger shape, as NumPy and PyTorch refuse to write that into self:
+        `total += losses` would silently make a total of shape () one of the losses' shape (N,)."""
+        try:
+            grown = np.broadcast_shapes(self.shape, np.shape(other))
+        except ValueError:  # shapes that do not broadcast at all: the op's own error names them
+            grown = self.shape
+        if grown != self.shape:
+            raise ShapeError(f"{symbol} ({op.__name__}): a tensor of shape {self.shape} cannot take an operand of "
+                             f"shape {np.shape(other)} in place, which would broadcast it to {grown}; a {symbol} b "
+                             f"keeps a's shape, as in NumPy and PyTorch: write a = a {symbol[:-1]} b for the "
+                             f"broadcast result, or reduce b to shape {self.shape}")
+        return self._binary(op, other, floating=floating)
+
+    def __iadd__(self, other): return self._augmented(_ops.Add, "+=", other)
+    def __isub__(self, other): return self._augmented(_ops.Sub, "-=", other)
+    def __imul__(self, other): return self._augmented(_ops.Mul, "*=", other)
+    def __itruediv__(self, other): return self._augmented(_ops.Div, "/=", other, floating=True)
+    def __ipow__(self, other): return self._augmented(_ops.Pow, "**=", other)
+
     def _compare(self, other, op):
         """An element-wise comparison (operator.lt, ...), outside the graph: a bool tensor. None and text are no
         operands, as in PyTorch: `t == None` is False and `t in [None]` a membership test, not an element-wise
@@ -993,7 +1014,8 @@ def root_grad(root, grad, op):
         return backend.xp_for(root.device).ones_like(root.data)
     grad, _ = _as_array(grad, root.dtype, root.device)
     if grad.shape != root.shape:
-        raise ShapeError(f"{op}: grad has shape {grad.shape} but the tensor has shape {root.shape}")
+        raise ShapeError(f"{op}: grad has shape {grad.shape} but the tensor has shape {root.shape}; pass a "
+                         f"gradient of shape {root.shape}, one entry per element (it is never broadcast)")
     return grad
 
 

@@ -127,12 +127,22 @@ class Optimizer:
             self.grad_buffer.zero_()
 
     def step(self):
-        """Update every parameter that has a gradient; a gradient unlike its parameter updates none."""
+        """Update every parameter that has a gradient; a gradient or a state unlike its parameter updates none."""
         for i, p in enumerate(self._params()):
             grad, data = p.grad, p.data
-            if grad is not None and not (type(grad) is type(data) and grad.shape == data.shape
-                                         and grad.dtype == data.dtype):
+            if grad is None:  # not updated
+                continue
+            if not (type(grad) is type(data) and grad.shape == data.shape and grad.dtype == data.dtype):
                 self._refuse_grad(i, p)
+            # p.data given another shape since the last step (GPT.pad_vocab): the update would read its moments
+            # flat, or with the fused kernel write past the ends of the old, smaller ones
+            state = self.state.get(p, {})
+            stale = next((key for key in self.buffers if key in state and state[key].shape != data.shape), None)
+            if stale is not None:
+                raise ValueError(f"{type(self).__name__}.step: parameter {i} has shape {p.shape} but its {stale} "
+                                 f"{state[stale].shape}, kept from the steps before its .data was given another "
+                                 "shape; make the optimizer again after reshaping the model (or load a state dict "
+                                 "saved for the new shapes)")
         self.steps += 1
         for group in self.param_groups:
             for p in group["params"]:

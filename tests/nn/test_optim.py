@@ -539,6 +539,29 @@ def test_a_gradient_unlike_its_parameter_is_refused_at_step_and_updates_nothing(
     assert_unchanged(before, snapshot(opt, [first, square]))  # the first parameter's good gradient was not used
 
 
+@pytest.mark.parametrize("make, moment", [(lambda ps: SGD(ps, lr=0.1, momentum=0.9), "momentum_buffer"),
+                                          (lambda ps: AdamW(ps), "exp_avg")], ids=["sgd", "adamw"])
+@pytest.mark.parametrize("old, new", [((2, 2), (1, 4)), ((2, 2), (2,)), ((2, 2048), (2, 1024))],
+                         ids=["same-size", "smaller", "fused-kernel"])
+def test_a_state_of_another_shape_than_its_parameter_is_refused_at_step_and_updates_nothing(make, moment, old, new):
+    # new .data of another shape with a gradient that fits it (GPT.pad_vocab after a step): AdamW read its moments
+    # flat, and its fused kernel (float32 from 1K elements) read and wrote past the ends of smaller ones
+    first, grown = Parameter(np.ones(2, np.float32)), Parameter(np.ones(old, np.float32))
+    opt = make([first, grown])
+    first.grad, grown.grad = np.ones(2, np.float32), np.ones(old, np.float32)
+    opt.step()  # state of shape `old`
+    grown.data = np.ones(new, np.float32)
+    grown.grad = np.ones(new, np.float32)
+    before = snapshot(opt, [first, grown])
+    with pytest.raises(ValueError) as info:
+        opt.step()
+    assert str(info.value) == (
+        f"{type(opt).__name__}.step: parameter 1 has shape {new} but its {moment} {old}, kept from the steps before "
+        "its .data was given another shape; make the optimizer again after reshaping the model (or load a state "
+        "dict saved for the new shapes)")
+    assert_unchanged(before, snapshot(opt, [first, grown]))
+
+
 def _bad_state_dicts():
     """(name, change to a valid AdamW state dict of two parameters, message after 'AdamW.load_state_dict: ')."""
     def put(path, value):
