@@ -11,6 +11,7 @@ import argparse
 import copy
 import difflib
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -75,6 +76,9 @@ class Parser(argparse.ArgumentParser):
         super().__init__(prog=prog, description=description, formatter_class=HelpFormatter, **kwargs)
         self.renamed = renamed or {}
         self._argv = []  # the words parse_args reads, for error's hint on a value starting with "-"
+        # argparse reads a word as a negative number, a value, only as -1 or -.5: -1e308, -1E-5 and -inf were
+        # taken for options (`--z 1e308 -1e308`: "unrecognized arguments"); any number is a value here
+        self._negative_number_matcher = re.compile(r"-(\.?\d|inf(inity)?$|nan$)", re.IGNORECASE)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}{self._dash_hint(message)} (see --help)\n")
@@ -89,7 +93,7 @@ class Parser(argparse.ArgumentParser):
 
     def _dash_hint(self, message):
         """What follows argparse's "argument --prompt: expected one argument" when the value given starts with "-"
-        but names no option (--prompt -x, --temperature -inf): argparse took it for one; nothing otherwise."""
+        but names no option and is no number (--prompt -x): argparse took it for one; nothing otherwise."""
         flag = message.removeprefix("argument ").removesuffix(": expected one argument")
         argv = self._argv
         if flag == message or flag not in argv[:-1]:
@@ -166,6 +170,24 @@ def machine_memory():
             return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal:"))
     except (OSError, StopIteration, ValueError, IndexError):
         return None
+
+
+def within_memory(parse, bytes_each, per):
+    """A `type=` function: `parse`'s count (an `interval`), refused where the run it asks for, about `bytes_each`
+    bytes `per` one of it ("a point"), would need more than this machine's memory (machine_memory), before any
+    of it is allocated; the fix is the most that fit."""
+
+    def check(text):
+        value = parse(text)
+        available = machine_memory()
+        if available is not None and value * bytes_each > available:
+            raise argparse.ArgumentTypeError(
+                f"{text} would need about {value * bytes_each / 2 ** 30:,.1f} GiB of memory ({bytes_each:,} bytes "
+                f"{per}), more than this machine's {available / 2 ** 30:,.1f} GiB; give at most "
+                f"{available // bytes_each:,}")
+        return value
+
+    return check
 
 
 def shows_progress(no_progress):

@@ -790,11 +790,16 @@ def keep_gradients(loss, grad=None):
     loss.backward(grad, retain_graph=True)
 
 
+class LeafError(ValueError):
+    """A leaf gradient_of cannot take the gradient for: the message says which leaves it can."""
+
+
 def gradient_of(loss, leaf=None):
     """∂loss/∂leaf with a graph of its own (create_graph=True), named so: what `--double` draws and
     `viz.trace --double` walks. `leaf` is a leaf's name (default: the first the forward pass read that has
     one, else the first), a leaf that needs a gradient: not a Constant, which draw_value draws without one.
-    The forward graph's `.grad`s are left as they were (a Value's, zeroed)."""
+    The forward graph's `.grad`s are left as they were (a Value's, zeroed). A name that is no such leaf, or a
+    gradient that is a constant, raises LeafError."""
     walk = walk_of(loss)
     leaves = [t for t in walk.tensors if (not t.inputs and not isinstance(t, Constant) if isinstance(t, Value)
                                           else t.is_leaf and t.requires_grad)]
@@ -804,8 +809,8 @@ def gradient_of(loss, leaf=None):
     else:
         chosen = next((t for t in leaves if walk.label(t) == leaf), None)
         if chosen is None:
-            raise SystemExit(f"--double {leaf}: no leaf of that name below the loss; name one of its leaves: "
-                             + ", ".join(walk.label(t) for t in named))
+            raise LeafError(f"no leaf {leaf} below the loss; name one of its leaves: "
+                            + ", ".join(walk.label(t) for t in named))
     if isinstance(loss, Value):
         loss.backward(create_graph=True)
         grad = chosen.grad
@@ -814,8 +819,8 @@ def gradient_of(loss, leaf=None):
     else:
         (grad,) = ag.grad(loss, chosen, create_graph=True)
     if not isinstance(grad, (Value, ag.Tensor)) or isinstance(grad, ag.Tensor) and not grad.requires_grad:
-        raise SystemExit(f"--double {walk.label(chosen)}: ∂{walk.label(loss)}/∂{walk.label(chosen)} does not "
-                         "depend on anything that requires grad: it is a constant, with no graph to draw")
+        raise LeafError(f"∂{walk.label(loss)}/∂{walk.label(chosen)} does not depend on anything that requires "
+                        "grad: it is a constant, with no graph to draw")
     grad.name = f"∂{walk.label(loss)}/∂{walk.label(chosen)}"
     return grad
 
@@ -898,6 +903,9 @@ def main(argv=None):
             title = title_of(name, loss, not args.no_backward)
     except ModuleError as exc:
         print(f"viz.graph: error: {exc}", file=sys.stderr)
+        return 1
+    except LeafError as exc:
+        print(f"viz.graph: error: --double: {exc}", file=sys.stderr)
         return 1
     # the loss's kind is known only once the module has run: draw's rule, said in the flags that set the options
     refused = tensor_only(loss, collapse=collapse, depth=args.depth, flow=args.flow)

@@ -45,7 +45,7 @@ from autograd import backend
 from autograd import Constant, Tensor, Value, backward_steps, root_grad
 from autograd.heatmaps import is_special
 
-from .graph import INSTALL_DOT, gradient_of
+from .graph import INSTALL_DOT, LeafError, gradient_of
 from .loading import ModuleError, demo_loss_of
 from .numbers import number, shape_text, summary_text, values_text
 from .trace_page import write_page
@@ -286,7 +286,11 @@ def main(argv=None):
         return 1
     grad, what = None, f"{name}.demo_loss() = {number(float(loss.data), 6)} · backward, step by step"
     if args.double is not None:
-        loss = gradient_of(loss, args.double or None)
+        try:
+            loss = gradient_of(loss, args.double or None)
+        except LeafError as exc:
+            print(f"viz.trace: error: --double: {exc}", file=sys.stderr)
+            return 1
         grad = loss.data if isinstance(loss, Tensor) else None  # ½‖g‖²: the leaf receives H g
         what = f"{loss.name} of {name}.demo_loss() (create_graph=True) · its backward, step by step"
     if args.html:

@@ -23,11 +23,14 @@ import numpy as np
 
 import autograd as ag
 import nn
-from models.cli import SEEDS, Parser, counted, interval
+from models.cli import SEEDS, Parser, counted, interval, within_memory
 from models.numbers import fixed, section
 
 CORPUS = "我吃苹果。你吃米饭。我喝水。他吃苹果。苹果很甜。米饭很香。我爱你。他喝水。"
 LESSON_LOSSES = {0: 2.7320, 100: 0.6808, 500: 0.6557}  # the losses lesson 000 prints for d = 8, lr 1.0, seed 0
+# E and W_U, their gradients, E[cur] for the 36 pairs and its gradient, and backward's temporaries: about 190 float64
+# numbers for each unit of d (ru_maxrss: 1,470 to 1,600 bytes, d = 10⁶ to 3·10⁶), whatever the number of steps.
+BYTES_PER_DIM = 1_500
 
 
 class Bigram(nn.Module):
@@ -135,7 +138,8 @@ def demo_loss():
 
 def main(argv=None):
     parser = Parser("python -m models.bigram", __doc__.split("\n")[0])
-    parser.add_argument("--dim", type=interval(int, "[1, inf)"), default=8, help="embedding size d")
+    parser.add_argument("--dim", type=within_memory(interval(int, "[1, inf)"), BYTES_PER_DIM, "a unit of d"),
+                        default=8, help="embedding size d")
     parser.add_argument("--lr", type=interval(float, "(0, inf)"), default=1.0, help="SGD learning rate")
     parser.add_argument("--steps", type=interval(int, "[0, inf)"), default=500, help="full-batch SGD steps")
     parser.add_argument("--seed", type=interval(int, SEEDS), default=0, help="seed of the initial E and W_U")

@@ -24,10 +24,15 @@ import math
 import numpy as np
 
 from autograd.heatmaps import picture_format
-from models.cli import SEEDS, Parser, counted, interval
+from models.cli import SEEDS, Parser, counted, interval, within_memory
 from models.io import write_figure
 from models.training.checkpoint import figure_file
 from models.lessons.value_nn import DEMO_SIZES, MLP, max_margin_loss, train_step
+
+
+# A full-batch step builds about 650 Values a point (the 2-16-16-1 MLP's products, sums and ReLUs, and the margin):
+# its peak was 128 KB a point (ru_maxrss, 20,000 points), and a run needs at least this much.
+BYTES_PER_POINT = 120_000
 
 
 def make_moons(n=100, noise=0.1, seed=0):
@@ -122,7 +127,8 @@ def demo_loss():
 def main(argv=None):
     parser = Parser("python -m models.moons", __doc__.split("\n")[0])
     parser.add_argument("--steps", type=interval(int, "[0, inf)"), default=100, help="full-batch SGD steps")
-    parser.add_argument("--points", type=interval(int, "[2, inf)"), default=100, help="points in the data set")
+    parser.add_argument("--points", type=within_memory(interval(int, "[2, inf)"), BYTES_PER_POINT, "a point"),
+                        default=100, help="points in the data set")
     parser.add_argument("--noise", type=interval(float, "[0, inf)"), default=0.1,
                         help="standard deviation of the noise added to each point")
     parser.add_argument("--seed", type=interval(int, SEEDS), default=0, help="seed of the data's noise")

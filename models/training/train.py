@@ -449,16 +449,13 @@ def start(args, world):
             return None
     prepared = PreparedData(args.data) if args.data is not None and Path(args.data).is_dir() else None
     text = None if prepared else load_text(args.data)
-    if not args.resume:
+    if args.resume:
+        check_data_tokens(tokenizer, prepared, text, out_dir)
+    else:
         model, tokenizer = new_model(args, text, prepared)
     if args.block_size > model.config.block_size:
         raise ValueError(f"--block-size {args.block_size} exceeds the model's block_size {model.config.block_size}")
-    source = out_dir if args.resume else args.init_from  # whose tokenizer it is, where it is not the text's own
-    if prepared:
-        check_tokenizer(prepared, tokenizer, source)
-        data = prepared
-    else:
-        data = encode_data(tokenizer, text, source)
+    data = prepared or TokenData(tokenizer.encode_array(text))
     fingerprint = data.fingerprint(tokenizer)  # the tokens this run trains on, which a resumed run must be given
     if args.resume:  # before a step is taken
         checkpoint.check_data(out_dir, run, fingerprint, args.data or DEFAULT_CORPUS)
@@ -492,7 +489,9 @@ def new_model(args, text, prepared=None):
         if ignored:
             print(f"init-from: the model and its tokenizer come from {args.init_from}, so {', '.join(ignored)} "
                   f"{'does' if len(ignored) == 1 else 'do'} not apply")
-        model, tokenizer = checkpoint.load_model(args.init_from, dropout=args.dropout)
+        tokenizer = checkpoint.load_tokenizer(args.init_from)
+        check_data_tokens(tokenizer, prepared, text, args.init_from)  # before a weight is read
+        model = checkpoint.load_weights(args.init_from, dropout=args.dropout)
         # a full fine-tune trains (and saves) the rows it uses; LoRA freezes the base's table, which stays whole:
         # the adapted model, its samples and its export then have the base's context
         if args.block_size < model.config.block_size and not (args.lora_r or getattr(model, "lora_base", None)):
@@ -523,10 +522,13 @@ def new_model(args, text, prepared=None):
     return GPT(config), tokenizer
 
 
-def encode_data(tokenizer, text, source):
-    """TokenData of `text` in the ids of `source`'s tokenizer (a checkpoint's, or --init-from's), or one line
-    naming the characters a character tokenizer lacks, and what can be done about them."""
-    if isinstance(tokenizer, CharTokenizer):
+def check_data_tokens(tokenizer, prepared, text, source):
+    """A one-line error unless the data, the `prepared` shards or `text`, can be read in the tokens of `tokenizer`,
+    `source`'s (a checkpoint's, or --init-from's), which are fixed with its weights: shards another tokenizer made,
+    or characters a character tokenizer lacks, named with what can be done about them."""
+    if prepared:
+        check_tokenizer(prepared, tokenizer, source)
+    elif isinstance(tokenizer, CharTokenizer):
         missing = sorted(set(text) - set(tokenizer.chars))
         if missing:
             listed = ", ".join(repr(ch) for ch in missing[:10]) + (", …" if len(missing) > 10 else "")
@@ -534,7 +536,6 @@ def encode_data(tokenizer, text, source):
                              f"model in {source} has no token for ({listed}): its {tokenizer.vocab_size} "
                              "characters are fixed with its weights. Train a new model on this text (without "
                              "--resume or --init-from), or remove or replace those characters in the data")
-    return TokenData(tokenizer.encode_array(text))
 
 
 def evaluate_only(args, world):

@@ -93,6 +93,33 @@ def test_unrecognized_options_get_a_hint_in_the_one_line(capsys, argv, hint):
                                                  "(see --help)\n")
 
 
+def test_a_negative_number_in_any_notation_is_a_value(capsys):
+    """argparse took -1e308, -1E-5 and -inf for options: `--z 1e308 -1e308` was "unrecognized arguments: -1e308"."""
+    parser = cli.Parser("prog", "a test")
+    parser.add_argument("--z", type=float, nargs="+")
+    parser.add_argument("--lr", type=cli.interval(float, "(0, inf)"))
+    parser.add_argument("--prompt")
+    z = parser.parse_args(["--z", "1e308", "-1e308", "-1E-5", "-.5", "-2.", "-inf", "-Infinity", "-1_000"]).z
+    assert z == [1e308, -1e308, -1e-5, -0.5, -2.0, -float("inf"), -float("inf"), -1000.0]
+    for argv, message in ((["--lr", "-1e-3"], "argument --lr: must be in (0, inf), got -1e-3"),
+                          (["--z", "1", "-1x"], "argument --z: invalid float value: '-1x'"),
+                          (["--prompt", "-x"], "argument --prompt: expected one argument; '-x' starts with '-', so "
+                                               "it was read as an option: write --prompt=-x to give it as the value")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(argv)
+        assert capsys.readouterr().err == f"prog: error: {message} (see --help)\n"
+
+
+def test_the_softmax_lesson_takes_negative_logits_in_scientific_notation(capsys):
+    from models.lessons import softmax
+    softmax.main(["--z", "1e3", "-1E3", "-.5"])
+    assert "∂p/∂z for z = (1000, -1000, -0.5)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        softmax.main(["--z", "1", "-inf"])
+    assert capsys.readouterr().err == ("python -m models.softmax: error: --z must be finite numbers, got [1.0, -inf] "
+                                       "(see --help)\n")
+
+
 def test_init_from_gpt2_without_the_folder_says_how_to_get_it(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert unknown_option_line(["--init-from", "gpt2"], capsys) == (

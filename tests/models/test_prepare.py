@@ -720,11 +720,14 @@ def test_another_character_vocabulary_is_refused_without_asking_to_prepare_again
     assert train_on(capsys, "--data", str(prepared), "--max-iters", "1", "--out-dir", str(run))[0] == 0
     # and before a weight is read: the tokenizer came with the loaded model, so damaged weights were reported instead
     (run / "model.safetensors").write_bytes(b"not safetensors")
+    message = (f"{other} holds tokens of the char tokenizer (5 ids), but the model of {run} reads another "
+               f"vocabulary of the char tokenizer ({PreparedData(prepared).tokenizer().vocab_size} ids); a character "
+               "vocabulary is made from the text itself, so train a new model on it\n")
     assert evaluate.main([str(run), "--data", str(other), "--no-progress"]) == 1
-    assert capsys.readouterr().err == (
-        f"eval: error: {other} holds tokens of the char tokenizer (5 ids), but the model of {run} reads another "
-        f"vocabulary of the char tokenizer ({PreparedData(prepared).tokenizer().vocab_size} ids); a character "
-        "vocabulary is made from the text itself, so train a new model on it\n")
+    assert capsys.readouterr().err == f"eval: error: {message}"
+    code, _, err = train_on(capsys, "--init-from", str(run), "--data", str(other), "--out-dir", str(tmp_path / "tuned"))
+    assert code == 1 and err == f"train: error: {message}"
+    assert not (tmp_path / "tuned").exists()
 
 
 @pytest.mark.parametrize("how", ["truncated", "magic", "version"])

@@ -34,8 +34,7 @@ def trained(tmp_path_factory):
     # argparse reads a value that starts with "-" as an option, and said only "expected one argument"
     (["--prompt", "-x"], "argument --prompt: expected one argument; '-x' starts with '-', so it was read as an "
      "option: write --prompt=-x to give it as the value"),
-    (["--temperature", "-inf"], "argument --temperature: expected one argument; '-inf' starts with '-', so it was "
-     "read as an option: write --temperature=-inf to give it as the value"),
+    (["--temperature", "-inf"], "argument --temperature: must be in [0, inf), got -inf"),  # a number: a value
     (["--prompt", "--max-new-tokens", "3"], "argument --prompt: expected one argument"),  # a value left out
     (["--temperature=-inf"], "argument --temperature: must be in [0, inf), got -inf"),
 ])

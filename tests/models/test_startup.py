@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from models import cli
-from models.lessons import moons
+from models.lessons import bigram, moons
 from models.training import sample, train
 from tests.models.conftest import random_gpt2_folder
 
@@ -238,6 +238,39 @@ def test_the_machine_memory_is_read_from_sysconf_or_proc_meminfo(monkeypatch):
     with open("/proc/meminfo") as f:
         total = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemTotal:"))
     assert train.machine_memory() == total
+
+
+@pytest.mark.parametrize("lesson, setup, argv, message", [
+    (moons, "make_moons", ["--points", "10000"], "argument --points: 10000 would need about 1.1 GiB of memory "
+     "(120,000 bytes a point), more than this machine's 1.0 GiB; give at most 8,947"),
+    (bigram, "lesson_setup", ["--dim", "1000000"], "argument --dim: 1000000 would need about 1.4 GiB of memory "
+     "(1,500 bytes a unit of d), more than this machine's 1.0 GiB; give at most 715,827"),
+])
+def test_a_lesson_too_large_for_the_machine_is_refused_at_parse_time(tmp_path, capsys, monkeypatch, lesson, setup,
+                                                                     argv, message):
+    """moons --points 100000000000 ended in a MemoryError traceback after seconds; bigram --dim 100000000 ran for
+    minutes towards 150 GB."""
+    monkeypatch.setattr(cli, "machine_memory", lambda: 2 ** 30)
+    monkeypatch.setattr(lesson, setup, lambda *a: pytest.fail("the lesson began"))
+    out = tmp_path / "moons.png"
+    with pytest.raises(SystemExit) as exit_:
+        lesson.main([*argv, *(["--out", str(out)] if lesson is moons else [])])
+    assert exit_.value.code == 2
+    assert capsys.readouterr() == ("", f"python -m {lesson.__name__.replace('lessons.', '')}: error: {message} "
+                                       "(see --help)\n")
+    assert not out.exists()
+
+
+def test_a_count_within_memory_is_refused_from_one_past_the_most_that_fits(monkeypatch):
+    points = cli.within_memory(cli.interval(int, "[2, inf)"), moons.BYTES_PER_POINT, "a point")
+    monkeypatch.setattr(cli, "machine_memory", lambda: 2 ** 30)
+    assert points("8947") == 8947
+    with pytest.raises(argparse.ArgumentTypeError, match="^8948 would need about 1.0 GiB"):
+        points("8948")
+    with pytest.raises(argparse.ArgumentTypeError, match=r"^must be in \[2, inf\), got 1$"):
+        points("1")  # the interval's check first
+    monkeypatch.setattr(cli, "machine_memory", lambda: None)  # a machine that does not say: nothing refused
+    assert points("100000000000") == 100_000_000_000
 
 
 # ---- Ctrl-C while a command starts ---------------------------------------------------------------------

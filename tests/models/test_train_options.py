@@ -273,6 +273,8 @@ def test_fine_tuning_a_char_model_on_text_with_new_characters_says_what_can_be_d
     assert run(capsys, "--max-iters", "2", "--out-dir", str(tmp_path / "o"))[0] == 0
     data = tmp_path / "new.txt"
     data.write_text("½ ⅓ ¼ ⅕ ⅙ ⅛ ⅔ ¾ ⅜ ⅝ ⅞ and so on " * 20, encoding="utf-8")
+    # and before a weight is read: it was refused only once the weights had loaded, so damaged ones were reported
+    (tmp_path / "o" / "model.safetensors").write_bytes(b"not safetensors")
     code, out, err = run(capsys, "--max-iters", "2", "--init-from", str(tmp_path / "o"), "--data", str(data),
                          "--out-dir", str(tmp_path / "tuned"))
     assert code == 1

@@ -512,19 +512,44 @@ def test_gradient_of_is_the_gradient_with_a_graph_of_backwards_ops_named_by_step
     scopes = {op.scope for op in GraphWalk(grad).ops}
     assert "backward 1: CrossEntropy" in scopes and "lm_head.backward 2: MatMul" in scopes
     assert any(s.startswith("block.ln.backward") and s.endswith("LayerNorm") for s in scopes)
-    with pytest.raises(SystemExit, match="^--double nope: no leaf of that name below the loss; name one of its "
-                                         "leaves: wte.weight, "):
-        vg.gradient_of(demo_module.demo_loss(), "nope")
+    with pytest.raises(vg.LeafError, match="^no leaf nope below the loss; name one of its leaves: wte.weight, "):
+        vg.gradient_of(demo_module.demo_loss(), "nope")  # a ValueError a notebook can catch, not a SystemExit
 
 
 def test_double_takes_no_constant_for_its_leaf():
     """moons' first named leaf is α, the L2 penalty's constant, which the picture draws with no gradient."""
     from models.lessons import moons
     assert vg.gradient_of(moons.demo_loss()).name == "∂loss/∂L2.n0.b"
-    with pytest.raises(SystemExit, match="^--double α: no leaf of that name below the loss; name one of its "
-                                         "leaves: L2.n0.b, L2.n0.w1, L2.n0.w0, L1.n1.b, L1.n1.w1, L1.n1.w0, "
-                                         "L1.n0.b, L1.n0.w1, L1.n0.w0$"):
+    with pytest.raises(vg.LeafError, match="^no leaf α below the loss; name one of its leaves: L2.n0.b, L2.n0.w1, "
+                                           "L2.n0.w0, L1.n1.b, L1.n1.w1, L1.n1.w0, L1.n0.b, L1.n0.w1, L1.n0.w0$"):
         vg.gradient_of(moons.demo_loss(), "α")
+
+
+CONSTANT_GRADIENT = """import numpy as np
+import autograd as ag
+
+
+def demo_loss():
+    w = ag.Tensor(np.ones(3), requires_grad=True)
+    w.name = "w"
+    return (w * 3.0).sum()
+"""
+
+
+@pytest.mark.parametrize("command", [vg, vt])
+def test_a_leaf_double_cannot_take_is_the_commands_one_line(command, tmp_path, capsys):
+    """gradient_of raised SystemExit: the line came without the "viz.graph: error:" every other error has."""
+    prog, out = command.__name__, tmp_path / "g.dot"
+    picture = ["--out", str(out)] if command is vg else []
+    assert command.main([MODULE, "--double", "nope", *picture]) == 1
+    assert capsys.readouterr() == ("", f"{prog}: error: --double: no leaf nope below the loss; name one of its "
+                                       "leaves: wte.weight, block.ln.bias, block.ln.weight, block.attn.weight\n")
+    constant = tmp_path / "constant.py"
+    constant.write_text(CONSTANT_GRADIENT, encoding="utf-8")
+    assert command.main([str(constant), "--double", *picture]) == 1
+    assert capsys.readouterr() == ("", f"{prog}: error: --double: ∂t4/∂w does not depend on anything that requires "
+                                       "grad: it is a constant, with no graph to draw\n")
+    assert not out.exists()
 
 
 def test_build_double_leaves_a_hessian_vector_product_on_the_leaf():
