@@ -198,10 +198,10 @@ class Function:
     for them all), and `saved_names`, one per array its forward hands to
     `self.save(...)`, in order (a call with nothing for a slot saves None
     there); a path that saves other arrays (a fused kernel's) sets its own
-    `saved_names` on the op it runs in. `forward` keeps what backward needs with `save`; non-array
-    settings are plain attributes. `backward` returns one gradient
-    per input (None where `self.needs_grad` says none is wanted), in the
-    broadcast shape if it likes: the engine sums it back. `last_use` is True
+    `saved_names` on the op it runs in. `forward` returns one array and keeps what backward needs with
+    `save`; non-array settings are plain attributes. `backward` returns one floating-point array per
+    input, a tuple of them for several (None where `self.needs_grad` says none is wanted, or where none
+    flows, as in PyTorch), in the broadcast shape if it likes: the engine sums it back. `last_use` is True
     while backward runs for the last time, the engine dropping the saved
     arrays right after (a backward() without retain_graph): backward may then
     write its result over a saved array instead of allocating one.
@@ -265,10 +265,16 @@ class Function:
 
     @classmethod
     def apply(cls, *inputs, **params):
+        if not inputs:
+            raise TypeError(f"{cls.__name__}.apply: no input tensors; pass the tensors to differentiate "
+                            f"positionally, {cls.__name__}.apply(x, ...), and settings as keywords")
         device = getattr(inputs[0], "device", None)
         for t in inputs:
             if not isinstance(t, Tensor) or t.device != device:
                 _refuse_inputs(cls.__name__, inputs)
+        for value in params.values():
+            if isinstance(value, Tensor) and value._requires_grad:
+                _refuse_tensor_setting(cls.__name__, params)
         op = cls()
         op.xp = backend.xp_for(device)
         if _mode.grad:
@@ -312,6 +318,8 @@ class Function:
             raise ShapeError(f"{cls.__name__}: {exc} (input shapes {shapes}){fix}") from None
         out_device = backend.device_of(out)
         if out_device is None:  # NumPy's full reductions return scalars, not 0-d arrays
+            if not isinstance(out, np.generic):
+                _refuse_output(cls.__name__, out)
             out, out_device = op.xp.asarray(out), device
         if op.widened:
             out = out.astype("float16")
@@ -326,10 +334,10 @@ class Function:
         return result
 
     def forward(self, *arrays, **params):
-        raise NotImplementedError
+        raise NotImplementedError(f"{self.name} must define forward(self, *arrays), returning an array")
 
     def backward(self, grad):
-        raise NotImplementedError
+        raise NotImplementedError(f"{self.name} must define backward(self, g), returning one gradient per input")
 
     def saved_in_graph(self, inputs, out):
         """What `backward` reads from `saved`, slot for slot, as tensors of the graph, for a backward under
@@ -339,7 +347,8 @@ class Function:
         raise RuntimeError(
             f"{self.name}: its VJP computes on arrays only, so a gradient through it cannot be differentiated "
             f"again (create_graph=True); define {self.name}.saved_in_graph to say which tensors of the graph "
-            "its backward reads (see autograd.Function), or take this part's gradient without create_graph")
+            "its backward reads, and compute that backward with self.xp, not np (see autograd.Function), or take "
+            "this part's gradient without create_graph")
 
     def __repr__(self):
         return f"<{self.name}: {self.rule}>"
@@ -361,6 +370,50 @@ def _refuse_inputs(op, inputs):
             raise TypeError(f"{op}: input {i} is a {type(t).__name__}, not a Tensor; wrap it first, Tensor(x)")
     raise RuntimeError(f"{op}: inputs are on different devices ({', '.join(t.device for t in inputs)}); move them "
                        f"with .to({inputs[0].device!r}) first")
+
+
+def _refuse_tensor_setting(op, params):
+    """The error for a tensor that requires grad given to an op as a keyword, a setting: no gradient reaches it."""
+    name = next(k for k, v in params.items() if isinstance(v, Tensor) and v._requires_grad)
+    raise TypeError(f"{op}.apply: {name}= is a Tensor that requires grad, but keywords are settings, which get no "
+                    f"gradient; pass it positionally, {op}.apply(..., {name}), with forward(self, ..., {name}) "
+                    f"and one gradient for it from backward (or {name}.data, its array, as a constant)")
+
+
+def _refuse_output(op, out):
+    """The error for an op's forward that returned something other than an array."""
+    if isinstance(out, Tensor):
+        fix = "forward computes on arrays: return the array (a Tensor's is its .data); backward gives the gradient"
+    elif isinstance(out, tuple):
+        fix = "an op has one output: return one array, and make one op per output"
+    else:
+        fix = "return the result as an array (self.xp.asarray(...) makes one)"
+    raise TypeError(f"{op}.forward returned {'None' if out is None else 'a ' + type(out).__name__}, not an array; {fix}")
+
+
+def vjp_gradients(op, returned):
+    """What `op.backward` returned, as one gradient per input, refused where it cannot be one: a gradient is an
+    array of floats (a Tensor under create_graph) or None, one per input. The count is checked, not zipped: an
+    input left without its gradient would silently keep none."""
+    if isinstance(returned, list):
+        raise TypeError(f"{op.name}.backward returned a list; return one array per input, several as a tuple")
+    grads = returned if isinstance(returned, tuple) else (returned,)
+    if len(grads) != len(op.inputs):
+        labels = op.input_labels(len(op.inputs))
+        raise RuntimeError(f"{op.name}.backward returned {len(grads)} gradient{'s' * (len(grads) != 1)} for its "
+                           f"{len(labels)} input{'s' * (len(labels) != 1)} ({', '.join(labels)}); return one per "
+                           "input, in order (None for one that needs none)")
+    for i, (x, pg) in enumerate(zip(op.inputs, grads)):
+        if pg is None or not x._requires_grad or type(pg) is np.ndarray and pg.dtype.kind in FLOAT_KINDS:
+            continue  # the usual case, checked first: this runs for every op of every backward
+        label = op.input_labels(len(op.inputs))[i]
+        if not isinstance(pg, (Tensor, np.generic)) and backend.device_of(pg) is None:
+            raise TypeError(f"{op.name}.backward returned a {type(pg).__name__} as the gradient for {label}; "
+                            f"return an array of {label}'s shape {x.shape} (self.xp.asarray(...) makes one)")
+        if pg.dtype.kind not in FLOAT_KINDS:
+            raise TypeError(f"{op.name}.backward returned a gradient of dtype {pg.dtype} for {label} ({x.dtype}); "
+                            "a gradient is floating point: compute it from g, whose dtype it takes")
+    return grads
 
 
 def _as_array(data, dtype, device):
@@ -1067,9 +1120,7 @@ def backward_steps(root, grad, free=True, create_graph=False):
                 input_grads = ()  # added into the input's running sum: nothing to send
             else:
                 op.last_use = free
-                input_grads = op.backward(g.astype("float32") if op.widened else g)
-                if not isinstance(input_grads, tuple):
-                    input_grads = (input_grads,)
+                input_grads = vjp_gradients(op, op.backward(g.astype("float32") if op.widened else g))
             if checks is not None:
                 checks.check(t, *(_higher.arrays(g, input_grads) if create_graph else (g, input_grads)), ran)
             for x, pg in zip(op.inputs, input_grads):
@@ -1079,7 +1130,7 @@ def backward_steps(root, grad, free=True, create_graph=False):
                 returned = pg.shape
                 if pg.shape != x.data.shape or pg.dtype != x.data.dtype:
                     # under detect_anomaly checked as this step's: a finite VJP summed or cast down can overflow
-                    pg = _fit(pg, x, op) if checks is None else checks.fitted(x, pg, t, g, ran)
+                    pg = _fit(pg, x, op, t) if checks is None else checks.fitted(x, pg, t, g, ran)
                 previous = grads.get(id(x))
                 if previous is None:
                     grads[id(x)] = pg
@@ -1216,23 +1267,25 @@ def own_gradient(g, t, adopted):
     return backend.xp_for(t.device).array(g, dtype=t.data.dtype, copy=True)
 
 
-def _fit(grad, x, op):
+def _fit(grad, x, op, out):
     """The gradient `op`'s VJP returned for its input `x`, as x's: summed over the axes broadcasting stretched,
-    cast to x's dtype."""
+    cast to x's dtype. `out` is op's output."""
     if grad.shape != x.data.shape:
-        grad = _unbroadcast(grad, x.data.shape, op)
+        grad = _unbroadcast(grad, x.data.shape, op, out)
     if grad.dtype != x.data.dtype:
         grad = grad.astype(x.data.dtype)
     return grad
 
 
-def _unbroadcast(grad, shape, op):
-    """Broadcasting's adjoint: sum `grad` over the axes that broadcasting added or stretched."""
+def _unbroadcast(grad, shape, op, out):
+    """Broadcasting's adjoint: sum `grad` over the axes that broadcasting added or stretched. Broadcasting within
+    op adds no more axes than its output or its widest input has: a gradient with more was not stretched."""
     extra = grad.ndim - len(shape)
-    if extra < 0 or any(n != 1 and n != m for n, m in zip(shape, grad.shape[extra:])):
+    widest = max(out.ndim, *(x.ndim for x in op.inputs))
+    if extra < 0 or grad.ndim > widest or any(n != 1 and n != m for n, m in zip(shape, grad.shape[extra:])):
         raise ShapeError(
-            f"{op.name}.backward returned a gradient of shape {grad.shape} "
-            f"for an input of shape {shape}: the op's VJP is wrong")
+            f"{op.name}.backward returned a gradient of shape {grad.shape} for an input of shape {shape} (output "
+            f"shape {out.shape}): the op's VJP is wrong; return each input's gradient in its shape")
     axes = tuple(range(extra)) + tuple(
         extra + i for i, n in enumerate(shape) if n == 1 and grad.shape[extra + i] != 1)
     if isinstance(grad, Tensor):  # under create_graph: the op Sum, which adds float16 in float32 as wide_sum does

@@ -611,7 +611,8 @@ def test_every_op_states_its_jacobian_and_carries_a_rule():
     ops, todo = [], list(ag.Function.__subclasses__())
     while todo:
         op = todo.pop()
-        ops.append(op)
+        if op.__module__.partition(".")[0] != "tests":  # the ops other tests define in this process are theirs
+            ops.append(op)
         todo += op.__subclasses__()
     assert len(ops) > 30
     # each writes its own forward and backward, states its math (z = …, and ∂z/∂x or dx) and labels its rule

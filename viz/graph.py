@@ -56,7 +56,7 @@ from models.io import atomic_path
 
 from .flow import Flow, inside, shares_text
 from .loading import ModuleError, demo_loss_of
-from .numbers import host, norm, number, shape_text
+from .numbers import fixed, host, norm, number, shape_text
 from .walk import GraphWalk, ValueWalk, input_names, visible, walk_of
 
 INSTALL_PYTHON = 'pip install -e ".[viz]"  (or: pip install graphviz)'
@@ -155,12 +155,12 @@ GRAD = "#1f3c6e"  # the colour of a gradient's values
 
 
 def grad_rows(node, grad, word="grad"):
-    """A gradient as the box of `node` shows it, in plain lines: a Value's to 4 decimals ('grad 0.5000'),
-    a tensor's values when it has at most SMALL elements ('grad [0.5, -1]', a line per row), its norm
-    otherwise ('grad norm = 2.5'). `word` stands where 'grad' does (the trace page writes how many
-    parts of a sum have arrived there)."""
+    """A gradient as the box of `node` shows it, in plain lines: a Value's to 4 decimals ('grad 0.5000'; a tiny
+    one 'grad 4.50e-07', never 0.0000), a tensor's values when it has at most SMALL elements ('grad [0.5, -1]', a
+    line per row), its norm otherwise ('grad norm = 2.5'). `word` stands where 'grad' does (the trace page writes
+    how many parts of a sum have arrived there)."""
     if isinstance(node, Value):  # a Value's grad is a Value itself after backward(create_graph=True)
-        return [f"{word} {grad.data if isinstance(grad, Value) else grad:.4f}"]
+        return [f"{word} {fixed(grad.data if isinstance(grad, Value) else grad, 4)}"]
     if node.data.size <= SMALL:
         return _values_rows(word, grad)
     return [f"{word} norm = {number(norm(grad))}"]
@@ -638,7 +638,7 @@ def draw_value(root, title=None, grads=None):
             rows = []
         else:
             rows = [_small(row, 10, OP[1]) for row in (grads(v) if grads is not None else grad_rows(v, v.grad))]
-        label = "<" + "<BR/>".join([name, _small(f"data {v.data:.4f}", 10, "#1f1f1f")] + rows) + ">"
+        label = "<" + "<BR/>".join([name, _small(f"data {fixed(v.data, 4)}", 10, "#1f1f1f")] + rows) + ">"
         pic.nodes[key[id(v)]] = _Node("tensor", label, {"shape": "box", "style": style, "fillcolor": fill,
                                                          "color": border, "penwidth": "1.2"}, legend={legend})
         if not v.inputs:

@@ -651,3 +651,100 @@ def test_concat_and_stack_along_a_tuple_of_axes_are_refused_in_their_words(join)
         join([a, a], axis=(0, 1))
     name = join.__name__
     assert _message(info) == f"{name}: axis must be one int, got (0, 1); {name} joins along one axis at a time"
+
+
+# ---- a user's own op (ag.Function): its mistakes are named with the op and the fix ------------------------------
+
+class Scale(ag.Function):
+    """y = a ⊙ b; a correct op whose backward the cases below get wrong, one way each."""
+    input_names = ("a", "b")
+
+    def forward(self, a, b):
+        self.save(a, b)
+        return a * b
+
+    def backward(self, g):
+        a, b = self.saved
+        return g * b, g * a
+
+
+def _scale_backward(backward):
+    op = type("MyScale", (Scale,), {"backward": lambda self, g: backward(g, *self.saved)})
+    a, b = (Tensor(np.arange(1.0, 7.0).reshape(2, 3), requires_grad=True) for _ in range(2))
+    op.apply(a, b).sum().backward()
+    return a, b
+
+
+@pytest.mark.parametrize("backward, error, message", [
+    (lambda g, a, b: g * b, RuntimeError,
+     "MyScale.backward returned 1 gradient for its 2 inputs (a, b); return one per input, in order"),
+    (lambda g, a, b: (g * b, g * a, g), RuntimeError, "MyScale.backward returned 3 gradients for its 2 inputs (a, b)"),
+    (lambda g, a, b: [g * b, g * a], TypeError,
+     "MyScale.backward returned a list; return one array per input, several as a tuple"),
+    (lambda g, a, b: (g * b, 2.0), TypeError,
+     "MyScale.backward returned a float as the gradient for b; return an array of b's shape (2, 3)"),
+    (lambda g, a, b: (g * b, (g * a).tolist()), TypeError, "MyScale.backward returned a list as the gradient for b"),
+    (lambda g, a, b: (g * b, (g * a).astype(np.int64)), TypeError,
+     "MyScale.backward returned a gradient of dtype int64 for b (float64); a gradient is floating point"),
+    (lambda g, a, b: (g * b, (g * a).astype(np.complex128)), TypeError,
+     "MyScale.backward returned a gradient of dtype complex128 for b (float64)"),
+    (lambda g, a, b: (g * b, np.stack([g * a] * 4)), ShapeError,
+     "MyScale.backward returned a gradient of shape (4, 2, 3) for an input of shape (2, 3) (output shape (2, 3)): "
+     "the op's VJP is wrong"),
+])
+def test_a_user_ops_backward_that_returns_what_no_gradient_is_names_the_op_and_the_fix(backward, error, message):
+    """Each was taken before: zipped away (a missing gradient silently none, an extra one dropped), summed over
+    axes no broadcasting made, cast from int or complex (its imaginary part dropped), or an AttributeError."""
+    with pytest.raises(error) as info:
+        _scale_backward(backward)
+    assert _message(info).startswith(message)
+
+
+def test_a_user_op_that_broadcasts_has_its_gradient_summed_back_and_right():
+    """The engine's sum over axes that broadcasting made in the op stays (the check above spares it)."""
+    class Repeat(ag.Function):
+        def forward(self, x):
+            return np.broadcast_to(x, (4, *x.shape)) * 1.0
+
+        def backward(self, g):
+            return g  # (4, 2, 3) for x (2, 3): broadcasting made the 4, so the engine sums it away
+
+    x = Tensor(np.random.default_rng(0).standard_normal((2, 3)), requires_grad=True)
+    assert ag.gradcheck(lambda t: Repeat.apply(t) * Tensor(np.arange(24.0).reshape(4, 2, 3)), [x])
+    _, b = _scale_backward(lambda g, a, b: (g * b, None))  # None: no gradient flows there, as in PyTorch
+    assert b.grad is None
+
+
+@pytest.mark.parametrize("returned, message", [
+    (lambda x: Tensor(x), "MyOp.forward returned a Tensor, not an array; forward computes on arrays: return the array"),
+    (lambda x: (x, x), "MyOp.forward returned a tuple, not an array; an op has one output"),
+    (lambda x: x.tolist(), "MyOp.forward returned a list, not an array; return the result as an array"),
+    (lambda x: None, "MyOp.forward returned None, not an array"),
+])
+def test_a_user_ops_forward_that_returns_no_array_names_the_op(returned, message):
+    """A tuple was stacked into one output and a Tensor unwrapped, silently; None came out as a tensor that
+    'does not require grad'."""
+    op = type("MyOp", (ag.Function,), {"forward": lambda self, x: returned(x), "backward": lambda self, g: g})
+    with pytest.raises(TypeError) as info:
+        op.apply(Tensor([1.0, 2.0], requires_grad=True))
+    assert _message(info).startswith(message)
+
+
+def test_a_user_op_given_a_tensor_that_requires_grad_as_a_keyword_says_it_gets_no_gradient():
+    x, w = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0, 4.0], requires_grad=True)
+    with pytest.raises(TypeError) as info:
+        Scale.apply(x, b=w)  # w.grad was left None, silently
+    assert _message(info).startswith("Scale.apply: b= is a Tensor that requires grad, but keywords are settings, "
+                                     "which get no gradient; pass it positionally, Scale.apply(..., b)")
+    Scale.apply(x, w).sum().backward()  # positionally, as the message says: both get their gradient
+    np.testing.assert_array_equal(x.grad, [3.0, 4.0])
+    np.testing.assert_array_equal(w.grad, [1.0, 2.0])
+
+
+def test_a_user_op_without_inputs_or_without_backward_says_what_to_write():
+    with pytest.raises(TypeError, match=r"^Scale\.apply: no input tensors; pass the tensors to differentiate "
+                                        r"positionally"):
+        Scale.apply()  # was IndexError: tuple index out of range
+    forward_only = type("Half", (ag.Function,), {"forward": lambda self, x: x / 2})
+    with pytest.raises(NotImplementedError, match=r"^Half must define backward\(self, g\), returning one gradient"):
+        forward_only.apply(Tensor([1.0], requires_grad=True)).backward()  # was a NotImplementedError with no words

@@ -222,6 +222,32 @@ def test_an_op_whose_vjp_runs_on_arrays_only_says_so_instead_of_a_wrong_second_d
         ag.grad(ag.checkpoint(lambda t: t.tanh(), x).sum(), x, create_graph=True)
 
 
+def test_an_op_whose_vjp_calls_numpy_on_the_tensors_of_create_graph_names_itself_and_self_xp(rng):
+    class Exp(Function):  # saved_in_graph declared, as the error above asks, but np.exp where self.xp.exp belongs
+        def forward(self, x):
+            self.save(x)
+            return np.exp(x)
+
+        def backward(self, g):
+            return g * np.exp(self.saved[0])
+
+        def saved_in_graph(self, inputs, out):
+            return tuple(inputs)
+
+    x = rand(rng, 3)
+    with pytest.raises(TypeError, match=r"^Exp\.backward under create_graph=True: its VJP runs on Tensors there, "
+                                        r"which NumPy's functions refuse \(.*\); compute it with self\.xp"):
+        ag.grad(Exp.apply(x).sum(), x, create_graph=True)  # was NumPy's own words, naming neither op nor fix
+
+    class XpExp(Exp):
+        def backward(self, g):
+            return g * self.xp.exp(self.saved[0])
+
+    (g,) = ag.grad(XpExp.apply(x).sum(), x, create_graph=True)
+    (h,) = ag.grad(g.sum(), x)
+    np.testing.assert_allclose(h.data, np.exp(x.data))  # d²(Σ eˣ)/dx² = eˣ
+
+
 def test_detect_anomaly_watches_a_create_graph_backward_too():
     x = leaf([0.0, 4.0])
     # the VJP g/(2√x) at x = 0, recorded as ops: named as without create_graph, not as the forward of its Div

@@ -475,6 +475,23 @@ def test_draw_value_is_micrographs_picture_with_local_derivatives():
     assert "where backward starts: grad = 1" in g.source and "parameter" not in g.source
 
 
+def test_draw_value_writes_a_tiny_gradient_as_itself_not_as_zero():
+    """A saturated tanh (micrograd's lesson on vanishing gradients): its input's gradient 1 − tanh²(−8) = 4.5e-7
+    was drawn 'grad 0.0000', and one further down 'grad -0.0000', beside an arrow labelled × 4.501e-07."""
+    from autograd import Value
+    x, w = Value(-4.0, label="x"), Value(2.0, label="w")
+    n = x * w
+    n.label = "n"
+    o = n.tanh()
+    o.label = "o"
+    o.backward()
+    by_label = {re.search(r"<B>([^<]+)</B>", v).group(1): v for k, v in nodes(vg.draw(o)).items()
+                if k.startswith("v")}
+    assert "data -8.0000" in by_label["n"] and "grad 4.50e-07" in by_label["n"]
+    assert "grad 9.00e-07" in by_label["x"] and "grad -1.80e-06" in by_label["w"]
+    assert "data 0.0000" in vg.draw(Value(0.0) * 1).source  # exact zero stays 0.0000
+
+
 @needs_dot
 def test_cli_draws_the_lecture_neuron(tmp_path):
     out = tmp_path / "neuron.svg"
