@@ -153,8 +153,9 @@ def recover(folder):
 
 
 @contextlib.contextmanager
-def writer_lock(folder):
-    """Hold `.NAME.lock` beside the folder while training writes to it: a second run into it stops with one line.
+def writer_lock(folder, writer="training run", option="--out-dir"):
+    """Hold `.NAME.lock` beside the folder while training (or `writer`, whose `option` names the folder) writes to
+    it: a second run into it stops with one line.
 
     Two writers would each clear the other's half-written save. The lock is the
     operating system's (flock), so it dies with its process; the file goes when
@@ -178,8 +179,8 @@ def writer_lock(folder):
             if time.monotonic() < patience:
                 time.sleep(0.01)
                 continue
-            raise ValueError(f"another training run (process {owner}) is writing to {folder}; "
-                             "wait for it to end or choose another --out-dir") from None
+            raise ValueError(f"another {writer} (process {owner}) is writing to {folder}; "
+                             f"wait for it to end or choose another {option}") from None
         if path.exists() and path.stat().st_ino == os.fstat(fd).st_ino:
             break
         os.close(fd)  # its holder removed the file as we opened it: lock the next one

@@ -6,11 +6,12 @@ Tokenizes once, so that training starts at once and holds none of the corpus
 in memory (models/training/shards.py describes the folder it writes).
 
 * It streams: each file is cut into sections of about --section-kb, where the
-  text tokenizes the same in pieces as whole (a newline or a space between two
-  non-space characters), so the tokens are those of each file encoded whole,
-  whatever the section size. Finding a cut reads only the bytes near it. Shards
-  are written as their tokens come, so memory holds a few sections, whatever
-  the corpus or the shard size (a stretch with no such cut is one section).
+  text tokenizes the same in pieces as whole (a newline, LF or CRLF, or a space
+  between two non-space characters), so the tokens are those of each file
+  encoded whole, whatever the section size. Finding a cut reads only the bytes
+  near it. Shards are written as their tokens come, so memory holds a few
+  sections, whatever the corpus or the shard size (a stretch with no such cut
+  is one section).
 * --workers N tokenizes sections in N processes, each reading its sections'
   bytes itself; the sections' ids come back in order, so the output is byte for
   byte the same for any N. N and --section-kb whose sections in flight would
@@ -18,7 +19,8 @@ in memory (models/training/shards.py describes the folder it writes).
 * The validation split is held out by document: with at least 1/--val-fraction
   files, floor(n·f) of the n files in sorted order, spread evenly (the i-th
   when floor((i+1)·f) > floor(i·f): every tenth for 0.1); with fewer, the tail of
-  each file (its last fraction f of bytes, from a line or word boundary on).
+  each file (its last fraction f of bytes, from a line or word boundary on:
+  after a newline, or the CR of a CRLF).
   With GPT-2's tokenizer every file ends with <|endoftext|>, and a literal
   <|endoftext|> in the text separates documents as well.
 * A first pass reads every file once before anything is written: it hashes it,
@@ -50,7 +52,7 @@ import numpy as np
 
 from models.cli import Parser, counted, input_path, interval, machine_memory, output_folder, shows_progress
 from models.io import atomic_path, json_type, owned_folder_below, owning_folder, read_json
-from models.training.checkpoint import CHECKPOINT_MARKS
+from models.training.checkpoint import CHECKPOINT_MARKS, writer_lock
 from models.training.data import not_utf8
 from models.training.shards import (META_FILE, META_FORMAT, PROGRESS_FILE, SPLITS, PreparedData, ShardError,
                                     ShardWriter, field, open_shard, shard_name, token_dtype)
@@ -206,23 +208,24 @@ def check_out_outside_inputs(out, inputs):
                              f"meta.json or shards would read them as text; prepare into a folder outside {given}")
 
 
-# A newline or a space between two non-space characters: encoding the text on its two sides
-# apart gives the tokens of the whole, since GPT-2's chunks never cross it. The cut comes after
-# the newline, and before the space (which joins the next word).
-_CUT = re.compile(r"(?<=\S)(?:\n(?=\S)|(?= \S))")
-CUTS = 2  # the version of that rule, in a saved progress: a rerun after a change starts afresh
+# A newline (LF or CRLF) or a space between two non-space characters: encoding the text on its two
+# sides apart gives the tokens of the whole, since GPT-2's chunks never cross it. The cut comes after
+# the newline, and before the space (which joins the next word). A CRLF is cut between its \r and
+# \n: the whole text's chunks are "\r" and "\n" there, where a cut after both would make "\r\n" one.
+_CUT = re.compile(r"(?<=\S)(?:\n(?=\S)|\r(?=\n\S)|(?= \S))")
+CUTS = 3  # the version of that rule, in a saved progress: a rerun after a change starts afresh
 
 
 def next_cut(f, start, end, window=1 << 16):
     """The first offset in [start, end) of the open binary file `f` where its text may be cut, else `end`.
 
     It reads `window` bytes at a time, trimmed to whole UTF-8 characters (bad
-    bytes are the encoder's to report); in UTF-8 a newline or a space never occurs
-    inside a character.
+    bytes are the encoder's to report); in UTF-8 a newline, a carriage return or a
+    space never occurs inside a character.
     """
     at = start
     while at < end:
-        origin = max(at - 5, 0)  # a cut at `at` after a newline needs the newline and the whole character before it
+        origin = max(at - 5, 0)  # a cut at `at` after a newline or a CRLF's \r needs it and the character before it
         f.seek(origin)
         raw = f.read(window)
         first, last = 0, len(raw)
@@ -774,7 +777,9 @@ def main(argv=None):
         while not made.parent.exists():
             made = made.parent
     try:
-        print(prepare(args))
+        # two runs into one folder would each write shards over the other's, and both say "prepared"
+        with writer_lock(out, "models.prepare run", "--out"):
+            print(prepare(args))
     except (ValueError, OSError) as exc:
         _drop_if_empty(out, made)
         print(f"prepare: error: {exc}", file=sys.stderr)
@@ -791,14 +796,16 @@ def main(argv=None):
 
 
 def _drop_if_empty(out, made):
-    """A failed first run leaves no empty folder behind (a text that is not UTF-8 fails after making --out): the
-    folders from --out up to `made`, the first that it made, while they are empty."""
+    """A failed first run leaves no empty folder behind (a text that is not UTF-8 fails after making --out, and
+    the lock beside --out makes its parent): the folders from --out up to `made`, the first that it made, while
+    they are empty."""
     if made is None:
         return
     for folder in (out, *out.parents):
-        if not folder.is_dir() or any(folder.iterdir()):
-            return
-        folder.rmdir()
+        if folder.is_dir():
+            if any(folder.iterdir()):
+                return
+            folder.rmdir()
         if folder == made:
             return
 

@@ -155,23 +155,26 @@ def test_tokens_are_each_file_encoded_whole_and_the_same_for_any_workers(tmp_pat
 
 def first_cut(data, start, end):
     """next_cut's rule, read off the whole text: the first byte offset in [start, end) after a newline or before
-    a space, between two characters that are not whitespace; else `end`."""
+    a space, between two characters that are not whitespace, or between the \\r and \\n of such a CRLF; else
+    `end`."""
     text = data.decode("utf-8")
     offset = 0
     for i, ch in enumerate(text):
         if start <= offset < end and 0 < i < len(text) and (
                 (text[i - 1] == "\n" and i > 1 and not text[i - 2].isspace() and not ch.isspace())
+                or (text[i - 1:i + 1] == "\r\n" and i > 1 and not text[i - 2].isspace()
+                    and i + 1 < len(text) and not text[i + 1].isspace())
                 or (ch == " " and not text[i - 1].isspace() and i + 1 < len(text) and not text[i + 1].isspace())):
             return offset
         offset += len(ch.encode("utf-8"))
     return end
 
 
-@given(st.text(st.sampled_from("ab \n\t\xa0\u3000é中🙂"), max_size=120), st.data())
+@given(st.text(st.sampled_from("ab \n\r\t\xa0\u3000é中🙂"), max_size=120), st.data())
 @settings(max_examples=300, deadline=None)
 def test_a_cut_is_the_first_safe_place_whatever_the_windows(text, data):
-    """A newline or a space between non-space characters, multi-byte ones (é, 中, 🙂) and Unicode spaces
-    (no-break, ideographic) among them, found through windows of 16 bytes that cut characters apart."""
+    """A newline (LF or CRLF) or a space between non-space characters, multi-byte ones (é, 中, 🙂) and Unicode
+    spaces (no-break, ideographic) among them, found through windows of 16 bytes that cut characters apart."""
     raw = text.encode("utf-8")
     start = data.draw(st.integers(0, len(raw)))
     end = data.draw(st.integers(start, len(raw)))
@@ -182,6 +185,38 @@ def test_a_cut_just_after_a_newline_sees_the_four_byte_character_before_it():
     """Hypothesis's find: a window opening 4 bytes before the cut held the newline but not the 🙂 before it."""
     raw = "a\u3000\u3000🙂🙂🙂\na".encode("utf-8")
     assert prepare.next_cut(io.BytesIO(raw), 20, 21, window=16) == first_cut(raw, 20, 21) == 20
+
+
+@pytest.mark.parametrize("window", [16, 64])
+def test_a_crlf_is_cut_between_its_cr_and_lf_from_any_start_and_windows(window):
+    raw = "中文\r\n🙂\r\n\r\nab\r\n c \r\nd\re\r\n".encode("utf-8") * 3
+    cuts = [prepare.next_cut(io.BytesIO(raw), start, len(raw), window) for start in range(len(raw) + 1)]
+    assert cuts == [first_cut(raw, start, len(raw)) for start in range(len(raw) + 1)]
+    assert raw[cuts[0] - 1:cuts[0] + 1] == b"\r\n"
+
+
+def test_a_crlf_file_without_spaces_is_cut_at_its_line_ends(tmp_path, capsys):
+    """CRLF lines with no space between words (CJK text, a word list saved on Windows) had no cut at all: the
+    whole file was one section, and its val tail was refused as having "no line break". A CRLF is cut between
+    its \\r and \\n, where GPT-2's chunks end too, so the pieces encode as the whole."""
+    rng = random.Random(0)
+    text = "".join("".join(rng.choice("春夏秋冬山川花鳥風月") for _ in range(rng.randint(1, 30))) + "\r\n"
+                   for _ in range(300))
+    path = tmp_path / "crlf.txt"
+    path.write_bytes(text.encode("utf-8"))
+    assert len(list(prepare.sections(prepare.plan_parts([path], 0.1)[0], 1024))) > 10
+    code, _, err = run_prepare(capsys, str(path), "--out", str(tmp_path / "out"), "--section-kb", "1",
+                               "--workers", "1")
+    assert code == 0, err
+    data = PreparedData(tmp_path / "out")
+    raw = text.encode("utf-8")
+    cut = data.meta["split"]["val"][0]["from_byte"]
+    assert raw[cut - 1:cut + 1] == b"\r\n" and 0.9 <= cut / len(raw) < 0.92
+    gpt2 = GPT2Tokenizer()
+    train_text, val_text = raw[:cut].decode("utf-8"), raw[cut:].decode("utf-8")
+    assert gpt2.encode(train_text) + gpt2.encode(val_text) == gpt2.encode(text)
+    assert data.splits["train"][:].tolist() == gpt2.encode(train_text)
+    assert data.splits["val"][:].tolist() == gpt2.encode(val_text) + [gpt2.eot_token]
 
 
 def test_a_file_reached_twice_names_both_paths(tmp_path, corpus, capsys):
@@ -261,6 +296,18 @@ def test_a_rerun_of_a_finished_folder_does_nothing_and_other_options_are_refused
     code, _, err = run_prepare(capsys, str(corpus), "--out", str(out), "--tokenizer", "gpt2")
     assert code == 1 and err == (f"prepare: error: {out} holds a corpus prepared from other files or options; "
                                  "choose another --out, or delete it first\n")
+
+
+def test_a_second_run_into_a_folder_being_prepared_is_refused_and_writes_nothing(tmp_path, corpus, capsys):
+    """Two runs into one --out at once each wrote their shards over the other's, and both said "prepared"."""
+    out = tmp_path / "out"
+    with checkpoint.writer_lock(out):  # held, as a run writing to the folder holds it
+        code, line, err = run_prepare(capsys, str(corpus), "--out", str(out), "--tokenizer", "char")
+    assert (code, line) == (1, "") and err == (f"prepare: error: another models.prepare run (process {os.getpid()}) "
+                                               f"is writing to {out}; wait for it to end or choose another --out\n")
+    assert not out.exists()
+    assert run_prepare(capsys, str(corpus), "--out", str(out), "--tokenizer", "char")[0] == 0  # once it ended
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "out"]  # the lock went with the run
 
 
 def test_the_summary_counts_one_shard_in_the_singular(tmp_path, capsys):
