@@ -69,7 +69,14 @@ def main(argv=None):
         # read and encoded before the weights load, so that a prompt the model cannot read is refused at once
         text = args.prompt if args.prompt_file is None else load_text(args.prompt_file, "--prompt-file")
         tokenizer = checkpoint.load_tokenizer(args.checkpoint)
-        prompt = tokenizer.encode(text)
+        try:
+            prompt = tokenizer.encode(text)
+        except ValueError:
+            if args.prompt_file is None and text == "\n":  # --prompt's default: the user gave no text to leave out
+                raise ValueError(f"the default prompt, a newline, is not in the vocabulary of the model in "
+                                 f"{args.checkpoint} (its text had none); give --prompt, text of its characters"
+                                 ) from None
+            raise
         model = checkpoint.load_weights(args.checkpoint)
         model.to(args.device).eval()
         ag.manual_seed(args.seed)

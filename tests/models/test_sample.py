@@ -95,6 +95,22 @@ def test_a_prompt_the_tokenizer_cannot_take_is_refused_before_a_weight_is_read(t
                                               "index 1) is not in this tokenizer's 5-character vocabulary")
 
 
+def test_the_default_prompt_a_vocabulary_without_a_newline_lacks_is_named_as_the_default(tmp_path, capsys):
+    """It said the newline "is not in this tokenizer's vocabulary …: leave it out (a prompt)", of a prompt the
+    user never gave."""
+    data = tmp_path / "data.txt"
+    data.write_text("abcab cabca bcabc " * 50, encoding="utf-8")
+    assert train.main(["--data", str(data), "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+                       "--batch-size", "2", "--max-iters", "1", "--eval-iters", "1", "--peak-tflops", "1",
+                       "--no-progress", "--sample-tokens", "0", "--out-dir", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    assert sample.main([str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == (f"sample: error: the default prompt, a newline, is not in the vocabulary of the "
+                                       f"model in {tmp_path / 'out'} (its text had none); give --prompt, text of its "
+                                       "characters\n")
+    assert sample.main([str(tmp_path / "out"), "--prompt", "ab", "--max-new-tokens", "3"]) == 0
+
+
 @pytest.mark.parametrize("name, message", [
     ("notes", "no checkpoint in {folder}: expected config.json and model.safetensors (train one with "
               "`python -m models.train`)"),
