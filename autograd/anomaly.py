@@ -308,8 +308,8 @@ class _Pass:
                     tuple(input_grads))
 
     def fitted(self, x, vjp, t, g, step):
-        """tensor._fit(vjp, x, op, t): the gradient `vjp` that t's op (step `step`) returned for its input x, summed over the
-        axes broadcasting stretched and cast to x's dtype (the engine's work, not the op's), checked: a bias's
+        """tensor._fit(vjp, x, op, t): the gradient `vjp` that t's op (step `step`) returned for its input x, summed
+        over the axes broadcasting stretched and cast to x's dtype (the engine's work, not the op's), checked: a bias's
         gradient summed over a batch, or a float32 gradient cast to float16, can overflow though every part is
         finite. Fitted unchecked: under create_graph the sum is an op of the graph, checked as this step's."""
         op = t.op

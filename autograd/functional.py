@@ -256,8 +256,11 @@ def checkpoint(fn, *inputs, params=None):
         return fn(*inputs)  # nothing will be backpropagated: nothing to save or recompute
     params = [p for p in params if p.requires_grad]
     if not any(x.requires_grad for x in inputs) and not params:
-        raise ValueError("checkpoint: no input requires grad, so backward would never reach fn's parameters; "
-                         "checkpoint a function of the activations, or name the parameters it trains in params=")
+        # the op is recorded only for an input that needs a gradient: the activations fn closes over, found as it
+        # runs, are added to a recorded op's inputs
+        raise ValueError("checkpoint: no input requires grad, so backward would never reach fn (its parameters, or "
+                         "an activation it closes over); pass the activations it reads as inputs, checkpoint(fn, x, "
+                         "it), or name the parameters it trains in params=")
     return ops.Checkpoint.apply(*inputs, *params, fn=fn, device=inputs[0].device, n_inputs=len(inputs))
 
 

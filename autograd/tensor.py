@@ -388,7 +388,8 @@ def _refuse_output(op, out):
         fix = "an op has one output: return one array, and make one op per output"
     else:
         fix = "return the result as an array (self.xp.asarray(...) makes one)"
-    raise TypeError(f"{op}.forward returned {'None' if out is None else 'a ' + type(out).__name__}, not an array; {fix}")
+    got = "None" if out is None else f"a {type(out).__name__}"
+    raise TypeError(f"{op}.forward returned {got}, not an array; {fix}")
 
 
 def vjp_gradients(op, returned):
@@ -403,14 +404,15 @@ def vjp_gradients(op, returned):
         raise RuntimeError(f"{op.name}.backward returned {len(grads)} gradient{'s' * (len(grads) != 1)} for its "
                            f"{len(labels)} input{'s' * (len(labels) != 1)} ({', '.join(labels)}); return one per "
                            "input, in order (None for one that needs none)")
-    for i, (x, pg) in enumerate(zip(op.inputs, grads)):
-        if pg is None or not x._requires_grad or type(pg) is np.ndarray and pg.dtype.kind in FLOAT_KINDS:
-            continue  # the usual case, checked first: this runs for every op of every backward
-        label = op.input_labels(len(op.inputs))[i]
-        if not isinstance(pg, (Tensor, np.generic)) and backend.device_of(pg) is None:
+    for i, (x, pg) in enumerate(zip(op.inputs, grads)):  # for every op of every backward: the usual case first
+        if pg is None or not x._requires_grad:
+            continue
+        if type(pg) is not np.ndarray and not isinstance(pg, (Tensor, np.generic)) and backend.device_of(pg) is None:
+            label = op.input_labels(len(op.inputs))[i]
             raise TypeError(f"{op.name}.backward returned a {type(pg).__name__} as the gradient for {label}; "
                             f"return an array of {label}'s shape {x.shape} (self.xp.asarray(...) makes one)")
         if pg.dtype.kind not in FLOAT_KINDS:
+            label = op.input_labels(len(op.inputs))[i]
             raise TypeError(f"{op.name}.backward returned a gradient of dtype {pg.dtype} for {label} ({x.dtype}); "
                             "a gradient is floating point: compute it from g, whose dtype it takes")
     return grads

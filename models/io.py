@@ -3,8 +3,8 @@
 Each file is written under a temporary name in the same folder (the folder of
 the file a symbolic link names: the link stays) and moved over the real name
 with os.replace, which is atomic on one filesystem: a reader sees the old file
-or the new one, never a torn mix; what a killed writer left there goes with the
-next write of that name. `read_json` says which file
+or the new one, never a torn mix; what a killed writer left there goes with a
+later write of that name (once nothing has written it for a minute). `read_json` says which file
 is wrong and how (missing, larger than it may be, not JSON, nested too deep, not
 an object) instead of a traceback, and never reads more than its size limit:
 the files it reads may come from anyone (a downloaded checkpoint folder).
@@ -17,6 +17,7 @@ import json
 import math
 import os
 import shutil
+import time
 import zipfile
 from pathlib import Path
 
@@ -96,15 +97,27 @@ def atomic_path(path):
 
 
 def _sweep_temporaries(target):
-    """Remove the temporaries of `target` that killed processes left (kill -9, a power cut): those of an id that
-    no longer runs, and one of this process's id, which a killed process that had it left (a new folder could
-    not be made there). A live writer's stays: another process may be writing `target` now."""
+    """Remove the temporaries of `target` that killed processes left (kill -9, a power cut): one of this process's
+    id, which a killed process that had it left (a new folder could not be made there), and those of an id that no
+    longer runs here and that nothing has written for a minute. A live writer's stays: another process may be
+    writing `target` now, on this machine or, in a folder shared over the network, on another (whose ids this
+    machine cannot see: its temporary is being written)."""
     prefix = f".{target.name}.tmp-"
     for left in target.parent.glob(glob.escape(prefix) + "*"):
         pid = left.name[len(prefix):]
-        if pid.isdigit() and (int(pid) == os.getpid() or not _running(int(pid))):
+        if pid.isdigit() and (int(pid) == os.getpid() or not _running(int(pid)) and _untouched(left, 60)):
             with contextlib.suppress(FileNotFoundError):  # another process's sweep took it first
                 _remove(left)
+
+
+def _untouched(path, seconds):
+    """Whether nothing has written `path`, or a file in the folder `path`, for `seconds`."""
+    try:
+        stats = [path.lstat()] + ([entry.stat(follow_symlinks=False) for entry in os.scandir(path)]
+                                  if path.is_dir() and not path.is_symlink() else [])
+    except FileNotFoundError:
+        return False
+    return time.time() - max(s.st_mtime for s in stats) > seconds
 
 
 def _running(pid):

@@ -564,11 +564,11 @@ class RunState:
         if len(history) != state["iter"]:
             raise ValueError(f"{path}: 'history' should list {state['iter']} losses, one per iteration "
                              f"up to 'iter', but has {len(history)} entries")
-        if not all(_is_finite(x) for x in history):
+        if not all(is_finite_number(x) for x in history):
             raise ValueError(f"{path}: 'history' should hold finite numbers, the losses of the iterations, "
-                             f"but holds {next(json.dumps(x) for x in history if not _is_finite(x))[:20]}")
+                             f"but holds {next(json.dumps(x) for x in history if not is_finite_number(x))[:20]}")
         for entry in evals:
-            if not (isinstance(entry, dict) and all(_is_finite(entry.get(k)) for k in ("iter", "train", "val"))):
+            if not (isinstance(entry, dict) and all(is_finite_number(entry.get(k)) for k in ("iter", "train", "val"))):
                 raise ValueError(f"{path}: every entry of 'evals' should be an object with finite numbers 'iter', "
                                  f"'train' and 'val', but one is {json.dumps(entry)[:60]}")
         if not math.isfinite(state["val_loss"]):  # a save writes the val loss it beat: always a finite one
@@ -613,7 +613,8 @@ def _is(value, kinds):
     return isinstance(value, kinds) and not isinstance(value, bool)
 
 
-def _is_finite(value):
+def is_finite_number(value):
+    """Whether a value read from JSON is a finite number (not a bool, a string, NaN or infinite)."""
     return _is(value, _NUMBER) and math.isfinite(value)
 
 

@@ -52,7 +52,7 @@ import autograd as ag
 from autograd import backend
 from autograd.ops import GELU
 from models.gpt.gpt2 import Block
-from models.training.checkpoint import HEALTH_FILES
+from models.training.checkpoint import HEALTH_FILES, is_finite_number
 from models.io import atomic_path, write_figure
 
 JSONL_FILE, PLOT_FILE = HEALTH_FILES  # checkpoint.save keeps them in the folder
@@ -166,7 +166,7 @@ def _has_figures(obj, required, optional=()):
 
 def _is_figure(value):
     """Whether `value` is a figure as a record holds it: a finite number, or null (NaN, infinite, or none)."""
-    return value is None or type(value) in (int, float) and math.isfinite(value)
+    return value is None or is_finite_number(value)
 
 
 def attention_entropy(q, k):

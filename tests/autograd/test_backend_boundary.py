@@ -15,8 +15,8 @@ import autograd
 ENGINE = Path(autograd.__file__).resolve().parent
 
 ALLOWED = {
-    "tensor.py": {"dtype", "iinfo", "float16", "float32", "generic", "asarray", "array", "ndarray", "array2string", "prod",
-                  "broadcast_shapes", "shape"},  # the shape `a += b` would take, before any work: shapes only
+    "tensor.py": {"dtype", "iinfo", "float16", "float32", "generic", "asarray", "array", "ndarray", "array2string",
+                  "prod", "broadcast_shapes", "shape"},  # the shape `a += b` would take, before any work: shapes only
     "functional.py": {"dtype", "broadcast_shapes"},
     "kernels/__init__.py": {"float32", "float64"},  # which kernels' instantiation
     "kernels/cuda.py": {"dtype", "float32", "float64", "int32", "int64"},  # kernels' argument types

@@ -156,6 +156,10 @@ def test_misuse_is_one_clear_line():
     x = Tensor([1.0, 2.0])
     with pytest.raises(ValueError, match="no input requires grad"):
         ag.checkpoint(lambda h: h * 2, x)
+    a = Tensor([1.0, 2.0], requires_grad=True) * 2.0  # the only way to a gradient is an activation fn closes over
+    with pytest.raises(ValueError, match=r"an activation it closes over\); pass the activations it reads as inputs, "
+                                         r"checkpoint\(fn, x, it\)"):
+        ag.checkpoint(lambda h: h * a, x)
     with pytest.raises(TypeError, match="fn must return one Tensor"):
         ag.checkpoint(lambda h: [h], Tensor([1.0], requires_grad=True))
     with pytest.raises(TypeError, match="pass fn and the Tensors"):

@@ -6,6 +6,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 import threading
 from pathlib import Path
 
@@ -225,10 +226,14 @@ def test_temporaries_of_processes_that_no_longer_run_are_swept_and_a_live_writer
         (tmp_path / f".out.tmp-{live.pid}").mkdir()  # another export of the same folder, running now
         (tmp_path / ".out.tmp-notes").write_text("not a temporary of ours")
         (tmp_path / f".outer.tmp-{dead}").write_bytes(b"another file's, whose writer is gone")
+        (tmp_path / ".out.tmp-999999999").mkdir()  # an id that does not run here, written a moment ago: another
+        (tmp_path / ".out.tmp-999999999" / "part").write_bytes(b"half")  # machine's export, in a shared folder
+        for left in (tmp_path / f".out.tmp-{dead}", tmp_path / f".out.tmp-{dead}" / "model.safetensors"):
+            os.utime(left, (time.time() - 120,) * 2)  # the killed export's, untouched for two minutes
         with atomic_path(tmp_path / "out") as tmp:
             tmp.mkdir()
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-            ["out", f".out.tmp-{live.pid}", ".out.tmp-notes", f".outer.tmp-{dead}"])
+            ["out", f".out.tmp-{live.pid}", ".out.tmp-999999999", ".out.tmp-notes", f".outer.tmp-{dead}"])
     finally:
         live.kill()
         live.wait()

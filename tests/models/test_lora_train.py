@@ -244,7 +244,7 @@ def test_a_block_size_beyond_a_lora_checkpoints_base_is_refused_at_parse_time(ba
     its base's weights and the text had loaded (and a "lora:" line was printed)."""
     lora_run(capsys, base, base / "run", "--max-iters", "2")
     monkeypatch.setattr(train, "load_text", lambda *a: pytest.fail("the text was read before the refusal"))
-    monkeypatch.setattr(checkpoint, "load_model", lambda *a, **k: pytest.fail("the model loaded before the refusal"))
+    monkeypatch.setattr(checkpoint, "load_weights", lambda *a, **k: pytest.fail("the model loaded before the refusal"))
     with pytest.raises(SystemExit) as exit_info:
         train.main(["--init-from", str(base / "run"), "--block-size", "64", "--out-dir", str(base / "o")])
     assert exit_info.value.code == 2
