@@ -155,7 +155,7 @@ def recover(folder):
 @contextlib.contextmanager
 def writer_lock(folder, writer="training run", option="--out-dir"):
     """Hold `.NAME.lock` beside the folder while training (or `writer`, whose `option` names the folder) writes to
-    it: a second run into it stops with one line.
+    it: a second run into it stops with one line, naming the holder's kind and process id (the file's "PID KIND").
 
     Two writers would each clear the other's half-written save. The lock is the
     operating system's (flock), so it dies with its process; the file goes when
@@ -174,19 +174,19 @@ def writer_lock(folder, writer="training run", option="--out-dir"):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            owner = os.read(fd, 20).decode(errors="replace") or "?"
+            owner, _, kind = os.read(fd, 100).decode(errors="replace").partition(" ")
             os.close(fd)
             if time.monotonic() < patience:
                 time.sleep(0.01)
                 continue
-            raise ValueError(f"another {writer} (process {owner}) is writing to {folder}; "
+            raise ValueError(f"another {kind or 'training run'} (process {owner or '?'}) is writing to {folder}; "
                              f"wait for it to end or choose another {option}") from None
         if path.exists() and path.stat().st_ino == os.fstat(fd).st_ino:
             break
         os.close(fd)  # its holder removed the file as we opened it: lock the next one
     try:
         os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        os.write(fd, f"{os.getpid()} {writer}".encode())
         yield
     finally:
         # Only while the path still names the file this run locked: one deleted by hand (and perhaps taken by the
@@ -199,8 +199,8 @@ def writer_lock(folder, writer="training run", option="--out-dir"):
 
 
 def writer_of(folder):
-    """The process id of the training run writing to `folder` (holding writer_lock's lock), or None: probed, not
-    taken, so a reader makes no lock file."""
+    """The process id of the run writing to `folder` (holding writer_lock's lock), or None: probed, not taken, so
+    a reader makes no lock file."""
     try:
         import fcntl
         fd = os.open(_sibling(_real(folder), "lock"), os.O_RDONLY)
@@ -210,7 +210,7 @@ def writer_of(folder):
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         return None
     except BlockingIOError:
-        return os.read(fd, 20).decode(errors="replace") or "?"
+        return os.read(fd, 100).decode(errors="replace").partition(" ")[0] or "?"
     finally:
         os.close(fd)  # which releases a lock this probe took
 
@@ -614,8 +614,12 @@ def _is(value, kinds):
 
 
 def is_finite_number(value):
-    """Whether a value read from JSON is a finite number (not a bool, a string, NaN or infinite)."""
-    return _is(value, _NUMBER) and math.isfinite(value)
+    """Whether a value read from JSON is a finite number (not a bool, a string, NaN or infinite, nor an integer
+    beyond a float: 10**400)."""
+    try:
+        return _is(value, _NUMBER) and math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _require_fields(path, obj, fields, prefix=""):

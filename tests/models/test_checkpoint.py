@@ -711,6 +711,9 @@ BROKEN = {
                                 "train_state.json: 'val_loss' should be a finite number, not inf"),
     "state val_loss a string": (edit_json("train_state.json", set_key("val_loss", "1.0")),
                                 "'val_loss' should be a number, not a string"),
+    "state history beyond a float": (edit_json("train_state.json", set_key("history", [1.0, 10 ** 400])),
+                                     "'history' should hold finite numbers, the losses of the iterations, but holds "
+                                     "1000000000"),
     "state history NaN": (edit_json("train_state.json", set_key("history", [1.0, float("nan")])),
                           "'history' should hold finite numbers, the losses of the iterations, but holds NaN"),
     "state evals -Infinity": (edit_json("train_state.json", set_key("evals", [{"iter": 2, "train": 1.0,

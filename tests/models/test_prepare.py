@@ -301,9 +301,13 @@ def test_a_rerun_of_a_finished_folder_does_nothing_and_other_options_are_refused
 def test_a_second_run_into_a_folder_being_prepared_is_refused_and_writes_nothing(tmp_path, corpus, capsys):
     """Two runs into one --out at once each wrote their shards over the other's, and both said "prepared"."""
     out = tmp_path / "out"
-    with checkpoint.writer_lock(out):  # held, as a run writing to the folder holds it
+    with checkpoint.writer_lock(out, "models.prepare run", "--out"):  # held, as a prepare writing to it holds it
         code, line, err = run_prepare(capsys, str(corpus), "--out", str(out), "--tokenizer", "char")
     assert (code, line) == (1, "") and err == (f"prepare: error: another models.prepare run (process {os.getpid()}) "
+                                               f"is writing to {out}; wait for it to end or choose another --out\n")
+    with checkpoint.writer_lock(out):  # a training run's: the message names the holder, not the one refused
+        code, line, err = run_prepare(capsys, str(corpus), "--out", str(out), "--tokenizer", "char")
+    assert (code, line) == (1, "") and err == (f"prepare: error: another training run (process {os.getpid()}) "
                                                f"is writing to {out}; wait for it to end or choose another --out\n")
     assert not out.exists()
     assert run_prepare(capsys, str(corpus), "--out", str(out), "--tokenizer", "char")[0] == 0  # once it ended

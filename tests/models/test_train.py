@@ -337,7 +337,7 @@ def test_a_readers_probe_of_the_lock_does_not_refuse_a_run_that_starts_meanwhile
     release = threading.Timer(0.05, os.close, [fd])
     release.start()
     with checkpoint.writer_lock(tmp_path / "o"):
-        assert lock.read_text() == str(os.getpid())
+        assert lock.read_text() == f"{os.getpid()} training run"
     release.join()
 
 
