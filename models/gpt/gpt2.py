@@ -455,7 +455,7 @@ class GPT(nn.Module):
     def from_pretrained(cls, directory, dropout=0.0):
         """Load a Hugging Face GPT-2 folder (config.json, model.safetensors) in either layout (hf_checkpoint.read)."""
         config = GPTConfig.from_pretrained(directory, dropout)
-        _, weights = hf_checkpoint.read(directory)
+        weights = hf_checkpoint.read(directory)
         # Every parameter is one of the weights, so a model far larger than they are is refused before it is built:
         # a few MB of zero-size layer tensors, or one wide wte row, would otherwise ask for terabytes. (A model a
         # few tensors short is built, to name them below; twice the weights bounds what building it costs.)

@@ -2,8 +2,8 @@
 
 What this file promises:
 
-* `read(directory)`: the GPTConfig fields and the weights (under this model's
-  parameter names) of a folder that transformers wrote (keys `transformer.h.0…`,
+* `read(directory)`: the weights (under this model's parameter names), checked
+  against its config.json (`read_config`), of a folder that transformers wrote (keys `transformer.h.0…`,
   perhaps a tied `lm_head.weight`) or of the original hub layout (keys `h.0…`
   with `attn.bias` / `attn.masked_bias` mask buffers, which are dropped).
   Sharded weights (`model.safetensors.index.json`, whose shards must be files
@@ -144,7 +144,8 @@ def read_config(directory):
 
 
 def read(directory):
-    """(GPTConfig fields, weights under this model's parameter names) of the Hugging Face folder `directory`."""
+    """The weights of the Hugging Face folder `directory`, under this model's parameter names, checked against its
+    config.json (read_config)."""
     fields = read_config(directory)
     directory = Path(directory)
     state, head = _state_and_head(_read_safetensors(directory), directory)
@@ -158,7 +159,7 @@ def read(directory):
                              "weights are floating point")
         if not np.isfinite(array).all():
             raise ValueError(f"the weights in {directory} are damaged: {name} holds NaN or infinite values")
-    return fields, state
+    return state
 
 
 def _check_sizes(fields, state, config_file):
