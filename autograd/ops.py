@@ -240,8 +240,9 @@ class Linear(Function):
     flattened to 2-D rows: one GEMM instead of one per batch element, 15–25 %
     faster on the CPU and 4–6 times faster through CuPy on a GPU. On the CPU,
     where numba's threads are the only pool (kernels.cpu.SHARED_POOL), each
-    product is split over them (forward's with the bias added by each block);
-    with that pool or without, db's sum is the CPU kernel column_sum, in NumPy's order.
+    product is split over them (forward's with the bias added by each block, and
+    backward's dx and dW in one pass); with that pool or without, db's sum is the
+    CPU kernel column_sum, in NumPy's order.
     """
 
     rule = "dx = G Wᵀ, dW = xᵀ G, db = Σ G"
@@ -269,8 +270,13 @@ class Linear(Function):
     def backward(self, g):
         x, weight = self.saved
         rows = _rows(g)  # (rows, out)
-        dx = self.matmul(rows, weight.T).reshape(x.shape) if self.needs_grad[0] else None
-        dweight = self.matmul(_rows(x).T, rows) if self.needs_grad[1] else None
+        pair = self.matmul is not self.xp.matmul and all(self.needs_grad[:2]) and kernels.fused("matmul_pair", weight)
+        if pair:  # the CPU's two products in one pass over the threads
+            dx, dweight = pair(rows, weight.T, _rows(x).T, rows)
+            dx = dx.reshape(x.shape)
+        else:
+            dx = self.matmul(rows, weight.T).reshape(x.shape) if self.needs_grad[0] else None
+            dweight = self.matmul(_rows(x).T, rows) if self.needs_grad[1] else None
         if len(self.needs_grad) == 2:
             return dx, dweight
         if not self.needs_grad[2]:

@@ -9,10 +9,11 @@ engine's: ours are NumPy's OpenBLAS called on the threads' blocks
 (autograd/kernels/cpu.py's `matmul`, what ops.Linear runs), PyTorch's are its
 own BLAS (MKL on x86). This times each product of one transformer block at the
 main job's rows (12 × 64 = 768) as Linear runs it: y = x W, dx = G Wᵀ,
-dW = xᵀ G, for c_attn, attn.c_proj, c_fc and mlp.c_proj. Each peer runs alone
-in its fresh process; printed: each peer's time for the twelve, their rate in
-GFLOP/s, and ours against PyTorch's. `--threads 1` compares the two BLAS
-libraries' kernels core for core. Prints; asserts nothing.
+dW = xᵀ G (ours: the last two in one call, `matmul_pair`), for c_attn,
+attn.c_proj, c_fc and mlp.c_proj. Each peer runs alone in its fresh process;
+printed: each peer's time for the twelve, their rate in GFLOP/s, and ours
+against PyTorch's. `--threads 1` compares the two BLAS libraries' kernels core
+for core. Prints; asserts nothing.
 """
 import numpy as np
 
@@ -31,18 +32,23 @@ def products(peer):
     if peer == "ours":
         from autograd import kernels
         kernels.share_cpu_threads(alone.threads())
-        matmul = kernels.fused("matmul", arrays[0][1])  # Linear's product as it finds it: numba loaded, threads set
+        matmul = kernels.fused("matmul", arrays[0][1])  # Linear's products as it finds them: numba loaded, threads set
+        pair = kernels.fused("matmul_pair", arrays[0][1])
     else:
         import torch
         torch.set_num_threads(alone.threads())
         arrays = [tuple(torch.from_numpy(a) for a in triple) for triple in arrays]
         matmul = torch.mm
+        pair = None
 
     def run():
         for x, w, g in arrays:
             matmul(x, w)  # y = x W
-            matmul(g, w.T)  # dx = G Wᵀ
-            matmul(x.T, g)  # dW = xᵀ G
+            if pair:  # ours: backward's two in one pass over the threads, as Linear runs them
+                pair(g, w.T, x.T, g)
+            else:
+                matmul(g, w.T)  # dx = G Wᵀ
+                matmul(x.T, g)  # dW = xᵀ G
     return run, 3 * sum(ROWS * n_in * n_out for n_in, n_out in LINEARS)
 
 

@@ -204,6 +204,7 @@ def every_kernel(rng):
         calls.update({
             "matmul": lambda: (cpu.matmul(a, m, m[0]), cpu.matmul(a[:1], m),  # and Linear backward's two:
                                cpu.matmul(gm, m.T), cpu.matmul(a.T, gm)),
+            "matmul_pair": lambda: cpu.matmul_pair(gm, m.T, a.T, gm),  # the same two in one pass
             "attention_forward": lambda: cpu.attention_forward(q, k, v, 0, 32 ** -0.5),
             "attention_backward": lambda: cpu.attention_backward(q, k, v, p, o, o, 0, 32 ** -0.5)})
     assert set(calls) == set(cpu.LAUNCHERS)  # a new kernel joins this test
@@ -386,6 +387,30 @@ def test_split_matmul_against_one_openblas_call(m, k, n):
         runtime.set_threads(before)
 
 
+@pytest.mark.skipif(not cpu.SHARED_POOL, reason="the split products need NumPy's OpenBLAS and OpenMP")
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_pair_of_products_is_two_products(threads):
+    """Linear backward's dx = G Wᵀ and dW = xᵀ G in one pass over the threads: each as NumPy's product, whole
+    calls or blocks by shape alone (a wide dW, 128 × 3000, is cut into blocks of columns); below SPLIT_FROM, or
+    in float64, two `matmul` calls, NumPy's products."""
+    rng = np.random.default_rng(0)
+    before = numba.get_num_threads()
+    try:
+        runtime.set_threads(threads)
+        for rows, n_in, n_out in ((768, 128, 384), (768, 512, 128), (1024, 128, 3000), (8, 16, 32)):
+            x, w = rng.standard_normal((rows, n_in)).astype(np.float32), rng.standard_normal((n_in, n_out))
+            g = rng.standard_normal((rows, n_out)).astype(np.float32)
+            dx, dw = cpu.matmul_pair(g, w.astype(np.float32).T, x.T, g)
+            np.testing.assert_allclose(dx, g @ w.astype(np.float32).T, rtol=1e-5, atol=1e-4)
+            np.testing.assert_allclose(dw, x.T @ g, rtol=1e-5, atol=1e-4)
+            assert dx.dtype == dw.dtype == np.float32 and dx.shape == (rows, n_in) and dw.shape == (n_in, n_out)
+            wide_dx, wide_dw = cpu.matmul_pair(g.astype(np.float64), w.T, x.T, g)  # a float64 pair: NumPy's
+            np.testing.assert_array_equal(wide_dx, g.astype(np.float64) @ w.T)
+            np.testing.assert_array_equal(wide_dw, np.matmul(x.T, g))
+    finally:
+        runtime.set_threads(before)
+
+
 @pytest.mark.parametrize("bias", [True, False])
 def test_linear_and_the_lm_head_products(monkeypatch, spy, bias):
     rng = np.random.default_rng(0)
@@ -397,8 +422,9 @@ def test_linear_and_the_lm_head_products(monkeypatch, spy, bias):
             return grads(lambda xt, wt, et, bt: ag.linear(xt, wt, bt) @ et.T, x, w, wte, b)
         return grads(lambda xt, wt, et: ag.linear(xt, wt) @ et.T, x, w, wte)  # the tied LM head's wteᵀ
     fused, composed = both(monkeypatch, run)
-    # forward: Linear's product and the head's; backward: the head's two, then Linear's two, and db's sum
-    assert spy == {**({"matmul": 6} if cpu.SHARED_POOL else {}), **({"column_sum": 1} if bias else {})}
+    # forward: Linear's product and the head's; backward: the head's two, then Linear's two in one call, and db's sum
+    products = {"matmul": 4, "matmul_pair": 1} if cpu.SHARED_POOL else {}
+    assert spy == {**products, **({"column_sum": 1} if bias else {})}
     close(fused, composed, rtol=1e-4, atol=1e-4)
     if bias:
         np.testing.assert_array_equal(fused[-1], composed[-1])  # db: the same adds in the same order
