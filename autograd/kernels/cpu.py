@@ -571,13 +571,12 @@ CHUNK = 16  # float32 lanes of one AVX-512 vector: _softmax_row's exponentials r
 def _softmax_row(s, r, last, scale):
     """Row r of s becomes softmax(scale · s[r, :last + 1]), and 0 after `last` (the keys it may not see). A query
     before every key (more queries than keys under the causal mask: last < 0) sees none, and its row is 0, as in
-    the composed op; without the clamp the zeroing loop's negative indices wrote before the row.
+    the composed op.
 
     The exponentials run over whole chunks of CHUNK elements, past `last` to the chunk's end, and the last loop
     writes 0 there: a loop shorter than LLVM's vector body (several vectors) ran as scalars, as every row of the
     main job's attention (64 keys at most) did; its forward took 272 µs a layer against 236 now (2 threads, Zen 4).
     Each element kept is the same arithmetic either way: the same bits."""
-    last = max(last, -1)
     n = s.shape[1]
     row = s[r]
     m = _F32(-np.inf)
