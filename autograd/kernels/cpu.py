@@ -446,7 +446,8 @@ def matmul_pair(a1, b1, a2, b2):
     benchmarks.products' twelve took 4.86 ms that way against 4.72 (medians of four fresh processes each, in
     turns), and the main job's step 2.3 % longer."""
     if not all(x.dtype == np.float32 and x.ndim == 2 for x in (a1, b1, a2, b2)) or min(
-            a1.shape[0] * a1.shape[1] * b1.shape[1], a2.shape[0] * a2.shape[1] * b2.shape[1]) < SPLIT_FROM:
+            a1.shape[0] * a1.shape[1] * b1.shape[1], a2.shape[0] * a2.shape[1] * b2.shape[1]) < SPLIT_FROM or min(
+            a1.shape[0], a2.shape[0]) == 1:  # one row: matmul's matrix-vector product, 2.5–3.5× a one-row sgemm
         return matmul(a1, b1), matmul(a2, b2)
     pool_threads()
     (ta1, a1), (tb1, b1), (ta2, a2), (tb2, b2) = (_as_stored(x) for x in (a1, b1, a2, b2))
@@ -573,10 +574,11 @@ def _softmax_row(s, r, last, scale):
     before every key (more queries than keys under the causal mask: last < 0) sees none, and its row is 0, as in
     the composed op.
 
-    The exponentials run over whole chunks of CHUNK elements, past `last` to the chunk's end, and the last loop
-    writes 0 there: a loop shorter than LLVM's vector body (several vectors) ran as scalars, as every row of the
-    main job's attention (64 keys at most) did; its forward took 272 µs a layer against 236 now (2 threads, Zen 4).
-    Each element kept is the same arithmetic either way: the same bits."""
+    The exponentials run over whole chunks of CHUNK elements (past `last` to its chunk's end, where that chunk
+    lies whole in the row), and the last loop writes 0 past `last`: a loop shorter than LLVM's vector body
+    (several vectors) ran as scalars, as every row of the main job's attention (64 keys at most) did; its forward
+    took 272 µs a layer against 236 now (2 threads, Zen 4). Each element kept is the same arithmetic either way:
+    the same bits."""
     n = s.shape[1]
     row = s[r]
     m = _F32(-np.inf)

@@ -391,22 +391,25 @@ def test_split_matmul_against_one_openblas_call(m, k, n):
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_a_pair_of_products_is_two_products(threads):
     """Linear backward's dx = G Wᵀ and dW = xᵀ G in one pass over the threads: each as NumPy's product, whole
-    calls or blocks by shape alone (a wide dW, 128 × 3000, is cut into blocks of columns); below SPLIT_FROM, or
-    in float64, two `matmul` calls, NumPy's products."""
+    calls or blocks by shape alone (a wide dW, 128 × 3000, is cut into blocks of columns); below SPLIT_FROM, for
+    one row (matmul's matrix-vector product) or in float64, two `matmul` calls, with their bits."""
     rng = np.random.default_rng(0)
     before = numba.get_num_threads()
     try:
         runtime.set_threads(threads)
-        for rows, n_in, n_out in ((768, 128, 384), (768, 512, 128), (1024, 128, 3000), (8, 16, 32)):
+        for rows, n_in, n_out in ((768, 128, 384), (768, 512, 128), (1024, 128, 3000), (8, 16, 32), (1, 1024, 1024)):
             x, w = rng.standard_normal((rows, n_in)).astype(np.float32), rng.standard_normal((n_in, n_out))
             g = rng.standard_normal((rows, n_out)).astype(np.float32)
             dx, dw = cpu.matmul_pair(g, w.astype(np.float32).T, x.T, g)
             np.testing.assert_allclose(dx, g @ w.astype(np.float32).T, rtol=1e-5, atol=1e-4)
             np.testing.assert_allclose(dw, x.T @ g, rtol=1e-5, atol=1e-4)
             assert dx.dtype == dw.dtype == np.float32 and dx.shape == (rows, n_in) and dw.shape == (n_in, n_out)
-            wide_dx, wide_dw = cpu.matmul_pair(g.astype(np.float64), w.T, x.T, g)  # a float64 pair: NumPy's
-            np.testing.assert_array_equal(wide_dx, g.astype(np.float64) @ w.T)
-            np.testing.assert_array_equal(wide_dw, np.matmul(x.T, g))
+            if rows in (1, 8):  # one row, or below SPLIT_FROM
+                np.testing.assert_array_equal(dx, cpu.matmul(g, w.astype(np.float32).T))
+                np.testing.assert_array_equal(dw, cpu.matmul(x.T, g))
+            wide_dx, wide_dw = cpu.matmul_pair(g.astype(np.float64), w.T, x.T, g)  # a float64 product: two calls
+            np.testing.assert_array_equal(wide_dx, cpu.matmul(g.astype(np.float64), w.T))
+            np.testing.assert_array_equal(wide_dw, cpu.matmul(x.T, g))
     finally:
         runtime.set_threads(before)
 
