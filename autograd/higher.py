@@ -113,14 +113,15 @@ def vjp_in_graph(op, out, g, step):
     # unchecked as forward ops: backward checks the gradients the VJP returns, as it checks an array VJP's, and
     # reports a NaN as the backward of `op`, not as the forward of an op its VJP is written with
     with enable_grad(), anomaly.paused(), name_scope(f"{op.scope}.{label}" if op.scope else label):
+        outer, _tensor._mode.vjp = _tensor._mode.vjp, op.name  # np.where(t, ...) and the like refuse (Tensor)
         try:
             returned = twin.backward(g)
         except TypeError as exc:
-            if "__array_ufunc__" not in str(exc):  # only NumPy refusing a Tensor; the op's own errors pass as raised
+            if "__array_ufunc__" not in str(exc):  # only a ufunc refusing a Tensor; the op's own errors pass as raised
                 raise
-            raise TypeError(f"{op.name}.backward under create_graph=True: its VJP runs on Tensors there, which "
-                            f"NumPy's functions refuse ({exc}); compute it with self.xp (self.xp.exp, "
-                            "self.xp.where, ...: NumPy's names on arrays and on Tensors alike)") from None
+            raise TypeError(_tensor.numpy_in_vjp(op.name, f"NumPy's ufuncs refuse them ({exc})")) from None
+        finally:
+            _tensor._mode.vjp = outer
     grads = vjp_gradients(op, returned)
     return tuple(pg if pg is None or isinstance(pg, Tensor) else Tensor._make(pg, out.device, False, None)
                  for pg in grads)

@@ -50,6 +50,7 @@ class _Mode(threading.local):
         self.anomaly = None  # the active detect_anomaly (autograd/anomaly.py), checking every op; None: no check
         self.grad_only = False  # True while ag.grad walks a graph: it returns the gradients and writes no .grad
         self.reads = None  # while a checkpoint's fn runs unrecorded: the activations of the caller's it reads, by id
+        self.vjp = None  # while an op's VJP runs on Tensors (create_graph, higher.vjp_in_graph): the op's name
 
 
 _mode = _Mode()
@@ -729,8 +730,14 @@ class Tensor:
         return np.array(backend.to_host(self.data), dtype=dtype, copy=copy)
 
     def __array_function__(self, func, types, args, kwargs):
-        """NumPy's functions (np.mean(t), np.concatenate([t, u])) see a tensor as its data, as a NumPy array."""
-        return func(*_numpy_arrays(args), **_numpy_arrays(kwargs))
+        """NumPy's functions (np.mean(t), np.concatenate([t, u])) see a tensor as its data, as a NumPy array; not
+        inside a VJP recorded for create_graph, where numbers computed from a graph's tensors that way would be
+        constants of the graph: a wrong second derivative (a shape or a dtype is still read)."""
+        out = func(*_numpy_arrays(args), **_numpy_arrays(kwargs))
+        if _mode.vjp is not None and isinstance(out, (np.ndarray, np.generic)) and out.dtype.kind in "fc" and any(
+                t.requires_grad for t in _tensors_in((args, kwargs))):
+            raise TypeError(numpy_in_vjp(_mode.vjp, f"np.{func.__name__} would take them for constants"))
+        return out
 
     def tolist(self):
         return self.data.tolist()
@@ -1033,6 +1040,12 @@ class _Constant(Tensor):
         return constant
 
 
+def numpy_in_vjp(op_name, why):
+    """The error for NumPy's functions called on the Tensors of a VJP that create_graph records."""
+    return (f"{op_name}.backward under create_graph=True: its VJP runs on Tensors there, and {why}; compute it with "
+            "self.xp (self.xp.exp, self.xp.where, ...: NumPy's names on arrays and on Tensors alike)")
+
+
 def topological_order(root):
     """Tensors that need a gradient, reachable from `root`, each before the tensors it was computed from.
 
@@ -1324,6 +1337,18 @@ def _check_in_range(op, shape, axes, reduction=False):
 def array_of(x):
     """x's array where x is a Tensor (a gradient under create_graph, a Tensor argument), else x as it is."""
     return x.data if isinstance(x, Tensor) else x
+
+
+def _tensors_in(value):
+    """Every Tensor in `value`, inside lists, tuples and dicts too, as _numpy_arrays finds them."""
+    if isinstance(value, Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors_in(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors_in(v)
 
 
 def _numpy_arrays(value):

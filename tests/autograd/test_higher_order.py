@@ -236,8 +236,26 @@ def test_an_op_whose_vjp_calls_numpy_on_the_tensors_of_create_graph_names_itself
 
     x = rand(rng, 3)
     with pytest.raises(TypeError, match=r"^Exp\.backward under create_graph=True: its VJP runs on Tensors there, "
-                                        r"which NumPy's functions refuse \(.*\); compute it with self\.xp"):
+                                        r"and NumPy's ufuncs refuse them \(.*\); compute it with self\.xp"):
         ag.grad(Exp.apply(x).sum(), x, create_graph=True)  # was NumPy's own words, naming neither op nor fix
+
+    class WhereCube(Function):  # np.where, a NumPy function rather than a ufunc, took the Tensors for constants
+        def forward(self, x):
+            self.save(x)
+            return x ** 3
+
+        def backward(self, g):
+            x, = self.saved
+            return g * 3 * x * np.where(x > 0, x, x)
+
+        def saved_in_graph(self, inputs, out):
+            return tuple(inputs)
+
+    with pytest.raises(TypeError, match=r"^WhereCube\.backward under create_graph=True: its VJP runs on Tensors "
+                                        r"there, and np\.where would take them for constants; compute it with"):
+        ag.grad(WhereCube.apply(x).sum(), x, create_graph=True)  # d²/dx² came out 3x where it is 6x
+    (g,) = ag.grad(WhereCube.apply(x).sum(), x)  # a plain backward runs on arrays: NumPy's functions are right
+    np.testing.assert_allclose(g.data, 3 * x.data ** 2)
 
     class XpExp(Exp):
         def backward(self, g):
