@@ -351,19 +351,24 @@ def test_attention(monkeypatch, spy, tq, tk, causal):
 
 
 def test_attention_reads_the_heads_of_one_fused_projection_in_place(monkeypatch, spy):
-    """q, k, v as GPT's attention cuts them from c_attn's output: views whose rows are 3C apart."""
+    """q, k, v as GPT's attention cuts them from c_attn's output: views whose rows are 3C apart. The kernel's O
+    is laid out with each query's heads side by side, so joining the heads again, as GPT does, copies nothing."""
     rng = np.random.default_rng(0)
     fused_qkv = rng.standard_normal((3, 64, 3 * 4 * 32)).astype(np.float32)
+    joined_views = []
 
     def run():
         x = ag.Tensor(fused_qkv.copy(), requires_grad=True)
         q, k, v = x.reshape(3, 64, 3, 4, 32).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs) → three (B, nh, T, hs)
         y = ag.scaled_dot_product_attention(q, k, v, causal=True)
-        weights = np.random.default_rng(1).standard_normal(y.shape).astype(np.float32)
-        (y * ag.Tensor(weights)).sum().backward()
+        joined = y.transpose(0, 2, 1, 3).reshape(3, 64, 128)  # (B, T, C)
+        joined_views.append(np.shares_memory(joined.data, y.data))
+        weights = np.random.default_rng(1).standard_normal(joined.shape).astype(np.float32)
+        (joined * ag.Tensor(weights)).sum().backward()
         return [y.data, x.grad]
     fused, composed = both(monkeypatch, run)
     assert spy.get("attention_forward", 0) == int(cpu.SHARED_POOL)
+    assert joined_views[0] == cpu.SHARED_POOL  # both() runs the kernels first
     close(fused, composed, rtol=1e-4, atol=1e-5)
 
 

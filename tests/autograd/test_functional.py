@@ -379,6 +379,20 @@ def test_embedding_looks_up_rows_and_scatter_adds(ids):
     np.testing.assert_array_equal(weight.grad[0], upstream[0, 0] + upstream[0, 2] + upstream[1, 1])
 
 
+@pytest.mark.parametrize("ids", [[0, 1, 3, 5], [1, 1, 3, 5], [5, 3, 1, 0], [0, 3, 1, 5]],
+                         ids=["increasing", "a repeat", "decreasing", "unordered"])
+def test_embedding_rows_in_any_order_add_every_occurrence(ids):
+    """backend.scatter_add's rows: in increasing order, each once (a position table's), added in one pass; any
+    other order sorted first. Both give each row the exact sum of its occurrences."""
+    weight = leaf(np.zeros((6, 2)))
+    upstream = np.arange(1.0, 9.0).reshape(4, 2) / 3
+    ag.embedding(weight, ids).backward(upstream)
+    expected = np.zeros((6, 2))
+    for i, row in enumerate(ids):
+        expected[row] += upstream[i]
+    np.testing.assert_array_equal(weight.grad, expected)
+
+
 def test_embedding_scalar_and_1d_ids():
     weight = leaf(np.arange(6.0).reshape(3, 2))
     np.testing.assert_array_equal(ag.embedding(weight, 2).data, [4.0, 5.0])
