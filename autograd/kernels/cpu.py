@@ -876,7 +876,9 @@ LAUNCHERS = {
     "grad_norm": (grad_norm, 1024),
 }
 if SHARED_POOL:  # kernels that call OpenBLAS from numba's threads
-    LAUNCHERS.update({"matmul": (matmul, SMALLEST), "matmul_pair": (matmul_pair, SMALLEST),
+    # the products are asked for by the weight's size (a token's x is one small row), and decide by their multiply-
+    # adds themselves (SPLIT_FROM): the main job's tied LM head, wteᵀ of 65 × 128, ran on one thread from 8K elements
+    LAUNCHERS.update({"matmul": (matmul, 1024), "matmul_pair": (matmul_pair, 1024),
                       "attention_forward": (attention_forward, SMALLEST),
                       "attention_backward": (attention_backward, SMALLEST)})
 # The pool is set before any kernel runs, however this module is reached (kernels.fused, a test, a benchmark): left
