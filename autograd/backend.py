@@ -129,7 +129,8 @@ def scatter_add(target, index, values):
 
 
 def _add_rows(target, rows, values):
-    """target[rows] += values for whole rows, on the CPU: sort the rows, sum each run of equal ones, add once.
+    """target[rows] += values for whole rows (non-negative indices), on the CPU: sort the rows, sum each run of
+    equal ones, add once.
 
     About 2.5 times faster than numpy.add.at, which adds one row at a time. Rows that are already in increasing
     order, each once (a position embedding's), are added in place at once: the same sums, without the sort (in the

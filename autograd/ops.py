@@ -234,11 +234,12 @@ class MatMul(Function):
         layout = getattr(b, "flags", None)
         return layout is not None and layout.f_contiguous and not layout.c_contiguous
 
-    def _weight_product(self, a, b, g):
+    @staticmethod
+    def _weight_product(a, b, g):
         """The operands of dB's one GEMM over every row of the batch (instead of a stack of products summed
         afterwards): Aᵀ G, or (dB)ᵀ = Gᵀ A where B is _flipped."""
         a_rows, g_rows = _rows(a), _rows(g)
-        return (g_rows.T, a_rows) if self._flipped(b) else (a_rows.T, g_rows)
+        return (g_rows.T, a_rows) if MatMul._flipped(b) else (a_rows.T, g_rows)
 
 
 class Linear(Function):

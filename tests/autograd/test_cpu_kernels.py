@@ -335,12 +335,14 @@ def test_the_kernels_give_the_same_bits_on_every_cpu_with_fma(compiling):
     assert not differ, f"compiled for {llvmlite.binding.get_host_cpu_name()} and for haswell, {differ} differ"
 
 
-@pytest.mark.parametrize("tq, tk, causal", [(64, 64, True), (64, 64, False), (32, 256, True)])
-def test_attention(monkeypatch, spy, tq, tk, causal):
-    """(32, 256): fewer queries than keys, as with a KV cache, query i seeing keys up to i + 224."""
+@pytest.mark.parametrize("tq, tk, causal, dv", [(64, 64, True, 64), (64, 64, False, 64), (32, 256, True, 64),
+                                               (64, 64, True, 32)])
+def test_attention(monkeypatch, spy, tq, tk, causal, dv):
+    """(32, 256): fewer queries than keys, as with a KV cache, query i seeing keys up to i + 224. dv 32: values
+    narrower than the queries and keys (64), so O's and dV's rows (H·Dv apart) and dQ's and dK's (H·D) differ."""
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in ((2, 4, tq, 64), (2, 4, tk, 64),
-                                                                         (2, 4, tk, 64)))
+                                                                         (2, 4, tk, dv)))
     fused, composed = both(monkeypatch, lambda: grads(
         lambda a, b, c: ag.scaled_dot_product_attention(a, b, c, causal=causal), q, k, v))
     # with the shared pool the whole attention runs (P kept: Tk ≤ 4D); else the softmax kernels between NumPy's GEMMs
@@ -417,6 +419,16 @@ def test_a_pair_of_products_is_two_products(threads):
             np.testing.assert_array_equal(wide_dw, cpu.matmul(x.T, g))
     finally:
         runtime.set_threads(before)
+
+
+def test_the_main_jobs_tied_lm_head_runs_on_the_threads(monkeypatch, spy):
+    """The main job's head: 768 rows times wteᵀ of 65 × 128, 8,320 elements, under the row-wise kernels' SMALLEST:
+    its products are still the split ones (6.4M multiply-adds each), backward's two in one pair."""
+    rng = np.random.default_rng(0)
+    x, wte = rng.standard_normal((12, 64, 128)).astype(np.float32), rng.standard_normal((65, 128)).astype(np.float32)
+    fused, composed = both(monkeypatch, lambda: grads(lambda xt, et: xt @ et.T, x, wte))
+    assert spy == ({"matmul": 1, "matmul_pair": 1} if cpu.SHARED_POOL else {})
+    close(fused, composed, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -659,7 +671,7 @@ def test_a_float64_matrix_times_a_float32_weight_keeps_numpys_products(monkeypat
         (out * ag.Tensor(weights)).sum().backward()
         return [out.data] + [leaf.grad for leaf in leaves]
     fused, composed = both(monkeypatch, run)
-    # asked for forward's product and backward's pair, it hands the float64 ones (the pair's) to NumPy
+    # asked for forward's product and backward's pair, it hands each to NumPy: every one has a float64 operand
     assert spy == {"matmul": 1, "matmul_pair": 1}
     close(fused, composed, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(fused[2], (a.T @ weights).astype(np.float32), rtol=1e-5, atol=1e-4)
