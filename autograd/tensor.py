@@ -733,9 +733,10 @@ class Tensor:
         """NumPy's functions (np.mean(t), np.concatenate([t, u])) see a tensor as its data, as a NumPy array; not
         inside a VJP recorded for create_graph, where numbers computed from a graph's tensors that way would be
         constants of the graph: a wrong second derivative (a shape or a dtype is still read)."""
-        out = func(*_numpy_arrays(args), **_numpy_arrays(kwargs))
+        tensors = []
+        out = func(*_numpy_arrays(args, tensors), **_numpy_arrays(kwargs, tensors))
         if _mode.vjp is not None and isinstance(out, (np.ndarray, np.generic)) and out.dtype.kind in "fc" and any(
-                t.requires_grad for t in _tensors_in((args, kwargs))):
+                t.requires_grad for t in tensors):
             raise TypeError(numpy_in_vjp(_mode.vjp, f"np.{func.__name__} would take them for constants"))
         return out
 
@@ -1339,27 +1340,17 @@ def array_of(x):
     return x.data if isinstance(x, Tensor) else x
 
 
-def _tensors_in(value):
-    """Every Tensor in `value`, inside lists, tuples and dicts too, as _numpy_arrays finds them."""
+def _numpy_arrays(value, tensors):
+    """`value` with every Tensor in it (inside lists, tuples and dicts too) replaced by its data as a NumPy array;
+    each Tensor replaced is appended to `tensors`."""
     if isinstance(value, Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _tensors_in(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _tensors_in(v)
-
-
-def _numpy_arrays(value):
-    """`value` with every Tensor in it (inside lists, tuples and dicts too) replaced by its data as a NumPy array."""
-    if isinstance(value, Tensor):
+        tensors.append(value)
         return value.__array__()
     if isinstance(value, (list, tuple)):
-        converted = [_numpy_arrays(v) for v in value]
+        converted = [_numpy_arrays(v, tensors) for v in value]
         return converted if isinstance(value, list) else tuple(converted)
     if isinstance(value, dict):
-        return {k: _numpy_arrays(v) for k, v in value.items()}
+        return {k: _numpy_arrays(v, tensors) for k, v in value.items()}
     return value
 
 
