@@ -31,6 +31,7 @@ each thread calling OpenBLAS on its block (`matmul`); without it numba's
 sleeping "workqueue" threads take 100–400 µs to wake, so only arrays of
 millions of elements are split there.
 """
+import functools
 import math
 import types
 
@@ -71,7 +72,22 @@ class _Kernel:
         self.__doc__ = fn.__doc__
 
     def __call__(self, first, *rest):
-        return (self.parallel if first.size >= PARALLEL_FROM and pool_threads() > 1 else self.serial)(first, *rest)
+        return self.over(first.size)(first, *rest)
+
+    def over(self, size):
+        """The form for `size` elements of work, where the first argument's size does not tell it."""
+        return self.parallel if size >= PARALLEL_FROM and pool_threads() > 1 else self.serial
+
+
+@_jitted()
+def _address(array):
+    """Where `array`'s first element is: a numba call costs about 0.3 µs, NumPy's `.ctypes.data` about 1."""
+    return array.ctypes.data
+
+
+def _addresses(*columns):
+    """(columns, arrays) int64: row j holds the addresses of the arrays in `columns[j]`, in their order."""
+    return np.array([_address(a) for column in columns for a in column], np.int64).reshape(len(columns), -1)
 
 
 def _apart(like, *inputs):
@@ -81,12 +97,12 @@ def _apart(like, *inputs):
     and the loop runs 6–10 times slower: equal-sized blocks from the allocator often land exactly so."""
     n = like.size
     buffer = np.empty(n + 4096 // like.itemsize, dtype=like.dtype)
-    base = buffer.ctypes.data
+    base = _address(buffer)
     # 8 places 512 bytes apart in the page; an input r bytes into it is nearer than 512 bytes only to the two
     # places around r, so with three inputs two places at least are free
     near = 0
     for a in inputs:
-        place = (a.ctypes.data - base) % 4096 // 512
+        place = (_address(a) - base) % 4096 // 512
         near |= 3 << place  # place and place + 1 (bit 8 is place 0, a page on)
     near |= near >> 8
     shift = next(p for p in range(8) if not near >> p & 1) * 512 // like.itemsize
@@ -801,57 +817,123 @@ def cross_entropy_forward(z, targets, vocab, ignore, out):
     return loss
 
 
-# ---- AdamW ---------------------------------------------------------------------------
+# ---- AdamW and clip_grad_norm_, over a list of arrays ----------------------------------
+# One kernel call steps every parameter of a group (or sums every gradient's squares), however many arrays hold
+# them: each array is cut into NORM_BLOCK-element blocks (the last one shorter), the blocks are shared among the
+# threads, and each block reads its arrays through their addresses. The blocks follow the arrays' sizes alone,
+# never the thread count, so the bits do not depend on it; a list of one array is the flat buffer's case.
+
+NORM_BLOCK = 1024  # elements per block, and per partial sum of squares
+
+
+@intrinsic
+def _float32_at(typingctx, address):
+    """The float32 pointer to `address` (an int64 that _address gave), for numba.carray."""
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+    return nbtypes.CPointer(nbtypes.float32)(nbtypes.int64), codegen
+
+
+@functools.lru_cache(maxsize=64)
+def _blocks(sizes):
+    """(blocks, 3) int64 for arrays of `sizes` elements: each block's array, first element and element past its
+    last, the blocks of each array in turn."""
+    rows = [(i, lo, min(lo + NORM_BLOCK, n)) for i, n in enumerate(sizes) for lo in range(0, n, NORM_BLOCK)]
+    return np.array(rows, np.int64).reshape(-1, 3)
+
+
+@numba.njit(inline="always", **_jit)
+def _block_array(table, blocks, b, column):
+    """The part of the array in table[column] that block b covers, as a C-contiguous array."""
+    lo = blocks[b, 1]
+    return numba.carray(_float32_at(table[column, blocks[b, 0]] + 4 * lo), blocks[b, 2] - lo)
 
 
 @_Kernel
-def _adamw(g, decay, beta2, one_minus_beta1, one_minus_beta2, eps, step_size, w, m, v):
-    """nn.optim.AdamW's update (its docstring has the formula), w, m, v in place:
+def _adamw(blocks, table, decay, beta2, one_minus_beta1, one_minus_beta2, eps, step_size):
+    """nn.optim.AdamW's update (its docstring has the formula) of the arrays whose addresses `table`'s rows hold
+    (g, w, m, v), w, m, v in place:
     m ← m + (1−β₁)(g − m);  v ← β₂v + (1−β₂)g²;  w ← w·decay + step_size · m / (√v + eps)."""
-    for i in prange(w.size):
-        gi = g[i]
-        mi = m[i] + one_minus_beta1 * (gi - m[i])
-        vi = beta2 * v[i] + one_minus_beta2 * gi * gi
-        m[i], v[i] = mi, vi
-        w[i] = w[i] * decay + step_size * mi / (math.sqrt(vi) + eps)
+    for b in prange(blocks.shape[0]):
+        g, w, m, v = (_block_array(table, blocks, b, 0), _block_array(table, blocks, b, 1),
+                      _block_array(table, blocks, b, 2), _block_array(table, blocks, b, 3))
+        for i in range(g.size):
+            gi = g[i]
+            mi = m[i] + one_minus_beta1 * (gi - m[i])
+            vi = beta2 * v[i] + one_minus_beta2 * gi * gi
+            m[i], v[i] = mi, vi
+            w[i] = w[i] * decay + step_size * mi / (math.sqrt(vi) + eps)
 
 
-def adamw(g, decay, beta1, beta2, eps, step_size, w, m, v):
-    """The update as kernels/cuda.py's ADAMW takes it, w, m, v in place. The kernel steps flat views; a strided
-    one (a parameter made from a transpose) would be reshape's copy, so it steps a contiguous copy written back.
+def adamw_many(grads, decay, beta1, beta2, eps, step_size, params, exp_avgs, exp_avg_sqs):
+    """The update of every parameter in `params` (their .data), with its gradient and moments at the same place
+    in the other lists, in one call; each array C-contiguous float32, the moments and weights each its own memory.
 
     1 − β is taken in float64 and then rounded, as torch.optim.AdamW and the composed update do: 1 minus a
     float32 β₂ = 0.999 loses 1.3e-5 of its value, which scaled every step by 6e-6."""
+    blocks = _blocks(tuple(w.size for w in params))
+    _adamw.over(blocks.shape[0] * NORM_BLOCK)(
+        blocks, _addresses(grads, params, exp_avgs, exp_avg_sqs), _F32(decay), _F32(beta2), _F32(1 - beta1),
+        _F32(1 - beta2), _F32(eps), _F32(step_size))
+
+
+def adamw(g, decay, beta1, beta2, eps, step_size, w, m, v):
+    """The update as kernels/cuda.py's ADAMW takes it, w, m, v in place: adamw_many's for one parameter. A strided
+    one (a parameter made from a transpose) steps a contiguous copy, written back."""
     state = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in (w, m, v)]
-    _adamw(np.ascontiguousarray(g).reshape(-1), _F32(decay), _F32(beta2), _F32(1 - beta1), _F32(1 - beta2),
-           _F32(eps), _F32(step_size), *(a.reshape(-1) for a in state))
+    adamw_many([np.ascontiguousarray(g)], decay, beta1, beta2, eps, step_size, *([a] for a in state))
     for a, stepped in zip((w, m, v), state):
         if stepped is not a:
             a[...] = stepped
 
 
-# ---- clip_grad_norm_ -------------------------------------------------------------------
-
-NORM_BLOCK = 1024  # elements per partial sum of squares: the blocks follow the buffer's size, not the thread count
+@_Kernel
+def _sum_of_squares(blocks, table, partial):
+    """partial[b] = Σ x² over block b, in _sum's order."""
+    for b in prange(blocks.shape[0]):
+        block = _block_array(table, blocks, b, 0)
+        partial[b] = _dot(block, block, _F32(0), _F32(1), block.size)
 
 
 @_Kernel
-def _sum_of_squares(x, partial):
-    """partial[b] = Σ x² over x's block b of NORM_BLOCK elements (the last one shorter), in _sum's order."""
-    for b in prange(partial.size):
-        block = x[b * NORM_BLOCK:(b + 1) * NORM_BLOCK]
-        partial[b] = _dot(block, block, _F32(0), _F32(1), block.size)
+def _scale(blocks, table, factor):
+    """Each array in table[0] times `factor`, in place."""
+    for b in prange(blocks.shape[0]):
+        block = _block_array(table, blocks, b, 0)
+        for i in range(block.size):
+            block[i] *= factor
+
+
+def _norm(grads):
+    """(norm, blocks, addresses) of `grads`, each C-contiguous float32: the blocks' float32 sums of squares added
+    in float64 (NumPy's pairwise sum, whose order follows their count)."""
+    blocks, table = _blocks(tuple(g.size for g in grads)), _addresses(grads)
+    partial = np.empty(blocks.shape[0], dtype=np.float32)
+    _sum_of_squares.over(blocks.shape[0] * NORM_BLOCK)(blocks, table, partial)
+    return math.sqrt(partial.sum(dtype=np.float64)), blocks, table
+
+
+def _factor(norm, max_norm):
+    """min(1, max_norm / (norm + 1e-6)) in float32, NaN where the norm is."""
+    factor = max_norm / (norm + 1e-6)
+    return _F32(1.0 if factor >= 1 else factor)
+
+
+def clip_many(grads, max_norm):
+    """clip_grad_norm_ for gradients each C-contiguous float32, in one call: their norm (a float), and each of
+    them scaled in place by _factor where that is not 1."""
+    norm, blocks, table = _norm(grads)
+    factor = _factor(norm, max_norm)
+    if not factor >= 1:
+        _scale.over(blocks.shape[0] * NORM_BLOCK)(blocks, table, factor)
+    return norm
 
 
 def grad_norm(flat, max_norm):
     """(norm, scale) as kernels/cuda.py's grad_norm gives them, one-element arrays, for one flat C-contiguous
-    gradient buffer: the blocks' float32 sums of squares added in float64 (NumPy's pairwise sum, whose order
-    follows their count), scale = min(1, max_norm / (norm + 1e-6)), NaN where the norm is."""
-    partial = np.empty(-(-flat.size // NORM_BLOCK), dtype=flat.dtype)
-    _sum_of_squares(flat, partial)
-    norm = math.sqrt(partial.sum(dtype=np.float64))
-    factor = max_norm / (norm + 1e-6)
-    return np.array([norm]), np.array([1.0 if factor >= 1 else factor], dtype=flat.dtype)  # NaN stays NaN
+    gradient buffer (AdamW's flat_grads): _norm's, and _factor's."""
+    norm = _norm([flat])[0]
+    return np.array([norm]), np.array([_factor(norm, max_norm)])
 
 
 # What kernels.fused(name, array) hands an op on the CPU, with the fewest elements at which it is used: below
@@ -870,6 +952,9 @@ LAUNCHERS = {
     "column_sum": (column_sum, SMALLEST),
     "adamw": (adamw, 1024),  # a dozen passes over four arrays in NumPy: it pays from 1K elements
     "grad_norm": (grad_norm, 1024),
+    # asked for by the largest array of the list: the lessons' small models keep the composed update
+    "adamw_many": (adamw_many, 1024),
+    "clip_many": (clip_many, 1024),
 }
 if SHARED_POOL:  # kernels that call OpenBLAS from numba's threads
     # the products are asked for by the weight's size (a token's x is one small row), and decide by their multiply-

@@ -164,6 +164,23 @@ def test_a_tied_parameter_is_listed_once_under_its_first_name():
     assert m.num_parameters() == sum(p.size for p in params)
 
 
+def test_parameters_follow_every_change_of_the_tree_below():
+    """parameters() keeps its list until a module anywhere gains or loses an attribute: a sub-module's parameter
+    replaced, a layer appended, a slot emptied; each call hands out a list of its own."""
+    m = TinyLM()
+
+    def walked():  # the walk parameters() would make afresh
+        return [id(p) for _, p in m.named_parameters()]
+    m.parameters().clear()
+    assert [id(p) for p in m.parameters()] == walked() and len(walked()) == 10
+    bias = m.h[1].attn.bias = Parameter(np.zeros(3, np.float32))
+    assert [id(p) for p in m.parameters()] == walked() and id(bias) in walked()
+    m.h.append(Block())
+    assert [id(p) for p in m.parameters()] == walked() and len(walked()) == 14
+    m.h[0].attn.bias = None
+    assert [id(p) for p in m.parameters()] == walked() and len(walked()) == 13
+
+
 def test_a_shared_submodule_is_visited_once():
     shared = nn.Linear(2, 2)
     seq = nn.Sequential(shared, nn.ReLU(), shared)
