@@ -265,6 +265,12 @@ class Optimizer:
                                  "the state was changed since it was saved: load an unchanged one")
 
 
+def _many_kernel_reads(arrays):
+    """Whether the CPU's kernels over a list of arrays (adamw_many, clip_many) can read every one of `arrays`
+    through its address: NumPy, float32, C-contiguous."""
+    return all(type(a) is np.ndarray and a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
+
+
 def _positions(numbers):
     """A group's parameter positions in a line: a run as its ends, anything else as its first few."""
     numbers = list(numbers)
@@ -401,8 +407,7 @@ class AdamW(Optimizer):
         kernel = params and kernels.fused("adamw_many", max((p.data for p in params), key=lambda w: w.size))
         states = [self._moments(p) for p in params] if kernel else []
         arrays = [(p.grad, p.data, state["exp_avg"], state["exp_avg_sq"]) for p, state in zip(params, states)]
-        if not kernel or not all(type(a) is np.ndarray and a.dtype == np.float32 and a.flags.c_contiguous
-                                 for four in arrays for a in four):
+        if not kernel or not _many_kernel_reads([a for four in arrays for a in four]):
             super()._update_group(group, params)
             return
         by_step = {}  # the step each will take: a group's parameters may have taken different numbers
@@ -556,7 +561,7 @@ def clip_grad_norm_(params, max_norm):
         if buffer.device != "cpu" or not scale[0] >= 1:  # on the CPU a factor of 1 saves the pass; NaN passes on
             buffer.flat *= scale
         return norm[0]
-    if all(type(g) is np.ndarray and g.dtype == np.float32 and g.flags.c_contiguous for g in grads):
+    if _many_kernel_reads(grads):
         kernel = kernels.fused("clip_many", max(grads, key=lambda g: g.size))  # the CPU's, for all in one call
         if kernel is not None:
             return np.float64(kernel(grads, max_norm))
